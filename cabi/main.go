@@ -1,0 +1,291 @@
+// Command cabi is libcroupier, the C ABI of croupier, built with
+// go build -buildmode=c-shared. See ABI.md for the contract.
+//
+// Every export is the same four moves: guard (recover panics, fill the error
+// message), look up handles, call the Go API, map the error to its code. Logic
+// belongs in the Go packages, never here.
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+
+struct ArrowSchema {
+  const char* format;
+  const char* name;
+  const char* metadata;
+  int64_t flags;
+  int64_t n_children;
+  struct ArrowSchema** children;
+  struct ArrowSchema* dictionary;
+  void (*release)(struct ArrowSchema*);
+  void* private_data;
+};
+
+struct ArrowArray {
+  int64_t length;
+  int64_t null_count;
+  int64_t offset;
+  int64_t n_buffers;
+  int64_t n_children;
+  const void** buffers;
+  struct ArrowArray** children;
+  struct ArrowArray* dictionary;
+  void (*release)(struct ArrowArray*);
+  void* private_data;
+};
+#endif
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow/cdata"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// version is the library version; croupier_version returns it.
+const version = "0.1.0"
+
+var cVersion = C.CString(version) // allocated once, never freed
+
+func main() {}
+
+// guard runs fn, turning a panic into an Internal error, and reports fn's error
+// through errOut as a C string the caller frees.
+func guard(errOut **C.char, fn func() error) (status C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			status = report(errOut, errcode.New(errcode.Internal, "croupier", "", "panic: %v\n%s", p, debug.Stack()))
+		}
+	}()
+	return report(errOut, fn())
+}
+
+func report(errOut **C.char, err error) C.int {
+	if err == nil {
+		return 0
+	}
+	if errOut != nil {
+		*errOut = C.CString(err.Error())
+	}
+	return C.int(errcode.Of(err))
+}
+
+func decodeJSON(s *C.char, v any, what string) error {
+	if s == nil {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(C.GoString(s)), v); err != nil {
+		return errcode.Wrap(err, errcode.InvalidArgument, "decode "+what, "")
+	}
+	return nil
+}
+
+func encodeJSON(v any, out **C.char) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return errcode.Wrap(err, errcode.Internal, "encode", "")
+	}
+	*out = C.CString(string(b))
+	return nil
+}
+
+//export croupier_version
+func croupier_version() *C.char { return cVersion }
+
+//export croupier_init
+func croupier_init(gomaxprocs, memoryLimit C.int64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		if gomaxprocs > 0 {
+			runtime.GOMAXPROCS(int(gomaxprocs))
+		}
+		if memoryLimit > 0 {
+			debug.SetMemoryLimit(int64(memoryLimit))
+		}
+		return nil
+	})
+}
+
+//export croupier_allocated_bytes
+func croupier_allocated_bytes() C.int64_t {
+	return C.int64_t(loader.DefaultAllocator.AllocatedBytes())
+}
+
+//export croupier_string_free
+func croupier_string_free(s *C.char) { C.free(unsafe.Pointer(s)) }
+
+//export croupier_release
+func croupier_release(h C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		v, err := release(uint64(h))
+		if err != nil {
+			return err
+		}
+		if c, ok := v.(io.Closer); ok {
+			return c.Close()
+		}
+		return nil
+	})
+}
+
+//export croupier_table_open
+func croupier_table_open(uri *C.char, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := table.Open(context.Background(), C.GoString(uri))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(t))
+		return nil
+	})
+}
+
+//export croupier_table_open_pin
+func croupier_table_open_pin(pinJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		pin, err := table.DecodePin([]byte(C.GoString(pinJSON)))
+		if err != nil {
+			return err
+		}
+		t, err := table.OpenPin(context.Background(), pin)
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(t))
+		return nil
+	})
+}
+
+//export croupier_table_pin
+func croupier_table_pin(h C.uint64_t, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(h))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(t.Pin(), out)
+	})
+}
+
+//export croupier_table_info
+func croupier_table_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(h))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(map[string]any{"uri": t.URI(), "version": t.Version(),
+			"num_rows": t.NumRows(), "num_files": len(t.Files())}, out)
+	})
+}
+
+//export croupier_table_schema
+func croupier_table_schema(h C.uint64_t, out *C.struct_ArrowSchema, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(h))
+		if err != nil {
+			return err
+		}
+		cdata.ExportArrowSchema(t.Schema(), (*cdata.CArrowSchema)(unsafe.Pointer(out)))
+		return nil
+	})
+}
+
+//export croupier_dataset_open
+func croupier_dataset_open(th C.uint64_t, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(th))
+		if err != nil {
+			return err
+		}
+		var opts loader.Options
+		if err := decodeJSON(optionsJSON, &opts, "dataset options"); err != nil {
+			return err
+		}
+		l, err := loader.New(t, permutation.Identity{N: t.NumRows()}, opts)
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(l))
+		return nil
+	})
+}
+
+//export croupier_dataset_info
+func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		l, err := lookup[*loader.Loader](uint64(h))
+		if err != nil {
+			return err
+		}
+		o := l.Options()
+		return encodeJSON(map[string]any{
+			"steps_per_epoch": l.StepsPerEpoch(), "num_rows": l.Order().Len(),
+			"num_splits": o.NumSplits, "global_batch_size": o.GlobalBatchSize,
+			"rank": o.Rank, "world_size": o.WorldSize, "rank_batch_size": l.RankBatchSize(),
+			"drop_last": o.DropLast, "columns": o.Columns, "shuffle_seed": o.ShuffleSeed,
+			"table_uri": l.Table().URI(), "table_version": l.Table().Version(),
+			"permutation_id": l.Order().ID(),
+		}, out)
+	})
+}
+
+//export croupier_stream_open
+func croupier_stream_open(dh C.uint64_t, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		l, err := lookup[*loader.Loader](uint64(dh))
+		if err != nil {
+			return err
+		}
+		var so loader.StreamOptions
+		if err := decodeJSON(optionsJSON, &so, "stream options"); err != nil {
+			return err
+		}
+		s, err := l.Stream(context.Background(), so)
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(s))
+		return nil
+	})
+}
+
+//export croupier_stream_next
+func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema *C.struct_ArrowSchema, outStep *C.int64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		s, err := lookup[*loader.Stream](uint64(h))
+		if err != nil {
+			return err
+		}
+		b, err := s.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			*outStep = -1
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer b.Record.Release()
+		cdata.ExportArrowRecordBatch(b.Record, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), (*cdata.CArrowSchema)(unsafe.Pointer(outSchema)))
+		*outStep = C.int64_t(b.Step)
+		return nil
+	})
+}

@@ -1,0 +1,92 @@
+// Package errcode gives croupier's errors stable codes that callers can branch on.
+//
+// The same integer codes cross the C ABI and become Python exception classes, so
+// they are part of the public contract: never renumber them. Every error that
+// leaves croupier is, or wraps, an *Error that says what was being done (Op),
+// where (Path: a URI, file, column or field), and why (Err).
+package errcode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Code classifies an error. The zero value means success.
+type Code int
+
+// The codes. Their numbers are shared with the C ABI and Python.
+const (
+	OK              Code = 0
+	Internal        Code = 1 // a bug, a recovered panic or an unexpected failure
+	InvalidArgument Code = 2 // bad option, unknown column, inconsistent numbers
+	NotFound        Code = 3 // a path, table, file or object does not exist
+	Corrupt         Code = 4 // data could not be decoded
+	Changed         Code = 5 // a pinned file changed or vanished since it was pinned
+	Unavailable     Code = 6 // the object store could not be reached
+	Closed          Code = 7 // the object was closed or released
+	Canceled        Code = 8 // the context was canceled or its deadline passed
+)
+
+var names = [...]string{"OK", "Internal", "InvalidArgument", "NotFound", "Corrupt",
+	"Changed", "Unavailable", "Closed", "Canceled"}
+
+func (c Code) String() string {
+	if c >= 0 && int(c) < len(names) {
+		return names[c]
+	}
+	return fmt.Sprintf("Code(%d)", int(c))
+}
+
+// Error is a croupier error: Op on Path failed with Err, classified by Code.
+type Error struct {
+	Code Code
+	Op   string // what was being done, e.g. "open table"
+	Path string // where: a URI, file, column; may be empty
+	Err  error
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Path == "":
+		return e.Op + ": " + e.Err.Error()
+	case e.Op == "":
+		return e.Path + ": " + e.Err.Error()
+	}
+	return e.Op + " " + e.Path + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an *Error with the given code whose cause is a formatted message.
+func New(code Code, op, path, format string, args ...any) error {
+	return &Error{Code: code, Op: op, Path: path, Err: fmt.Errorf(format, args...)}
+}
+
+// Wrap annotates err with op and path. The code is kept from err when it already
+// has one (see Of), else code is used. Wrap(nil) is nil.
+func Wrap(err error, code Code, op, path string) error {
+	if err == nil {
+		return nil
+	}
+	if c := Of(err); c != Internal {
+		code = c
+	}
+	return &Error{Code: code, Op: op, Path: path, Err: err}
+}
+
+// Of returns the code of err: the outermost *Error's code, Canceled for
+// context errors, OK for nil and Internal for anything else.
+func Of(err error) Code {
+	if err == nil {
+		return OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return Canceled
+	}
+	return Internal
+}

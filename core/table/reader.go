@@ -1,0 +1,352 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/croupier-data/croupier/core/errcode"
+)
+
+// ReaderOptions configure a Reader.
+type ReaderOptions struct {
+	// Columns to read, in output order; nil reads every column.
+	Columns []string
+	// CacheBytes bounds the decoded row groups kept for later reads.
+	CacheBytes int64
+	// Allocator for every Arrow buffer the reader creates. Memory that leaves
+	// through the C Data Interface must come from a C allocator (mallocator).
+	Allocator memory.Allocator
+}
+
+// Reader reads rows of a table by row id with a column projection. It is safe
+// for concurrent use; Close it to free its cache.
+type Reader struct {
+	t      *Table
+	schema *arrow.Schema // projected, in output order
+	fields []int         // table field index of each output column
+	leaves []int         // Parquet leaf columns to decode, ascending
+	mem    memory.Allocator
+	cache  *groupCache
+}
+
+// NewReader returns a reader of the given columns.
+func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
+	fields, err := t.fieldIndices(opts.Columns)
+	if err != nil {
+		return nil, err
+	}
+	outFields := make([]arrow.Field, len(fields))
+	for i, f := range fields {
+		outFields[i] = t.schema.Field(f)
+	}
+	leaves, err := leafColumns(t.schema, fields)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, "new reader", t.pin.URI)
+	}
+	mem := opts.Allocator
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	return &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
+		mem: mem, cache: newGroupCache(opts.CacheBytes)}, nil
+}
+
+// fieldIndices resolves column names to field indices; nil means all.
+func (t *Table) fieldIndices(columns []string) ([]int, error) {
+	if columns == nil {
+		idx := make([]int, t.schema.NumFields())
+		for i := range idx {
+			idx[i] = i
+		}
+		return idx, nil
+	}
+	if len(columns) == 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "select columns", t.pin.URI, "empty column list")
+	}
+	idx := make([]int, len(columns))
+	for i, name := range columns {
+		found := t.schema.FieldIndices(name)
+		if len(found) == 0 {
+			names := make([]string, t.schema.NumFields())
+			for j, f := range t.schema.Fields() {
+				names[j] = f.Name
+			}
+			return nil, errcode.New(errcode.InvalidArgument, "select columns", t.pin.URI,
+				"unknown column %q; the table has: %s", name, strings.Join(names, ", "))
+		}
+		if slices.Contains(idx[:i], found[0]) {
+			return nil, errcode.New(errcode.InvalidArgument, "select columns", t.pin.URI, "column %q selected twice", name)
+		}
+		idx[i] = found[0]
+	}
+	return idx, nil
+}
+
+// leafColumns returns the Parquet leaf column indices under the given
+// top-level fields, in ascending order.
+func leafColumns(schema *arrow.Schema, fields []int) ([]int, error) {
+	var leaves []int
+	next := 0
+	want := map[int]bool{}
+	for _, f := range fields {
+		want[f] = true
+	}
+	for i, f := range schema.Fields() {
+		n := countLeaves(f.Type)
+		if want[i] {
+			for j := range n {
+				leaves = append(leaves, next+j)
+			}
+		}
+		next += n
+	}
+	if len(leaves) == 0 {
+		return nil, fmt.Errorf("no leaf columns for fields %v", fields)
+	}
+	return leaves, nil
+}
+
+// countLeaves is the number of Parquet leaf columns an Arrow type maps to.
+func countLeaves(t arrow.DataType) int {
+	if t, ok := t.(arrow.NestedType); ok {
+		n := 0
+		for _, f := range t.Fields() {
+			n += countLeaves(f.Type)
+		}
+		return n
+	}
+	return 1
+}
+
+// Schema returns the schema of the records Read returns.
+func (r *Reader) Schema() *arrow.Schema { return r.schema }
+
+// Close frees the decoded row groups the reader caches.
+func (r *Reader) Close() error {
+	r.cache.close()
+	return nil
+}
+
+// rowRef locates one requested row.
+type rowRef struct {
+	group groupKey
+	row   int64 // row inside the group
+	out   int   // position in the output
+}
+
+// Read returns the rows with the given ids, in that order, as one record. The
+// caller releases it. Ids may repeat; an id outside the table is an error.
+func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, error) {
+	refs, err := r.locate(ids)
+	if err != nil {
+		return nil, err
+	}
+	// Group requests by row group, keeping output order inside each group.
+	slices.SortStableFunc(refs, func(a, b rowRef) int {
+		if a.group.file != b.group.file {
+			return a.group.file - b.group.file
+		}
+		return a.group.group - b.group.group
+	})
+	var spans [][2]int // [start, end) of refs for each group
+	for i := range refs {
+		if i == 0 || refs[i].group != refs[i-1].group {
+			spans = append(spans, [2]int{i, i})
+		}
+		spans[len(spans)-1][1] = i + 1
+	}
+	pieces := make([]arrow.RecordBatch, len(spans))
+	defer func() {
+		for _, p := range pieces {
+			if p != nil {
+				p.Release()
+			}
+		}
+	}()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, sp := range spans {
+		g.Go(func() (err error) {
+			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[refs[sp[0]].group.file].Key))
+			pieces[i], err = r.gather(gctx, refs[sp[0]:sp[1]])
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	// pieces hold the rows grouped; put them back in request order.
+	order := make([]int64, len(refs))
+	for i, ref := range refs {
+		order[ref.out] = int64(i)
+	}
+	return r.concatTake(ctx, pieces, order)
+}
+
+// locate maps row ids to row groups.
+func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
+	refs := make([]rowRef, len(ids))
+	n := r.t.NumRows()
+	for i, id := range ids {
+		if id >= uint64(n) {
+			return nil, errcode.New(errcode.InvalidArgument, "read", r.t.pin.URI, "row id %d out of range [0, %d)", id, n)
+		}
+		f := r.t.fileOf(int64(id))
+		row := int64(id) - r.t.starts[f]
+		g := 0
+		for _, size := range r.t.pin.Files[f].RowGroups {
+			if row < size {
+				break
+			}
+			row -= size
+			g++
+		}
+		refs[i] = rowRef{group: groupKey{f, g}, row: row, out: i}
+	}
+	return refs, nil
+}
+
+// gather takes the referenced rows, all of one row group, in refs order.
+func (r *Reader) gather(ctx context.Context, refs []rowRef) (arrow.RecordBatch, error) {
+	key := refs[0].group
+	rec, err := r.cache.get(key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Release()
+	idx := make([]int64, len(refs))
+	for i, ref := range refs {
+		idx[i] = ref.row
+	}
+	return r.take(ctx, rec, idx)
+}
+
+// decode reads the projected columns of one row group.
+func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, error) {
+	md, err := r.t.footer(ctx, key.file)
+	if err != nil {
+		return nil, err
+	}
+	f := r.t.pin.Files[key.file]
+	where := r.t.loc.ObjectURI(f.Key)
+	pf, err := file.NewParquetReader(r.t.loc.NewReaderAt(ctx, f.Object),
+		file.WithMetadata(md), file.WithReadProps(parquet.NewReaderProperties(r.mem)))
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, r.mem)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
+	}
+	tbl, err := fr.ReadRowGroups(ctx, r.leaves, []int{key.group})
+	if err != nil {
+		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
+	}
+	defer tbl.Release()
+	cols := make([]arrow.Array, len(r.fields))
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	for i, field := range r.schema.Fields() {
+		found := tbl.Schema().FieldIndices(field.Name)
+		if len(found) == 0 {
+			return nil, errcode.New(errcode.Corrupt, "decode", where, "row group %d lacks column %q", key.group, field.Name)
+		}
+		chunks := tbl.Column(found[0]).Data().Chunks()
+		if len(chunks) == 1 {
+			chunks[0].Retain()
+			cols[i] = chunks[0]
+			continue
+		}
+		if cols[i], err = array.Concatenate(chunks, r.mem); err != nil {
+			return nil, errcode.Wrap(err, errcode.Internal, "decode", where)
+		}
+	}
+	return array.NewRecordBatch(r.schema, cols, tbl.NumRows()), nil
+}
+
+// take gathers rows idx of rec into a new record.
+func (r *Reader) take(ctx context.Context, rec arrow.RecordBatch, idx []int64) (arrow.RecordBatch, error) {
+	// Take runs on decoded memory and is short; it is not canceled because
+	// arrow-go v18.8.0's executor leaks its output buffers when its context is
+	// canceled mid-call.
+	ctx = compute.WithAllocator(context.WithoutCancel(ctx), r.mem)
+	bld := array.NewInt64Builder(r.mem)
+	defer bld.Release()
+	bld.AppendValues(idx, nil)
+	indices := bld.NewArray()
+	defer indices.Release()
+	cols := make([]arrow.Array, rec.NumCols())
+	for i, col := range rec.Columns() {
+		out, err := compute.TakeArray(ctx, col, indices)
+		if err != nil {
+			for _, c := range cols[:i] {
+				c.Release()
+			}
+			return nil, errcode.Wrap(fmt.Errorf("take column %q: %w", rec.ColumnName(i), err), errcode.Internal, "read", r.t.pin.URI)
+		}
+		cols[i] = out
+	}
+	defer func() {
+		for _, c := range cols {
+			c.Release()
+		}
+	}()
+	return array.NewRecordBatch(rec.Schema(), cols, int64(len(idx))), nil
+}
+
+// concatTake joins pieces and reorders the result by order; a single piece
+// already in order is returned as it is.
+func (r *Reader) concatTake(ctx context.Context, pieces []arrow.RecordBatch, order []int64) (arrow.RecordBatch, error) {
+	if len(pieces) == 1 && slices.IsSorted(order) {
+		pieces[0].Retain()
+		return pieces[0], nil
+	}
+	cols := make([]arrow.Array, r.schema.NumFields())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	parts := make([]arrow.Array, len(pieces))
+	var err error
+	for i := range cols {
+		for j, p := range pieces {
+			parts[j] = p.Column(i)
+		}
+		if cols[i], err = array.Concatenate(parts, r.mem); err != nil {
+			return nil, errcode.Wrap(fmt.Errorf("concatenate column %q: %w", r.schema.Field(i).Name, err), errcode.Internal, "read", r.t.pin.URI)
+		}
+	}
+	joined := array.NewRecordBatch(r.schema, cols, int64(len(order)))
+	defer joined.Release()
+	return r.take(ctx, joined, order)
+}
+
+// recoverTo turns a panic in a decoding goroutine into an error: a panic in a
+// goroutine of a shared library would kill the host process.
+func recoverTo(err *error, op, where string) {
+	if p := recover(); p != nil {
+		*err = errcode.New(errcode.Corrupt, op, where, "decoder panic: %v\n%s", p, debug.Stack())
+	}
+}

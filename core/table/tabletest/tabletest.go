@@ -1,0 +1,104 @@
+// Package tabletest writes small Parquet datasets for tests.
+package tabletest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// Schema of the rows Write makes: an id equal to the row id, a token list whose
+// length and values derive from the id, a float, a string, and a struct.
+var Schema = arrow.NewSchema([]arrow.Field{
+	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+	{Name: "reward", Type: arrow.PrimitiveTypes.Float32, Nullable: true},
+	{Name: "text", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "meta", Type: arrow.StructOf(
+		arrow.Field{Name: "source", Type: arrow.BinaryTypes.String},
+		arrow.Field{Name: "turn", Type: arrow.PrimitiveTypes.Int32},
+	), Nullable: true},
+}, nil)
+
+// Tokens returns the token list of row id.
+func Tokens(id int64) []int32 {
+	n := int(id%7) + 1
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(id*10 + int64(i))
+	}
+	return out
+}
+
+// Text returns the text of row id.
+func Text(id int64) string { return fmt.Sprintf("row %d", id) }
+
+// Record builds rows [start, start+n).
+func Record(start, n int64) arrow.RecordBatch {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, Schema)
+	defer b.Release()
+	ids := b.Field(0).(*array.Int64Builder)
+	toks := b.Field(1).(*array.ListBuilder)
+	tokVals := toks.ValueBuilder().(*array.Int32Builder)
+	rewards := b.Field(2).(*array.Float32Builder)
+	texts := b.Field(3).(*array.StringBuilder)
+	meta := b.Field(4).(*array.StructBuilder)
+	src := meta.FieldBuilder(0).(*array.StringBuilder)
+	turn := meta.FieldBuilder(1).(*array.Int32Builder)
+	for id := start; id < start+n; id++ {
+		ids.Append(id)
+		toks.Append(true)
+		tokVals.AppendValues(Tokens(id), nil)
+		rewards.Append(float32(id) / 2)
+		texts.Append(Text(id))
+		meta.Append(true)
+		src.Append(fmt.Sprintf("src%d", id%3))
+		turn.Append(int32(id % 5))
+	}
+	return b.NewRecordBatch()
+}
+
+// Encode returns rows [start, start+n) as a Parquet file with the given rows
+// per row group.
+func Encode(t testing.TB, start, n, rowGroup int64) []byte {
+	t.Helper()
+	rec := Record(start, n)
+	defer rec.Release()
+	var buf bytes.Buffer
+	props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(rowGroup),
+		parquet.WithDataPageSize(4<<10), parquet.WithPageIndexEnabled(true))
+	w, err := pqarrow.NewFileWriter(Schema, &buf, props, pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteBuffered(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// Write writes len(sizes) files part-000.parquet, … into dir; file i holds
+// sizes[i] rows, ids continuing across files. It returns the total row count.
+func Write(t testing.TB, dir string, sizes []int64, rowGroup int64) int64 {
+	t.Helper()
+	var start int64
+	for i, n := range sizes {
+		p := filepath.Join(dir, fmt.Sprintf("part-%03d.parquet", i))
+		if err := os.WriteFile(p, Encode(t, start, n, rowGroup), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		start += n
+	}
+	return start
+}

@@ -1,0 +1,100 @@
+package loader
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// Deal is the dealing order of one epoch (SPEC §3). An epoch order of M row
+// ids is cut into S streams of L = ⌊M/S⌋ consecutive positions; the last
+// M − S·L positions are not dealt. Global step t holds cycles
+// [t·G/S, (t+1)·G/S) of every stream, and rank r of W owns streams
+// [r·S/W, (r+1)·S/W). Rank r's batch for step t lists stream_s[c] for each
+// cycle c, and inside a cycle for each owned stream s, in that order.
+//
+// Nothing here depends on the number of ranks beyond which streams a rank
+// owns: the set of positions in a global step is the same for every W.
+type Deal struct {
+	M        int64 // rows in the epoch order
+	S        int64 // number of streams (num_splits)
+	G        int64 // samples per global step, all ranks together
+	W        int64 // world size
+	DropLast bool  // drop the final partial step
+}
+
+// NewDeal validates the parameters and returns the deal.
+func NewDeal(m, s, g, w int64, dropLast bool) (Deal, error) {
+	const op = "deal"
+	bad := func(format string, args ...any) (Deal, error) {
+		return Deal{}, errcode.New(errcode.InvalidArgument, op, "", format, args...)
+	}
+	switch {
+	case g <= 0:
+		return bad("global_batch_size must be positive, got %d", g)
+	case s <= 0:
+		return bad("num_splits must be positive, got %d", s)
+	case w <= 0:
+		return bad("world_size must be positive, got %d", w)
+	case g%s != 0:
+		return bad("global_batch_size %d is not a multiple of num_splits %d", g, s)
+	case s%w != 0:
+		return bad("num_splits %d is not a multiple of world_size %d", s, w)
+	case s > m:
+		return bad("num_splits %d exceeds the %d rows to deal", s, m)
+	}
+	return Deal{M: m, S: s, G: g, W: w, DropLast: dropLast}, nil
+}
+
+// StreamLen is L, the positions in each stream.
+func (d Deal) StreamLen() int64 { return d.M / d.S }
+
+// CyclesPerStep is G/S.
+func (d Deal) CyclesPerStep() int64 { return d.G / d.S }
+
+// Steps is the number of global steps in an epoch.
+func (d Deal) Steps() int64 {
+	l, k := d.StreamLen(), d.CyclesPerStep()
+	if !d.DropLast && l%k != 0 {
+		return l/k + 1
+	}
+	return l / k
+}
+
+// Cycles returns the cycles [c0, c1) of step t.
+func (d Deal) Cycles(t int64) (c0, c1 int64) {
+	k := d.CyclesPerStep()
+	return t * k, min((t+1)*k, d.StreamLen())
+}
+
+// Streams returns the streams [s0, s1) that rank r owns.
+func (d Deal) Streams(r int64) (s0, s1 int64) {
+	per := d.S / d.W
+	return r * per, (r + 1) * per
+}
+
+// Batch returns rank r's row ids for step t, drawn from order.
+func (d Deal) Batch(ctx context.Context, order permutation.Order, t, r int64) ([]uint64, error) {
+	if t < 0 || t >= d.Steps() {
+		return nil, errcode.New(errcode.InvalidArgument, "deal", "", "step %d out of range [0, %d)", t, d.Steps())
+	}
+	if r < 0 || r >= d.W {
+		return nil, errcode.New(errcode.InvalidArgument, "deal", "", "rank %d out of range [0, %d)", r, d.W)
+	}
+	c0, c1 := d.Cycles(t)
+	s0, s1 := d.Streams(r)
+	l, owned := d.StreamLen(), s1-s0
+	out := make([]uint64, (c1-c0)*owned)
+	for s := s0; s < s1; s++ {
+		ids, err := order.RowIDs(ctx, s*l+c0, s*l+c1)
+		if err != nil {
+			return nil, fmt.Errorf("stream %d, cycles [%d, %d): %w", s, c0, c1, err)
+		}
+		for c, id := range ids {
+			out[int64(c)*owned+(s-s0)] = id
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,241 @@
+package loader_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+func openTable(t *testing.T, sizes ...int64) *table.Table {
+	t.Helper()
+	dir := t.TempDir()
+	tabletest.Write(t, dir, sizes, 64)
+	tb, err := table.Open(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
+func newLoader(t *testing.T, tb *table.Table, opts loader.Options) *loader.Loader {
+	t.Helper()
+	l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// collect runs a stream to the end and returns each batch's step and ids.
+func collect(t *testing.T, l *loader.Loader, so loader.StreamOptions) (steps []int64, ids [][]int64) {
+	t.Helper()
+	s, err := l.Stream(context.Background(), so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for b, err := range s.All(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, b.Step)
+		col := b.Record.Column(0).(*array.Int64)
+		ids = append(ids, slices.Clone(col.Int64Values()))
+		b.Record.Release()
+	}
+	return steps, ids
+}
+
+// TestWorkersInterleave checks that K workers, read round robin as torch's
+// DataLoader does, give exactly the batches of one worker, for every start step.
+func TestWorkersInterleave(t *testing.T) {
+	tb := openTable(t, 500, 123, 377)
+	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	defer mem.AssertSize(t, 0)
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 24, NumSplits: 12, WorldSize: 3, Rank: 1, DropLast: true,
+		Columns: []string{"id", "tokens"}, Allocator: mem, MemoryBudget: 1 << 20})
+	if l.StepsPerEpoch() != 1000/12/2 {
+		t.Fatalf("steps per epoch = %d, want %d", l.StepsPerEpoch(), 1000/12/2)
+	}
+	wantSteps, want := collect(t, l, loader.StreamOptions{})
+	if int64(len(want)) != l.StepsPerEpoch() {
+		t.Fatalf("one worker made %d batches, want %d", len(want), l.StepsPerEpoch())
+	}
+	for i, ids := range want {
+		if wantSteps[i] != int64(i) || len(ids) != 8 {
+			t.Fatalf("batch %d: step %d with %d rows", i, wantSteps[i], len(ids))
+		}
+	}
+	for _, k := range []int{2, 3, 5} {
+		for _, start := range []int64{0, 7, l.StepsPerEpoch() - 1} {
+			perWorker := make([][][]int64, k)
+			for w := range k {
+				_, perWorker[w] = collect(t, l, loader.StreamOptions{StartStep: start, Worker: w, NumWorkers: k})
+			}
+			var got [][]int64
+			for i := 0; ; i++ {
+				w, j := i%k, i/k
+				if j >= len(perWorker[w]) {
+					break
+				}
+				got = append(got, perWorker[w][j])
+			}
+			if !slices.EqualFunc(got, want[start:], slices.Equal) {
+				t.Fatalf("K=%d start=%d: round robin of workers differs from one worker", k, start)
+			}
+		}
+	}
+}
+
+// TestEveryRowOnce deals a whole epoch on every rank and checks each row id
+// appears once, the remainder excepted.
+func TestEveryRowOnce(t *testing.T) {
+	tb := openTable(t, 333, 100)
+	const s, g, w = 8, 16, 4
+	seen := map[int64]int{}
+	for r := range int64(w) {
+		l := newLoader(t, tb, loader.Options{GlobalBatchSize: g, NumSplits: s, WorldSize: w, Rank: r, DropLast: true})
+		_, ids := collect(t, l, loader.StreamOptions{Epoch: 1})
+		for _, b := range ids {
+			for _, id := range b {
+				seen[id]++
+			}
+		}
+	}
+	l := int64(433 / s)
+	want := s * (l / (g / s)) * (g / s)
+	if int64(len(seen)) != want {
+		t.Fatalf("dealt %d distinct rows, want %d", len(seen), want)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("row %d dealt %d times", id, n)
+		}
+	}
+}
+
+func TestDropLastFalse(t *testing.T) {
+	tb := openTable(t, 100)
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 12, NumSplits: 4})
+	// L = 25 cycles, 3 per step: 8 full steps and one of 1 cycle.
+	if l.StepsPerEpoch() != 9 {
+		t.Fatalf("steps = %d, want 9", l.StepsPerEpoch())
+	}
+	_, ids := collect(t, l, loader.StreamOptions{})
+	if got := ids[8]; !slices.Equal(got, []int64{24, 49, 74, 99}) {
+		t.Fatalf("partial step = %v", got)
+	}
+}
+
+func TestEarlyCloseFreesEverything(t *testing.T) {
+	tb := openTable(t, 2000)
+	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 32, Allocator: mem, ReadAhead: 8})
+	before := runtime.NumGoroutine()
+	s, err := l.Stream(context.Background(), loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Record.Release()
+	time.Sleep(20 * time.Millisecond) // let read-ahead fill
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %s", d)
+	}
+	if _, err := s.Next(context.Background()); errcode.Of(err) != errcode.Closed {
+		t.Fatalf("Next after Close = %v, want Closed", err)
+	}
+	mem.AssertSize(t, 0)
+	for range 50 {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("goroutines: %d before the stream, %d after Close", before, runtime.NumGoroutine())
+}
+
+func TestStreamErrors(t *testing.T) {
+	tb := openTable(t, 100)
+	_, err := loader.New(tb, permutation.Identity{N: 100}, loader.Options{GlobalBatchSize: 8, WorldSize: 2, Rank: 2})
+	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "rank 2 out of range [0, 2)") {
+		t.Fatalf("rank error = %v", err)
+	}
+	_, err = loader.New(tb, permutation.Identity{N: 100}, loader.Options{GlobalBatchSize: 8, Columns: []string{"bogus"}})
+	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), `"bogus"`) {
+		t.Fatalf("column error = %v", err)
+	}
+	_, err = loader.New(tb, permutation.Identity{N: 100}, loader.Options{GlobalBatchSize: 128, NumSplits: 4, DropLast: true})
+	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "no full step") {
+		t.Fatalf("empty epoch error = %v", err)
+	}
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 8})
+	for _, so := range []loader.StreamOptions{{StartStep: 99}, {Worker: 2, NumWorkers: 2}, {Epoch: -1}} {
+		if _, err := l.Stream(context.Background(), so); errcode.Of(err) != errcode.InvalidArgument {
+			t.Errorf("Stream(%+v) = %v, want InvalidArgument", so, err)
+		}
+	}
+}
+
+// TestFileVanishesMidEpoch: the stream ends with an error naming the file.
+func TestFileVanishesMidEpoch(t *testing.T) {
+	dir := t.TempDir()
+	tabletest.Write(t, dir, []int64{100, 100}, 64)
+	tb, err := table.Open(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 8, ReadAhead: 1, MemoryBudget: 1})
+	s, err := l.Stream(context.Background(), loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b, err := s.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Record.Release()
+	if err := os.Remove(filepath.Join(dir, "part-001.parquet")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, err := s.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			t.Fatal("stream ended without noticing the missing file")
+		}
+		if err != nil {
+			if errcode.Of(err) != errcode.Changed || !strings.Contains(err.Error(), "part-001.parquet") {
+				t.Fatalf("error = %v, want Changed naming part-001.parquet", err)
+			}
+			return
+		}
+		b.Record.Release()
+	}
+}

@@ -1,0 +1,167 @@
+package loader
+
+import (
+	"context"
+	"io"
+	"iter"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+)
+
+// StreamOptions choose which of a rank's batches a Stream makes.
+type StreamOptions struct {
+	Epoch      int64 `json:"epoch"`
+	StartStep  int64 `json:"start_step"`  // the first global step of this iteration
+	Worker     int   `json:"worker"`      // this worker's index in [0, NumWorkers)
+	NumWorkers int   `json:"num_workers"` // 0 behaves as 1
+}
+
+// Batch is one rank's share of one global step.
+type Batch struct {
+	Step   int64
+	Record arrow.RecordBatch // released by the receiver
+}
+
+type result struct {
+	batch Batch
+	err   error
+}
+
+// Stream makes one worker's batches of one epoch in step order, reading up to
+// ReadAhead steps ahead. It is not safe for concurrent use; Close it when done,
+// also after an early stop.
+type Stream struct {
+	cancel  context.CancelFunc
+	reader  *table.Reader
+	pending chan chan result // one per step being read, in step order
+	wg      sync.WaitGroup
+	err     error // sticky: after an error or the end, Next keeps returning it
+}
+
+// Stream starts producing the batches of worker so.Worker: steps
+// so.StartStep + so.Worker, + so.NumWorkers, … up to the end of the epoch.
+// The stream stops when ctx is canceled or Close is called.
+func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) {
+	const op = "open stream"
+	k := max(so.NumWorkers, 1)
+	switch {
+	case so.Worker < 0 || so.Worker >= k:
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "worker %d out of range [0, %d)", so.Worker, k)
+	case so.StartStep < 0 || so.StartStep > l.StepsPerEpoch():
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d out of range [0, %d]", so.StartStep, l.StepsPerEpoch())
+	case so.Epoch < 0:
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "epoch %d is negative", so.Epoch)
+	}
+	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns,
+		CacheBytes: l.opts.MemoryBudget, Allocator: l.opts.Allocator})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Stream{cancel: cancel, reader: r, pending: make(chan chan result, l.opts.ReadAhead)}
+	s.wg.Add(1)
+	go s.produce(ctx, l, so.Epoch, so.StartStep+int64(so.Worker), int64(k))
+	return s, nil
+}
+
+// produce starts one read per step, at most ReadAhead at a time (the capacity
+// of pending), and hands them to Next in step order.
+func (s *Stream) produce(ctx context.Context, l *Loader, epoch, first, stride int64) {
+	defer s.wg.Done()
+	defer close(s.pending)
+	for t := first; t < l.StepsPerEpoch(); t += stride {
+		ch := make(chan result, 1)
+		select {
+		case s.pending <- ch:
+		case <-ctx.Done():
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ch <- s.read(ctx, l, epoch, t)
+		}()
+	}
+}
+
+func (s *Stream) read(ctx context.Context, l *Loader, epoch, t int64) (res result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = result{err: errcode.New(errcode.Internal, "read step", l.table.URI(), "panic at step %d: %v", t, p)}
+		}
+	}()
+	ids, err := l.RowIDs(ctx, epoch, t)
+	if err != nil {
+		return result{err: err}
+	}
+	rec, err := s.reader.Read(ctx, ids)
+	if err != nil {
+		return result{err: err}
+	}
+	return result{batch: Batch{Step: t, Record: rec}}
+}
+
+// Next returns the next batch, or io.EOF after the last one.
+func (s *Stream) Next(ctx context.Context) (Batch, error) {
+	if s.err != nil {
+		return Batch{}, s.err
+	}
+	var ch chan result
+	select {
+	case c, ok := <-s.pending:
+		if !ok {
+			s.err = io.EOF
+			return Batch{}, s.err
+		}
+		ch = c
+	case <-ctx.Done():
+		return Batch{}, ctx.Err()
+	}
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			s.err = res.err
+			s.cancel()
+		}
+		return res.batch, res.err
+	case <-ctx.Done():
+		return Batch{}, ctx.Err()
+	}
+}
+
+// All iterates over the remaining batches. Iteration stops at the first error,
+// which it yields.
+func (s *Stream) All(ctx context.Context) iter.Seq2[Batch, error] {
+	return func(yield func(Batch, error) bool) {
+		for {
+			b, err := s.Next(ctx)
+			if err == io.EOF {
+				return
+			}
+			if !yield(b, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Close stops the stream, waits for its goroutines and frees what it holds,
+// including batches read ahead but not yet returned.
+func (s *Stream) Close() error {
+	s.cancel()
+	// Drain: reads in flight finish (canceled) and their batches are freed.
+	for ch := range s.pending {
+		if res := <-ch; res.batch.Record != nil {
+			res.batch.Record.Release()
+		}
+	}
+	s.wg.Wait()
+	if s.err == nil {
+		s.err = errcode.New(errcode.Closed, "next", "", "stream is closed")
+	}
+	return s.reader.Close()
+}
