@@ -1,0 +1,44 @@
+package errcode_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/croupier-data/croupier/core/errcode"
+)
+
+func TestOf(t *testing.T) {
+	base := errcode.New(errcode.NotFound, "open table", "file:///x", "no such file")
+	for _, tc := range []struct {
+		err  error
+		want errcode.Code
+	}{
+		{nil, errcode.OK},
+		{errors.New("plain"), errcode.Internal},
+		{base, errcode.NotFound},
+		{fmt.Errorf("context: %w", base), errcode.NotFound},
+		{errcode.Wrap(base, errcode.Internal, "deal", ""), errcode.NotFound},
+		{errcode.Wrap(errors.New("x"), errcode.Corrupt, "decode", "f"), errcode.Corrupt},
+		{fmt.Errorf("read: %w", context.Canceled), errcode.Canceled},
+	} {
+		if got := errcode.Of(tc.err); got != tc.want {
+			t.Errorf("Of(%v) = %s, want %s", tc.err, got, tc.want)
+		}
+	}
+	if errcode.Wrap(nil, errcode.Corrupt, "x", "y") != nil {
+		t.Error("Wrap(nil) is not nil")
+	}
+}
+
+func TestMessageNamesOpAndPath(t *testing.T) {
+	err := errcode.Wrap(errcode.New(errcode.Corrupt, "read footer", "file:///d/a.parquet", "bad magic"), errcode.Internal, "open table", "file:///d")
+	want := "open table file:///d: read footer file:///d/a.parquet: bad magic"
+	if err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+	if errcode.Closed.String() != "Closed" || errcode.Code(42).String() != "Code(42)" {
+		t.Error("String names")
+	}
+}

@@ -1,0 +1,108 @@
+package store_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+)
+
+func TestMatchFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.parquet", "b.parquet", "sub/c.parquet", "_SUCCESS", ".hidden/d.parquet", "_tmp/e.parquet"} {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(name), 0o644)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		uri   string
+		want  []string
+		first string // file path of want[0]
+	}{
+		{"file://" + dir, []string{"a.parquet", "b.parquet", "sub/c.parquet"}, "a.parquet"},
+		{"file://" + dir + "/sub", []string{"c.parquet"}, "sub/c.parquet"},
+		{"file://" + dir + "/b.parquet", []string{"b.parquet"}, "b.parquet"},
+		{"file://" + dir + "/_SUCCESS", []string{"_SUCCESS"}, "_SUCCESS"},
+		{"file://" + dir + "/*.parquet", []string{"a.parquet", "b.parquet"}, "a.parquet"},
+		{"file://" + dir + "/sub/*.parquet", []string{"c.parquet"}, "sub/c.parquet"},
+	} {
+		loc, err := store.Open(ctx, tc.uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := loc.Match(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.uri, got, tc.want)
+		}
+		if ou := loc.ObjectURI(tc.want[0]); ou != "file://"+filepath.Join(dir, tc.first) {
+			t.Errorf("%s: ObjectURI = %s", tc.uri, ou)
+		}
+		loc.Close()
+	}
+}
+
+func TestMemBucketsPersistByName(t *testing.T) {
+	ctx := context.Background()
+	a, err := store.Open(ctx, "mem://storetest/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Bucket.WriteAll(ctx, "x/obj", []byte("hello"), nil); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b, err := store.Open(ctx, "mem://storetest/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Match(ctx)
+	if err != nil || !slices.Equal(got, []string{"x/obj"}) {
+		t.Fatalf("reopened mem bucket lists %v, %v", got, err)
+	}
+	obj, err := b.Stat(ctx, "x/obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.NewReaderAt(ctx, obj)
+	buf := make([]byte, 3)
+	if n, err := r.ReadAt(buf, 1); err != nil || string(buf[:n]) != "ell" {
+		t.Fatalf("ReadAt = %q, %v", buf[:n], err)
+	}
+	if b.ObjectURI("x/obj") != "mem://storetest/x/obj" {
+		t.Errorf("ObjectURI = %s", b.ObjectURI("x/obj"))
+	}
+	// overwrite: the pinned reader notices
+	if err := b.Bucket.WriteAll(ctx, "x/obj", []byte("hello, world"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(buf, 0); errcode.Of(err) != errcode.Changed {
+		t.Fatalf("read after overwrite = %v, want Changed", err)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		uri  string
+		code errcode.Code
+	}{
+		{"no/scheme", errcode.InvalidArgument},
+		{"file://relative/x", errcode.InvalidArgument},
+		{"file:///definitely/not/here", errcode.NotFound},
+		{"mem:///nobucket", errcode.InvalidArgument},
+		{"nosuchscheme://b/k", errcode.InvalidArgument},
+	} {
+		_, err := store.Open(ctx, tc.uri)
+		if errcode.Of(err) != tc.code {
+			t.Errorf("Open(%s) = %v, want %s", tc.uri, err, tc.code)
+		}
+	}
+}
