@@ -1,0 +1,61 @@
+# croupier's build. `make demo` and `make test` bootstrap everything they need.
+SHELL := /bin/bash
+PY      := .venv/bin/python
+LIB     := python/croupier/libcroupier.so
+CHECKLIB := build/cgocheck2/libcroupier.so
+GO_SRC  := $(shell find core permutation loader cabi -name '*.go' -not -name '*_test.go') go.mod go.sum
+GOFLAGS_SO := -buildmode=c-shared -trimpath -ldflags='-s -w'
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: dev build demo test test-go test-cgocheck test-py lint bench clean
+
+# The virtual environment is rebuilt only when requirements-dev.txt changes:
+# torch from PyPI is large.
+.venv/.requirements: requirements-dev.txt
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	cp requirements-dev.txt $@
+
+.venv/.croupier: .venv/.requirements pyproject.toml setup.py
+	CROUPIER_SKIP_GO_BUILD=1 $(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+dev: .venv/.croupier $(LIB)
+
+build: $(LIB)
+
+$(LIB): $(GO_SRC)
+	go build $(GOFLAGS_SO) -o $@ ./cabi
+
+$(CHECKLIB): $(GO_SRC)
+	GOEXPERIMENT=cgocheck2 go build -buildmode=c-shared -o $@ ./cabi
+
+demo: dev
+	$(PY) examples/demo.py
+
+test: test-go test-cgocheck test-py
+
+test-go:
+	go vet ./...
+	go test -race -count=1 ./...
+
+# The export path under the strictest cgo pointer checks.
+test-cgocheck: dev $(CHECKLIB)
+	CROUPIER_LIBRARY=$(abspath $(CHECKLIB)) $(PY) -m pytest -q -p no:cacheprovider python/tests/test_formats.py python/tests/test_leak.py
+
+test-py: dev
+	$(PY) -m pytest -q
+
+lint: dev
+	test -z "$$(gofmt -l core permutation loader cabi bench examples 2>/dev/null)"
+	go vet ./...
+	go run $(STATICCHECK) ./...
+	.venv/bin/ruff check python examples bench
+	.venv/bin/ruff format --check python examples bench
+
+clean:
+	rm -rf build $(LIB) python/croupier/libcroupier.h
+
+bench: dev
+	$(PY) bench/loader_throughput.py

@@ -1,0 +1,83 @@
+"""croupier: deterministic, resumable training data for PyTorch, read by a Go core.
+
+A croupier shuffles the deck once and deals the same cards to however many
+players sit down. This package does that for training data: it pins a version of
+a Parquet table, deals every epoch in an order fixed by the data and a few numbers
+(not by the number of ranks or DataLoader workers), and checkpoints the position
+in a small dict that resumes at any world size. All reading and decoding happens
+in Go threads, so ``num_workers=0`` is the fast path and the GIL is not in the way.
+
+>>> import croupier as cr
+>>> tbl = cr.open_table("file:///data/rollouts")                     # doctest: +SKIP
+>>> ds = cr.StreamingDataset(tbl, global_batch_size=64, num_splits=16)  # doctest: +SKIP
+>>> for batch in cr.DataLoader(ds): ...                               # doctest: +SKIP
+
+``StreamingDataset`` and ``DataLoader`` need torch; the rest needs only pyarrow
+and numpy. torch is imported on first use of those two names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._lib import init
+from ._lib import version as _library_version
+from .errors import (
+    CanceledError,
+    ChangedError,
+    ClosedError,
+    CorruptError,
+    CroupierError,
+    ForkError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    StatusCode,
+    UnavailableError,
+)
+from .table import Table, open_table
+
+if TYPE_CHECKING:
+    from .dataloader import DataLoader
+    from .dataset import StreamingDataset
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CanceledError",
+    "ChangedError",
+    "ClosedError",
+    "CorruptError",
+    "CroupierError",
+    "DataLoader",
+    "ForkError",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "StatusCode",
+    "StreamingDataset",
+    "Table",
+    "UnavailableError",
+    "__version__",
+    "init",
+    "open_table",
+    "version",
+]
+
+
+def version() -> str:
+    """Version of the loaded Go library (loads it if needed)."""
+    return _library_version()
+
+
+def __getattr__(name: str) -> Any:
+    # torch is heavy and optional: import it only when a torch-facing name is used.
+    if name == "StreamingDataset":
+        from .dataset import StreamingDataset
+
+        return StreamingDataset
+    if name == "DataLoader":
+        from .dataloader import DataLoader
+
+        return DataLoader
+    raise AttributeError(f"module 'croupier' has no attribute {name!r}")

@@ -1,0 +1,359 @@
+"""ctypes binding to ``libcroupier.so``, the C ABI of the Go core (``cabi/ABI.md``).
+
+Everything that calls Go goes through this module. It
+
+- finds the library (``$CROUPIER_LIBRARY``, else the copy shipped in the package),
+- loads it lazily on first use with :class:`ctypes.CDLL`, which releases the GIL
+  during every call, and declares each symbol's signature once,
+- records the loading process id and refuses, with :class:`~croupier.ForkError`,
+  every later call from another process: the Go runtime does not survive
+  ``fork()`` and a forked child's first call into it would hang,
+- turns ``(status, char* err)`` into the matching exception and frees the string,
+- imports Arrow data through the Arrow C Data Interface into pyarrow.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import operator
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import ClosedError, ForkError, InvalidArgumentError, error_class
+
+__all__ = [
+    "ArrowArray",
+    "ArrowSchema",
+    "Handle",
+    "allocated_bytes",
+    "dataset_info",
+    "dataset_open",
+    "init",
+    "library_path",
+    "stream_next",
+    "stream_open",
+    "table_info",
+    "table_open",
+    "table_open_pin",
+    "table_pin",
+    "table_schema",
+    "version",
+]
+
+LIBRARY_ENV = "CROUPIER_LIBRARY"
+
+
+class ArrowSchema(ctypes.Structure):
+    """``struct ArrowSchema`` of the Arrow C Data Interface (72 bytes)."""
+
+    _fields_ = [
+        ("format", ctypes.c_void_p),
+        ("name", ctypes.c_void_p),
+        ("metadata", ctypes.c_void_p),
+        ("flags", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+class ArrowArray(ctypes.Structure):
+    """``struct ArrowArray`` of the Arrow C Data Interface (80 bytes)."""
+
+    _fields_ = [
+        ("length", ctypes.c_int64),
+        ("null_count", ctypes.c_int64),
+        ("offset", ctypes.c_int64),
+        ("n_buffers", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("buffers", ctypes.c_void_p),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+assert ctypes.sizeof(ArrowSchema) == 72
+assert ctypes.sizeof(ArrowArray) == 80
+
+_ERR = ctypes.POINTER(ctypes.c_void_p)  # char** err: a c_void_p keeps the address to free
+_HANDLE = ctypes.c_uint64
+_HANDLE_OUT = ctypes.POINTER(ctypes.c_uint64)
+_STR = ctypes.c_char_p
+_STR_OUT = ctypes.POINTER(ctypes.c_void_p)
+_INT = ctypes.c_int
+
+# One declaration per exported symbol: name -> (argtypes, restype).
+_SIGNATURES: dict[str, tuple[list[Any], Any]] = {
+    "croupier_version": ([], ctypes.c_char_p),
+    "croupier_init": ([ctypes.c_int64, ctypes.c_int64, _ERR], _INT),
+    "croupier_allocated_bytes": ([], ctypes.c_int64),
+    "croupier_string_free": ([ctypes.c_void_p], None),
+    "croupier_release": ([_HANDLE, _ERR], _INT),
+    "croupier_table_open": ([_STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_table_open_pin": ([_STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_table_pin": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_table_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_table_schema": ([_HANDLE, ctypes.POINTER(ArrowSchema), _ERR], _INT),
+    "croupier_dataset_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_dataset_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_stream_next": (
+        [
+            _HANDLE,
+            ctypes.POINTER(ArrowArray),
+            ctypes.POINTER(ArrowSchema),
+            ctypes.POINTER(ctypes.c_int64),
+            _ERR,
+        ],
+        _INT,
+    ),
+}
+
+_lock = threading.Lock()
+_dll: ctypes.CDLL | None = None
+_load_pid: int | None = None
+_string_free: Callable[[int], None] | None = None
+_settings: tuple[int, int] = (0, 0)  # (gomaxprocs, memory_limit) for croupier_init; 0 = as is
+
+
+def library_path() -> str:
+    """Path of the shared library this process loads (or would load)."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        return override
+    return str(resources.files("croupier") / "libcroupier.so")
+
+
+def _check_pid() -> None:
+    if _load_pid is not None and os.getpid() != _load_pid:
+        raise ForkError(
+            f"the croupier Go core was loaded in process {_load_pid} before fork(); this is "
+            f"process {os.getpid()}, a forked child, and the Go runtime does not survive "
+            "fork(), so croupier refuses to call it here (the call would hang). Start worker "
+            'processes with multiprocessing_context="spawn" or "forkserver" '
+            "(croupier.DataLoader uses spawn by default), or load croupier only after forking."
+        )
+
+
+def _lib() -> ctypes.CDLL:
+    """The loaded library, loading it on first use; raises ForkError in a forked child."""
+    global _dll, _load_pid, _string_free
+    _check_pid()
+    if _dll is not None:
+        return _dll
+    with _lock:
+        if _dll is None:
+            path = library_path()
+            try:
+                dll = ctypes.CDLL(path)
+            except OSError as exc:
+                raise OSError(
+                    f"cannot load the croupier library {path}: {exc} (build it with `make build`, "
+                    f"or set {LIBRARY_ENV} to its path)"
+                ) from exc
+            for name, (argtypes, restype) in _SIGNATURES.items():
+                fn = getattr(dll, name)
+                fn.argtypes = argtypes
+                fn.restype = restype
+            _load_pid = os.getpid()
+            _string_free = dll.croupier_string_free
+            _call(dll.croupier_init, *_settings)
+            _dll = dll
+    return _dll
+
+
+def _take_string(ptr: ctypes.c_void_p) -> str:
+    """Decode a string returned through ``char**`` and free it with croupier_string_free."""
+    if not ptr.value:
+        return ""
+    try:
+        return ctypes.string_at(ptr.value).decode("utf-8", errors="replace")
+    finally:
+        assert _string_free is not None  # a string can only come from the loaded library
+        _string_free(ptr.value)
+
+
+def _call(fn: Callable[..., int], *args: Any) -> None:
+    """Call a fallible C function whose last parameter is ``char** err``; raise on failure."""
+    err = ctypes.c_void_p()
+    status = fn(*args, ctypes.byref(err))
+    message = _take_string(err)
+    if status != 0:
+        raise error_class(status)(message or f"croupier: status {status} without a message")
+
+
+def _json_out(name: str, handle: int) -> str:
+    out = ctypes.c_void_p()
+    _call(getattr(_lib(), name), handle, ctypes.byref(out))
+    return _take_string(out)
+
+
+def _handle_out(name: str, *args: Any) -> int:
+    out = ctypes.c_uint64()
+    _call(getattr(_lib(), name), *args, ctypes.byref(out))
+    return out.value
+
+
+def _encode(value: str | dict[str, Any]) -> bytes:
+    return (value if isinstance(value, str) else json.dumps(value)).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------
+# Handles
+
+
+def _release(handle: int, pid: int) -> None:
+    """Release a handle, unless this is a forked child (where Go must not be called)."""
+    if os.getpid() == pid:
+        _call(_lib().croupier_release, handle)
+
+
+class Handle:
+    """Owns one Go handle and releases it exactly once.
+
+    Released by :meth:`close`, or by a :func:`weakref.finalize` fallback when the
+    owner is garbage-collected; in a forked child the release is skipped.
+    """
+
+    __slots__ = ("__weakref__", "_finalizer", "_value")
+
+    def __init__(self, value: int) -> None:
+        self._value = value
+        self._finalizer = weakref.finalize(self, _release, value, _load_pid)
+
+    @property
+    def value(self) -> int:
+        """The raw handle; raises ClosedError once released."""
+        if not self._finalizer.alive:
+            raise ClosedError(f"croupier handle {self._value} was already closed")
+        return self._value
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Release the handle now (idempotent)."""
+        self._finalizer()
+
+
+# ---------------------------------------------------------------------------
+# Library-wide functions
+
+
+def init(gomaxprocs: int | None = None, memory_limit: int | None = None) -> None:
+    """Configure the Go runtime of this process: threads and soft memory limit.
+
+    Environment variables such as ``GOMAXPROCS`` or ``GOMEMLIMIT`` set from Python
+    after the process started never reach the Go runtime; call this instead.
+    It may be called before or after the library is loaded, any number of times.
+
+    Args:
+        gomaxprocs: maximum number of OS threads running Go code at once
+            (``None`` leaves Go's default, the number of CPUs).
+        memory_limit: Go's soft memory limit in bytes (``None`` leaves it as is).
+            Arrow batches live outside Go's heap; bound them with ``memory_budget``.
+    """
+    global _settings
+    values = []
+    for name, value in (("gomaxprocs", gomaxprocs), ("memory_limit", memory_limit)):
+        if value is None:
+            values.append(0)
+            continue
+        value = operator.index(value)
+        if value <= 0:
+            raise InvalidArgumentError(f"croupier.init: {name} must be positive, got {value}")
+        values.append(value)
+    with _lock:
+        _settings = (values[0], values[1])
+    loaded = _dll is not None
+    dll = _lib()  # loading calls croupier_init with _settings
+    if loaded:
+        _call(dll.croupier_init, *_settings)
+
+
+def version() -> str:
+    """Version string of the loaded Go library."""
+    return (_lib().croupier_version() or b"").decode("utf-8")
+
+
+def allocated_bytes() -> int:
+    """Bytes of Arrow memory the Go core has allocated and not yet freed."""
+    return int(_lib().croupier_allocated_bytes())
+
+
+# ---------------------------------------------------------------------------
+# Tables
+
+
+def table_open(uri: str) -> int:
+    """Open and pin a table; returns a raw handle."""
+    return _handle_out("croupier_table_open", _encode(uri))
+
+
+def table_open_pin(pin_json: str) -> int:
+    """Reopen exactly the version described by :func:`table_pin`; returns a raw handle."""
+    return _handle_out("croupier_table_open_pin", _encode(pin_json))
+
+
+def table_pin(table: int) -> str:
+    """The pin of an open table, as JSON text."""
+    return _json_out("croupier_table_pin", table)
+
+
+def table_info(table: int) -> dict[str, Any]:
+    """``{"uri", "version", "num_rows", "num_files"}`` of an open table."""
+    return json.loads(_json_out("croupier_table_info", table))
+
+
+def table_schema(table: int) -> pa.Schema:
+    """The Arrow schema of an open table."""
+    schema = ArrowSchema()
+    _call(_lib().croupier_table_schema, table, ctypes.byref(schema))
+    return pa.Schema._import_from_c(ctypes.addressof(schema))
+
+
+# ---------------------------------------------------------------------------
+# Datasets and streams
+
+
+def dataset_open(table: int, options: dict[str, Any]) -> int:
+    """Open a dataset over a table with the options of ``croupier_dataset_open``."""
+    return _handle_out("croupier_dataset_open", table, _encode(options))
+
+
+def dataset_info(dataset: int) -> dict[str, Any]:
+    """The JSON info of ``croupier_dataset_info`` as a dict."""
+    return json.loads(_json_out("croupier_dataset_info", dataset))
+
+
+def stream_open(dataset: int, options: dict[str, Any]) -> int:
+    """Open a stream of one rank's batches (options of ``croupier_stream_open``)."""
+    return _handle_out("croupier_stream_open", dataset, _encode(options))
+
+
+def stream_next(stream: int) -> tuple[int, pa.RecordBatch] | None:
+    """The next ``(global step, record batch)`` of a stream, or None at its end."""
+    array, schema, step = ArrowArray(), ArrowSchema(), ctypes.c_int64(-1)
+    _call(
+        _lib().croupier_stream_next,
+        stream,
+        ctypes.byref(array),
+        ctypes.byref(schema),
+        ctypes.byref(step),
+    )
+    if step.value < 0:
+        return None
+    batch = pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
+    return step.value, batch

@@ -1,0 +1,369 @@
+"""``StreamingDataset``: one rank's batches of a deterministic, resumable epoch.
+
+The dealing order (SPEC §3) is computed by the Go core only; this module asks it
+for "the batches of rank r, worker k, from step t" and converts them for torch.
+
+Position and checkpoints: the dataset keeps a cursor ``(epoch, steps_consumed)``
+of global steps delivered to the training loop. Iterating starts at the cursor;
+a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
+
+- ``num_workers=0`` (any loader): the dataset, as it yields each batch;
+- :class:`croupier.DataLoader` with workers: the loader, in the main process,
+  as it hands each batch to the training loop;
+- ``torchdata``'s ``StatefulDataLoader`` with workers: each worker's copy, whose
+  ``state_dict()`` the loader collects (call ``loader.state_dict()`` then).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from . import _lib
+from .errors import ClosedError, InvalidArgumentError
+from .formats import check_format, convert
+from .table import Table
+
+__all__ = ["STATE_FORMAT", "StreamingDataset"]
+
+STATE_FORMAT = 1
+# Fields of a state dict that must match the dataset it is loaded into.
+_IDENTITY_FIELDS = (
+    "permutation_id",
+    "table_uri",
+    "table_version",
+    "num_splits",
+    "global_batch_size",
+    "shuffle_seed",
+)
+
+
+def _as_int(name: str, value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{name} must be an integer, got {value!r} ({type(value).__name__})"
+        ) from None
+
+
+def _distributed_rank_world() -> tuple[int, int]:
+    """(rank, world size) of torch.distributed if initialised, else (0, 1)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _in_main_process() -> bool:
+    return torch.utils.data.get_worker_info() is None
+
+
+class StreamingDataset(torch.utils.data.IterableDataset):
+    """Deals one rank's share of every global step of an epoch, in SPEC §3 order.
+
+    Args:
+        source: the rows to deal: a :class:`~croupier.Table` (dealt in its stored
+            order, the identity permutation).
+        global_batch_size: samples per global step, all ranks together (``G``).
+        num_splits: number of streams an epoch is dealt from (``S``); must divide
+            ``G``, and ``world_size`` must divide it. Defaults to ``G``.
+        columns: the columns to read (all if None).
+        shuffle_seed: seed of the per-epoch order (recorded in checkpoints).
+        epoch: the epoch to start in.
+        rank, world_size: this process's rank; default to torch.distributed's
+            when it is initialised, else 0 and 1.
+        drop_last: drop the final partial step of an epoch.
+        format: ``"torch"``, ``"numpy"``, ``"arrow"`` or ``"python"``
+            (see :mod:`croupier.formats`).
+        collate: optional callable applied to each converted batch.
+        read_ahead: steps the Go core reads ahead (None: its default).
+        memory_budget: bytes of decoded data the Go core may hold (None: its default).
+        list_format: ``"packed"`` (values + ``_offsets``) or ``"padded"``
+            (``[rows, max_len]`` + ``_lengths``) for list columns in torch format.
+
+    Raises:
+        InvalidArgumentError: unknown column or format, or numbers that do not fit
+            together (``G % S``, ``S % world_size``, ``S`` > rows, rank out of range);
+            the message has the numbers.
+
+    Each batch is this rank's ``G / world_size`` samples of one global step. The
+    dataset pickles cheaply (for ``spawn``/``forkserver`` workers): Go handles are
+    reopened in the worker, on exactly the pinned table version.
+    """
+
+    def __init__(
+        self,
+        source: Table,
+        global_batch_size: int,
+        num_splits: int | None = None,
+        columns: Sequence[str] | None = None,
+        shuffle_seed: int = 0,
+        epoch: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = True,
+        format: str = "torch",
+        collate: Callable[[Any], Any] | None = None,
+        read_ahead: int | None = None,
+        memory_budget: int | None = None,
+        list_format: str = "packed",
+    ) -> None:
+        super().__init__()
+        if not isinstance(source, Table):
+            raise TypeError(
+                f"source must be a croupier.Table, got {type(source).__name__} "
+                "(open one with croupier.open_table)"
+            )
+        check_format(format, list_format)
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns must be a list of names, got {columns!r}")
+        default_rank, default_world = _distributed_rank_world()
+
+        def optional_int(name: str, value: int | None, default: int = 0) -> int:
+            return default if value is None else _as_int(name, value)
+
+        self._options: dict[str, Any] = {
+            "global_batch_size": _as_int("global_batch_size", global_batch_size),
+            "num_splits": optional_int("num_splits", num_splits),
+            "rank": optional_int("rank", rank, default_rank),
+            "world_size": optional_int("world_size", world_size, default_world),
+            "columns": None if columns is None else [str(c) for c in columns],
+            "shuffle_seed": _as_int("shuffle_seed", shuffle_seed),
+            "drop_last": bool(drop_last),
+            "read_ahead": optional_int("read_ahead", read_ahead),
+            "memory_budget": optional_int("memory_budget", memory_budget),
+        }
+        self._source = source
+        self._format = format
+        self._list_format = list_format
+        self._collate = collate
+        source._pin_json()  # cached now, so that copies in workers reopen this very version
+        self._go: _lib.Handle | None = _lib.Handle(
+            _lib.dataset_open(source._handle(), self._options)
+        )
+        self._closed = False
+        self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
+        self._epoch = 0
+        self._next_step = 0
+        self._set_position(_as_int("epoch", epoch), 0)
+        self._shipped = False  # pickled to worker processes by the main process
+        self._loader_counts = False  # a croupier.DataLoader counts delivered steps
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def _handle(self) -> int:
+        """The Go dataset handle, reopened on first use in a worker process."""
+        if self._closed:
+            raise ClosedError("the StreamingDataset is closed")
+        if self._go is None:
+            self._go = _lib.Handle(_lib.dataset_open(self._source._handle(), self._options))
+        return self._go.value
+
+    def close(self) -> None:
+        """Release the Go dataset (idempotent). The table stays open."""
+        self._closed = True
+        if self._go is not None:
+            self._go.close()
+
+    def __enter__(self) -> StreamingDataset:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        if _in_main_process():
+            self._shipped = True
+        state = self.__dict__.copy()
+        state["_go"] = None  # handles do not cross processes; the table pickles its pin
+        return state
+
+    # -- shape of the epoch ----------------------------------------------------------
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Global steps in an epoch (including a final partial one if not drop_last)."""
+        return int(self._info["steps_per_epoch"])
+
+    @property
+    def rank(self) -> int:
+        return int(self._info["rank"])
+
+    @property
+    def world_size(self) -> int:
+        return int(self._info["world_size"])
+
+    @property
+    def num_splits(self) -> int:
+        return int(self._info["num_splits"])
+
+    @property
+    def global_batch_size(self) -> int:
+        return int(self._info["global_batch_size"])
+
+    @property
+    def rank_batch_size(self) -> int:
+        """Samples in each batch this rank yields (``global_batch_size / world_size``)."""
+        return int(self._info["rank_batch_size"])
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns each batch holds."""
+        return list(self._info["columns"])
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration deals from."""
+        return self._epoch
+
+    @property
+    def steps_consumed(self) -> int:
+        """Global steps of :attr:`epoch` already delivered; the next iteration starts here."""
+        return self._next_step
+
+    def set_epoch(self, epoch: int) -> None:
+        """Deal ``epoch`` next, from its first step.
+
+        Setting the epoch the dataset is already in keeps its position, so a
+        ``set_epoch(e)`` at the top of the epoch loop does not undo a resume.
+        """
+        epoch = _as_int("epoch", epoch)
+        if epoch != self._epoch:
+            self._set_position(epoch, 0)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in a whole epoch (= :attr:`steps_per_epoch`)."""
+        return self.steps_per_epoch
+
+    # -- iteration -------------------------------------------------------------------
+
+    def _set_position(self, epoch: int, step: int) -> None:
+        if epoch < 0 or step < 0:
+            raise InvalidArgumentError(
+                f"epoch and steps_consumed must be >= 0, got epoch={epoch}, steps_consumed={step}"
+            )
+        # A worker's copy keeps an unnormalised position (see __iter__).
+        if _in_main_process() and step >= self.steps_per_epoch:
+            epoch, step = epoch + 1, 0
+        self._epoch, self._next_step = epoch, step
+
+    def _count_delivered(self) -> None:
+        """One more step reached the training loop (called by croupier.DataLoader)."""
+        self._set_position(self._epoch, self._next_step + 1)
+
+    def __iter__(self) -> Iterator[Any]:
+        worker = torch.utils.data.get_worker_info()
+        k, num_workers = (worker.id, worker.num_workers) if worker is not None else (0, 0)
+        stride = max(num_workers, 1)
+        epoch, start = self._epoch, self._next_step
+        stream = _lib.Handle(
+            _lib.stream_open(
+                self._handle(),
+                {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers},
+            )
+        )
+        try:
+            while (item := _lib.stream_next(stream.value)) is not None:
+                step, batch = item
+                out = convert(batch, self._format, self._list_format)
+                del item, batch
+                if self._collate is not None:
+                    out = self._collate(out)
+                # Worker k of K yields start+k, start+k+K, ...: after step t, an
+                # iteration from t - k + K continues exactly where this one stopped.
+                self._set_position(epoch, step - k + stride)
+                yield out
+        finally:
+            stream.close()
+
+    # -- checkpoints -----------------------------------------------------------------
+
+    def _identity(self) -> dict[str, Any]:
+        info = self._info
+        return {
+            "permutation_id": info["permutation_id"],
+            "table_uri": info["table_uri"],
+            "table_version": info["table_version"],
+            "num_splits": info["num_splits"],
+            "global_batch_size": info["global_batch_size"],
+            "shuffle_seed": self._options["shuffle_seed"],
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint of SPEC §4: a small JSON-serialisable dict.
+
+        ``steps_consumed`` counts global steps delivered to the training loop.
+
+        Raises:
+            RuntimeError: the dataset was sent to worker processes by a plain
+                ``torch.utils.data.DataLoader``, which cannot tell it what was
+                delivered.
+        """
+        if _in_main_process() and self._shipped and not self._loader_counts:
+            raise RuntimeError(
+                "StreamingDataset.state_dict(): this dataset was sent to DataLoader worker "
+                "processes by a plain torch.utils.data.DataLoader, which cannot report which "
+                "steps reached the training loop, so the position would be stale. Use "
+                "croupier.DataLoader (its state_dict() and the dataset's are exact after every "
+                "batch) or torchdata.stateful_dataloader.StatefulDataLoader (checkpoint with "
+                "loader.state_dict())."
+            )
+        return {
+            "format": STATE_FORMAT,
+            **self._identity(),
+            "epoch": self._epoch,
+            "steps_consumed": self._next_step,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint: the next iteration starts at its position.
+
+        The dict may come from a run with any world size and any number of
+        workers; the remaining steps are exactly those of the uninterrupted run.
+
+        Raises:
+            InvalidArgumentError: the dict's format is unknown, or it describes
+                another permutation, table version, ``num_splits``,
+                ``global_batch_size`` or ``shuffle_seed`` (the message names the
+                field and both values).
+        """
+        if not isinstance(state_dict, Mapping):
+            raise InvalidArgumentError(
+                f"state dict must be a mapping, got {type(state_dict).__name__}"
+            )
+        if state_dict.get("format") != STATE_FORMAT:
+            raise InvalidArgumentError(
+                f"state dict format is {state_dict.get('format')!r}, "
+                f"this version of croupier reads format {STATE_FORMAT}"
+            )
+        for field, mine in self._identity().items():
+            if field not in state_dict:
+                raise InvalidArgumentError(f"state dict has no {field!r} field")
+            if state_dict[field] != mine:
+                raise InvalidArgumentError(
+                    f"state dict {field} is {state_dict[field]!r} but this dataset's {field} "
+                    f"is {mine!r}"
+                )
+        self._set_position(
+            _as_int("epoch", state_dict.get("epoch")),
+            _as_int("steps_consumed", state_dict.get("steps_consumed")),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<croupier.StreamingDataset {self._info['table_uri']} "
+            f"G={self.global_batch_size} S={self.num_splits} rank={self.rank}/"
+            f"{self.world_size} steps_per_epoch={self.steps_per_epoch} "
+            f"epoch={self._epoch} steps_consumed={self._next_step}>"
+        )

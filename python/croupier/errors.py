@@ -1,0 +1,133 @@
+"""Status codes of the C ABI and the exceptions they become in Python.
+
+The codes are shared by the Go core (package ``errcode``), the C ABI
+(``cabi/ABI.md``) and this module. Each code maps to exactly one exception
+class; every class also derives from the closest built-in exception, so
+``except FileNotFoundError`` catches a missing table and ``except ValueError``
+catches a bad argument.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = [
+    "CanceledError",
+    "ChangedError",
+    "ClosedError",
+    "CorruptError",
+    "CroupierError",
+    "ForkError",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "StatusCode",
+    "UnavailableError",
+    "error_class",
+]
+
+
+class StatusCode(IntEnum):
+    """Status codes returned by every fallible function of the C ABI."""
+
+    OK = 0
+    INTERNAL = 1
+    INVALID_ARGUMENT = 2
+    NOT_FOUND = 3
+    CORRUPT = 4
+    CHANGED = 5
+    UNAVAILABLE = 6
+    CLOSED = 7
+    CANCELED = 8
+
+
+class CroupierError(Exception):
+    """Base class of every error croupier raises; ``code`` is its status code."""
+
+    code: StatusCode = StatusCode.INTERNAL
+
+
+class InternalError(CroupierError):
+    """A bug or an unexpected failure in the Go core (includes recovered panics)."""
+
+    code = StatusCode.INTERNAL
+
+
+class InvalidArgumentError(CroupierError, ValueError):
+    """A bad option, an unknown column, or numbers that do not fit together."""
+
+    code = StatusCode.INVALID_ARGUMENT
+
+
+class NotFoundError(CroupierError, FileNotFoundError):
+    """A path, table, file or object does not exist."""
+
+    code = StatusCode.NOT_FOUND
+
+
+class CorruptError(CroupierError):
+    """Data could not be decoded (not Parquet, truncated, bad footer)."""
+
+    code = StatusCode.CORRUPT
+
+
+class ChangedError(CroupierError):
+    """A file of a pinned table version changed or vanished since it was pinned."""
+
+    code = StatusCode.CHANGED
+
+
+class UnavailableError(CroupierError, ConnectionError):
+    """The object store could not be reached (after bounded retries)."""
+
+    code = StatusCode.UNAVAILABLE
+
+
+class ClosedError(CroupierError):
+    """The object was closed, or its handle was released or never existed."""
+
+    code = StatusCode.CLOSED
+
+
+class CanceledError(CroupierError):
+    """The operation was canceled."""
+
+    code = StatusCode.CANCELED
+
+
+class ForkError(CroupierError, RuntimeError):
+    """The Go core was loaded in a parent process before ``fork()``.
+
+    Raised by Python, never by Go: a forked child must not call into the Go
+    runtime (the call would hang), so croupier refuses before calling. ``code``
+    is ``INTERNAL`` because the C ABI has no code of its own for it.
+    """
+
+    code = StatusCode.INTERNAL
+
+
+_CLASSES: dict[StatusCode, type[CroupierError]] = {
+    cls.code: cls
+    for cls in (
+        InternalError,
+        InvalidArgumentError,
+        NotFoundError,
+        CorruptError,
+        ChangedError,
+        UnavailableError,
+        ClosedError,
+        CanceledError,
+    )
+}
+
+
+def error_class(code: int) -> type[CroupierError]:
+    """Return the exception class for a non-zero status code.
+
+    Codes this version does not know (from a newer library) map to
+    :class:`InternalError`.
+    """
+    try:
+        return _CLASSES[StatusCode(code)]
+    except (ValueError, KeyError):
+        return InternalError

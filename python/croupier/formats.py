@@ -1,0 +1,160 @@
+"""Turn one Arrow record batch into the format a training loop asked for.
+
+Formats:
+
+``"arrow"``
+    the :class:`pyarrow.RecordBatch` itself.
+``"numpy"``
+    ``{name: numpy.ndarray}``; fixed-width columns without nulls share Arrow's
+    memory (read-only arrays), other columns are converted.
+``"torch"``
+    ``{name: torch.Tensor | list}``:
+
+    - integer, floating-point and boolean columns become 1-D tensors. Without
+      nulls they share Arrow's memory (through DLPack; booleans are bit-packed in
+      Arrow and therefore copied). Nulls in a floating-point column become NaN
+      (a copy); nulls in an integer or boolean column raise
+      :class:`~croupier.InvalidArgumentError` naming the column, as a tensor has
+      no way to mark them. Temporal columns arrive as their integer
+      representation (int32/int64).
+    - ``list<number>`` columns (token ids, logprobs) arrive, by ``list_format``,
+      either ``"packed"``: ``name`` is a 1-D tensor of all values (zero-copy) and
+      ``name + "_offsets"`` an int64 tensor of ``rows + 1`` offsets starting at 0
+      (usable as ``cu_seqlens``); or ``"padded"``: ``name`` is a
+      ``[rows, max_len]`` tensor padded with 0 and ``name + "_lengths"`` an
+      int64 tensor of the lengths. A null list, or a null inside a list, raises
+      :class:`~croupier.InvalidArgumentError` naming the column.
+    - ``fixed_size_list<number>`` columns (embeddings) become ``[rows, size]``
+      tensors.
+    - every other column (strings, binary, structs, nested lists) becomes a
+      Python list.
+``"python"``
+    a list of row dicts (:meth:`pyarrow.RecordBatch.to_pylist`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["FORMATS", "LIST_FORMATS", "check_format", "convert"]
+
+FORMATS = ("torch", "numpy", "arrow", "python")
+LIST_FORMATS = ("packed", "padded")
+
+
+def check_format(format: str, list_format: str) -> None:
+    """Raise InvalidArgumentError unless both names are known."""
+    if format not in FORMATS:
+        raise InvalidArgumentError(f"format={format!r} is not one of {', '.join(FORMATS)}")
+    if list_format not in LIST_FORMATS:
+        raise InvalidArgumentError(
+            f"list_format={list_format!r} is not one of {', '.join(LIST_FORMATS)}"
+        )
+
+
+def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> Any:
+    """Convert ``batch`` to ``format`` (see the module documentation)."""
+    if format == "arrow":
+        return batch
+    if format == "python":
+        return batch.to_pylist()
+    if format == "numpy":
+        return {
+            name: column.to_numpy(zero_copy_only=False)
+            for name, column in zip(batch.schema.names, batch.columns, strict=True)
+        }
+    if format == "torch":
+        out: dict[str, Any] = {}
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            out.update(_torch_column(name, column, list_format))
+        return out
+    check_format(format, list_format)
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------
+# torch
+
+
+def _is_number(type_: pa.DataType) -> bool:
+    """Types that map to a torch dtype (after the temporal -> integer view)."""
+    return (
+        pa.types.is_integer(type_)
+        or pa.types.is_floating(type_)
+        or pa.types.is_boolean(type_)
+        or pa.types.is_temporal(type_)
+    )
+
+
+def _torch_column(name: str, column: pa.Array, list_format: str) -> dict[str, Any]:
+    """One column as ``{name: ...}`` plus its ``_offsets``/``_lengths`` companion if any."""
+    type_ = column.type
+    if _is_number(type_):
+        return {name: _number_tensor(name, column)}
+    if pa.types.is_fixed_size_list(type_) and _is_number(type_.value_type):
+        _no_nulls(name, column, "a null list")
+        values = _number_tensor(name, column.flatten())
+        return {name: values.reshape(len(column), type_.list_size)}
+    if (pa.types.is_list(type_) or pa.types.is_large_list(type_)) and _is_number(type_.value_type):
+        values, offsets = _list_parts(name, column)
+        if list_format == "packed":
+            return {name: values, name + "_offsets": offsets}
+        padded, lengths = _pad(values, offsets)
+        return {name: padded, name + "_lengths": lengths}
+    return {name: column.to_pylist()}
+
+
+def _no_nulls(name: str, array: pa.Array, what: str) -> None:
+    if array.null_count:
+        raise InvalidArgumentError(
+            f'column "{name}" has {array.null_count} null value(s) ({what}); format="torch" '
+            'cannot represent them: fill them (pyarrow.compute.fill_null) or use format="arrow"'
+        )
+
+
+def _number_tensor(name: str, array: pa.Array) -> torch.Tensor:
+    """A 1-D tensor of a fixed-width column: zero-copy when Arrow's layout allows."""
+    import torch
+
+    type_ = array.type
+    if pa.types.is_temporal(type_):
+        array = array.view(pa.int32() if type_.bit_width == 32 else pa.int64())
+    if array.null_count and pa.types.is_floating(type_):
+        array = array.fill_null(float("nan"))  # a copy; NaN is a float's own null
+    _no_nulls(name, array, "integers and booleans have no NaN")
+    if pa.types.is_boolean(type_):
+        return torch.from_numpy(array.to_numpy(zero_copy_only=False))  # bit-packed: a copy
+    return torch.from_dlpack(array)  # shares the Arrow buffer, sliced offsets included
+
+
+def _list_parts(name: str, column: pa.Array) -> tuple[torch.Tensor, torch.Tensor]:
+    """Values (zero-copy) and int64 offsets starting at 0 of a list column."""
+    import torch
+
+    _no_nulls(name, column, "a null list")
+    offsets = column.offsets.to_numpy()  # respects a sliced column's offset
+    start, stop = int(offsets[0]), int(offsets[-1])
+    values = column.values.slice(start, stop - start)
+    _no_nulls(name, values, "a null inside a list")
+    rebased = offsets.astype(np.int64) - start
+    return _number_tensor(name, values), torch.from_numpy(rebased)
+
+
+def _pad(values: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed (values, offsets) -> ([rows, max_len] padded with 0, lengths)."""
+    import torch
+
+    # numpy: its boolean-mask assignment is ~100x faster than torch's on CPU.
+    lengths = np.diff(offsets.numpy())
+    max_len = int(lengths.max()) if len(lengths) else 0
+    padded = np.zeros((len(lengths), max_len), dtype=values.numpy().dtype)
+    padded[np.arange(max_len) < lengths[:, None]] = values.numpy()  # row-major = packed order
+    return torch.from_numpy(padded), torch.from_numpy(lengths)

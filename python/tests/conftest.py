@@ -1,0 +1,72 @@
+"""Fixtures that write real Parquet tables with pyarrow into temporary folders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+# A factory: write_table(folder, file_sizes, start_id=0) -> file:// URI of the folder.
+WriteTable = Callable[..., str]
+
+
+def rows(start: int, n: int) -> pa.Table:
+    """Rows ``start .. start+n`` of the test table; every value is derived from ``id``."""
+    ids = np.arange(start, start + n, dtype=np.int64)
+    lengths = ids % 7  # 0..6 tokens, including empty lists
+    tokens = [list(range(i, i + k)) for i, k in zip(ids.tolist(), lengths.tolist(), strict=True)]
+    return pa.table(
+        {
+            "id": pa.array(ids),
+            "tokens": pa.array(tokens, type=pa.list_(pa.int32())),
+            "reward": pa.array(ids.astype(np.float32) * 0.5),
+            "flag": pa.array(ids % 3 == 0),
+            "text": pa.array([f"row {i}" for i in ids.tolist()]),
+        }
+    )
+
+
+def write_files(folder: Path, file_sizes: Sequence[int], start_id: int = 0) -> list[Path]:
+    """Write ``part-00000.parquet``, ... holding consecutive ids; returns the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    next_id = start_id
+    for i, n in enumerate(file_sizes):
+        path = folder / f"part-{i:05d}.parquet"
+        pq.write_table(rows(next_id, n), path, row_group_size=100, write_page_index=True)
+        paths.append(path)
+        next_id += n
+    return paths
+
+
+def uri(path: Path) -> str:
+    return "file://" + str(path.resolve())
+
+
+@pytest.fixture
+def write_table(tmp_path: Path) -> WriteTable:
+    """Factory writing a table of consecutive ids split over files of the given sizes."""
+
+    def write(name: str, file_sizes: Sequence[int], start_id: int = 0) -> str:
+        folder = tmp_path / name
+        write_files(folder, file_sizes, start_id)
+        return uri(folder)
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def table_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A shared read-only table: 1003 rows (ids 0..1002) in three uneven files."""
+    folder = tmp_path_factory.mktemp("shared") / "table"
+    write_files(folder, [400, 350, 253])
+    return uri(folder)
+
+
+@pytest.fixture(scope="session")
+def num_rows() -> int:
+    return 1003

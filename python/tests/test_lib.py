@@ -1,0 +1,64 @@
+"""The ctypes binding: loading, init, handles, pickling datasets in-process."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import croupier as cr
+from croupier import _lib
+
+
+def test_version_and_init() -> None:
+    assert cr.version()
+    assert cr.__version__
+    cr.init(gomaxprocs=2, memory_limit=1 << 30)
+    cr.init()
+    with pytest.raises(cr.InvalidArgumentError, match="gomaxprocs"):
+        cr.init(gomaxprocs=0)
+
+
+def test_fork_error_without_calling_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A different pid than the loading one is refused before any Go call."""
+    _lib._lib()
+    monkeypatch.setattr(_lib, "_load_pid", _lib._load_pid + 1)
+    with pytest.raises(cr.ForkError, match="fork"):
+        cr.version()
+
+
+def test_release_twice_is_harmless(table_uri: str) -> None:
+    handle = _lib.Handle(_lib.table_open(table_uri))
+    handle.close()
+    handle.close()
+    assert handle.closed
+    with pytest.raises(cr.ClosedError):
+        _ = handle.value
+
+
+def test_closed_handle_in_go(table_uri: str) -> None:
+    raw = _lib.table_open(table_uri)
+    _lib.Handle(raw).close()
+    with pytest.raises(cr.ClosedError):
+        _lib.table_info(raw)
+
+
+def test_dataset_pickles_and_reopens(table_uri: str) -> None:
+    ds = cr.StreamingDataset(cr.open_table(table_uri), global_batch_size=8, format="numpy")
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy._go is None  # reopened lazily
+    first = [b["id"].tolist() for b in ds]
+    assert [b["id"].tolist() for b in copy] == first
+    ds.close()
+    with pytest.raises(cr.ClosedError):
+        next(iter(ds))
+
+
+def test_early_break_closes_the_stream(table_uri: str) -> None:
+    ds = cr.StreamingDataset(cr.open_table(table_uri), global_batch_size=8, format="numpy")
+    for _ in range(20):
+        for _batch in ds:
+            break
+    it = iter(ds)
+    next(it)
+    it.close()  # generator's finally releases the stream
