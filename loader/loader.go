@@ -104,8 +104,13 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 		}
 	}
 	r.Close()
+	t.Retain()
 	return &Loader{table: t, order: order, deal: d, opts: opts}, nil
 }
+
+// Close releases the loader's reference to its table. Streams already open
+// keep working until they are closed.
+func (l *Loader) Close() error { return l.table.Close() }
 
 // Options returns the options with defaults filled in.
 func (l *Loader) Options() Options { return l.opts }

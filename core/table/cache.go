@@ -2,9 +2,12 @@ package table
 
 import (
 	"container/list"
+	"context"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/croupier-data/croupier/core/errcode"
 )
 
 // groupKey names one row group of one file.
@@ -38,22 +41,35 @@ func newGroupCache(budget int64) *groupCache {
 }
 
 // get returns the record of key, loading it with load when absent. The caller
-// releases the returned record. Waiting for another caller's load is not
-// cancelable; load itself honours its caller's context.
-func (c *groupCache) get(key groupKey, load func() (arrow.RecordBatch, error)) (arrow.RecordBatch, error) {
+// releases the returned record. A caller waiting for another caller's load
+// retries the load itself if that one was canceled while its own ctx was not:
+// one request's cancellation never fails another.
+func (c *groupCache) get(ctx context.Context, key groupKey, load func() (arrow.RecordBatch, error)) (arrow.RecordBatch, error) {
+	for {
+		rec, retry, err := c.tryGet(ctx, key, load)
+		if !retry {
+			return rec, err
+		}
+	}
+}
+
+func (c *groupCache) tryGet(ctx context.Context, key groupKey, load func() (arrow.RecordBatch, error)) (_ arrow.RecordBatch, retry bool, _ error) {
 	c.mu.Lock()
 	e, ok := c.byKey[key]
 	if ok && e.elem != nil { // loaded
 		c.lru.MoveToFront(e.elem)
 		e.rec.Retain()
 		c.mu.Unlock()
-		return e.rec, nil
+		return e.rec, false, nil
 	}
 	if ok { // loading: the loader retains one reference for each waiter
 		e.waiters++
 		c.mu.Unlock()
 		<-e.done
-		return e.rec, e.err
+		if e.err != nil && errcode.Of(e.err) == errcode.Canceled && ctx.Err() == nil {
+			return nil, true, nil
+		}
+		return e.rec, false, e.err
 	}
 	e = &groupEntry{key: key, done: make(chan struct{})}
 	c.byKey[key] = e
@@ -66,7 +82,7 @@ func (c *groupCache) get(key groupKey, load func() (arrow.RecordBatch, error)) (
 	e.rec, e.err = rec, err
 	if err != nil {
 		delete(c.byKey, key) // a later get retries
-		return nil, err
+		return nil, false, err
 	}
 	for range e.waiters + 1 {
 		rec.Retain()
@@ -75,7 +91,7 @@ func (c *groupCache) get(key groupKey, load func() (arrow.RecordBatch, error)) (
 	e.elem = c.lru.PushFront(e)
 	c.used += e.bytes
 	c.evictLocked(e)
-	return rec, nil
+	return rec, false, nil
 }
 
 // evictLocked drops least recently used entries, never keep, until the cache

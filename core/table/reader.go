@@ -222,7 +222,7 @@ func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 // gather takes the referenced rows, all of one row group, in refs order.
 func (r *Reader) gather(ctx context.Context, refs []rowRef) (arrow.RecordBatch, error) {
 	key := refs[0].group
-	rec, err := r.cache.get(key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
+	rec, err := r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func (r *Reader) gather(ctx context.Context, refs []rowRef) (arrow.RecordBatch, 
 
 // decode reads the projected columns of one row group.
 func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, error) {
-	md, err := r.t.footer(ctx, key.file)
+	md, err := r.t.Footer(ctx, key.file)
 	if err != nil {
 		return nil, err
 	}
@@ -281,6 +281,13 @@ func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, e
 		}
 	}
 	return array.NewRecordBatch(r.schema, cols, tbl.NumRows()), nil
+}
+
+// ReadGroup decodes the projected columns of one whole row group, bypassing
+// the cache: for scans that visit each row group once.
+func (r *Reader) ReadGroup(ctx context.Context, file, group int) (rec arrow.RecordBatch, err error) {
+	defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[file].Key))
+	return r.decode(ctx, groupKey{file, group})
 }
 
 // take gathers rows idx of rec into a new record.

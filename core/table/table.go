@@ -31,6 +31,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -67,6 +68,8 @@ type Table struct {
 	pin    Pin
 	schema *arrow.Schema
 	starts []int64 // starts[i] is the row id of file i's first row; starts[len] = NumRows
+
+	refs atomic.Int32 // Close releases the store connection when this reaches 0
 
 	mu      sync.Mutex
 	footers []*metadata.FileMetaData // loaded lazily by OpenPin, eagerly by Open
@@ -119,7 +122,9 @@ func newTable(loc *store.Location, pin Pin, schema *arrow.Schema, footers []*met
 	for i, f := range pin.Files {
 		starts[i+1] = starts[i] + f.NumRows
 	}
-	return &Table{loc: loc, pin: pin, schema: schema, starts: starts, footers: footers}
+	t := &Table{loc: loc, pin: pin, schema: schema, starts: starts, footers: footers}
+	t.refs.Store(1)
+	return t
 }
 
 // URI returns the URI the table was opened with.
@@ -140,8 +145,19 @@ func (t *Table) Pin() Pin { return t.pin }
 // Files returns the pinned data files in row id order.
 func (t *Table) Files() []File { return t.pin.Files }
 
-// Close releases the table's store connection.
-func (t *Table) Close() error { return t.loc.Close() }
+// Retain adds a reference to the table: each Retain needs its own Close.
+// Objects that keep a table (a loader) retain it, so that the table's opener
+// may close it first.
+func (t *Table) Retain() { t.refs.Add(1) }
+
+// Close drops a reference and releases the table's store connection with the
+// last one.
+func (t *Table) Close() error {
+	if t.refs.Add(-1) == 0 {
+		return t.loc.Close()
+	}
+	return nil
+}
 
 // pinParquet lists the .parquet objects of loc and reads their footers.
 func pinParquet(ctx context.Context, loc *store.Location) (*Table, error) {
@@ -267,8 +283,8 @@ func (t *Table) fileOf(id int64) int {
 	return sort.Search(len(t.pin.Files), func(i int) bool { return t.starts[i+1] > id })
 }
 
-// footer returns file i's parsed footer, reading it on first use.
-func (t *Table) footer(ctx context.Context, i int) (*metadata.FileMetaData, error) {
+// Footer returns file i's parsed Parquet footer, reading it on first use.
+func (t *Table) Footer(ctx context.Context, i int) (*metadata.FileMetaData, error) {
 	t.mu.Lock()
 	md := t.footers[i]
 	t.mu.Unlock()
@@ -300,4 +316,29 @@ func equalLayout(a, b File) bool {
 		}
 	}
 	return true
+}
+
+// Verify checks that every file of the pinned version is still the pinned
+// one, and fails with errcode.Changed naming the first that is not.
+func (t *Table) Verify(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, f := range t.pin.Files {
+		g.Go(func() error {
+			where := t.loc.ObjectURI(f.Key)
+			obj, err := t.loc.Stat(gctx, f.Key)
+			if errcode.Of(err) == errcode.NotFound {
+				return errcode.New(errcode.Changed, "verify pinned version "+t.pin.Version, where, "pinned file vanished")
+			}
+			if err != nil {
+				return err
+			}
+			if obj.Size != f.Size || !obj.ModTime.Equal(f.ModTime) || obj.ETag != f.ETag {
+				return errcode.New(errcode.Changed, "verify pinned version "+t.pin.Version, where,
+					"pinned file changed (size %d, etag %s; pinned size %d, etag %s)", obj.Size, obj.ETag, f.Size, f.ETag)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
