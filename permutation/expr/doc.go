@@ -1,0 +1,83 @@
+// Package expr evaluates SQL expressions over Arrow record batches: the
+// boolean filters that prefilter a table (reward > 0 AND role = 'assistant')
+// and the integer expressions that compute split ids (problem_id % 10).
+//
+// # Parsing
+//
+// Text is parsed by vitess.io/vitess/go/vt/sqlparser, a maintained parser of
+// MySQL's dialect that can parse a lone expression; the alternative
+// github.com/xwb1989/sqlparser, a fork of an old vitess, has been unmaintained
+// since 2018, and a hand-written parser would be one more thing to get wrong.
+// Parse then checks the tree against the table's schema and builds a typed
+// plan; every error is an errcode.InvalidArgument error that names the
+// column, token or fragment at fault and, where it can, its 1-based position
+// in the text.
+//
+// Because the dialect is MySQL's, identifiers that are keywords or contain
+// odd characters are quoted with backquotes (`order`), 'single' and "double"
+// quotes both make strings, and || is OR. Comparisons of strings are
+// byte-wise and case-sensitive (a binary collation), unlike MySQL's default.
+//
+// # Columns
+//
+// A column is named as in the schema: case-sensitively, or else
+// case-insensitively when only one column matches. Fields of struct columns
+// are reached with dots: s.a, s.b.c, and `s.b.c.d` for four or more levels
+// (the parser takes a.b.c as database.table.column and stops there). A field
+// name may itself contain dots; every split of a dotted name is tried against
+// the schema. A field of a null struct is null.
+//
+// Columns of integer types (signed or unsigned, 8 to 64 bits) are evaluated
+// as int64, float16/32/64 as float64, and string, large_string, string_view
+// and dictionary-encoded strings as utf8; booleans as booleans. A uint64
+// value above the int64 range makes evaluation fail. Lists are usable only
+// through length and cardinality. Other types (temporal, decimal, binary,
+// maps) are rejected by Parse.
+//
+// # Operators and functions
+//
+//   - comparisons = != <> < <= > >= between numbers (an integer compared with
+//     a float is widened to float64), strings, or booleans;
+//   - AND, OR, NOT (also written !) with SQL's three-valued logic;
+//   - x [NOT] IN (v, ...), x [NOT] BETWEEN lo AND hi, x IS [NOT] NULL,
+//     x IS [NOT] TRUE, x IS [NOT] FALSE;
+//   - x [NOT] LIKE 'pattern' [ESCAPE 'c']: % matches any run of characters,
+//     _ one character, and \ (or the ESCAPE character) makes the next one
+//     literal; the pattern must be a constant;
+//   - + - * on integers (int64; overflow is an error, never a wrap-around) or
+//     floats; / on two integers divides and truncates toward zero, as in
+//     PostgreSQL (MySQL would give a decimal), on floats it is float division;
+//     DIV is integer division and takes integers only; % is the remainder with
+//     the sign of the dividend (Go's and MySQL's), math.Mod for floats; a zero
+//     divisor gives NULL, as in SQL; unary minus; parentheses;
+//   - length(x): elements of a list, bytes of a string (MySQL's LENGTH);
+//     char_length(x) (or character_length): characters of a string or
+//     elements of a list; cardinality(x): elements of a list; abs(x);
+//     coalesce(x, ...): the first non-null argument.
+//
+// Literals are integers (int64), decimals and floats (float64), strings,
+// TRUE, FALSE and NULL. Subqueries, aggregates, other functions and
+// operators (bit operations, REGEXP, <=>, XOR, CAST, INTERVAL, ...) are
+// errors.
+//
+// # Evaluation
+//
+// Eval is vectorised: the arrow-go compute kernels do comparisons, Kleene
+// AND/OR, + - *, negation, abs and the widening casts; small typed kernels
+// in this package do what compute lacks (LIKE, division, remainder, lengths,
+// IS TRUE, coalesce) or, in arrow-go v18.8.0, gets wrong: NOT and IS NULL
+// (sliced inputs), IN (leaks for strings, -0.0 ≠ 0.0) and booleans as
+// integers (sliced inputs).
+// Kernels run with a context that cannot be canceled (arrow-go's executor
+// leaks its output when canceled mid-call); the caller's context is checked
+// between operations. Every intermediate array is released before
+// Eval returns.
+//
+// # Pruning
+//
+// MayMatch decides from per-column minimum, maximum and null count whether
+// any row of a row group can satisfy a filter, so that row groups whose
+// statistics rule a filter out are not read; RowGroupStats reads those
+// statistics from Parquet metadata. It answers false only when it can prove
+// no row matches.
+package expr
