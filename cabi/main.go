@@ -41,6 +41,12 @@ struct ArrowArray {
   void* private_data;
 };
 #endif
+
+typedef void (*croupier_progress)(const char* phase, int64_t done, int64_t total);
+
+static void croupier_call_progress(croupier_progress fn, const char* phase, int64_t done, int64_t total) {
+  fn(phase, done, total);
+}
 */
 import "C"
 
@@ -216,17 +222,36 @@ func croupier_dataset_open(th C.uint64_t, optionsJSON *C.char, out *C.uint64_t, 
 		if err != nil {
 			return err
 		}
-		var opts loader.Options
-		if err := decodeJSON(optionsJSON, &opts, "dataset options"); err != nil {
-			return err
-		}
-		l, err := loader.New(t, permutation.Identity{N: t.NumRows()}, opts)
+		return openDataset(t, permutation.Identity{N: t.NumRows()}, optionsJSON, out)
+	})
+}
+
+//export croupier_dataset_open_split
+func croupier_dataset_open_split(ph C.uint64_t, split C.int64_t, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		p, err := lookup[*permutation.Permutations](uint64(ph))
 		if err != nil {
 			return err
 		}
-		*out = C.uint64_t(newHandle(l))
-		return nil
+		s, err := p.SplitAt(int(split))
+		if err != nil {
+			return err
+		}
+		return openDataset(p.Table(), s, optionsJSON, out)
 	})
+}
+
+func openDataset(t *table.Table, order permutation.Order, optionsJSON *C.char, out *C.uint64_t) error {
+	var opts loader.Options
+	if err := decodeJSON(optionsJSON, &opts, "dataset options"); err != nil {
+		return err
+	}
+	l, err := loader.New(t, order, opts)
+	if err != nil {
+		return err
+	}
+	*out = C.uint64_t(newHandle(l))
+	return nil
 }
 
 //export croupier_dataset_info
@@ -286,6 +311,77 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 		defer b.Record.Release()
 		cdata.ExportArrowRecordBatch(b.Record, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), (*cdata.CArrowSchema)(unsafe.Pointer(outSchema)))
 		*outStep = C.int64_t(b.Step)
+		return nil
+	})
+}
+
+//export croupier_permutation_build
+func croupier_permutation_build(th C.uint64_t, specJSON, uri *C.char, progress C.croupier_progress, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(th))
+		if err != nil {
+			return err
+		}
+		var spec permutation.Spec
+		if err := decodeJSON(specJSON, &spec, "permutation spec"); err != nil {
+			return err
+		}
+		var opts permutation.BuildOptions
+		if progress != nil {
+			opts.Progress = func(p permutation.Progress) {
+				phase := C.CString(p.Phase)
+				defer C.free(unsafe.Pointer(phase))
+				C.croupier_call_progress(progress, phase, C.int64_t(p.Done), C.int64_t(p.Total))
+			}
+		}
+		p, err := permutation.Build(context.Background(), t, spec, C.GoString(uri), opts)
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(p))
+		return nil
+	})
+}
+
+//export croupier_permutation_open
+func croupier_permutation_open(uri *C.char, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		p, err := permutation.Open(context.Background(), C.GoString(uri))
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(p))
+		return nil
+	})
+}
+
+//export croupier_permutation_info
+func croupier_permutation_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		p, err := lookup[*permutation.Permutations](uint64(h))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(map[string]any{"uri": p.URI(), "manifest": p.Manifest()}, out)
+	})
+}
+
+//export croupier_permutation_row_ids
+func croupier_permutation_row_ids(h C.uint64_t, split, start, stop C.int64_t, dst *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		p, err := lookup[*permutation.Permutations](uint64(h))
+		if err != nil {
+			return err
+		}
+		s, err := p.SplitAt(int(split))
+		if err != nil {
+			return err
+		}
+		ids, err := s.RowIDs(context.Background(), int64(start), int64(stop))
+		if err != nil {
+			return err
+		}
+		copy(unsafe.Slice((*uint64)(unsafe.Pointer(dst)), len(ids)), ids)
 		return nil
 	})
 }

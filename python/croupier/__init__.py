@@ -35,6 +35,7 @@ from .errors import (
     StatusCode,
     UnavailableError,
 )
+from .permutation import Permutation, PermutationBuilder, Permutations, open_permutations
 from .table import Table, open_table
 
 if TYPE_CHECKING:
@@ -54,12 +55,16 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "NotFoundError",
+    "Permutation",
+    "PermutationBuilder",
+    "Permutations",
     "StatusCode",
     "StreamingDataset",
     "Table",
     "UnavailableError",
     "__version__",
     "init",
+    "open_permutations",
     "open_table",
     "version",
 ]

@@ -93,6 +93,9 @@ _STR = ctypes.c_char_p
 _STR_OUT = ctypes.POINTER(ctypes.c_void_p)
 _INT = ctypes.c_int
 
+# void (*croupier_progress)(const char* phase, int64_t done, int64_t total)
+PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64)
+
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_version": ([], ctypes.c_char_p),
@@ -106,6 +109,21 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_table_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_table_schema": ([_HANDLE, ctypes.POINTER(ArrowSchema), _ERR], _INT),
     "croupier_dataset_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_dataset_open_split": ([_HANDLE, ctypes.c_int64, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_permutation_build": ([_HANDLE, _STR, _STR, PROGRESS, _HANDLE_OUT, _ERR], _INT),
+    "croupier_permutation_open": ([_STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_permutation_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_permutation_row_ids": (
+        [
+            _HANDLE,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.POINTER(ctypes.c_uint64),
+            _ERR,
+        ],
+        _INT,
+    ),
     "croupier_dataset_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_stream_next": (
@@ -357,3 +375,44 @@ def stream_next(stream: int) -> tuple[int, pa.RecordBatch] | None:
         return None
     batch = pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
     return step.value, batch
+
+
+def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) -> int:
+    """Open a dataset over split ``split`` of an open permutation."""
+    return _handle_out("croupier_dataset_open_split", permutation, split, _encode(options))
+
+
+# ---------------------------------------------------------------------------
+# Permutations
+
+
+def permutation_build(
+    table: int,
+    spec: dict[str, Any],
+    uri: str,
+    progress: Callable[[str, int, int], None] | None,
+) -> int:
+    """Build and persist a permutation; ``progress(phase, done, total)`` may be None."""
+    callback = PROGRESS(0)
+    if progress is not None:
+
+        def report(phase: bytes, done: int, total: int) -> None:
+            progress(phase.decode(), done, total)
+
+        callback = PROGRESS(report)
+    return _handle_out("croupier_permutation_build", table, _encode(spec), _encode(uri), callback)
+
+
+def permutation_open(uri: str) -> int:
+    """Open a persisted permutation; returns a raw handle."""
+    return _handle_out("croupier_permutation_open", _encode(uri))
+
+
+def permutation_info(permutation: int) -> dict[str, Any]:
+    """``{"uri", "manifest"}`` of an open permutation."""
+    return json.loads(_json_out("croupier_permutation_info", permutation))
+
+
+def permutation_row_ids(permutation: int, split: int, start: int, stop: int, dst: Any) -> None:
+    """Fill ``dst`` (a uint64 pointer to ``stop - start`` slots) with a split's row ids."""
+    _call(_lib().croupier_permutation_row_ids, permutation, split, start, stop, dst)

@@ -27,6 +27,7 @@ import torch.utils.data
 from . import _lib
 from .errors import ClosedError, InvalidArgumentError
 from .formats import check_format, convert
+from .permutation import Permutation
 from .table import Table
 
 __all__ = ["STATE_FORMAT", "StreamingDataset"]
@@ -68,7 +69,8 @@ class StreamingDataset(torch.utils.data.IterableDataset):
     """Deals one rank's share of every global step of an epoch, in SPEC §3 order.
 
     Args:
-        source: the rows to deal: a :class:`~croupier.Table` (dealt in its stored
+        source: the rows to deal: a :class:`~croupier.Permutation` (one split of a
+            persisted permutation), or a :class:`~croupier.Table` (dealt in its stored
             order, the identity permutation).
         global_batch_size: samples per global step, all ranks together (``G``).
         num_splits: number of streams an epoch is dealt from (``S``); must divide
@@ -99,7 +101,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 
     def __init__(
         self,
-        source: Table,
+        source: Table | Permutation,
         global_batch_size: int,
         num_splits: int | None = None,
         columns: Sequence[str] | None = None,
@@ -115,9 +117,9 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         list_format: str = "packed",
     ) -> None:
         super().__init__()
-        if not isinstance(source, Table):
+        if not isinstance(source, (Table, Permutation)):
             raise TypeError(
-                f"source must be a croupier.Table, got {type(source).__name__} "
+                f"source must be a croupier.Permutation or Table, got {type(source).__name__} "
                 "(open one with croupier.open_table)"
             )
         check_format(format, list_format)
@@ -143,10 +145,9 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         self._format = format
         self._list_format = list_format
         self._collate = collate
-        source._pin_json()  # cached now, so that copies in workers reopen this very version
-        self._go: _lib.Handle | None = _lib.Handle(
-            _lib.dataset_open(source._handle(), self._options)
-        )
+        if isinstance(source, Table):
+            source._pin_json()  # cached now, so that copies in workers reopen this very version
+        self._go: _lib.Handle | None = _lib.Handle(self._open_go())
         self._closed = False
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
         self._epoch = 0
@@ -157,12 +158,19 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 
     # -- lifetime ------------------------------------------------------------------
 
+    def _open_go(self) -> int:
+        """Open the Go dataset over the source; returns the raw handle."""
+        if isinstance(self._source, Permutation):
+            perms = self._source.permutations
+            return _lib.dataset_open_split(perms._handle(), self._source.index, self._options)
+        return _lib.dataset_open(self._source._handle(), self._options)
+
     def _handle(self) -> int:
         """The Go dataset handle, reopened on first use in a worker process."""
         if self._closed:
             raise ClosedError("the StreamingDataset is closed")
         if self._go is None:
-            self._go = _lib.Handle(_lib.dataset_open(self._source._handle(), self._options))
+            self._go = _lib.Handle(self._open_go())
         return self._go.value
 
     def close(self) -> None:

@@ -69,6 +69,14 @@ class Table:
         self._setup(handle, pin=None, info=_lib.table_info(handle.value))
         return self
 
+    @classmethod
+    def _from_pin(cls, pin: str) -> Table:
+        """Open exactly the version a pin (JSON text) describes."""
+        handle = _lib.Handle(_lib.table_open_pin(pin))
+        self = cls.__new__(cls)
+        self._setup(handle, pin=pin, info=_lib.table_info(handle.value))
+        return self
+
     def _setup(self, handle: _lib.Handle | None, pin: str | None, info: dict[str, Any]) -> None:
         self._handle_obj = handle
         self._pin = pin

@@ -1,0 +1,483 @@
+package permutation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"crypto/sha256"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/permutation/expr"
+)
+
+// Progress reports how far a build is.
+type Progress struct {
+	Phase string // "scan", "write"
+	Done  int64  // rows scanned, or row ids written
+	Total int64
+}
+
+// BuildOptions configure Build.
+type BuildOptions struct {
+	// Progress, when set, is called from the building goroutine as work is done.
+	Progress func(Progress)
+	// Allocator for the Arrow memory of the scan; nil means Go's.
+	Allocator memory.Allocator
+}
+
+// noSplit marks a row that is in no split.
+const noSplit = -1
+
+// Build builds the permutation of t that spec describes and persists it at
+// uri, which must not hold a permutation yet. It reads only the columns the
+// filter and the split need, skips row groups whose statistics rule the filter
+// out, and holds in memory only the kept row ids (8 bytes each).
+func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
+	start := time.Now()
+	const op = "build permutation"
+	if spec.Split != nil {
+		if err := spec.Split.validate(); err != nil {
+			return nil, err
+		}
+	}
+	if spec.Shuffle != nil {
+		if err := spec.Shuffle.validate(); err != nil {
+			return nil, err
+		}
+	}
+	b := &builder{t: t, spec: spec, opts: opts}
+	if opts.Allocator == nil {
+		b.opts.Allocator = memory.DefaultAllocator
+	}
+	if err := b.prepare(); err != nil {
+		return nil, err
+	}
+	splits, err := b.scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names, err := b.assign(splits)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Shuffle != nil {
+		for i, s := range b.out {
+			shuffle(s, *spec.Shuffle, DeriveKey(spec.Shuffle.Seed, fmt.Sprintf("shuffle/%d", i)))
+		}
+	}
+	loc, err := store.Open(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	m, err := b.write(ctx, loc, names)
+	if err != nil {
+		loc.Close()
+		return nil, errcode.Wrap(err, errcode.Internal, op, uri)
+	}
+	rec, _ := json.Marshal(map[string]any{"built_at": start.UTC().Format(time.RFC3339Nano),
+		"build_seconds": time.Since(start).Seconds(), "id": m.ID})
+	if err := loc.Bucket.WriteAll(ctx, path.Join(loc.Key, "build.json"), rec, nil); err != nil {
+		loc.Close()
+		return nil, errcode.Wrap(err, store.Code(err), op, loc.ObjectURI(path.Join(loc.Key, "build.json")))
+	}
+	p, err := open(ctx, loc)
+	if err != nil {
+		loc.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+type builder struct {
+	t    *table.Table
+	spec Spec
+	opts BuildOptions
+
+	filter  *expr.Expr // nil: keep every row
+	calc    *expr.Expr // split_calculated's expression
+	columns []string   // columns the scan reads
+
+	stats struct {
+		rows, kept, groups, skipped int64
+	}
+	out      [][]uint64 // row ids of each split
+	reported time.Time  // when progress was last reported
+}
+
+// prepare parses the expressions and decides which columns to read.
+func (b *builder) prepare() error {
+	var err error
+	if b.spec.Filter != "" {
+		if b.filter, err = expr.Parse(b.spec.Filter, b.t.Schema()); err != nil {
+			return err
+		}
+		b.columns = append(b.columns, b.filter.Columns()...)
+	}
+	if s := b.spec.Split; s != nil {
+		switch s.Kind {
+		case SplitHash:
+			for _, c := range s.Columns {
+				if len(b.t.Schema().FieldIndices(c)) == 0 {
+					return badSpec("split_hash: unknown column %q in table %s", c, b.t.URI())
+				}
+			}
+			b.columns = append(b.columns, s.Columns...)
+		case SplitCalculated:
+			if b.calc, err = expr.Parse(s.Expr, b.t.Schema()); err != nil {
+				return err
+			}
+			if !arrow.IsInteger(b.calc.Type().ID()) {
+				return badSpec("split_calculated: %q gives %s, not an integer", s.Expr, b.calc.Type())
+			}
+			b.columns = append(b.columns, b.calc.Columns()...)
+		}
+	}
+	slices.Sort(b.columns)
+	b.columns = slices.Compact(b.columns)
+	return nil
+}
+
+// groupResult is what scanning one row group yields.
+type groupResult struct {
+	ids    []uint64 // kept row ids, ascending
+	splits []int32  // split index of each kept row, for hash and calculated splits
+}
+
+// scan visits every row group and returns the kept row ids with their split
+// index (hash and calculated splits) in row id order.
+func (b *builder) scan(ctx context.Context) (groupResult, error) {
+	total := b.t.NumRows()
+	if len(b.columns) == 0 {
+		ids := make([]uint64, total)
+		for i := range ids {
+			ids[i] = uint64(i)
+		}
+		b.stats.rows, b.stats.kept = total, total
+		b.progress("scan", total, total)
+		return groupResult{ids: ids}, nil
+	}
+	r, err := b.t.NewReader(table.ReaderOptions{Columns: b.columns, Allocator: b.opts.Allocator})
+	if err != nil {
+		return groupResult{}, err
+	}
+	defer r.Close()
+	type job struct {
+		file, group int
+		first, rows int64
+	}
+	var jobs []job
+	var first int64
+	for f, file := range b.t.Files() {
+		for g, n := range file.RowGroups {
+			jobs = append(jobs, job{f, g, first, n})
+			first += n
+		}
+	}
+	results := make([]groupResult, len(jobs))
+	var mu sync.Mutex
+	var done int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	next := 0
+	for next < len(jobs) {
+		j, i := jobs[next], next
+		next++
+		if !g.TryGo(func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = errcode.New(errcode.Internal, "scan", b.t.URI(), "panic in row group %d of file %d: %v", j.group, j.file, p)
+				}
+			}()
+			res, skipped, err := b.scanGroup(gctx, r, j.file, j.group, j.first, j.rows)
+			if err != nil {
+				return err
+			}
+			results[i] = res
+			mu.Lock()
+			done += j.rows
+			if skipped {
+				b.stats.skipped++
+			}
+			mu.Unlock()
+			return nil
+		}) {
+			next--
+			// All workers busy: report progress from this goroutine while waiting.
+			mu.Lock()
+			d := done
+			mu.Unlock()
+			b.progress("scan", d, total)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return groupResult{}, err
+	}
+	b.progress("scan", total, total)
+	b.stats.rows, b.stats.groups = total, int64(len(jobs))
+	var out groupResult
+	for _, res := range results {
+		out.ids = append(out.ids, res.ids...)
+		out.splits = append(out.splits, res.splits...)
+	}
+	b.stats.kept = int64(len(out.ids))
+	return out, nil
+}
+
+// scanGroup filters one row group and computes its rows' splits.
+func (b *builder) scanGroup(ctx context.Context, r *table.Reader, file, group int, first, rows int64) (groupResult, bool, error) {
+	if b.filter != nil {
+		md, err := b.t.Footer(ctx, file)
+		if err != nil {
+			return groupResult{}, false, err
+		}
+		if !b.filter.MayMatch(expr.RowGroupStats(md.RowGroup(group))) {
+			return groupResult{}, true, nil
+		}
+	}
+	rec, err := r.ReadGroup(ctx, file, group)
+	if err != nil {
+		return groupResult{}, false, err
+	}
+	defer rec.Release()
+	keep := make([]bool, rows)
+	if b.filter != nil {
+		if keep, err = b.filter.Mask(ctx, rec, b.opts.Allocator); err != nil {
+			return groupResult{}, false, errcode.Wrap(err, errcode.InvalidArgument, "filter", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), file, group))
+		}
+	} else {
+		for i := range keep {
+			keep[i] = true
+		}
+	}
+	var res groupResult
+	for i, k := range keep {
+		if k {
+			res.ids = append(res.ids, uint64(first)+uint64(i))
+		}
+	}
+	splits, err := b.rowSplits(ctx, rec)
+	if err != nil {
+		return groupResult{}, false, err
+	}
+	if splits != nil {
+		for i, k := range keep {
+			if k {
+				res.splits = append(res.splits, splits[i])
+			}
+		}
+	}
+	return res, false, nil
+}
+
+// rowSplits returns each row's split for hash and calculated splits, else nil.
+func (b *builder) rowSplits(ctx context.Context, rec arrow.RecordBatch) ([]int32, error) {
+	s := b.spec.Split
+	if s == nil || (s.Kind != SplitHash && s.Kind != SplitCalculated) {
+		return nil, nil
+	}
+	out := make([]int32, rec.NumRows())
+	if s.Kind == SplitHash {
+		cols := make([]arrow.Array, len(s.Columns))
+		for i, c := range s.Columns {
+			cols[i] = rec.Column(rec.Schema().FieldIndices(c)[0])
+		}
+		hashes := make([]uint64, rec.NumRows())
+		if err := HashRows(cols, hashes); err != nil {
+			return nil, badSpec("split_hash: %v", err)
+		}
+		var total uint64
+		for _, w := range s.Weights {
+			total += uint64(w)
+		}
+		total += uint64(s.DiscardWeight)
+		for i, h := range hashes {
+			out[i] = weightedBucket(h%total, s.Weights)
+		}
+		return out, nil
+	}
+	v, err := b.calc.Eval(ctx, rec, b.opts.Allocator)
+	if err != nil {
+		return nil, err
+	}
+	defer v.Release()
+	ints := v.(*array.Int64)
+	n := int64(len(s.Names))
+	for i := range out {
+		out[i] = noSplit
+		if ints.IsValid(i) && ints.Value(i) >= 0 && ints.Value(i) < n {
+			out[i] = int32(ints.Value(i))
+		}
+	}
+	return out, nil
+}
+
+// weightedBucket returns the index whose cumulative weight range holds x, or
+// noSplit when x falls past them all (the discard range).
+func weightedBucket(x uint64, weights []int64) int32 {
+	var cum uint64
+	for i, w := range weights {
+		cum += uint64(w)
+		if x < cum {
+			return int32(i)
+		}
+	}
+	return noSplit
+}
+
+// assign distributes the kept rows over the splits and returns their names.
+func (b *builder) assign(kept groupResult) ([]string, error) {
+	s := b.spec.Split
+	if s == nil {
+		b.out = [][]uint64{kept.ids}
+		return []string{"all"}, nil
+	}
+	m := int64(len(kept.ids))
+	switch s.Kind {
+	case SplitRandom, SplitSequential:
+		sizes, err := s.sizes(m)
+		if err != nil {
+			return nil, err
+		}
+		if s.Kind == SplitRandom {
+			Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept.ids)
+		}
+		var at int64
+		for _, n := range sizes {
+			part := kept.ids[at : at+n : at+n]
+			slices.Sort(part) // a split's stored order is row id order until shuffled
+			b.out = append(b.out, part)
+			at += n
+		}
+		return s.names(len(sizes)), nil
+	}
+	n := len(s.Names)
+	if s.Kind == SplitHash {
+		n = len(s.Weights)
+	}
+	counts := make([]int, n)
+	for _, sp := range kept.splits {
+		if sp != noSplit {
+			counts[sp]++
+		}
+	}
+	b.out = make([][]uint64, n)
+	for i := range b.out {
+		b.out[i] = make([]uint64, 0, counts[i])
+	}
+	for i, sp := range kept.splits {
+		if sp != noSplit {
+			b.out[sp] = append(b.out[sp], kept.ids[i])
+		}
+	}
+	return s.names(n), nil
+}
+
+// shuffle orders ids by sh with the given key (see ShuffleSpec).
+func shuffle(ids []uint64, sh ShuffleSpec, key uint64) {
+	clump := max(sh.ClumpSize, 1)
+	units := (int64(len(ids)) + clump - 1) / clump
+	order := make([]int64, units)
+	for i := range order {
+		order[i] = int64(i)
+	}
+	r := NewRand(key)
+	if sh.Window > 0 {
+		windows := (units + sh.Window - 1) / sh.Window
+		worder := make([]int64, windows)
+		for i := range worder {
+			worder[i] = int64(i)
+		}
+		Permute(r, worder)
+		at := 0
+		for _, w := range worder {
+			lo, hi := w*sh.Window, min((w+1)*sh.Window, units)
+			win := order[at : at+int(hi-lo)]
+			for i := range win {
+				win[i] = lo + int64(i)
+			}
+			Permute(r, win)
+			at += int(hi - lo)
+		}
+	} else {
+		Permute(r, order)
+	}
+	if clump == 1 {
+		src := slices.Clone(ids)
+		for i, u := range order {
+			ids[i] = src[u]
+		}
+		return
+	}
+	src := slices.Clone(ids)
+	at := 0
+	for _, u := range order {
+		lo, hi := u*clump, min((u+1)*clump, int64(len(src)))
+		at += copy(ids[at:], src[lo:hi])
+	}
+}
+
+// write persists the split chunks, then the manifest.
+func (b *builder) write(ctx context.Context, loc *store.Location, names []string) (Manifest, error) {
+	width := 8
+	if b.t.NumRows() <= 1<<32 {
+		width = 4
+	}
+	m := Manifest{Format: FormatVersion, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
+		RowsScanned: b.stats.rows, RowsKept: b.stats.kept, RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
+	var total, done int64
+	for _, ids := range b.out {
+		total += int64(len(ids))
+	}
+	digest := sha256.New()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, ids := range b.out {
+		m.Splits = append(m.Splits, SplitInfo{Name: names[i], NumRows: int64(len(ids))})
+		for c := int64(0); c*ChunkIDs < int64(len(ids)); c++ {
+			data := encodeIDs(ids[c*ChunkIDs:min((c+1)*ChunkIDs, int64(len(ids)))], width)
+			digest.Write(data)
+			key := chunkKey(loc.Key, i, c)
+			g.Go(func() error {
+				if err := loc.Bucket.WriteAll(gctx, key, data, nil); err != nil {
+					return errcode.Wrap(err, store.Code(err), "write row ids", loc.ObjectURI(key))
+				}
+				return nil
+			})
+			done += int64(len(data) / width)
+			b.progress("write", done, total)
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return Manifest{}, err
+	}
+	id, err := contentID(m, digest.Sum(nil))
+	if err != nil {
+		return Manifest{}, err
+	}
+	m.ID = id
+	return m, writeManifest(ctx, loc, m)
+}
+
+// progress reports to the callback at most ten times a second, and always
+// when a phase completes.
+func (b *builder) progress(phase string, done, total int64) {
+	if b.opts.Progress == nil || (done < total && time.Since(b.reported) < 100*time.Millisecond) {
+		return
+	}
+	b.reported = time.Now()
+	b.opts.Progress(Progress{Phase: phase, Done: done, Total: total})
+}

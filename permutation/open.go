@@ -1,0 +1,210 @@
+package permutation
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/table"
+)
+
+// Permutations is an opened persisted permutation: the splits of one pinned
+// table version. It is safe for concurrent use.
+type Permutations struct {
+	loc    *store.Location
+	m      Manifest
+	table  *table.Table
+	splits []*Split
+}
+
+// Open opens the permutation persisted at uri and checks that the table
+// version it was built over is still there, unchanged. Opening reads the
+// manifest only; row ids are read by range as they are asked for.
+func Open(ctx context.Context, uri string) (*Permutations, error) {
+	loc, err := store.Open(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	p, err := open(ctx, loc)
+	if err != nil {
+		loc.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func open(ctx context.Context, loc *store.Location) (*Permutations, error) {
+	m, err := readManifest(ctx, loc)
+	if err != nil {
+		return nil, err
+	}
+	t, err := table.OpenPin(ctx, m.Table)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Changed, "open permutation", loc.URI)
+	}
+	if err := t.Verify(ctx); err != nil {
+		t.Close()
+		return nil, errcode.Wrap(fmt.Errorf("the table version it was built over is gone or changed: %w", err),
+			errcode.Changed, "open permutation", loc.URI)
+	}
+	p := &Permutations{loc: loc, m: m, table: t}
+	for i, s := range m.Splits {
+		p.splits = append(p.splits, &Split{p: p, index: i, info: s, chunks: newChunkCache(16)})
+	}
+	return p, nil
+}
+
+// ID returns the permutation's UUID.
+func (p *Permutations) ID() string { return p.m.ID }
+
+// URI returns where the permutation is persisted.
+func (p *Permutations) URI() string { return p.loc.URI }
+
+// Manifest returns the permutation's manifest: provenance and statistics.
+func (p *Permutations) Manifest() Manifest { return p.m }
+
+// Table returns the pinned table version the permutation orders.
+func (p *Permutations) Table() *table.Table { return p.table }
+
+// Splits returns the splits in order.
+func (p *Permutations) Splits() []*Split { return p.splits }
+
+// Split returns the split called name.
+func (p *Permutations) Split(name string) (*Split, error) {
+	for _, s := range p.splits {
+		if s.info.Name == name {
+			return s, nil
+		}
+	}
+	names := make([]string, len(p.splits))
+	for i, s := range p.splits {
+		names[i] = s.info.Name
+	}
+	return nil, errcode.New(errcode.InvalidArgument, "split", p.loc.URI, "no split %q; the permutation has: %s", name, strings.Join(names, ", "))
+}
+
+// SplitAt returns split i.
+func (p *Permutations) SplitAt(i int) (*Split, error) {
+	if i < 0 || i >= len(p.splits) {
+		return nil, errcode.New(errcode.InvalidArgument, "split", p.loc.URI, "split index %d out of range [0, %d)", i, len(p.splits))
+	}
+	return p.splits[i], nil
+}
+
+// Close releases the permutation's store connections.
+func (p *Permutations) Close() error {
+	p.table.Close()
+	return p.loc.Close()
+}
+
+// Split is one named split of a permutation: an Order of row ids.
+type Split struct {
+	p      *Permutations
+	index  int
+	info   SplitInfo
+	chunks *chunkCache
+}
+
+// ID names the split for checkpoints: the permutation's UUID and the split name.
+func (s *Split) ID() string { return s.p.m.ID + "/" + s.info.Name }
+
+// Name returns the split's name.
+func (s *Split) Name() string { return s.info.Name }
+
+// Len returns the number of rows in the split.
+func (s *Split) Len() int64 { return s.info.NumRows }
+
+// Permutations returns the permutation the split belongs to.
+func (s *Split) Permutations() *Permutations { return s.p }
+
+// RowIDs returns the row ids at positions [start, stop) of the split.
+func (s *Split) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error) {
+	if start < 0 || stop > s.info.NumRows || start > stop {
+		return nil, errcode.New(errcode.InvalidArgument, "row ids", s.p.loc.URI,
+			"positions [%d, %d) out of range [0, %d) of split %q", start, stop, s.info.NumRows, s.info.Name)
+	}
+	out := make([]uint64, 0, stop-start)
+	for pos := start; pos < stop; {
+		c := pos / ChunkIDs
+		ids, err := s.chunk(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		end := min(stop, (c+1)*ChunkIDs)
+		out = append(out, ids[pos-c*ChunkIDs:end-c*ChunkIDs]...)
+		pos = end
+	}
+	return out, nil
+}
+
+// chunk returns the decoded row ids of chunk c.
+func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
+	return s.chunks.get(c, func() ([]uint64, error) {
+		n := min(ChunkIDs, s.info.NumRows-c*ChunkIDs)
+		key := chunkKey(s.p.loc.Key, s.index, c)
+		b, err := s.p.loc.Bucket.ReadAll(ctx, key)
+		if err != nil {
+			return nil, errcode.Wrap(err, store.Code(err), "read row ids", s.p.loc.ObjectURI(key))
+		}
+		if int64(len(b)) != n*int64(s.p.m.IDWidth) {
+			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+				"%d bytes, want %d row ids of %d bytes", len(b), n, s.p.m.IDWidth)
+		}
+		ids := make([]uint64, n)
+		decodeIDs(b, s.p.m.IDWidth, ids)
+		limit := uint64(s.p.table.NumRows())
+		for _, id := range ids {
+			if id >= limit {
+				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+					"row id %d is outside the table's %d rows", id, limit)
+			}
+		}
+		return ids, nil
+	})
+}
+
+// chunkCache keeps the most recently used decoded chunks of one split.
+type chunkCache struct {
+	size int
+	mu   sync.Mutex
+	lru  *list.List // of *chunkEntry, most recent first
+	byC  map[int64]*list.Element
+}
+
+type chunkEntry struct {
+	c   int64
+	ids []uint64
+}
+
+func newChunkCache(size int) *chunkCache {
+	return &chunkCache{size: size, lru: list.New(), byC: map[int64]*list.Element{}}
+}
+
+func (cc *chunkCache) get(c int64, load func() ([]uint64, error)) ([]uint64, error) {
+	cc.mu.Lock()
+	if e, ok := cc.byC[c]; ok {
+		cc.lru.MoveToFront(e)
+		cc.mu.Unlock()
+		return e.Value.(*chunkEntry).ids, nil
+	}
+	cc.mu.Unlock()
+	ids, err := load()
+	if err != nil {
+		return nil, err
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if _, ok := cc.byC[c]; !ok {
+		cc.byC[c] = cc.lru.PushFront(&chunkEntry{c: c, ids: ids})
+		for cc.lru.Len() > cc.size {
+			back := cc.lru.Back()
+			delete(cc.byC, back.Value.(*chunkEntry).c)
+			cc.lru.Remove(back)
+		}
+	}
+	return ids, nil
+}

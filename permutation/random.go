@@ -1,0 +1,81 @@
+package permutation
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"math/bits"
+)
+
+// Randomness in croupier is specified, not borrowed: the same seed gives the
+// same permutation on every platform, Go version and release. A change to
+// anything in this file changes persisted permutations and must bump
+// FormatVersion. Golden-value tests pin every function here.
+//
+// Key derivation. Every use of randomness draws from its own 64-bit key,
+//
+//	DeriveKey(seed, purpose) = first 8 bytes, little endian, of
+//	    SHA-256("croupier/v1\x00" + purpose + "\x00" + seed as 8 bytes little endian)
+//
+// with purposes such as "split_random", "shuffle" and "epoch/3".
+//
+// Generator. A key seeds SplitMix64 (Steele, Lea and Flood, 2014):
+//
+//	state += 0x9E3779B97F4A7C15
+//	z = state
+//	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+//	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+//	return z ^ (z >> 31)
+//
+// Bounded integers in [0, n) use Lemire's multiply-and-reject method (2019):
+// take the high word of x·n, rejecting x while the low word is below
+// (2⁶⁴ − n) mod n, so every value is exactly equally likely.
+//
+// Shuffles are Fisher–Yates from the last element down: for i = n−1 … 1,
+// swap element i with element Intn(i+1).
+
+// DeriveKey returns the key for one purpose of a user's seed.
+func DeriveKey(seed uint64, purpose string) uint64 {
+	h := sha256.New()
+	h.Write([]byte("croupier/v1\x00"))
+	h.Write([]byte(purpose))
+	h.Write([]byte{0})
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	h.Write(b[:])
+	return binary.LittleEndian.Uint64(h.Sum(nil)[:8])
+}
+
+// Rand is SplitMix64. The zero value is a valid generator with key 0.
+type Rand struct{ state uint64 }
+
+// NewRand returns a generator seeded with key.
+func NewRand(key uint64) *Rand { return &Rand{state: key} }
+
+// Uint64 returns the next 64 random bits.
+func (r *Rand) Uint64() uint64 {
+	r.state += 0x9E3779B97F4A7C15
+	z := r.state
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// Uint64n returns a uniform integer in [0, n); n must be positive.
+func (r *Rand) Uint64n(n uint64) uint64 {
+	hi, lo := bits.Mul64(r.Uint64(), n)
+	if lo < n {
+		thresh := -n % n
+		for lo < thresh {
+			hi, lo = bits.Mul64(r.Uint64(), n)
+		}
+	}
+	return hi
+}
+
+// Permute shuffles s in place (Fisher–Yates, from the end).
+func Permute[T any](r *Rand, s []T) {
+	for i := len(s) - 1; i > 0; i-- {
+		j := r.Uint64n(uint64(i + 1))
+		s[i], s[j] = s[j], s[i]
+	}
+}

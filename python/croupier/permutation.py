@@ -1,0 +1,386 @@
+"""Permutations: a persisted, immutable order of a pinned table's rows, in splits.
+
+A :class:`PermutationBuilder` prefilters a table with a SQL expression, assigns
+the kept rows to named splits (train/val/...) and shuffles each split, once;
+:meth:`PermutationBuilder.persist` writes the result under a URI. Any process
+on any host then opens it with :func:`open_permutations` and deals from one of
+its splits with :class:`~croupier.StreamingDataset`. The same inputs give the
+same permutation, byte for byte, on every platform: the random generators and
+hashes are specified in the Go package ``permutation``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from . import _lib
+from .errors import ClosedError, InvalidArgumentError
+from .table import Table
+
+__all__ = ["Permutation", "PermutationBuilder", "Permutations", "open_permutations"]
+
+ProgressCallback = Callable[[str, int, int], None]
+
+
+def _progress_bar() -> tuple[ProgressCallback, Callable[[], None]] | None:
+    """A tqdm progress callback when stderr is a terminal and tqdm is installed."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bars: dict[str, Any] = {}
+
+    def update(phase: str, done: int, total: int) -> None:
+        bar = bars.get(phase)
+        if bar is None:
+            bar = bars[phase] = tqdm(total=total, desc=phase, unit="rows", unit_scale=True)
+        bar.update(done - bar.n)
+
+    def close() -> None:
+        for bar in bars.values():
+            bar.close()
+
+    return update, close
+
+
+class PermutationBuilder:
+    """Describes a permutation of a table; :meth:`persist` builds and writes it.
+
+    Each method returns the builder, so calls chain::
+
+        perms = (cr.PermutationBuilder(tbl)
+                 .filter("reward > 0 AND role = 'assistant'")
+                 .split_hash(["problem_id"], [9, 1], split_names=["train", "val"])
+                 .shuffle(seed=1234)
+                 .persist("file:///perms/run-7"))
+
+    Without a ``split_*`` call every kept row is in one split named ``"all"``;
+    without :meth:`shuffle` each split keeps row id order.
+    """
+
+    def __init__(self, table: Table) -> None:
+        if not isinstance(table, Table):
+            raise TypeError(
+                f"PermutationBuilder needs a croupier.Table, got {type(table).__name__}"
+            )
+        self._table = table
+        self._spec: dict[str, Any] = {}
+
+    def filter(self, sql: str) -> PermutationBuilder:
+        """Keep only rows where the SQL boolean expression is true (null counts as false).
+
+        Supports comparisons, AND/OR/NOT, IN, BETWEEN, IS [NOT] NULL, LIKE,
+        arithmetic and nested fields (``meta.source``). Row groups whose
+        statistics rule the expression out are not read.
+        """
+        self._spec["filter"] = str(sql)
+        return self
+
+    def _split(self, kind: str, names: Sequence[str] | None, **fields: Any) -> PermutationBuilder:
+        if "split" in self._spec:
+            raise InvalidArgumentError("a permutation has one split_* call; it was already given")
+        spec = {"kind": kind, **{k: v for k, v in fields.items() if v is not None}}
+        if names is not None:
+            spec["names"] = [str(n) for n in names]
+        self._spec["split"] = spec
+        return self
+
+    def split_random(
+        self,
+        *,
+        ratios: Sequence[float] | None = None,
+        counts: Sequence[int] | None = None,
+        fixed: int | None = None,
+        seed: int = 0,
+        split_names: Sequence[str] | None = None,
+    ) -> PermutationBuilder:
+        """Assign kept rows to splits at random (seeded), by exactly one of:
+
+        ``ratios`` (each in [0, 1], summing to at most 1; split i ends at
+        ``round(M * (r0 + ... + ri))``, halves rounding up), ``counts`` (rows per
+        split; their sum must not exceed the kept rows M) or ``fixed`` (as many
+        splits of ``fixed`` rows as fit). Rows beyond the splits are in none.
+        """
+        return self._split(
+            "random",
+            split_names,
+            ratios=None if ratios is None else [float(r) for r in ratios],
+            counts=None if counts is None else [int(c) for c in counts],
+            fixed=fixed,
+            seed=int(seed),
+        )
+
+    def split_sequential(
+        self,
+        *,
+        ratios: Sequence[float] | None = None,
+        counts: Sequence[int] | None = None,
+        fixed: int | None = None,
+        split_names: Sequence[str] | None = None,
+    ) -> PermutationBuilder:
+        """Like :meth:`split_random`, but splits are consecutive runs in row id order."""
+        return self._split(
+            "sequential",
+            split_names,
+            ratios=None if ratios is None else [float(r) for r in ratios],
+            counts=None if counts is None else [int(c) for c in counts],
+            fixed=fixed,
+        )
+
+    def split_hash(
+        self,
+        columns: Sequence[str],
+        weights: Sequence[int],
+        *,
+        discard_weight: int = 0,
+        split_names: Sequence[str] | None = None,
+    ) -> PermutationBuilder:
+        """Assign rows by a hash of the named columns' values, in proportion to ``weights``.
+
+        A row's split depends only on its values, so it keeps its split in every
+        later version of the table (no train/val leakage on append). Rows whose
+        hash lands in ``discard_weight`` are in no split.
+        """
+        if isinstance(columns, str):
+            columns = [columns]
+        return self._split(
+            "hash",
+            split_names,
+            columns=[str(c) for c in columns],
+            weights=[int(w) for w in weights],
+            discard_weight=int(discard_weight) or None,
+        )
+
+    def split_calculated(self, sql: str, *, split_names: Sequence[str]) -> PermutationBuilder:
+        """Assign each row to split ``i``, where ``i`` is the SQL integer expression's value.
+
+        Values outside ``[0, len(split_names))`` and nulls put a row in no split.
+        """
+        return self._split("calculated", split_names, expr=str(sql))
+
+    def shuffle(
+        self, seed: int, clump_size: int | None = None, window: int | None = None
+    ) -> PermutationBuilder:
+        """Shuffle each split with ``seed``.
+
+        ``clump_size`` keeps runs of that many consecutive rows together.
+        ``window`` (in clumps) makes an I/O-friendly window shuffle: the split is
+        cut into windows of that many clumps in row id order, and the windows and
+        the clumps inside each are permuted, so a reader touches each row group
+        about once per window.
+        """
+        shuffle: dict[str, Any] = {"seed": int(seed)}
+        if clump_size:
+            shuffle["clump_size"] = int(clump_size)
+        if window:
+            shuffle["window"] = int(window)
+        self._spec["shuffle"] = shuffle
+        return self
+
+    def persist(self, uri: str, progress: ProgressCallback | bool | None = None) -> Permutations:
+        """Build the permutation and write it under ``uri``, which must be empty.
+
+        Args:
+            uri: where to write, e.g. ``file:///perms/run-7``.
+            progress: ``callable(phase, done, total)`` called as rows are scanned
+                and written; ``None`` shows a tqdm bar when attached to a
+                terminal; ``False`` reports nothing.
+        """
+        bar = _progress_bar() if progress is None else None
+        callback = bar[0] if bar else (progress if callable(progress) else None)
+        try:
+            handle = _lib.permutation_build(self._table._handle(), self._spec, uri, callback)
+        finally:
+            if bar:
+                bar[1]()
+        return Permutations._from_handle(_lib.Handle(handle))
+
+
+def open_permutations(uri: str) -> Permutations:
+    """Open a persisted permutation, checking its table version is still there.
+
+    Raises:
+        NotFoundError: there is no permutation at ``uri``.
+        ChangedError: a file of the table version it was built over changed or
+            vanished.
+    """
+    return Permutations._from_handle(_lib.Handle(_lib.permutation_open(uri)))
+
+
+class Permutations:
+    """An opened permutation: its splits, by name or index (``perms["train"]``, ``perms[0]``).
+
+    Picklable: a copy reopens the permutation from its URI on first use.
+    """
+
+    _go: _lib.Handle | None
+
+    def __init__(self) -> None:
+        raise TypeError("use PermutationBuilder.persist() or croupier.open_permutations()")
+
+    @classmethod
+    def _from_handle(cls, handle: _lib.Handle) -> Permutations:
+        self = cls.__new__(cls)
+        self._setup(handle, _lib.permutation_info(handle.value))
+        return self
+
+    def _setup(self, handle: _lib.Handle | None, info: dict[str, Any]) -> None:
+        self._go = handle
+        self._info = info
+        self._closed = False
+        self._lock = threading.Lock()
+        self._table: Table | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"info": self._info}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._setup(None, state["info"])
+
+    def _handle(self) -> int:
+        with self._lock:
+            if self._closed:
+                raise ClosedError(f"permutation {self.uri} is closed")
+            if self._go is None:
+                self._go = _lib.Handle(_lib.permutation_open(self.uri))
+            return self._go.value
+
+    @property
+    def _manifest(self) -> dict[str, Any]:
+        return self._info["manifest"]
+
+    @property
+    def id(self) -> str:
+        """The permutation's UUID (derived from its content)."""
+        return str(self._manifest["id"])
+
+    @property
+    def uri(self) -> str:
+        """Where the permutation is persisted."""
+        return str(self._info["uri"])
+
+    @property
+    def names(self) -> list[str]:
+        """The split names, in order."""
+        return [s["name"] for s in self._manifest["splits"]]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Table URI and version, the build spec, format version and row counts."""
+        m = self._manifest
+        return {
+            "id": m["id"],
+            "table_uri": m["table"]["uri"],
+            "table_version": m["table"]["version"],
+            "format": m["format"],
+            **m["spec"],
+            "splits": {s["name"]: s["num_rows"] for s in m["splits"]},
+            "rows_scanned": m["rows_scanned"],
+            "rows_kept": m["rows_kept"],
+            "row_groups": m["row_groups"],
+            "row_groups_skipped": m["row_groups_skipped"],
+        }
+
+    @property
+    def table(self) -> Table:
+        """The pinned table version the permutation orders."""
+        if self._table is None:
+            self._table = Table._from_pin(json.dumps(self._manifest["table"]))
+        return self._table
+
+    def __len__(self) -> int:
+        return len(self._manifest["splits"])
+
+    def __iter__(self) -> Iterator[Permutation]:
+        return (Permutation(self, i) for i in range(len(self)))
+
+    def __getitem__(self, key: int | str) -> Permutation:
+        if isinstance(key, str):
+            if key not in self.names:
+                raise KeyError(f"no split {key!r}; the permutation has: {', '.join(self.names)}")
+            return Permutation(self, self.names.index(key))
+        index = int(key)
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"split index {key} out of range for {len(self)} splits")
+        return Permutation(self, index % len(self))
+
+    def close(self) -> None:
+        """Release the Go handle (idempotent)."""
+        with self._lock:
+            self._closed = True
+            if self._go is not None:
+                self._go.close()
+
+    def __enter__(self) -> Permutations:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        splits = ", ".join(f"{s['name']}={s['num_rows']}" for s in self._manifest["splits"])
+        return f"<croupier.Permutations {self.uri} id={self.id} [{splits}]>"
+
+
+class Permutation:
+    """One split of a permutation: an ordered sequence of row ids to deal from."""
+
+    def __init__(self, permutations: Permutations, index: int) -> None:
+        self.permutations = permutations
+        self.index = index
+
+    @property
+    def name(self) -> str:
+        """The split's name."""
+        return self.permutations.names[self.index]
+
+    @property
+    def id(self) -> str:
+        """Identifies the split in checkpoints: the permutation's UUID and the split name."""
+        return f"{self.permutations.id}/{self.name}"
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """The permutation's provenance, with this split's name."""
+        return {**self.permutations.provenance, "split": self.name}
+
+    def __len__(self) -> int:
+        return int(self.permutations._manifest["splits"][self.index]["num_rows"])
+
+    def row_ids(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Row ids at positions ``[start, stop)`` as a uint64 array (costs O(stop - start))."""
+        stop = len(self) if stop is None else int(stop)
+        start = int(start)
+        if not 0 <= start <= stop <= len(self):
+            raise InvalidArgumentError(
+                f"row_ids({start}, {stop}) out of range for split {self.name!r} of {len(self)} rows"
+            )
+        out = np.empty(stop - start, dtype=np.uint64)
+        _lib.permutation_row_ids(
+            self.permutations._handle(),
+            self.index,
+            start,
+            stop,
+            out.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+        )
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"<croupier.Permutation {self.permutations.uri} split={self.name!r} rows={len(self)}>"
+        )
