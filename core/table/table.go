@@ -65,13 +65,14 @@
 // group and DefaultPageBytes pages. The Reader decodes each row group it touches
 // once (see below), so the cost of a random row is the decode of its whole row
 // group: row groups are small. Measured with BenchmarkRandomRows (64 random rows
-// of a 1M-row file of id, 16–48 int32 tokens, reward, text; cold cache; 2 cores):
+// of a 1M-row, 98 MiB zstd file of id, 16–48 int32 tokens, reward, text; cold
+// cache; 2 cores; two runs of 5 reads each):
 //
-//	rows per row group   4,096   16,384   65,536   262,144
-//	ms per 64 rows        ≈280    ≈1,160   ≈1,910    ≈2,930
+//	rows per row group    4,096     16,384       65,536      262,144
+//	ms per 64 rows       280–600  1,160–1,500  1,910–2,590    ≈2,930
 //
-// (at 8 KiB pages; 64 KiB and 1 MiB pages gave the same figures within noise,
-// because whole row groups are decoded). Smaller row groups cost footer size and
+// Pages of 8 KiB, 64 KiB and 1 MiB gave the same figures within noise, because
+// whole row groups are decoded. Smaller row groups cost footer size and
 // per-group overhead for sequential scans, so 4,096 rows is the default; page
 // size only matters for a page-level reader (the page index is written so that
 // one can use it), and 64 KiB keeps one row's page small without many headers.
