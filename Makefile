@@ -17,11 +17,11 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	cp requirements-dev.txt $@
 
-.venv/.croupier: .venv/.requirements pyproject.toml setup.py
+.venv/.croupier: .venv/.requirements pyproject.toml setup.py $(LIB)
 	CROUPIER_SKIP_GO_BUILD=1 $(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-dev: .venv/.croupier $(LIB)
+dev: .venv/.croupier
 
 build: $(LIB)
 
