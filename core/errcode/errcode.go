@@ -26,10 +26,11 @@ const (
 	Unavailable     Code = 6 // the object store could not be reached
 	Closed          Code = 7 // the object was closed or released
 	Canceled        Code = 8 // the context was canceled or its deadline passed
+	AlreadyExists   Code = 9 // a table, version or object that must be new exists
 )
 
 var names = [...]string{"OK", "Internal", "InvalidArgument", "NotFound", "Corrupt",
-	"Changed", "Unavailable", "Closed", "Canceled"}
+	"Changed", "Unavailable", "Closed", "Canceled", "AlreadyExists"}
 
 func (c Code) String() string {
 	if c >= 0 && int(c) < len(names) {

@@ -25,8 +25,11 @@ import (
 	"sync"
 
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file:// URLs
+	_ "gocloud.dev/blob/azureblob" // azblob:// URLs
+	_ "gocloud.dev/blob/fileblob"  // file:// URLs
+	_ "gocloud.dev/blob/gcsblob"   // gs:// URLs
 	"gocloud.dev/blob/memblob"
+	_ "gocloud.dev/blob/s3blob" // s3:// URLs
 	"gocloud.dev/gcerrors"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -38,6 +41,7 @@ type Location struct {
 	Bucket *blob.Bucket // owned by the Location unless shared (mem://)
 	Key    string       // key, prefix or glob inside Bucket; "" is the whole bucket
 	base   string       // URI of the bucket's root, without query, ending in "/"
+	root   string       // file:// only: the folder the bucket is rooted at
 	shared bool
 }
 
@@ -96,6 +100,26 @@ func Open(ctx context.Context, uri string) (*Location, error) {
 		base: u.Scheme + "://" + u.Host + "/"}, nil
 }
 
+// OpenCreate is Open for a location about to be written: for file:// URIs it
+// first creates the folder the URI names, so that a new table can be rooted
+// there. Other stores have no folders to create.
+func OpenCreate(ctx context.Context, uri string) (*Location, error) {
+	if u, err := url.Parse(uri); err == nil && u.Scheme == "file" && filepath.IsAbs(u.Path) && !hasGlob(u.Path) {
+		if err := os.MkdirAll(filepath.Clean(u.Path), 0o755); err != nil {
+			return nil, errcode.Wrap(err, errcode.InvalidArgument, "create folder", uri)
+		}
+	}
+	return Open(ctx, uri)
+}
+
+// Join returns the key of name inside l.Key taken as a folder.
+func (l *Location) Join(name string) string {
+	if l.Key == "" {
+		return name
+	}
+	return strings.TrimSuffix(l.Key, "/") + "/" + name
+}
+
 // openFile roots a fileblob bucket at the deepest existing folder of the path
 // that holds no glob character, so that keys stay short and relative.
 func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
@@ -126,7 +150,7 @@ func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.NotFound, op, uri)
 	}
-	return &Location{URI: uri, Bucket: b, Key: key, base: "file://" + strings.TrimSuffix(root, "/") + "/"}, nil
+	return &Location{URI: uri, Bucket: b, Key: key, base: "file://" + strings.TrimSuffix(root, "/") + "/", root: root}, nil
 }
 
 // ObjectURI names an object of l's bucket as a URI, for messages. It never
@@ -146,6 +170,8 @@ func Code(err error) errcode.Code {
 		return errcode.Canceled
 	case gcerrors.FailedPrecondition:
 		return errcode.Changed
+	case gcerrors.AlreadyExists:
+		return errcode.AlreadyExists
 	case gcerrors.ResourceExhausted, gcerrors.Internal, gcerrors.PermissionDenied:
 		return errcode.Unavailable
 	}

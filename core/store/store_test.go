@@ -2,13 +2,18 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/store/s3test"
 )
 
 func TestMatchFile(t *testing.T) {
@@ -104,5 +109,57 @@ func TestOpenErrors(t *testing.T) {
 		if errcode.Of(err) != tc.code {
 			t.Errorf("Open(%s) = %v, want %s", tc.uri, err, tc.code)
 		}
+	}
+}
+
+// TestCreateExclusiveRace races 16 creates of one key on every store: exactly
+// one wins, the others get AlreadyExists, and the object is the winner's.
+func TestCreateExclusiveRace(t *testing.T) {
+	ctx := context.Background()
+	s, err := s3test.Start("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for name, uri := range map[string]string{
+		"file": "file://" + t.TempDir(),
+		"mem":  "mem://storetest-excl/t",
+		"s3":   s.URI("bkt", "t"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			loc, err := store.Open(ctx, uri)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer loc.Close()
+			key := loc.Join("_versions/00000000000000000001.json")
+			var wins atomic.Int64
+			var winner atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					err := loc.CreateExclusive(ctx, key, []byte(fmt.Sprintf("writer %d", i)))
+					switch errcode.Of(err) {
+					case errcode.OK:
+						wins.Add(1)
+						winner.Store(int64(i))
+					case errcode.AlreadyExists:
+						if !strings.Contains(err.Error(), "00000000000000000001.json") {
+							t.Errorf("error does not name the object: %v", err)
+						}
+					default:
+						t.Errorf("writer %d: %v", i, err)
+					}
+				})
+			}
+			wg.Wait()
+			if wins.Load() != 1 {
+				t.Fatalf("%d writers won", wins.Load())
+			}
+			got, err := loc.Bucket.ReadAll(ctx, key)
+			if err != nil || string(got) != fmt.Sprintf("writer %d", winner.Load()) {
+				t.Fatalf("object = %q, %v; winner %d", got, err, winner.Load())
+			}
+		})
 	}
 }

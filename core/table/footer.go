@@ -7,7 +7,9 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 )
@@ -18,8 +20,57 @@ const footerGuess = 64 << 10
 
 var magic = []byte("PAR1")
 
-// readFooter reads and parses the Parquet footer of obj.
-func readFooter(ctx context.Context, loc *store.Location, obj store.Object) (md *metadata.FileMetaData, err error) {
+// readFooters returns the parsed footers of objs, from the catalog where it has
+// them (keyed by each object's identity) and from the store otherwise; footers
+// read from the store are added to the catalog in one transaction.
+func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog, objs []store.Object) ([]*metadata.FileMetaData, error) {
+	raw := make([][]byte, len(objs))
+	keys := make([]string, len(objs))
+	if cat != nil {
+		for i, o := range objs {
+			keys[i] = catalog.Key("footer", loc.ObjectURI(o.Key), o.Size, o.ModTime, o.ETag)
+		}
+		raw = cat.Get(keys)
+	}
+	mds := make([]*metadata.FileMetaData, len(objs))
+	fetched := make([]bool, len(objs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, o := range objs {
+		g.Go(func() (err error) {
+			where := loc.ObjectURI(o.Key)
+			defer recoverTo(&err, "read footer", where)
+			if raw[i] != nil {
+				// A cached footer that does not parse is a miss, not an error.
+				if mds[i], err = parseFooter(raw[i], where); err == nil {
+					return nil
+				}
+			}
+			if raw[i], err = fetchFooter(gctx, loc, o); err != nil {
+				return err
+			}
+			fetched[i] = true
+			mds[i], err = parseFooter(raw[i], where)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if cat != nil {
+		var put []catalog.Entry
+		for i := range objs {
+			if fetched[i] {
+				put = append(put, catalog.Entry{Key: keys[i], Value: raw[i]})
+			}
+		}
+		cat.Put(put)
+	}
+	return mds, nil
+}
+
+// fetchFooter reads the raw Thrift footer of obj from the store.
+func fetchFooter(ctx context.Context, loc *store.Location, obj store.Object) ([]byte, error) {
 	const op = "read footer"
 	where := loc.ObjectURI(obj.Key)
 	if obj.Size < 12 {
@@ -45,13 +96,19 @@ func readFooter(ctx context.Context, loc *store.Location, obj store.Object) (md 
 		}
 		n = flen + 8
 	}
+	return tail[n-8-flen : n-8], nil
+}
+
+// parseFooter parses a raw Thrift footer.
+func parseFooter(raw []byte, where string) (md *metadata.FileMetaData, err error) {
+	const op = "read footer"
 	defer func() {
 		// The thrift decoder panics on some malformed input.
 		if p := recover(); p != nil {
 			md, err = nil, errcode.New(errcode.Corrupt, op, where, "malformed footer: %v", p)
 		}
 	}()
-	md, err = metadata.NewFileMetaData(tail[n-8-flen:n-8], nil)
+	md, err = metadata.NewFileMetaData(raw, nil)
 	if err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("malformed footer: %w", err), errcode.Corrupt, op, where)
 	}

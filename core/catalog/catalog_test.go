@@ -1,0 +1,110 @@
+package catalog_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/croupier-data/croupier/core/catalog"
+	"github.com/croupier-data/croupier/core/errcode"
+)
+
+func TestRegisterLookup(t *testing.T) {
+	c := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "sub", "catalog.db")})
+	_, err := c.Lookup("rollouts")
+	if errcode.Of(err) != errcode.NotFound || !strings.Contains(err.Error(), `"rollouts"`) {
+		t.Fatalf("lookup in a catalog that does not exist yet: %v", err)
+	}
+	if err := c.Register("rollouts", "s3://b/rollouts?region=x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Register("rollouts", "file:///data/rollouts"); err != nil {
+		t.Fatal(err)
+	}
+	uri, err := c.Lookup("rollouts")
+	if err != nil || uri != "file:///data/rollouts" {
+		t.Fatalf("lookup = %q, %v", uri, err)
+	}
+	names, err := c.Names()
+	if err != nil || len(names) != 1 {
+		t.Fatalf("names = %v, %v", names, err)
+	}
+	if err := c.Register("", "x"); errcode.Of(err) != errcode.InvalidArgument {
+		t.Errorf("empty name: %v", err)
+	}
+	k := catalog.Key("footer", "s3://b/f.parquet", 10, time.Unix(5, 0), `"e"`)
+	c.Put([]catalog.Entry{{Key: k, Value: []byte("footer")}})
+	if got := c.Get([]string{k, k + "x"}); string(got[0]) != "footer" || got[1] != nil {
+		t.Fatalf("get = %q", got)
+	}
+	if k2 := catalog.Key("footer", "s3://b/f.parquet", 10, time.Unix(5, 0), `"other"`); c.Get([]string{k2})[0] != nil {
+		t.Error("a changed ETag hit the cache")
+	}
+}
+
+// TestConcurrentUse runs 8 "ranks" that each open the catalog per operation, as
+// separate processes would (bbolt's flock conflicts between open files of one
+// process too), mixing writes and read-only lookups: none may deadlock or fail.
+func TestConcurrentUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for r := range 8 {
+			wg.Go(func() {
+				c := catalog.Open(catalog.Options{Path: path, Timeout: 5 * time.Second})
+				for i := range 20 {
+					name := fmt.Sprintf("t%d-%d", r, i)
+					if err := c.Register(name, "mem://b/"+name); err != nil {
+						t.Error(err)
+						return
+					}
+					if uri, err := c.Lookup(name); err != nil || uri != "mem://b/"+name {
+						t.Errorf("lookup %s = %q, %v", name, uri, err)
+						return
+					}
+					c.Put([]catalog.Entry{{Key: name, Value: []byte(name)}})
+					c.Get([]string{name})
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("catalog users deadlocked")
+	}
+	names, err := catalog.Open(catalog.Options{Path: path}).Names()
+	if err != nil || len(names) != 160 {
+		t.Fatalf("%d names, %v", len(names), err)
+	}
+}
+
+func TestCorruptCatalogIsAMiss(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	os.WriteFile(path, []byte(strings.Repeat("not a bolt file ", 1000)), 0o644)
+	c := catalog.Open(catalog.Options{Path: path, Timeout: 100 * time.Millisecond})
+	if got := c.Get([]string{"k"}); got[0] != nil {
+		t.Fatal("hit in a corrupt catalog")
+	}
+	c.Put([]catalog.Entry{{Key: "k", Value: []byte("v")}}) // dropped, no panic
+	_, err := c.Lookup("x")
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("lookup in a corrupt catalog: %v", err)
+	}
+	if got := errcode.Of(err); got != errcode.Corrupt {
+		t.Errorf("code %s, want Corrupt: %v", got, err)
+	}
+}
+
+func TestDefaultPath(t *testing.T) {
+	if p := catalog.DefaultPath(); !strings.HasSuffix(p, filepath.Join("croupier", "catalog.db")) {
+		t.Errorf("default path %s", p)
+	}
+}

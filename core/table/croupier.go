@@ -1,0 +1,631 @@
+package table
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/google/uuid"
+	"gocloud.dev/blob"
+
+	"github.com/croupier-data/croupier/core/catalog"
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+)
+
+// Layout of a croupier table under its URI:
+//
+//	_versions/00000000000000000001.json   one immutable manifest per version
+//	data/<uuid>.parquet                   immutable, uniquely named data files
+const (
+	versionsDir = "_versions/"
+	dataDir     = "data/"
+	// ManifestFormat is the version of the manifest encoding.
+	ManifestFormat = 1
+)
+
+// Defaults of WriteOptions; see the package doc for the measurement behind them.
+const (
+	DefaultRowGroupRows = 4096
+	DefaultPageBytes    = 64 << 10
+	DefaultMaxAttempts  = 1000
+)
+
+// WriteOptions configure Create and Append. The zero value uses the defaults.
+type WriteOptions struct {
+	// RowGroupRows is the most rows in one Parquet row group.
+	RowGroupRows int64 `json:"row_group_rows,omitempty"`
+	// PageBytes is the target size of one data page.
+	PageBytes int64 `json:"page_bytes,omitempty"`
+	// MaxAttempts bounds the commit attempts of one Append: a writer that loses
+	// the race for a version retries on the next one.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Catalog caches the manifests the commit reads (may be nil).
+	Catalog *catalog.Catalog `json:"-"`
+}
+
+func (o WriteOptions) withDefaults() WriteOptions {
+	if o.RowGroupRows <= 0 {
+		o.RowGroupRows = DefaultRowGroupRows
+	}
+	if o.PageBytes <= 0 {
+		o.PageBytes = DefaultPageBytes
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	return o
+}
+
+// manifest describes one version of a croupier table. It holds every data file
+// of the version, not only those the commit added, so that one manifest is all
+// a reader needs.
+type manifest struct {
+	Format    int       `json:"format"`
+	Version   int64     `json:"version"`
+	Parent    int64     `json:"parent"` // 0 for the first version
+	Timestamp time.Time `json:"timestamp"`
+	Schema    []byte    `json:"schema"` // Arrow IPC schema message (base64 in JSON)
+	NumRows   int64     `json:"num_rows"`
+	Files     []File    `json:"files"` // keys relative to the table's folder
+	Added     int       `json:"added"` // the last Added files are new in this version
+}
+
+func manifestName(v int64) string { return fmt.Sprintf("%s%020d.json", versionsDir, v) }
+
+// parseManifestName returns the version a key under _versions/ names, or
+// false for anything else (such as a temporary file of a commit in flight).
+func parseManifestName(name string) (int64, bool) {
+	name = strings.TrimPrefix(name, versionsDir)
+	digits, ok := strings.CutSuffix(name, ".json")
+	if !ok || len(digits) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(digits, 10, 64)
+	return v, err == nil && v > 0
+}
+
+// croupierFormat opens croupier tables through their manifests.
+type croupierFormat struct{}
+
+// isCroupier reports whether loc's folder holds a _versions/ folder.
+func isCroupier(ctx context.Context, loc *store.Location) (bool, error) {
+	it := loc.Bucket.List(&blob.ListOptions{Prefix: loc.Join(versionsDir)})
+	_, err := it.Next(ctx)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, io.EOF):
+		return false, nil
+	}
+	return false, errcode.Wrap(err, store.Code(err), "list", loc.ObjectURI(loc.Join(versionsDir)))
+}
+
+func (croupierFormat) open(ctx context.Context, loc *store.Location, opts OpenOptions) (*Table, error) {
+	const op = "open table"
+	v := opts.Version
+	if v < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, op, loc.URI, "version %d: versions start at 1 (0 is the latest)", v)
+	}
+	if v == 0 {
+		versions, err := listVersions(ctx, loc)
+		if err != nil {
+			return nil, err
+		}
+		if len(versions) == 0 {
+			return nil, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
+		}
+		v = versions[len(versions)-1]
+	}
+	m, err := readManifest(ctx, loc, opts.Catalog, v)
+	if err != nil {
+		return nil, err
+	}
+	return m.table(loc)
+}
+
+// table returns the pinned Table of manifest m.
+func (m *manifest) table(loc *store.Location) (*Table, error) {
+	schema, err := decodeSchema(m.Schema)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Corrupt, "open table", loc.ObjectURI(loc.Join(manifestName(m.Version))))
+	}
+	files := slices.Clone(m.Files)
+	for i := range files {
+		files[i].Key = loc.Join(files[i].Key)
+	}
+	pin := Pin{Format: PinFormat, Kind: KindCroupier, URI: loc.URI, Version: strconv.FormatInt(m.Version, 10),
+		Schema: m.Schema, Files: files}
+	return newTable(loc, pin, schema, make([]*metadata.FileMetaData, len(files))), nil
+}
+
+// listVersions returns the committed versions of the table at loc, ascending.
+func listVersions(ctx context.Context, loc *store.Location) ([]int64, error) {
+	prefix := loc.Join(versionsDir)
+	objs, err := listObjects(ctx, loc, prefix)
+	if err != nil {
+		return nil, errcode.Wrap(err, store.Code(err), "list versions", loc.ObjectURI(prefix))
+	}
+	var out []int64
+	for _, obj := range objs {
+		if v, ok := parseManifestName(versionsDir + strings.TrimPrefix(obj.Key, prefix)); ok {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// listObjects returns the objects under prefix. fileblob fails a listing when a file
+// vanishes between reading a folder and stat-ing the file (a concurrent
+// Cleanup, or a writer renaming its temporary file); such listings are retried.
+func listObjects(ctx context.Context, loc *store.Location, prefix string) ([]*blob.ListObject, error) {
+	for attempt := 1; ; attempt++ {
+		var out []*blob.ListObject
+		it := loc.Bucket.List(&blob.ListOptions{Prefix: prefix})
+		for {
+			obj, err := it.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			if err != nil {
+				if store.Code(err) == errcode.NotFound && attempt < 10 {
+					break
+				}
+				return nil, err
+			}
+			out = append(out, obj)
+		}
+	}
+}
+
+// readManifest reads and checks the manifest of version v. With a catalog it
+// stats the manifest and reads it from the store only on a cache miss.
+func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog, v int64) (*manifest, error) {
+	const op = "read manifest"
+	key := loc.Join(manifestName(v))
+	where := loc.ObjectURI(key)
+	notFound := func(err error) error {
+		if store.Code(err) != errcode.NotFound && errcode.Of(err) != errcode.NotFound {
+			return errcode.Wrap(err, store.Code(err), op, where)
+		}
+		versions, lerr := listVersions(ctx, loc)
+		if lerr != nil || len(versions) == 0 {
+			return errcode.New(errcode.NotFound, "open version", loc.URI, "version %d does not exist", v)
+		}
+		return errcode.New(errcode.NotFound, "open version", loc.URI, "version %d does not exist (versions %d to %d exist)",
+			v, versions[0], versions[len(versions)-1])
+	}
+	var data []byte
+	var ckey string
+	if cat != nil {
+		obj, err := loc.Stat(ctx, key)
+		if err != nil {
+			return nil, notFound(err)
+		}
+		ckey = catalog.Key("manifest", where, obj.Size, obj.ModTime, obj.ETag)
+		data = cat.Get([]string{ckey})[0]
+	}
+	cached := data != nil
+	if !cached {
+		var err error
+		if data, err = loc.Bucket.ReadAll(ctx, key); err != nil {
+			return nil, notFound(err)
+		}
+	}
+	m, err := decodeManifest(data, v)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Corrupt, op, where)
+	}
+	if cat != nil && !cached {
+		cat.Put([]catalog.Entry{{Key: ckey, Value: data}})
+	}
+	return m, nil
+}
+
+// decodeManifest parses and checks a manifest that should be version v's.
+func decodeManifest(data []byte, v int64) (*manifest, error) {
+	var m manifest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("corrupt manifest: %w", err)
+	}
+	if m.Format != ManifestFormat {
+		return nil, fmt.Errorf("unsupported manifest format %d (want %d)", m.Format, ManifestFormat)
+	}
+	if m.Version != v {
+		return nil, fmt.Errorf("manifest says version %d, its name says %d", m.Version, v)
+	}
+	if _, err := decodeSchema(m.Schema); err != nil {
+		return nil, fmt.Errorf("corrupt manifest: %w", err)
+	}
+	var rows int64
+	for _, f := range m.Files {
+		var inGroups int64
+		for _, n := range f.RowGroups {
+			inGroups += n
+		}
+		if f.Key == "" || inGroups != f.NumRows || f.Size <= 0 {
+			return nil, fmt.Errorf("corrupt manifest: file %q: %d rows, %d in its row groups, %d bytes", f.Key, f.NumRows, inGroups, f.Size)
+		}
+		rows += f.NumRows
+	}
+	if rows != m.NumRows || m.Added < 0 || m.Added > len(m.Files) {
+		return nil, fmt.Errorf("corrupt manifest: %d rows in files, %d recorded", rows, m.NumRows)
+	}
+	return &m, nil
+}
+
+// Versions returns the committed versions of the croupier table at uri,
+// ascending. Versions removed by Cleanup are not listed.
+func Versions(ctx context.Context, uri string) ([]int64, error) {
+	loc, err := store.Open(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	defer loc.Close()
+	if err := mustBeCroupier(ctx, loc); err != nil {
+		return nil, err
+	}
+	return listVersions(ctx, loc)
+}
+
+// Versions returns the committed versions of t's croupier table, now.
+func (t *Table) Versions(ctx context.Context) ([]int64, error) {
+	if t.pin.Kind != KindCroupier {
+		return nil, errcode.New(errcode.InvalidArgument, "list versions", t.pin.URI,
+			"a plain Parquet dataset has only its pinned version %s", t.pin.Version)
+	}
+	return listVersions(ctx, t.loc)
+}
+
+func mustBeCroupier(ctx context.Context, loc *store.Location) error {
+	ok, err := isCroupier(ctx, loc)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errcode.New(errcode.NotFound, "open table", loc.URI, "no croupier table here (no _versions/ folder)")
+	}
+	return nil
+}
+
+// Create creates a croupier table at uri whose version 1 holds data (which may
+// yield no rows; its schema is the table's). It fails with
+// errcode.AlreadyExists when a croupier table exists there.
+func Create(ctx context.Context, uri string, data array.RecordReader, opts WriteOptions) (*Table, error) {
+	const op = "create table"
+	opts = opts.withDefaults()
+	loc, err := store.OpenCreate(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	t, err := create(ctx, loc, data, opts)
+	if err != nil {
+		loc.Close()
+		if errcode.Of(err) == errcode.Internal {
+			err = errcode.Wrap(err, errcode.Internal, op, uri)
+		}
+		return nil, err
+	}
+	t.cat = opts.Catalog
+	return t, nil
+}
+
+func create(ctx context.Context, loc *store.Location, data array.RecordReader, opts WriteOptions) (*Table, error) {
+	if versions, err := listVersions(ctx, loc); err != nil {
+		return nil, err
+	} else if len(versions) > 0 {
+		return nil, errcode.New(errcode.AlreadyExists, "create table", loc.URI,
+			"a croupier table exists here (latest version %d)", versions[len(versions)-1])
+	}
+	schema, err := canonicalSchema(data.Schema(), opts)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, "create table", loc.URI)
+	}
+	enc, err := encodeSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	added, err := writeData(ctx, loc, data, opts)
+	if err != nil {
+		return nil, err
+	}
+	m := &manifest{Format: ManifestFormat, Version: 1, Timestamp: time.Now().UTC(), Schema: enc,
+		Files: added, Added: len(added)}
+	for _, f := range added {
+		m.NumRows += f.NumRows
+	}
+	buf, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := loc.CreateExclusive(ctx, loc.Join(manifestName(1)), buf); err != nil {
+		removeFiles(ctx, loc, added)
+		if errcode.Of(err) == errcode.AlreadyExists {
+			return nil, errcode.New(errcode.AlreadyExists, "create table", loc.URI, "a croupier table was created here concurrently")
+		}
+		return nil, err
+	}
+	return m.table(loc)
+}
+
+// Append adds data as a new version of the croupier table at uri and returns
+// that version's number. Many writers, in any processes, may append at once:
+// each commit is one exclusive create of the next version's manifest, a writer
+// that loses the race re-reads the new latest version, checks its schema again
+// and retries on the next number. data must have exactly the table's schema
+// (see the package doc).
+func Append(ctx context.Context, uri string, data array.RecordReader, opts WriteOptions) (int64, error) {
+	loc, err := store.Open(ctx, uri)
+	if err != nil {
+		return 0, err
+	}
+	defer loc.Close()
+	return appendData(ctx, loc, data, opts.withDefaults())
+}
+
+// Append adds data as a new version of t's croupier table; see Append. t stays
+// pinned at its own version: open the returned version to read the new rows.
+func (t *Table) Append(ctx context.Context, data array.RecordReader, opts WriteOptions) (int64, error) {
+	if t.pin.Kind != KindCroupier {
+		return 0, errcode.New(errcode.InvalidArgument, "append", t.pin.URI,
+			"a plain Parquet dataset cannot be appended to; create a croupier table")
+	}
+	if opts.Catalog == nil {
+		opts.Catalog = t.cat
+	}
+	return appendData(ctx, t.loc, data, opts.withDefaults())
+}
+
+func appendData(ctx context.Context, loc *store.Location, data array.RecordReader, opts WriteOptions) (int64, error) {
+	const op = "append"
+	if err := mustBeCroupier(ctx, loc); err != nil {
+		return 0, err
+	}
+	versions, err := listVersions(ctx, loc)
+	if err != nil {
+		return 0, err
+	}
+	if len(versions) == 0 {
+		return 0, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
+	}
+	latest := versions[len(versions)-1]
+	parent, err := readManifest(ctx, loc, opts.Catalog, latest)
+	if err != nil {
+		return 0, err
+	}
+	// Check the schema before writing anything.
+	canon, err := canonicalSchema(data.Schema(), opts)
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.InvalidArgument, op, loc.URI)
+	}
+	if err := checkSchema(parent, canon, loc, latest); err != nil {
+		return 0, err
+	}
+	added, err := writeData(ctx, loc, data, opts)
+	if err != nil {
+		return 0, err
+	}
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			if parent, err = readManifest(ctx, loc, opts.Catalog, latest); err != nil {
+				removeFiles(ctx, loc, added)
+				return 0, err
+			}
+			if err := checkSchema(parent, canon, loc, latest); err != nil {
+				removeFiles(ctx, loc, added)
+				return 0, err
+			}
+		}
+		m := &manifest{Format: ManifestFormat, Version: latest + 1, Parent: latest, Timestamp: time.Now().UTC(),
+			Schema: parent.Schema, NumRows: parent.NumRows, Files: append(slices.Clone(parent.Files), added...), Added: len(added)}
+		for _, f := range added {
+			m.NumRows += f.NumRows
+		}
+		buf, err := json.Marshal(m)
+		if err != nil {
+			return 0, errcode.Wrap(err, errcode.Internal, op, loc.URI)
+		}
+		err = loc.CreateExclusive(ctx, loc.Join(manifestName(m.Version)), buf)
+		if err == nil {
+			return m.Version, nil
+		}
+		if errcode.Of(err) != errcode.AlreadyExists {
+			removeFiles(ctx, loc, added)
+			return 0, err
+		}
+		if attempt >= opts.MaxAttempts {
+			removeFiles(ctx, loc, added)
+			return 0, errcode.New(errcode.Unavailable, op, loc.URI,
+				"lost the race for a new version %d times in a row (last tried version %d)", attempt, m.Version)
+		}
+		// Another writer committed latest+1: build on it next. (If more
+		// versions exist, the next attempt loses at once and moves on again.)
+		latest++
+		if err := sleep(ctx, time.Duration(rand.Int64N(int64(min(attempt, 20))*int64(time.Millisecond)))); err != nil {
+			removeFiles(ctx, loc, added)
+			return 0, errcode.Wrap(err, errcode.Canceled, op, loc.URI)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkSchema checks that data's canonical schema is the table's.
+func checkSchema(parent *manifest, canon *arrow.Schema, loc *store.Location, v int64) error {
+	const op = "append"
+	want, err := decodeSchema(parent.Schema)
+	if err != nil {
+		return errcode.Wrap(err, errcode.Corrupt, op, loc.ObjectURI(loc.Join(manifestName(v))))
+	}
+	if err := diffSchema(want, canon); err != nil {
+		return errcode.Wrap(fmt.Errorf("data does not match the schema of version %d: %w", v, err), errcode.InvalidArgument, op, loc.URI)
+	}
+	return nil
+}
+
+// diffSchema names the first difference between the table's schema and data's.
+func diffSchema(table, data *arrow.Schema) error {
+	for i, f := range table.Fields() {
+		j := data.FieldIndices(f.Name)
+		if len(j) == 0 {
+			return fmt.Errorf("field %q (%s) is missing from the data", f.Name, f.Type)
+		}
+		g := data.Field(j[0])
+		if !arrow.TypeEqual(f.Type, g.Type) {
+			return fmt.Errorf("field %q: table has type %s, data has %s", f.Name, f.Type, g.Type)
+		}
+		if f.Nullable != g.Nullable {
+			return fmt.Errorf("field %q (%s): table has nullable=%t, data has nullable=%t", f.Name, f.Type, f.Nullable, g.Nullable)
+		}
+		if j[0] != i {
+			return fmt.Errorf("field %q is at position %d in the table, %d in the data", f.Name, i, j[0])
+		}
+	}
+	for _, g := range data.Fields() {
+		if len(table.FieldIndices(g.Name)) == 0 {
+			return fmt.Errorf("field %q (%s) is not in the table (adding columns is not supported)", g.Name, g.Type)
+		}
+	}
+	return nil
+}
+
+// writerProps are the Parquet properties of every data file croupier writes.
+func writerProps(opts WriteOptions) (*parquet.WriterProperties, pqarrow.ArrowWriterProperties) {
+	return parquet.NewWriterProperties(
+			parquet.WithMaxRowGroupLength(opts.RowGroupRows),
+			parquet.WithDataPageSize(opts.PageBytes),
+			parquet.WithPageIndexEnabled(true),
+			parquet.WithCompression(compress.Codecs.Zstd),
+		),
+		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
+}
+
+// canonicalSchema is s as readers will see it after a round trip through
+// Parquet: the schema of an empty file written with croupier's properties.
+func canonicalSchema(s *arrow.Schema, opts WriteOptions) (*arrow.Schema, error) {
+	var buf bytes.Buffer
+	props, aprops := writerProps(opts)
+	w, err := pqarrow.NewFileWriter(s, &buf, props, aprops)
+	if err != nil {
+		return nil, fmt.Errorf("schema cannot be stored in Parquet: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("schema cannot be stored in Parquet: %w", err)
+	}
+	b := buf.Bytes()
+	md, err := parseFooter(b[len(b)-8-int(uint32le(b[len(b)-8:])):len(b)-8], "schema")
+	if err != nil {
+		return nil, err
+	}
+	return arrowSchema(md)
+}
+
+func uint32le(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// writeData writes data as one new Parquet file under data/ and returns it
+// (with its key relative to the table's folder), or nothing when data has no
+// rows. The file is unique (a random UUID) and never rewritten; until a
+// manifest names it, it is an orphan that Cleanup removes after a grace period.
+func writeData(ctx context.Context, loc *store.Location, data array.RecordReader, opts WriteOptions) (files []File, err error) {
+	rel := dataDir + uuid.NewString() + ".parquet"
+	key := loc.Join(rel)
+	where := loc.ObjectURI(key)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var bw *blob.Writer
+	var pw *pqarrow.FileWriter
+	defer func() {
+		if p := recover(); p != nil {
+			err = errcode.New(errcode.Internal, "write", where, "panic: %v", p)
+		}
+		if err != nil && bw != nil {
+			cancel() // a canceled blob.Writer discards what it wrote
+			bw.Close()
+		}
+	}()
+	var rows int64
+	for data.Next() {
+		rec := data.RecordBatch()
+		if rec.NumRows() == 0 {
+			continue
+		}
+		if pw == nil {
+			if bw, err = loc.Bucket.NewWriter(wctx, key, &blob.WriterOptions{ContentType: "application/vnd.apache.parquet"}); err != nil {
+				return nil, errcode.Wrap(err, store.Code(err), "write", where)
+			}
+			props, aprops := writerProps(opts)
+			if pw, err = pqarrow.NewFileWriter(data.Schema(), bw, props, aprops); err != nil {
+				return nil, errcode.Wrap(err, errcode.InvalidArgument, "write", where)
+			}
+		}
+		if err := pw.WriteBuffered(rec); err != nil {
+			return nil, errcode.Wrap(err, errcode.InvalidArgument, "write", where)
+		}
+		rows += rec.NumRows()
+	}
+	if err := data.Err(); err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, "read input data for", where)
+	}
+	if pw == nil {
+		return nil, nil
+	}
+	// Closing the Parquet writer closes the blob writer, which commits the object.
+	bw = nil
+	if err := pw.Close(); err != nil {
+		loc.Bucket.Delete(context.WithoutCancel(ctx), key)
+		return nil, errcode.Wrap(err, store.Code(err), "write", where)
+	}
+	obj, err := loc.Stat(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := pw.FileMetadata()
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, "write", where)
+	}
+	f := File{Object: obj, NumRows: rows, RowGroups: make([]int64, meta.NumRowGroups())}
+	for i := range f.RowGroups {
+		f.RowGroups[i] = meta.RowGroup(i).NumRows()
+	}
+	if f.NumRows != meta.NumRows {
+		return nil, errcode.New(errcode.Internal, "write", where, "wrote %d rows, footer says %d", rows, meta.NumRows)
+	}
+	f.Key = rel
+	return []File{f}, nil
+}
+
+// removeFiles deletes data files a failed commit wrote; what it cannot delete
+// stays an orphan for Cleanup.
+func removeFiles(ctx context.Context, loc *store.Location, files []File) {
+	for _, f := range files {
+		loc.Bucket.Delete(context.WithoutCancel(ctx), loc.Join(f.Key))
+	}
+}

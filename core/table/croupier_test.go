@@ -1,0 +1,572 @@
+package table_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/croupier-data/croupier/core/catalog"
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
+)
+
+// Environment of a writer subprocess: the test binary re-executed by
+// TestConcurrentAppendProcesses and TestKilledWriter.
+const (
+	envWriterURI = "CROUPIER_TABLETEST_WRITER_URI"
+	envWriterID  = "CROUPIER_TABLETEST_WRITER_ID"
+	envAppends   = "CROUPIER_TABLETEST_APPENDS"
+)
+
+// Rows appended by writer w in its append j: rowsPerAppend ids from id(w, j, 0).
+const rowsPerAppend = 3
+
+func writerID(w, j, k int) int64 { return int64(w*100000 + j*rowsPerAppend + k) }
+
+func TestMain(m *testing.M) {
+	if uri := os.Getenv(envWriterURI); uri != "" {
+		os.Exit(runWriter(uri))
+	}
+	os.Exit(m.Run())
+}
+
+// runWriter appends $CROUPIER_TABLETEST_APPENDS batches (-1: until killed).
+func runWriter(uri string) int {
+	w, _ := strconv.Atoi(os.Getenv(envWriterID))
+	n, _ := strconv.Atoi(os.Getenv(envAppends))
+	ctx := context.Background()
+	tb, err := table.Open(ctx, uri)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "writer %d: %v\n", w, err)
+		return 1
+	}
+	defer tb.Close()
+	for j := 0; n < 0 || j < n; j++ {
+		if _, err := tb.Append(ctx, idReader(writerID(w, j, 0), rowsPerAppend), table.WriteOptions{}); err != nil {
+			fmt.Fprintf(os.Stderr, "writer %d append %d: %v\n", w, j, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// idReader yields rows whose id column is start, start+1, … (the other
+// columns derive from the id, see tabletest).
+func idReader(start, n int64) array.RecordReader {
+	rec := tabletest.Record(start, n)
+	defer rec.Release()
+	r, err := array.NewRecordReader(tabletest.Schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func startS3(t *testing.T) *s3test.Server {
+	t.Helper()
+	s, err := s3test.Start("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// stores returns one fresh table URI on each store.
+func stores(t *testing.T) map[string]string {
+	s := startS3(t)
+	return map[string]string{
+		"file": "file://" + filepath.Join(t.TempDir(), "tbl"),
+		"mem":  "mem://tabletest/" + t.Name(),
+		"s3":   s.URI("bkt", "tables/"+t.Name()),
+	}
+}
+
+// allIDs reads every row of tb and returns the id column.
+func allIDs(t *testing.T, tb *table.Table) []int64 {
+	t.Helper()
+	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id"}, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ids := make([]uint64, tb.NumRows())
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	rec, err := r.Read(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	return slices.Clone(rec.Column(0).(*array.Int64).Int64Values())
+}
+
+func seq(start, n int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = start + int64(i)
+	}
+	return out
+}
+
+func TestCreateAppendTimeTravel(t *testing.T) {
+	ctx := context.Background()
+	for name, uri := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{RowGroupRows: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tb.Close()
+			if tb.Version() != "1" || tb.NumRows() != 10 || tb.Kind() != table.KindCroupier {
+				t.Fatalf("created: version %s, %d rows, kind %s", tb.Version(), tb.NumRows(), tb.Kind())
+			}
+			if rg := tb.Files()[0].RowGroups; !slices.Equal(rg, []int64{4, 4, 2}) {
+				t.Errorf("row groups %v, want [4 4 2]", rg)
+			}
+			for v := int64(2); v <= 4; v++ {
+				got, err := tb.Append(ctx, idReader(10*(v-1), 10), table.WriteOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != v {
+					t.Fatalf("append returned version %d, want %d", got, v)
+				}
+			}
+			if tb.Version() != "1" || tb.NumRows() != 10 {
+				t.Fatalf("append moved the open table to %s", tb.Version())
+			}
+			versions, err := table.Versions(ctx, uri)
+			if err != nil || !slices.Equal(versions, []int64{1, 2, 3, 4}) {
+				t.Fatalf("versions %v, %v", versions, err)
+			}
+			latest := open(t, uri)
+			if latest.Version() != "4" || !slices.Equal(allIDs(t, latest), seq(0, 40)) {
+				t.Fatalf("latest: version %s", latest.Version())
+			}
+			checkRowsOf(t, latest, []uint64{39, 0, 17})
+			for k := int64(1); k <= 4; k++ {
+				tk, err := table.OpenVersion(ctx, uri, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := allIDs(t, tk); !slices.Equal(got, seq(0, 10*k)) {
+					t.Errorf("version %d: ids %v", k, got)
+				}
+				// The pin of a croupier version reopens the same rows.
+				tp, err := table.OpenPin(ctx, tk.Pin())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tp.Version() != strconv.FormatInt(k, 10) || !slices.Equal(allIDs(t, tp), seq(0, 10*k)) {
+					t.Errorf("pin of version %d reopened as %s", k, tp.Version())
+				}
+				tp.Close()
+				tk.Close()
+			}
+		})
+	}
+}
+
+func checkRowsOf(t *testing.T, tb *table.Table, ids []uint64) {
+	t.Helper()
+	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, err := r.Read(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	checkRows(t, rec, ids)
+}
+
+func TestCroupierErrors(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "tbl")
+	uri := "file://" + dir
+	tb, err := table.Create(ctx, uri, idReader(0, 5), table.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+
+	_, err = table.Create(ctx, uri, idReader(0, 5), table.WriteOptions{})
+	wantErr(t, err, errcode.AlreadyExists, dir, "latest version 1")
+
+	// A different type for one field.
+	other := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int32}}, nil)
+	b := array.NewInt32Builder(memory.DefaultAllocator)
+	b.AppendValues([]int32{1}, nil)
+	col := b.NewArray()
+	rec := array.NewRecordBatch(other, []arrow.Array{col}, 1)
+	rr, _ := array.NewRecordReader(other, []arrow.RecordBatch{rec})
+	_, err = table.Append(ctx, uri, rr, table.WriteOptions{})
+	wantErr(t, err, errcode.InvalidArgument, dir, `field "id"`, "int64", "int32")
+	rec.Release()
+	col.Release()
+	b.Release()
+
+	// A missing field.
+	short := arrow.NewSchema(tabletest.Schema.Fields()[:4], nil)
+	full := tabletest.Record(0, 2)
+	cut := array.NewRecordBatch(short, full.Columns()[:4], 2)
+	rr, _ = array.NewRecordReader(short, []arrow.RecordBatch{cut})
+	_, err = table.Append(ctx, uri, rr, table.WriteOptions{})
+	wantErr(t, err, errcode.InvalidArgument, `field "meta"`, "missing")
+	cut.Release()
+	full.Release()
+	if files, _ := filepath.Glob(filepath.Join(dir, "data", "*.parquet")); len(files) != 1 {
+		t.Errorf("rejected appends left data files: %v", files)
+	}
+
+	_, err = table.OpenVersion(ctx, uri, 7)
+	wantErr(t, err, errcode.NotFound, dir, "version 7 does not exist", "versions 1 to 1")
+
+	// A corrupt manifest is reported as such, with its name.
+	if _, err := table.Append(ctx, uri, idReader(5, 5), table.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m2 := filepath.Join(dir, "_versions", "00000000000000000002.json")
+	os.WriteFile(m2, []byte(`{"format":1,"version":2,"files":[`), 0o644)
+	_, err = table.Open(ctx, uri)
+	wantErr(t, err, errcode.Corrupt, "00000000000000000002.json", "corrupt manifest")
+	_, err = table.Append(ctx, uri, idReader(10, 5), table.WriteOptions{})
+	wantErr(t, err, errcode.Corrupt, "00000000000000000002.json")
+	// Version 1 still reads.
+	tb1, err := table.OpenVersion(ctx, uri, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(allIDs(t, tb1), seq(0, 5)) {
+		t.Error("version 1 changed")
+	}
+	_, err = tb1.NewReader(table.ReaderOptions{Columns: []string{"nope"}})
+	wantErr(t, err, errcode.InvalidArgument, "nope")
+	tb1.Close()
+
+	plain, _ := writeDir(t, 10)
+	_, err = table.OpenVersion(ctx, "file://"+plain, 2)
+	wantErr(t, err, errcode.InvalidArgument, plain, "plain Parquet")
+	_, err = table.Versions(ctx, "file://"+plain)
+	wantErr(t, err, errcode.NotFound, plain, "no croupier table")
+	_, err = table.Append(ctx, "file://"+plain, idReader(0, 1), table.WriteOptions{})
+	wantErr(t, err, errcode.NotFound, plain)
+}
+
+// TestConcurrentAppendProcesses runs 8 writer processes of 25 appends each
+// against one table, while this process keeps opening and reading the latest
+// version.
+func TestConcurrentAppendProcesses(t *testing.T) {
+	const writers, appends = 8, 25
+	s := startS3(t)
+	for name, uri := range map[string]string{
+		"file": "file://" + filepath.Join(t.TempDir(), "tbl"),
+		"s3":   s.URI("bkt", "concurrent"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			tb, err := table.Create(ctx, uri, idReader(-1, 1), table.WriteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb.Close()
+			stop := make(chan struct{})
+			var reads atomic.Int64
+			var readerWG sync.WaitGroup
+			readerWG.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					checkConsistent(t, uri)
+					reads.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					cmd := exec.Command(os.Args[0], "-test.run=^$")
+					cmd.Env = append(os.Environ(), envWriterURI+"="+uri, envWriterID+"="+strconv.Itoa(w),
+						envAppends+"="+strconv.Itoa(appends))
+					if out, err := cmd.CombinedOutput(); err != nil {
+						t.Errorf("writer %d: %v\n%s", w, err, out)
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			readerWG.Wait()
+			versions, err := table.Versions(ctx, uri)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := seq(1, writers*appends+1); !slices.Equal(versions, want) {
+				t.Fatalf("%d versions %v…, want 1…%d contiguous", len(versions), versions[:min(5, len(versions))], writers*appends+1)
+			}
+			final := open(t, uri)
+			got := allIDs(t, final)
+			want := []int64{-1}
+			for w := range writers {
+				for j := range appends {
+					for k := range rowsPerAppend {
+						want = append(want, writerID(w, j, k))
+					}
+				}
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("final version has %d rows, want %d (each appended row exactly once)", len(got), len(want))
+			}
+			t.Logf("%d consistent reads during the appends", reads.Load())
+		})
+	}
+}
+
+// checkConsistent opens the latest version and checks that it is whole: its
+// row count matches its version and its newest rows read back.
+func checkConsistent(t *testing.T, uri string) {
+	tb, err := table.Open(context.Background(), uri)
+	if err != nil {
+		t.Errorf("reader: %v", err)
+		return
+	}
+	defer tb.Close()
+	v, _ := strconv.ParseInt(tb.Version(), 10, 64)
+	if want := 1 + (v-1)*rowsPerAppend; tb.NumRows() != want {
+		t.Errorf("reader: version %d has %d rows, want %d", v, tb.NumRows(), want)
+		return
+	}
+	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer r.Close()
+	last := uint64(tb.NumRows() - 1)
+	rec, err := r.Read(context.Background(), []uint64{last, 0})
+	if err != nil {
+		t.Errorf("reader at version %d: %v", v, err)
+		return
+	}
+	rec.Release()
+}
+
+// TestKilledWriter kills a writer process in the middle of its appends, and
+// leaves data files that no manifest names: the table stays readable at its
+// last committed version, and Cleanup removes the orphans.
+func TestKilledWriter(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "tbl")
+	uri := "file://" + dir
+	tb, err := table.Create(ctx, uri, idReader(-1, 1), table.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWriterURI+"="+uri, envWriterID+"=0", envAppends+"=-1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vs, err := table.Versions(ctx, uri)
+		if err == nil && len(vs) >= 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("writer made no progress")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	// And a writer that died between its data and its manifest.
+	if err := table.WriteOrphan(ctx, uri, idReader(1e9, 5)); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "_tmp", "00000000000000999999.json-1"), []byte("{partial"), 0o644)
+
+	latest := open(t, uri)
+	v, _ := strconv.ParseInt(latest.Version(), 10, 64)
+	got := allIDs(t, latest)
+	want := []int64{-1}
+	for j := range int(v - 1) {
+		for k := range rowsPerAppend {
+			want = append(want, writerID(0, j, k))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("version %d after the kill: %d rows, want %d", v, len(got), len(want))
+	}
+	// The table takes appends again.
+	nv, err := table.Append(ctx, uri, idReader(5e8, 2), table.WriteOptions{})
+	if err != nil || nv != v+1 {
+		t.Fatalf("append after the kill: version %d, %v (want %d)", nv, err, v+1)
+	}
+	res, err := table.Cleanup(ctx, uri, table.CleanupOptions{KeepLast: 2, Grace: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.DeletedVersions) != int(nv-2) {
+		t.Errorf("deleted versions %v, want 1…%d", res.DeletedVersions, nv-2)
+	}
+	// The orphan data file (plus perhaps one the killed writer left) and the temporary manifest.
+	if len(res.DeletedFiles) < 2 {
+		t.Errorf("deleted files %v, want the orphans", res.DeletedFiles)
+	}
+	for _, f := range res.DeletedFiles {
+		if filepath.Base(f) == filepath.Base(latest.Files()[0].Key) {
+			t.Errorf("cleanup deleted %s, which kept versions use", f)
+		}
+	}
+	if vs, _ := table.Versions(ctx, uri); !slices.Equal(vs, []int64{nv - 1, nv}) {
+		t.Errorf("versions after cleanup %v", vs)
+	}
+	_, err = table.OpenVersion(ctx, uri, 1)
+	wantErr(t, err, errcode.NotFound, "version 1 does not exist")
+	after := open(t, uri)
+	if got := allIDs(t, after); len(got) != len(want)+2 {
+		t.Errorf("latest after cleanup: %d rows, want %d", len(got), len(want)+2)
+	}
+	_, err = table.Cleanup(ctx, uri, table.CleanupOptions{KeepLast: 0})
+	wantErr(t, err, errcode.InvalidArgument, "keep_last")
+}
+
+func TestPinnedParquetOnS3(t *testing.T) {
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "plain")
+	loc := mustLoc(t, uri)
+	for i, n := range []int64{100, 100} {
+		if err := loc.Bucket.WriteAll(ctx, fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, int64(i)*100, n, 50), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb := open(t, uri)
+	if tb.Kind() != table.KindParquet || tb.Version()[0] != 'p' {
+		t.Fatalf("kind %s version %s", tb.Kind(), tb.Version())
+	}
+	checkRowsOf(t, tb, []uint64{150, 3})
+	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// Overwrite part-1 with other rows.
+	if err := loc.Bucket.WriteAll(ctx, "plain/part-1.parquet", tabletest.Encode(t, 1000, 90, 50), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Read(ctx, []uint64{150})
+	wantErr(t, err, errcode.Changed, "s3://bkt/plain/part-1.parquet", "changed")
+	if err := loc.Bucket.Delete(ctx, "plain/part-1.parquet"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Read(ctx, []uint64{199})
+	wantErr(t, err, errcode.Changed, "s3://bkt/plain/part-1.parquet", "vanished")
+}
+
+// TestReopenReadsNoFooter opens a 2,000-file dataset twice with a catalog:
+// the second open reads no footer from the store.
+func TestReopenReadsNoFooter(t *testing.T) {
+	const files = 2000
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "many")
+	data := tabletest.Encode(t, 0, 1, 1)
+	for i := range files {
+		if err := s.Put("bkt", fmt.Sprintf("many/f%05d.parquet", i), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
+	s.ResetCounts()
+	first, err := table.OpenWith(ctx, uri, table.OpenOptions{Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	if n := s.Count("GET", ".parquet"); n < files {
+		t.Fatalf("first open made %d GETs of .parquet objects, want ≥ %d footer reads", n, files)
+	}
+	s.ResetCounts()
+	second, err := table.OpenWith(ctx, uri, table.OpenOptions{Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if n := s.Count("GET", ".parquet"); n != 0 {
+		t.Fatalf("second open read %d footers from the store, want 0", n)
+	}
+	if second.NumRows() != files || second.Version() != first.Version() {
+		t.Fatalf("second open: %d rows, version %s vs %s", second.NumRows(), second.Version(), first.Version())
+	}
+	t.Logf("second open: %d requests (listing and HEADs), no footer read", s.Requests())
+	// Reads of the reopened pin use cached footers too: only data ranges.
+	s.ResetCounts()
+	checkRowsOf(t, second, []uint64{0})
+	if n := s.Count("GET", ".parquet"); n > 6 { // one range per leaf column
+		t.Errorf("reading one row made %d GETs", n)
+	}
+}
+
+func TestCatalogCachesManifests(t *testing.T) {
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "cached")
+	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
+	tb, err := table.Create(ctx, uri, idReader(0, 5), table.WriteOptions{Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	for range 2 {
+		if _, err := table.OpenWith(ctx, uri, table.OpenOptions{Catalog: cat}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ResetCounts()
+	tb, err = table.OpenWith(ctx, uri, table.OpenOptions{Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	if n := s.Count("GET", ".json"); n != 0 {
+		t.Errorf("cached open read the manifest %d times", n)
+	}
+	checkRowsOf(t, tb, []uint64{4})
+}
+
+func mustLoc(t *testing.T, uri string) *store.Location {
+	t.Helper()
+	loc, err := store.Open(context.Background(), uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { loc.Close() })
+	return loc
+}

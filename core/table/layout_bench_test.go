@@ -1,0 +1,108 @@
+package table_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/table"
+)
+
+// benchRecord builds n rows shaped like RL rollouts: an id, 16–48 token ids,
+// a reward and a short text.
+func benchRecord(start, n int64) arrow.RecordBatch {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+		{Name: "reward", Type: arrow.PrimitiveTypes.Float32, Nullable: true},
+		{Name: "text", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(uint64(start), 1))
+	toks := b.Field(1).(*array.ListBuilder)
+	vals := toks.ValueBuilder().(*array.Int32Builder)
+	for id := start; id < start+n; id++ {
+		b.Field(0).(*array.Int64Builder).Append(id)
+		toks.Append(true)
+		for range 16 + rng.IntN(33) {
+			vals.Append(rng.Int32N(50000))
+		}
+		b.Field(2).(*array.Float32Builder).Append(rng.Float32())
+		b.Field(3).(*array.StringBuilder).Append(fmt.Sprintf("sample %d with a little text %x", id, rng.Uint64()))
+	}
+	return b.NewRecordBatch()
+}
+
+// BenchmarkRandomRows measures reading 64 random rows of a 1M-row file with a
+// cold cache, for several row-group and page sizes (see the package doc).
+//
+//	go test ./core/table -run '^$' -bench RandomRows -benchtime 10x
+func BenchmarkRandomRows(b *testing.B) {
+	const rows = 1 << 20
+	rec := benchRecord(0, rows)
+	defer rec.Release()
+	ctx := context.Background()
+	for _, rg := range []int64{4 << 10, 16 << 10, 64 << 10, 256 << 10} {
+		for _, page := range []int64{8 << 10, 64 << 10, 1 << 20} {
+			b.Run(fmt.Sprintf("rowgroup=%d/page=%d", rg, page), func(b *testing.B) {
+				var buf bytes.Buffer
+				props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(rg),
+					parquet.WithDataPageSize(page), parquet.WithPageIndexEnabled(true),
+					parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDictionaryDefault(false))
+				w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.DefaultWriterProps())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := w.WriteBuffered(rec); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Close(); err != nil {
+					b.Fatal(err)
+				}
+				name := fmt.Sprintf("mem://layoutbench/rg%d-p%d/f.parquet", rg, page)
+				loc, err := store.Open(ctx, name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := loc.Bucket.WriteAll(ctx, loc.Key, buf.Bytes(), nil); err != nil {
+					b.Fatal(err)
+				}
+				tb, err := table.Open(ctx, name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tb.Close()
+				rng := rand.New(rand.NewPCG(7, 7))
+				b.ResetTimer()
+				for b.Loop() {
+					r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 0})
+					if err != nil {
+						b.Fatal(err)
+					}
+					ids := make([]uint64, 64)
+					for i := range ids {
+						ids[i] = uint64(rng.Int64N(rows))
+					}
+					out, err := r.Read(ctx, ids)
+					if err != nil {
+						b.Fatal(err)
+					}
+					out.Release()
+					r.Close()
+				}
+				b.ReportMetric(float64(buf.Len())/(1<<20), "MiB")
+			})
+		}
+	}
+}
