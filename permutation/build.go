@@ -78,7 +78,7 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 			shuffle(s, *spec.Shuffle, DeriveKey(spec.Shuffle.Seed, fmt.Sprintf("shuffle/%d", i)))
 		}
 	}
-	loc, err := store.Open(ctx, uri)
+	loc, err := store.OpenCreate(ctx, uri)
 	if err != nil {
 		return nil, err
 	}
@@ -430,7 +430,10 @@ func shuffle(ids []uint64, sh ShuffleSpec, key uint64) {
 	}
 }
 
-// write persists the split chunks, then the manifest.
+// write persists the split chunks, then the manifest. Chunks go under a
+// folder named by the permutation's content ID, so a concurrent build of other
+// inputs at the same URI can never overwrite them: the loser of the manifest
+// race leaves only unreferenced chunks behind.
 func (b *builder) write(ctx context.Context, loc *store.Location, names []string) (Manifest, error) {
 	width := 8
 	if b.t.NumRows() <= 1<<32 {
@@ -438,38 +441,49 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 	}
 	m := Manifest{Format: FormatVersion, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
 		RowsScanned: b.stats.rows, RowsKept: b.stats.kept, RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
-	var total, done int64
-	for _, ids := range b.out {
-		total += int64(len(ids))
-	}
+	var total int64
 	digest := sha256.New()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
 	for i, ids := range b.out {
 		m.Splits = append(m.Splits, SplitInfo{Name: names[i], NumRows: int64(len(ids))})
-		for c := int64(0); c*ChunkIDs < int64(len(ids)); c++ {
-			data := encodeIDs(ids[c*ChunkIDs:min((c+1)*ChunkIDs, int64(len(ids)))], width)
-			digest.Write(data)
-			key := chunkKey(loc.Key, i, c)
-			g.Go(func() error {
-				if err := loc.Bucket.WriteAll(gctx, key, data, nil); err != nil {
-					return errcode.Wrap(err, store.Code(err), "write row ids", loc.ObjectURI(key))
-				}
-				return nil
-			})
-			done += int64(len(data) / width)
-			b.progress("write", done, total)
-		}
-	}
-	if err := g.Wait(); err != nil {
-		return Manifest{}, err
+		total += int64(len(ids))
+		forChunks(ids, func(_ int64, chunk []uint64) { digest.Write(encodeIDs(chunk, width)) })
 	}
 	id, err := contentID(m, digest.Sum(nil))
 	if err != nil {
 		return Manifest{}, err
 	}
 	m.ID = id
+	if ok, err := loc.Bucket.Exists(ctx, path.Join(loc.Key, manifestKey)); err == nil && ok {
+		return Manifest{}, errcode.New(errcode.AlreadyExists, "write permutation", loc.URI,
+			"a permutation already exists there; permutations are immutable, persist to a new URI")
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	var done int64
+	for i, ids := range b.out {
+		forChunks(ids, func(c int64, chunk []uint64) {
+			data, key := encodeIDs(chunk, width), chunkKey(loc.Key, id, i, c)
+			g.Go(func() error {
+				if err := loc.Bucket.WriteAll(gctx, key, data, nil); err != nil {
+					return errcode.Wrap(err, store.Code(err), "write row ids", loc.ObjectURI(key))
+				}
+				return nil
+			})
+			done += int64(len(chunk))
+			b.progress("write", done, total)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Manifest{}, err
+	}
 	return m, writeManifest(ctx, loc, m)
+}
+
+// forChunks calls fn with each run of ChunkIDs row ids (fewer in the last).
+func forChunks(ids []uint64, fn func(c int64, chunk []uint64)) {
+	for c := int64(0); c*ChunkIDs < int64(len(ids)); c++ {
+		fn(c, ids[c*ChunkIDs:min((c+1)*ChunkIDs, int64(len(ids)))])
+	}
 }
 
 // progress reports to the callback at most ten times a second, and always

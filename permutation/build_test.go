@@ -227,7 +227,7 @@ func TestOpenChecksTable(t *testing.T) {
 	}
 	q.Close()
 	_, err = permutation.Build(context.Background(), tb, permutation.Spec{}, uri, permutation.BuildOptions{})
-	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "immutable") {
+	if errcode.Of(err) != errcode.AlreadyExists || !strings.Contains(err.Error(), "immutable") {
 		t.Fatalf("second build at the same URI = %v", err)
 	}
 	os.Remove(filepath.Join(dir, "part-000.parquet"))

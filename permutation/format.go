@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-	"gocloud.dev/blob"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
@@ -27,8 +26,9 @@ const ChunkIDs = 1 << 16
 // The persisted form, under the permutation URI:
 //
 //	permutation.json          the manifest, written last: its presence commits
-//	splits/<i>/<j>.ids        chunk j of split i: ChunkIDs row ids (fewer in the
-//	                          last chunk), each IDWidth bytes little endian
+//	<id>/<i>/<j>.ids          chunk j of split i: ChunkIDs row ids (fewer in the
+//	                          last chunk), each IDWidth bytes little endian;
+//	                          <id> is the permutation's ID
 //	build.json                when the permutation was built and how long it took
 //
 // Every object but build.json is a function of the inputs alone, so two builds
@@ -57,8 +57,8 @@ type SplitInfo struct {
 	NumRows int64  `json:"num_rows"`
 }
 
-func chunkKey(prefix string, split int, chunk int64) string {
-	return path.Join(prefix, "splits", fmt.Sprint(split), fmt.Sprintf("%08d.ids", chunk))
+func chunkKey(prefix, id string, split int, chunk int64) string {
+	return path.Join(prefix, id, fmt.Sprint(split), fmt.Sprintf("%08d.ids", chunk))
 }
 
 // encodeIDs returns ids as IDWidth-byte little-endian integers.
@@ -98,22 +98,19 @@ func contentID(m Manifest, chunkDigest []byte) (string, error) {
 	return uuid.NewSHA1(uuid.NameSpaceURL, h.Sum(nil)).String(), nil
 }
 
-// writeManifest makes the permutation visible. It refuses to replace an
-// existing permutation: permutations are immutable.
+// writeManifest makes the permutation visible, atomically. It refuses to
+// replace an existing permutation: permutations are immutable.
 func writeManifest(ctx context.Context, loc *store.Location, m Manifest) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return errcode.Wrap(err, errcode.Internal, "write permutation", loc.URI)
 	}
-	key := path.Join(loc.Key, manifestKey)
-	err = loc.Bucket.WriteAll(ctx, key, append(b, '\n'), &blob.WriterOptions{IfNotExist: true, ContentType: "application/json"})
-	if err != nil {
-		if store.Code(err) == errcode.Changed {
-			return errcode.New(errcode.InvalidArgument, "write permutation", loc.URI, "a permutation already exists there; permutations are immutable, persist to a new URI")
-		}
-		return errcode.Wrap(err, store.Code(err), "write permutation", loc.ObjectURI(key))
+	err = loc.CreateExclusive(ctx, path.Join(loc.Key, manifestKey), append(b, '\n'))
+	if errcode.Of(err) == errcode.AlreadyExists {
+		return errcode.New(errcode.AlreadyExists, "write permutation", loc.URI,
+			"a permutation already exists there; permutations are immutable, persist to a new URI")
 	}
-	return nil
+	return err
 }
 
 // readManifest reads and checks the manifest under loc.

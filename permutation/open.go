@@ -145,7 +145,7 @@ func (s *Split) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error)
 func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
 	return s.chunks.get(c, func() ([]uint64, error) {
 		n := min(ChunkIDs, s.info.NumRows-c*ChunkIDs)
-		key := chunkKey(s.p.loc.Key, s.index, c)
+		key := chunkKey(s.p.loc.Key, s.p.m.ID, s.index, c)
 		b, err := s.p.loc.Bucket.ReadAll(ctx, key)
 		if err != nil {
 			return nil, errcode.Wrap(err, store.Code(err), "read row ids", s.p.loc.ObjectURI(key))

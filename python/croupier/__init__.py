@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._lib import init
 from ._lib import version as _library_version
 from .errors import (
+    AlreadyExistsError,
     CanceledError,
     ChangedError,
     ClosedError,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadyExistsError",
     "CanceledError",
     "ChangedError",
     "ClosedError",

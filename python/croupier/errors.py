@@ -12,6 +12,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 __all__ = [
+    "AlreadyExistsError",
     "CanceledError",
     "ChangedError",
     "ClosedError",
@@ -39,6 +40,7 @@ class StatusCode(IntEnum):
     UNAVAILABLE = 6
     CLOSED = 7
     CANCELED = 8
+    ALREADY_EXISTS = 9
 
 
 class CroupierError(Exception):
@@ -95,6 +97,12 @@ class CanceledError(CroupierError):
     code = StatusCode.CANCELED
 
 
+class AlreadyExistsError(CroupierError, FileExistsError):
+    """A table, version or permutation that must be new already exists."""
+
+    code = StatusCode.ALREADY_EXISTS
+
+
 class ForkError(CroupierError, RuntimeError):
     """The Go core was loaded in a parent process before ``fork()``.
 
@@ -117,6 +125,7 @@ _CLASSES: dict[StatusCode, type[CroupierError]] = {
         UnavailableError,
         ClosedError,
         CanceledError,
+        AlreadyExistsError,
     )
 }
 
