@@ -40,6 +40,14 @@ struct ArrowArray {
   void (*release)(struct ArrowArray*);
   void* private_data;
 };
+
+struct ArrowArrayStream {
+  int (*get_schema)(struct ArrowArrayStream*, struct ArrowSchema* out);
+  int (*get_next)(struct ArrowArrayStream*, struct ArrowArray* out);
+  const char* (*get_last_error)(struct ArrowArrayStream*);
+  void (*release)(struct ArrowArrayStream*);
+  void* private_data;
+};
 #endif
 
 typedef void (*croupier_progress)(const char* phase, int64_t done, int64_t total);
@@ -59,8 +67,10 @@ import (
 	"runtime/debug"
 	"unsafe"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 
+	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/loader"
@@ -152,14 +162,134 @@ func croupier_release(h C.uint64_t, errOut **C.char) C.int {
 	})
 }
 
+// tableOptions are the JSON options of croupier_table_open and the writers:
+// the table package's options plus the catalog's path.
+type tableOptions struct {
+	table.OpenOptions
+	table.WriteOptions
+	Catalog string `json:"catalog"` // bbolt catalog file caching footers and manifests; "" for none
+}
+
+func decodeTableOptions(s *C.char) (tableOptions, error) {
+	var o tableOptions
+	if err := decodeJSON(s, &o, "table options"); err != nil {
+		return o, err
+	}
+	if o.Catalog != "" {
+		cat := catalog.Open(catalog.Options{Path: o.Catalog})
+		o.OpenOptions.Catalog, o.WriteOptions.Catalog = cat, cat
+	}
+	return o, nil
+}
+
 //export croupier_table_open
-func croupier_table_open(uri *C.char, out *C.uint64_t, errOut **C.char) C.int {
+func croupier_table_open(uri, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		t, err := table.Open(context.Background(), C.GoString(uri))
+		o, err := decodeTableOptions(optionsJSON)
+		if err != nil {
+			return err
+		}
+		t, err := table.OpenWith(context.Background(), C.GoString(uri), o.OpenOptions)
 		if err != nil {
 			return err
 		}
 		*out = C.uint64_t(newHandle(t))
+		return nil
+	})
+}
+
+// importStream takes ownership of a caller's ArrowArrayStream.
+func importStream(stream *C.struct_ArrowArrayStream) (array.RecordReader, error) {
+	r, err := cdata.ImportCRecordReader((*cdata.CArrowArrayStream)(unsafe.Pointer(stream)), nil)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, "import stream", "")
+	}
+	return r.(array.RecordReader), nil
+}
+
+//export croupier_table_create
+func croupier_table_create(uri *C.char, stream *C.struct_ArrowArrayStream, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		o, err := decodeTableOptions(optionsJSON)
+		if err != nil {
+			return err
+		}
+		data, err := importStream(stream)
+		if err != nil {
+			return err
+		}
+		defer data.Release()
+		t, err := table.Create(context.Background(), C.GoString(uri), data, o.WriteOptions)
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(t))
+		return nil
+	})
+}
+
+//export croupier_table_append
+func croupier_table_append(uri *C.char, stream *C.struct_ArrowArrayStream, optionsJSON *C.char, outVersion *C.int64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		o, err := decodeTableOptions(optionsJSON)
+		if err != nil {
+			return err
+		}
+		data, err := importStream(stream)
+		if err != nil {
+			return err
+		}
+		defer data.Release()
+		v, err := table.Append(context.Background(), C.GoString(uri), data, o.WriteOptions)
+		if err != nil {
+			return err
+		}
+		*outVersion = C.int64_t(v)
+		return nil
+	})
+}
+
+//export croupier_table_versions
+func croupier_table_versions(uri *C.char, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		vs, err := table.Versions(context.Background(), C.GoString(uri))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(vs, out)
+	})
+}
+
+//export croupier_table_cleanup
+func croupier_table_cleanup(uri, optionsJSON *C.char, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		var o table.CleanupOptions
+		if err := decodeJSON(optionsJSON, &o, "cleanup options"); err != nil {
+			return err
+		}
+		res, err := table.Cleanup(context.Background(), C.GoString(uri), o)
+		if err != nil {
+			return err
+		}
+		return encodeJSON(res, out)
+	})
+}
+
+//export croupier_catalog_register
+func croupier_catalog_register(path, name, uri *C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		return catalog.Open(catalog.Options{Path: C.GoString(path)}).Register(C.GoString(name), C.GoString(uri))
+	})
+}
+
+//export croupier_catalog_lookup
+func croupier_catalog_lookup(path, name *C.char, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		uri, err := catalog.Open(catalog.Options{Path: C.GoString(path)}).Lookup(C.GoString(name))
+		if err != nil {
+			return err
+		}
+		*out = C.CString(uri)
 		return nil
 	})
 }

@@ -39,7 +39,7 @@ type CleanupResult struct {
 // errcode.Changed naming the vanished file.
 func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResult, error) {
 	const op = "cleanup"
-	var res CleanupResult
+	res := CleanupResult{DeletedVersions: []int64{}, DeletedFiles: []string{}}
 	if opts.KeepLast < 1 {
 		return res, errcode.New(errcode.InvalidArgument, op, uri, "keep_last must be at least 1, got %d", opts.KeepLast)
 	}

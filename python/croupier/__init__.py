@@ -37,7 +37,7 @@ from .errors import (
     UnavailableError,
 )
 from .permutation import Permutation, PermutationBuilder, Permutations, open_permutations
-from .table import Table, open_table
+from .table import Table, cleanup, create_table, lookup, open_table, register
 
 if TYPE_CHECKING:
     from .dataloader import DataLoader
@@ -65,9 +65,13 @@ __all__ = [
     "Table",
     "UnavailableError",
     "__version__",
+    "cleanup",
+    "create_table",
     "init",
+    "lookup",
     "open_permutations",
     "open_table",
+    "register",
     "version",
 ]
 

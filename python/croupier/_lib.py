@@ -83,6 +83,19 @@ class ArrowArray(ctypes.Structure):
     ]
 
 
+class ArrowArrayStream(ctypes.Structure):
+    """``struct ArrowArrayStream`` of the Arrow C Stream Interface (40 bytes)."""
+
+    _fields_ = [
+        ("get_schema", ctypes.c_void_p),
+        ("get_next", ctypes.c_void_p),
+        ("get_last_error", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+assert ctypes.sizeof(ArrowArrayStream) == 40
 assert ctypes.sizeof(ArrowSchema) == 72
 assert ctypes.sizeof(ArrowArray) == 80
 
@@ -103,7 +116,19 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_allocated_bytes": ([], ctypes.c_int64),
     "croupier_string_free": ([ctypes.c_void_p], None),
     "croupier_release": ([_HANDLE, _ERR], _INT),
-    "croupier_table_open": ([_STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_table_open": ([_STR, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_table_create": (
+        [_STR, ctypes.POINTER(ArrowArrayStream), _STR, _HANDLE_OUT, _ERR],
+        _INT,
+    ),
+    "croupier_table_append": (
+        [_STR, ctypes.POINTER(ArrowArrayStream), _STR, ctypes.POINTER(ctypes.c_int64), _ERR],
+        _INT,
+    ),
+    "croupier_table_versions": ([_STR, _STR_OUT, _ERR], _INT),
+    "croupier_table_cleanup": ([_STR, _STR, _STR_OUT, _ERR], _INT),
+    "croupier_catalog_register": ([_STR, _STR, _STR, _ERR], _INT),
+    "croupier_catalog_lookup": ([_STR, _STR, _STR_OUT, _ERR], _INT),
     "croupier_table_open_pin": ([_STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_table_pin": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_table_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
@@ -211,10 +236,14 @@ def _call(fn: Callable[..., int], *args: Any) -> None:
         raise error_class(status)(message or f"croupier: status {status} without a message")
 
 
-def _json_out(name: str, handle: int) -> str:
+def _str_out(name: str, *args: Any) -> str:
     out = ctypes.c_void_p()
-    _call(getattr(_lib(), name), handle, ctypes.byref(out))
+    _call(getattr(_lib(), name), *args, ctypes.byref(out))
     return _take_string(out)
+
+
+def _json_out(name: str, handle: int) -> str:
+    return _str_out(name, handle)
 
 
 def _handle_out(name: str, *args: Any) -> int:
@@ -315,9 +344,57 @@ def allocated_bytes() -> int:
 # Tables
 
 
-def table_open(uri: str) -> int:
-    """Open and pin a table; returns a raw handle."""
-    return _handle_out("croupier_table_open", _encode(uri))
+def table_open(uri: str, options: dict[str, Any]) -> int:
+    """Open and pin a table (options of ``croupier_table_open``); returns a raw handle."""
+    return _handle_out("croupier_table_open", _encode(uri), _encode(options))
+
+
+def _export_stream(reader: pa.RecordBatchReader) -> ArrowArrayStream:
+    stream = ArrowArrayStream()
+    reader._export_to_c(ctypes.addressof(stream))
+    return stream
+
+
+def table_create(uri: str, reader: pa.RecordBatchReader, options: dict[str, Any]) -> int:
+    """Create a croupier table from ``reader``; returns a raw handle of version 1."""
+    stream = _export_stream(reader)
+    return _handle_out(
+        "croupier_table_create", _encode(uri), ctypes.byref(stream), _encode(options)
+    )
+
+
+def table_append(uri: str, reader: pa.RecordBatchReader, options: dict[str, Any]) -> int:
+    """Append ``reader`` as a new version of the table at ``uri``; returns the version."""
+    stream = _export_stream(reader)
+    version = ctypes.c_int64()
+    _call(
+        _lib().croupier_table_append,
+        _encode(uri),
+        ctypes.byref(stream),
+        _encode(options),
+        ctypes.byref(version),
+    )
+    return version.value
+
+
+def table_versions(uri: str) -> list[int]:
+    """Committed versions of the croupier table at ``uri``, ascending."""
+    return [int(v) for v in json.loads(_str_out("croupier_table_versions", _encode(uri)))]
+
+
+def table_cleanup(uri: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Run retention on the table at ``uri``; returns what was deleted."""
+    return json.loads(_str_out("croupier_table_cleanup", _encode(uri), _encode(options)))
+
+
+def catalog_register(path: str, name: str, uri: str) -> None:
+    """Record ``name`` -> ``uri`` in the catalog at ``path`` ("" for the default)."""
+    _call(_lib().croupier_catalog_register, _encode(path), _encode(name), _encode(uri))
+
+
+def catalog_lookup(path: str, name: str) -> str:
+    """The URI registered under ``name`` in the catalog at ``path``."""
+    return _str_out("croupier_catalog_lookup", _encode(path), _encode(name))
 
 
 def table_open_pin(pin_json: str) -> int:

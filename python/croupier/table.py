@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -11,35 +13,122 @@ import pyarrow as pa
 from . import _lib
 from .errors import ClosedError, InvalidArgumentError
 
-__all__ = ["Table", "open_table"]
+__all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register"]
 
 
-def open_table(uri: str, version: int | str | None = None) -> Table:
-    """Open a table and pin its current version.
+TableData = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
 
-    Args:
-        uri: where the table lives, e.g. ``file:///data/rollouts`` (a folder or prefix),
-            ``file:///data/part-0.parquet`` (one file) or ``file:///data/*.parquet``
-            (a glob). Plain Parquet datasets are pinned at open: every file's path,
-            size and ETag/generation is recorded and later reads check them.
-        version: ``None`` for the latest version. A plain Parquet dataset has only
-            the version it has now, so any other value must equal that version's
-            string (older versions of plain Parquet cannot be opened).
+
+def _reader(data: TableData) -> pa.RecordBatchReader:
+    """Any supported data as one RecordBatchReader."""
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return data.to_reader()
+    batches = iter(data)
+    try:
+        first = next(batches)
+    except StopIteration:
+        raise InvalidArgumentError(
+            "no data: an empty iterable of batches has no schema (pass a pyarrow Table)"
+        ) from None
+    return pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches))
+
+
+def _write_options(
+    row_group_rows: int | None, page_bytes: int | None, catalog: str | None
+) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if row_group_rows:
+        options["row_group_rows"] = int(row_group_rows)
+    if page_bytes:
+        options["page_bytes"] = int(page_bytes)
+    if catalog:
+        options["catalog"] = str(catalog)
+    return options
+
+
+def create_table(
+    uri: str,
+    data: TableData,
+    *,
+    row_group_rows: int | None = None,
+    page_bytes: int | None = None,
+) -> Table:
+    """Create a croupier table at ``uri`` whose version 1 holds ``data``.
+
+    ``data`` is a pyarrow Table, RecordBatch, RecordBatchReader or an iterable of
+    record batches; its schema becomes the table's. Data files are Parquet with a
+    page index, in row groups of ``row_group_rows`` rows (default 4,096, chosen
+    for reads of single rows) and pages of ``page_bytes``.
 
     Raises:
-        NotFoundError: nothing exists at ``uri``.
-        CorruptError: a file is not readable Parquet (the message names it).
-        InvalidArgumentError: ``version`` is not the table's current version.
+        AlreadyExistsError: a croupier table already exists at ``uri``.
     """
-    table = Table._from_handle(_lib.Handle(_lib.table_open(uri)))
-    if version is not None and str(version) != table.version:
+    reader = _reader(data)
+    handle = _lib.table_create(uri, reader, _write_options(row_group_rows, page_bytes, None))
+    return Table._from_handle(_lib.Handle(handle))
+
+
+def open_table(uri: str, version: int | str | None = None, *, catalog: str | None = None) -> Table:
+    """Open a table and pin a version of it.
+
+    Args:
+        uri: where the table lives. A croupier table (created by
+            :func:`create_table`), or a plain Parquet dataset: a folder or prefix
+            (``file:///data/rollouts``), one file or a glob
+            (``file:///data/*.parquet``). Plain Parquet datasets are pinned at
+            open: every file's path, size, modification time and ETag is
+            recorded and later reads check them.
+        version: ``None`` for the latest version; for a croupier table, a
+            version number (see :meth:`Table.versions`). A plain Parquet dataset
+            has only the version it has now, so any other value must equal that
+            version's string.
+        catalog: path of a local catalog file caching Parquet footers and
+            manifests, so that reopening a dataset of thousands of files reads
+            none of them again (the object store stays the authority).
+
+    Raises:
+        NotFoundError: nothing exists at ``uri``, or the version does not.
+        CorruptError: a file is not readable Parquet (the message names it).
+        InvalidArgumentError: ``version`` is not one of the table's.
+    """
+    options: dict[str, Any] = _write_options(None, None, catalog)
+    if isinstance(version, int) and not isinstance(version, bool):
+        options["version"] = version
+    table = Table._from_handle(_lib.Handle(_lib.table_open(uri, options)))
+    if isinstance(version, str) and version != table.version:
         table.close()
         raise InvalidArgumentError(
-            f"open_table({uri!r}, version={version!r}): {uri} is a plain Parquet dataset whose "
-            f"current version is {table.version!r}; opening another version of a plain Parquet "
-            "dataset is not supported (pass version=None)"
+            f"open_table({uri!r}, version={version!r}): the table's current version is "
+            f"{table.version!r}; older versions of a plain Parquet dataset cannot be opened"
         )
     return table
+
+
+def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str, Any]:
+    """Delete old versions of the croupier table at ``uri``, keeping the last ``keep_last``.
+
+    Only data files that no kept version references are deleted, and only when
+    older than ``grace`` seconds (default: a day), which protects the files of
+    appends in flight. Returns ``{"deleted_versions": [...], "deleted_files": [...]}``.
+    """
+    options: dict[str, Any] = {"keep_last": int(keep_last)}
+    if grace is not None:
+        options["grace"] = int(grace * 1e9)  # Go's time.Duration: nanoseconds
+    return _lib.table_cleanup(uri, options)
+
+
+def register(name: str, uri: str, *, catalog: str | None = None) -> None:
+    """Remember ``uri`` under ``name`` in the local catalog (default: ~/.cache/croupier)."""
+    _lib.catalog_register(catalog or "", name, uri)
+
+
+def lookup(name: str, *, catalog: str | None = None) -> str:
+    """The URI registered under ``name``; NotFoundError if there is none."""
+    return _lib.catalog_lookup(catalog or "", name)
 
 
 class Table:
@@ -117,9 +206,11 @@ class Table:
         return str(self._info["uri"])
 
     @property
-    def version(self) -> str:
-        """The pinned version (for plain Parquet: a string derived from the pin)."""
-        return str(self._info["version"])
+    def version(self) -> int | str:
+        """The pinned version: a number for croupier tables, a string derived from
+        the pin for plain Parquet datasets."""
+        v = str(self._info["version"])
+        return int(v) if v.isdigit() else v
 
     @property
     def num_rows(self) -> int:
@@ -159,6 +250,21 @@ class Table:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def append(self, data: TableData, *, row_group_rows: int | None = None) -> int:
+        """Append ``data`` to this croupier table as a new version; returns its number.
+
+        Atomic, and safe from many processes at once: a writer that loses the
+        race for a version number retries on the next. The schema must equal
+        the table's. This object stays pinned at its own version; open the
+        table again to read the new one.
+        """
+        reader = _reader(data)
+        return _lib.table_append(self.uri, reader, _write_options(row_group_rows, None, None))
+
+    def versions(self) -> list[int]:
+        """The committed versions of this croupier table, ascending."""
+        return _lib.table_versions(self.uri)
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
