@@ -102,6 +102,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -476,9 +477,25 @@ func equalLayout(a, b File) bool {
 	return true
 }
 
-// Verify checks that every file of the pinned version is still the pinned
-// one, and fails with errcode.Changed naming the first that is not.
+// Verify checks that the pinned version still exists (for a croupier table,
+// its manifest) and that every file of it is still the pinned one, and fails
+// with errcode.Changed naming the first that is not.
 func (t *Table) Verify(ctx context.Context) error {
+	if t.pin.Kind == KindCroupier {
+		v, err := strconv.ParseInt(t.pin.Version, 10, 64)
+		if err != nil {
+			return errcode.Wrap(err, errcode.Corrupt, "verify pinned version", t.pin.URI)
+		}
+		key := t.loc.Join(manifestName(v))
+		ok, err := t.loc.Bucket.Exists(ctx, key)
+		if err != nil {
+			return errcode.Wrap(err, store.Code(err), "verify pinned version "+t.pin.Version, t.loc.ObjectURI(key))
+		}
+		if !ok {
+			return errcode.New(errcode.Changed, "verify pinned version "+t.pin.Version, t.pin.URI,
+				"version %d no longer exists (removed by cleanup?)", v)
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for _, f := range t.pin.Files {
