@@ -140,7 +140,16 @@ func (l *Loader) Schema() (*arrow.Schema, error) {
 	return r.Schema(), nil
 }
 
+// EpochOrder returns the order dealt in epoch: an EpochOrderer's order for
+// the run's shuffle seed, else the order itself.
+func (l *Loader) EpochOrder(epoch int64) permutation.Order {
+	if o, ok := l.order.(permutation.EpochOrderer); ok {
+		return o.ForEpoch(l.opts.ShuffleSeed, epoch)
+	}
+	return l.order
+}
+
 // RowIDs returns the row ids of this rank's batch at step t of epoch.
 func (l *Loader) RowIDs(ctx context.Context, epoch, t int64) ([]uint64, error) {
-	return l.deal.Batch(ctx, l.order, t, l.opts.Rank)
+	return l.deal.Batch(ctx, l.EpochOrder(epoch), t, l.opts.Rank)
 }

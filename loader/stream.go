@@ -10,6 +10,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/permutation"
 )
 
 // StreamOptions choose which of a rank's batches a Stream makes.
@@ -73,6 +74,7 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 func (s *Stream) produce(ctx context.Context, l *Loader, epoch, first, stride int64) {
 	defer s.wg.Done()
 	defer close(s.pending)
+	order := l.EpochOrder(epoch)
 	for t := first; t < l.StepsPerEpoch(); t += stride {
 		ch := make(chan result, 1)
 		select {
@@ -83,18 +85,18 @@ func (s *Stream) produce(ctx context.Context, l *Loader, epoch, first, stride in
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ch <- s.read(ctx, l, epoch, t)
+			ch <- s.read(ctx, l, order, t)
 		}()
 	}
 }
 
-func (s *Stream) read(ctx context.Context, l *Loader, epoch, t int64) (res result) {
+func (s *Stream) read(ctx context.Context, l *Loader, order permutation.Order, t int64) (res result) {
 	defer func() {
 		if p := recover(); p != nil {
 			res = result{err: errcode.New(errcode.Internal, "read step", l.table.URI(), "panic at step %d: %v", t, p)}
 		}
 	}()
-	ids, err := l.RowIDs(ctx, epoch, t)
+	ids, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
 	if err != nil {
 		return result{err: err}
 	}

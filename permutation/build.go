@@ -386,10 +386,12 @@ func (b *builder) assign(kept groupResult) ([]string, error) {
 	return s.names(n), nil
 }
 
-// shuffle orders ids by sh with the given key (see ShuffleSpec).
+// shuffle orders ids by sh with the given key (see ShuffleSpec). Only whole
+// clumps move: a partial clump at the end stays last, so that clumps stay
+// aligned to multiples of the clump size in every epoch's order.
 func shuffle(ids []uint64, sh ShuffleSpec, key uint64) {
 	clump := max(sh.ClumpSize, 1)
-	units := (int64(len(ids)) + clump - 1) / clump
+	units := int64(len(ids)) / clump
 	order := make([]int64, units)
 	for i := range order {
 		order[i] = int64(i)
@@ -415,18 +417,9 @@ func shuffle(ids []uint64, sh ShuffleSpec, key uint64) {
 	} else {
 		Permute(r, order)
 	}
-	if clump == 1 {
-		src := slices.Clone(ids)
-		for i, u := range order {
-			ids[i] = src[u]
-		}
-		return
-	}
-	src := slices.Clone(ids)
-	at := 0
-	for _, u := range order {
-		lo, hi := u*clump, min((u+1)*clump, int64(len(src)))
-		at += copy(ids[at:], src[lo:hi])
+	src := slices.Clone(ids[:units*clump])
+	for i, u := range order {
+		copy(ids[int64(i)*clump:], src[u*clump:(u+1)*clump])
 	}
 }
 

@@ -54,10 +54,7 @@ func NewRand(key uint64) *Rand { return &Rand{state: key} }
 // Uint64 returns the next 64 random bits.
 func (r *Rand) Uint64() uint64 {
 	r.state += 0x9E3779B97F4A7C15
-	z := r.state
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-	return z ^ (z >> 31)
+	return mix64(r.state)
 }
 
 // Uint64n returns a uniform integer in [0, n); n must be positive.
@@ -78,4 +75,48 @@ func Permute[T any](r *Rand, s []T) {
 		j := r.Uint64n(uint64(i + 1))
 		s[i], s[j] = s[j], s[i]
 	}
+}
+
+// Bijection is a keyed permutation of [0, n): a balanced Feistel network over
+// the smallest even number of bits 2h with 2^(2h) ≥ n, four rounds, made a
+// permutation of [0, n) by cycle walking (re-encrypting until the value falls
+// below n). Round r maps (L, R) to (R, L XOR F(r, R)), where F is the low h
+// bits of SplitMix64's output function applied to key + (r+1)·φ + R, with
+// φ = 0x9E3779B97F4A7C15. It costs O(1) per value and needs no table, so any
+// position of a permuted order can be computed on its own.
+type Bijection struct {
+	n    uint64
+	half uint   // h, bits in each half
+	mask uint64 // 2^h − 1
+	key  uint64
+}
+
+// NewBijection returns the permutation of [0, n) for key.
+func NewBijection(n, key uint64) Bijection {
+	half := uint(1)
+	for n > 1<<(2*half) {
+		half++
+	}
+	return Bijection{n: n, half: half, mask: 1<<half - 1, key: key}
+}
+
+// At returns the image of x, which must be below n.
+func (b Bijection) At(x uint64) uint64 {
+	for {
+		l, r := x>>b.half, x&b.mask
+		for round := range uint64(4) {
+			l, r = r, l^(mix64(b.key+(round+1)*0x9E3779B97F4A7C15+r)&b.mask)
+		}
+		x = l<<b.half | r
+		if x < b.n {
+			return x
+		}
+	}
+}
+
+// mix64 is SplitMix64's output function.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
 }

@@ -57,7 +57,8 @@ type SplitSpec struct {
 // ShuffleSpec orders each split randomly.
 //
 // A full shuffle permutes clumps of ClumpSize consecutive rows (1 when zero)
-// uniformly. A window shuffle (Window > 0) cuts the split, in row id order, into
+// uniformly; when the split's size is not a multiple of ClumpSize, the last,
+// partial clump stays at the end. A window shuffle (Window > 0) cuts the split, in row id order, into
 // windows of Window clumps, permutes the windows, and permutes the clumps inside
 // each window: a reader going through it touches each row group about once per
 // window instead of once per row, at the price of a local randomness (rows far
