@@ -4,11 +4,19 @@ The baseline is the sequential limit: ``pyarrow.parquet.ParquetFile.iter_batches
 over the same files, each batch converted to torch by the same conversion code
 croupier uses, so the ratio isolates reading, decoding and dealing.
 
-croupier runs in two shapes over the identity order:
+croupier runs over four orders of the same table:
 
-- ``num_splits=1``: one stream, so every step reads consecutive rows (sequential);
-- ``num_splits=G``: the default, every step takes one row from each of G streams
-  spread over the table (a strided read that touches G places per step).
+- the identity with ``num_splits=1``: one stream, every step reads consecutive
+  rows (sequential);
+- the identity with ``num_splits=G``: the default, every step takes one row from
+  each of G streams spread over the table (strided);
+- a full shuffle (a permutation built with ``.shuffle(seed)``);
+- a window shuffle (``.shuffle(seed, window=row_group)``): windows of one row
+  group's worth of rows permuted, and the rows inside each window permuted.
+
+Next to speed, each order's randomness: the Spearman correlation between a row's
+position in the epoch and its row id (0 for a well mixed order, 1 for sequential),
+and the number of distinct row groups a global step touches (the I/O it causes).
 
 Run: ``make bench`` (or ``.venv/bin/python bench/loader_throughput.py --help``).
 Results are printed as a table and written to ``bench/RESULTS.md``.
@@ -22,12 +30,13 @@ import platform
 import resource
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from results import update_section
 
 import croupier as cr
 from croupier.formats import convert
@@ -56,18 +65,26 @@ def write_table(folder: Path, rows: int, files: int, row_group: int, seed: int) 
     return nbytes
 
 
-def measure(
-    batches: Iterable[object], samples: Callable[[object], int]
-) -> tuple[float, int, float]:
-    """Consume batches; return (samples/s, samples, seconds to the first batch)."""
+def mixing(ids: list[np.ndarray], row_group: int) -> tuple[str, str]:
+    """Of the batches as dealt: the correlation of a sample's position in the epoch
+    with its row id, and the mean number of distinct row groups a batch touches."""
+    order = np.concatenate(ids).astype(np.float64)
+    rho = np.corrcoef(np.arange(len(order)), order)[0, 1]
+    touched = np.mean([len(np.unique(b // row_group)) for b in ids])
+    return f"{rho:+.3f}", f"{touched:.1f}"
+
+
+def measure(batches: Iterable[dict]) -> tuple[float, int, float, list[np.ndarray]]:
+    """Consume batches; return (samples/s, samples, seconds to the first batch, ids)."""
     start = time.perf_counter()
     first = None
-    n = 0
+    ids = []
     for b in batches:
         if first is None:
             first = time.perf_counter() - start
-        n += samples(b)
-    return n / (time.perf_counter() - start), n, first or 0.0
+        ids.append(b["id"].numpy())
+    n = sum(len(i) for i in ids)
+    return n / (time.perf_counter() - start), n, first or 0.0, ids
 
 
 def main() -> None:
@@ -90,39 +107,49 @@ def main() -> None:
         nbytes = write_table(folder, args.rows, args.files, args.row_group, seed=1)
         uri = "file://" + str(folder.resolve())
         g = args.batch
-        rows_of = lambda b: len(b["id"])  # noqa: E731
 
         def baseline() -> Iterable[object]:
             for path in sorted(folder.glob("*.parquet")):
                 for rb in pq.ParquetFile(path).iter_batches(batch_size=g, columns=["id", "tokens"]):
                     yield convert(rb, "torch")
 
-        def croupier_run(splits: int) -> Iterable[object]:
+        table = cr.open_table(uri)
+        full = cr.PermutationBuilder(table).shuffle(seed=1).persist(f"{uri}/_perm_full", False)
+        window = (
+            cr.PermutationBuilder(table)
+            .shuffle(seed=1, window=args.row_group)
+            .persist(f"{uri}/_perm_window", False)
+        )
+
+        def croupier_run(source: cr.Table | cr.Permutation, splits: int) -> Iterable[object]:
             ds = cr.StreamingDataset(
-                cr.open_table(uri), global_batch_size=g, num_splits=splits, columns=["id", "tokens"]
+                source, global_batch_size=g, num_splits=splits, columns=["id", "tokens"]
             )
             return iter(ds)
 
+        w = f"window {args.row_group:,}"
         runs = [
             ("pyarrow iter_batches → torch (baseline)", baseline),
-            ("croupier, num_splits=1 (sequential)", lambda: croupier_run(1)),
-            (f"croupier, num_splits={g} (strided, default)", lambda: croupier_run(g)),
+            ("croupier, identity, num_splits=1 (sequential)", lambda: croupier_run(table, 1)),
+            (f"croupier, identity, num_splits={g} (strided)", lambda: croupier_run(table, g)),
+            (f"croupier, full shuffle, num_splits={g}", lambda: croupier_run(full[0], g)),
+            (f"croupier, {w} shuffle, num_splits={g}", lambda: croupier_run(window[0], g)),
+            (f"croupier, {w} shuffle, num_splits=8", lambda: croupier_run(window[0], 8)),
         ]
         results = []
         for name, make in runs:
-            measure(make(), rows_of)  # warm the page cache and imports
-            rate, n, first = measure(make(), rows_of)
-            results.append((name, rate, n, first))
+            measure(make())  # warm the page cache and imports
+            rate, n, first, ids = measure(make())
+            quality = mixing(ids, args.row_group)
+            results.append((name, rate, n, first, *quality))
             print(
-                f"{name:45s} {rate:12,.0f} samples/s  {n:8d} samples"
-                f"  first batch {first * 1e3:7.1f} ms"
+                f"{name:50s} {rate:12,.0f} samples/s  {n:8d} samples"
+                f"  first batch {first * 1e3:7.1f} ms  {quality[0]} {quality[1]}"
             )
 
     base = results[0][1]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lines = [
-        "# Loader throughput",
-        "",
         "Generated by `make bench` (`bench/loader_throughput.py`).",
         "One run, the same data for every row.",
         "",
@@ -133,12 +160,15 @@ def main() -> None:
         f" {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()};"
         f" peak RSS of the run {peak_mb:,.0f} MiB.",
         "",
-        "| reader | samples/s | ratio to baseline | first batch (ms) |",
-        "|---|---:|---:|---:|",
+        "| reader | samples/s | ratio to baseline | first batch (ms) | position~id correlation"
+        " | row groups per step |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    for name, rate, _, first in results:
-        lines.append(f"| {name} | {rate:,.0f} | {rate / base:.2f}x | {first * 1e3:.1f} |")
-    args.out.write_text("\n".join(lines) + "\n")
+    for name, rate, _, first, rho, touched in results:
+        lines.append(
+            f"| {name} | {rate:,.0f} | {rate / base:.2f}x | {first * 1e3:.1f} | {rho} | {touched} |"
+        )
+    update_section(args.out, "Loader throughput", lines)
     print(f"wrote {args.out}")
 
 
