@@ -80,6 +80,9 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 	if opts.Allocator == nil {
 		opts.Allocator = DefaultAllocator
 	}
+	if order.Len() == 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(), "nothing to deal: order %s is empty", order.ID())
+	}
 	d, err := NewDeal(order.Len(), opts.NumSplits, opts.GlobalBatchSize, opts.WorldSize, opts.DropLast)
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.InvalidArgument, "new loader", t.URI())

@@ -194,6 +194,10 @@ func TestStreamErrors(t *testing.T) {
 	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "no full step") {
 		t.Fatalf("empty epoch error = %v", err)
 	}
+	_, err = loader.New(tb, permutation.Identity{N: 0}, loader.Options{GlobalBatchSize: 8})
+	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("empty order error = %v", err)
+	}
 	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 8})
 	for _, so := range []loader.StreamOptions{{StartStep: 99}, {Worker: 2, NumWorkers: 2}, {Epoch: -1}} {
 		if _, err := l.Stream(context.Background(), so); errcode.Of(err) != errcode.InvalidArgument {
