@@ -59,3 +59,5 @@ clean:
 
 bench: dev
 	$(PY) bench/loader_throughput.py
+	$(PY) bench/permutation_build.py
+	go run ./bench/commits

@@ -81,7 +81,7 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 		opts.Allocator = DefaultAllocator
 	}
 	if order.Len() == 0 {
-		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(), "nothing to deal: order %s is empty", order.ID())
+		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(), "nothing to deal: %s has 0 rows", order.ID())
 	}
 	d, err := NewDeal(order.Len(), opts.NumSplits, opts.GlobalBatchSize, opts.WorldSize, opts.DropLast)
 	if err != nil {

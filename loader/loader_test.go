@@ -195,7 +195,7 @@ func TestStreamErrors(t *testing.T) {
 		t.Fatalf("empty epoch error = %v", err)
 	}
 	_, err = loader.New(tb, permutation.Identity{N: 0}, loader.Options{GlobalBatchSize: 8})
-	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "is empty") {
+	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "has 0 rows") {
 		t.Fatalf("empty order error = %v", err)
 	}
 	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 8})

@@ -65,11 +65,11 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 	if err := b.prepare(); err != nil {
 		return nil, err
 	}
-	splits, err := b.scan(ctx)
+	parts, err := b.scan(ctx)
 	if err != nil {
 		return nil, err
 	}
-	names, err := b.assign(splits)
+	names, err := b.assign(parts)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +124,9 @@ func (b *builder) prepare() error {
 		if b.filter, err = expr.Parse(b.spec.Filter, b.t.Schema()); err != nil {
 			return err
 		}
+		if b.filter.Type().ID() != arrow.BOOL {
+			return badSpec("filter %q gives %s, not a boolean", b.spec.Filter, b.filter.Type())
+		}
 		b.columns = append(b.columns, b.filter.Columns()...)
 	}
 	if s := b.spec.Split; s != nil {
@@ -150,28 +153,57 @@ func (b *builder) prepare() error {
 	return nil
 }
 
-// groupResult is what scanning one row group yields.
+// groupResult is what scanning one row group yields: its kept row ids,
+// ascending, in one part, or in one part per split for hash and calculated
+// splits (rows in no split dropped).
 type groupResult struct {
-	ids    []uint64 // kept row ids, ascending
-	splits []int32  // split index of each kept row, for hash and calculated splits
+	parts [][]uint64
+	kept  int64 // rows the filter kept, whether in a split or not
 }
 
-// scan visits every row group and returns the kept row ids with their split
-// index (hash and calculated splits) in row id order.
-func (b *builder) scan(ctx context.Context) (groupResult, error) {
+// numParts is how many parts the scan produces.
+func (b *builder) numParts() int {
+	s := b.spec.Split
+	switch {
+	case s == nil || (s.Kind != SplitHash && s.Kind != SplitCalculated):
+		return 1
+	case s.Kind == SplitHash:
+		return len(s.Weights)
+	}
+	return len(s.Names)
+}
+
+// scan visits every row group and returns the kept row ids, ascending, in
+// parts (see groupResult).
+func (b *builder) scan(ctx context.Context) ([][]uint64, error) {
 	total := b.t.NumRows()
+	for _, f := range b.t.Files() {
+		b.stats.groups += int64(len(f.RowGroups))
+	}
+	b.stats.rows = total
 	if len(b.columns) == 0 {
-		ids := make([]uint64, total)
-		for i := range ids {
-			ids[i] = uint64(i)
+		// No column to read: keep every row, unless a constant filter says none.
+		keepAll := true
+		if b.filter != nil {
+			var err error
+			if keepAll, err = b.constantFilter(ctx); err != nil {
+				return nil, err
+			}
 		}
-		b.stats.rows, b.stats.kept = total, total
+		var ids []uint64
+		if keepAll {
+			ids = make([]uint64, total)
+			for i := range ids {
+				ids[i] = uint64(i)
+			}
+		}
+		b.stats.kept = int64(len(ids))
 		b.progress("scan", total, total)
-		return groupResult{ids: ids}, nil
+		return [][]uint64{ids}, nil
 	}
 	r, err := b.t.NewReader(table.ReaderOptions{Columns: b.columns, Allocator: b.opts.Allocator})
 	if err != nil {
-		return groupResult{}, err
+		return nil, err
 	}
 	defer r.Close()
 	type job struct {
@@ -224,17 +256,42 @@ func (b *builder) scan(ctx context.Context) (groupResult, error) {
 		}
 	}
 	if err := g.Wait(); err != nil {
-		return groupResult{}, err
+		return nil, err
 	}
 	b.progress("scan", total, total)
-	b.stats.rows, b.stats.groups = total, int64(len(jobs))
-	var out groupResult
-	for _, res := range results {
-		out.ids = append(out.ids, res.ids...)
-		out.splits = append(out.splits, res.splits...)
+	// Join each part's pieces into one exactly sized slice, dropping each
+	// group's pieces as they are copied, so the peak stays near one copy.
+	out := make([][]uint64, b.numParts())
+	for p := range out {
+		n := 0
+		for _, res := range results {
+			if res.parts != nil {
+				n += len(res.parts[p])
+			}
+		}
+		out[p] = make([]uint64, 0, n)
+		for i := range results {
+			if results[i].parts != nil {
+				out[p] = append(out[p], results[i].parts[p]...)
+				results[i].parts[p] = nil
+			}
+		}
 	}
-	b.stats.kept = int64(len(out.ids))
+	for _, res := range results {
+		b.stats.kept += res.kept
+	}
 	return out, nil
+}
+
+// constantFilter evaluates a filter that reads no column.
+func (b *builder) constantFilter(ctx context.Context) (bool, error) {
+	rec := array.NewRecordBatch(arrow.NewSchema(nil, nil), nil, 1)
+	defer rec.Release()
+	keep, err := b.filter.Mask(ctx, rec, b.opts.Allocator)
+	if err != nil {
+		return false, errcode.Wrap(err, errcode.InvalidArgument, "filter", b.t.URI())
+	}
+	return keep[0], nil
 }
 
 // scanGroup filters one row group and computes its rows' splits.
@@ -245,7 +302,7 @@ func (b *builder) scanGroup(ctx context.Context, r *table.Reader, file, group in
 			return groupResult{}, false, err
 		}
 		if !b.filter.MayMatch(expr.RowGroupStats(md.RowGroup(group))) {
-			return groupResult{}, true, nil
+			return groupResult{parts: make([][]uint64, b.numParts())}, true, nil
 		}
 	}
 	rec, err := r.ReadGroup(ctx, file, group)
@@ -263,21 +320,21 @@ func (b *builder) scanGroup(ctx context.Context, r *table.Reader, file, group in
 			keep[i] = true
 		}
 	}
-	var res groupResult
-	for i, k := range keep {
-		if k {
-			res.ids = append(res.ids, uint64(first)+uint64(i))
-		}
-	}
 	splits, err := b.rowSplits(ctx, rec)
 	if err != nil {
 		return groupResult{}, false, err
 	}
-	if splits != nil {
-		for i, k := range keep {
-			if k {
-				res.splits = append(res.splits, splits[i])
-			}
+	res := groupResult{parts: make([][]uint64, b.numParts())}
+	for i, k := range keep {
+		if k {
+			res.kept++
+		}
+		switch {
+		case !k:
+		case splits == nil:
+			res.parts[0] = append(res.parts[0], uint64(first)+uint64(i))
+		case splits[i] != noSplit:
+			res.parts[splits[i]] = append(res.parts[splits[i]], uint64(first)+uint64(i))
 		}
 	}
 	return res, false, nil
@@ -339,51 +396,37 @@ func weightedBucket(x uint64, weights []int64) int32 {
 }
 
 // assign distributes the kept rows over the splits and returns their names.
-func (b *builder) assign(kept groupResult) ([]string, error) {
+// parts is what scan returned: one part of all kept rows, or the rows of each
+// hash or calculated split.
+func (b *builder) assign(parts [][]uint64) ([]string, error) {
 	s := b.spec.Split
 	if s == nil {
-		b.out = [][]uint64{kept.ids}
+		b.out = parts
 		return []string{"all"}, nil
 	}
-	m := int64(len(kept.ids))
-	switch s.Kind {
-	case SplitRandom, SplitSequential:
-		sizes, err := s.sizes(m)
-		if err != nil {
-			return nil, err
-		}
-		if s.Kind == SplitRandom {
-			Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept.ids)
-		}
-		var at int64
-		for _, n := range sizes {
-			part := kept.ids[at : at+n : at+n]
-			slices.Sort(part) // a split's stored order is row id order until shuffled
-			b.out = append(b.out, part)
-			at += n
-		}
-		return s.names(len(sizes)), nil
+	if s.Kind == SplitHash || s.Kind == SplitCalculated {
+		b.out = parts
+		return s.names(len(parts)), nil
 	}
-	n := len(s.Names)
-	if s.Kind == SplitHash {
-		n = len(s.Weights)
+	kept := parts[0]
+	sizes, err := s.sizes(int64(len(kept)))
+	if err != nil {
+		return nil, err
 	}
-	counts := make([]int, n)
-	for _, sp := range kept.splits {
-		if sp != noSplit {
-			counts[sp]++
-		}
+	if len(s.Names) > 0 && len(s.Names) != len(sizes) {
+		return nil, badSpec("%d split names for %d splits (fixed=%d of %d rows kept)", len(s.Names), len(sizes), s.Fixed, len(kept))
 	}
-	b.out = make([][]uint64, n)
-	for i := range b.out {
-		b.out[i] = make([]uint64, 0, counts[i])
+	if s.Kind == SplitRandom {
+		Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept)
 	}
-	for i, sp := range kept.splits {
-		if sp != noSplit {
-			b.out[sp] = append(b.out[sp], kept.ids[i])
-		}
+	var at int64
+	for _, n := range sizes {
+		part := kept[at : at+n : at+n]
+		slices.Sort(part) // a split's stored order is row id order until shuffled
+		b.out = append(b.out, part)
+		at += n
 	}
-	return s.names(n), nil
+	return s.names(len(sizes)), nil
 }
 
 // shuffle orders ids by sh with the given key (see ShuffleSpec). Only whole
@@ -391,6 +434,12 @@ func (b *builder) assign(kept groupResult) ([]string, error) {
 // aligned to multiples of the clump size in every epoch's order.
 func shuffle(ids []uint64, sh ShuffleSpec, key uint64) {
 	clump := max(sh.ClumpSize, 1)
+	if clump == 1 && sh.Window == 0 {
+		// The same swaps as permuting an index array, applied in place: the
+		// result is identical and needs no second copy of the ids.
+		Permute(NewRand(key), ids)
+		return
+	}
 	units := int64(len(ids)) / clump
 	order := make([]int64, units)
 	for i := range order {

@@ -255,10 +255,25 @@ func TestSpecErrors(t *testing.T) {
 		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "bogus"}}, "unknown split kind"},
 		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.5, 0.5}, Names: []string{"a"}}}, "1 split names for 2 splits"},
 		{permutation.Spec{Filter: "nope > 1"}, "nope"},
+		{permutation.Spec{Filter: "id + 1"}, "not a boolean"},
+		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "sequential", Fixed: 30, Names: []string{"a", "b"}}}, "2 split names for 3 splits"},
 	} {
 		_, err := permutation.Build(context.Background(), tb, tc.spec, "file://"+t.TempDir(), permutation.BuildOptions{})
 		if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%+v: error %v, want InvalidArgument with %q", tc.spec.Split, err, tc.msg)
+		}
+	}
+}
+
+func TestConstantFilters(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 60, 40)
+	for filter, want := range map[string]int64{"1 = 0": 0, "FALSE": 0, "NULL": 0, "1 = 1": 100, "length('ab') > 1": 100} {
+		p := build(t, tb, permutation.Spec{Filter: filter})
+		if got := p.Splits()[0].Len(); got != want {
+			t.Errorf("filter %q kept %d rows, want %d", filter, got, want)
+		}
+		if m := p.Manifest(); m.RowGroups != 3 || m.RowsScanned != 100 {
+			t.Errorf("filter %q: %d row groups, %d rows scanned", filter, m.RowGroups, m.RowsScanned)
 		}
 	}
 }

@@ -54,7 +54,9 @@ type SplitSpec struct {
 	Names         []string  `json:"names,omitempty"`
 }
 
-// ShuffleSpec orders each split randomly.
+// ShuffleSpec orders each split randomly. Split i is shuffled with the key
+// DeriveKey(Seed, "shuffle/<i>"); a random split assignment draws from
+// DeriveKey(SplitSpec.Seed, "split_random").
 //
 // A full shuffle permutes clumps of ClumpSize consecutive rows (1 when zero)
 // uniformly; when the split's size is not a multiple of ClumpSize, the last,

@@ -356,8 +356,8 @@ class Permutation:
 
     @property
     def provenance(self) -> dict[str, Any]:
-        """The permutation's provenance, with this split's name."""
-        return {**self.permutations.provenance, "split": self.name}
+        """The permutation's provenance, with this split's name as ``split_name``."""
+        return {**self.permutations.provenance, "split_name": self.name}
 
     def __len__(self) -> int:
         return int(self.permutations._manifest["splits"][self.index]["num_rows"])

@@ -1,10 +1,11 @@
-"""An independent, plain-Python statement of SPEC §3 (the dealing order).
+"""An independent, plain-Python statement of SPEC §3 (the dealing order and epoch orders).
 
 Used only by the tests, to check what the Go core deals.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 
@@ -33,3 +34,118 @@ def rank_batches(
 def global_steps(order: Sequence[int], s: int, g: int, drop_last: bool) -> list[set[int]]:
     """The set of row ids of each global step (all ranks together)."""
     return [set(b) for b in rank_batches(order, s, g, 1, 0, drop_last)]
+
+
+def rank_batches_from(
+    order: Sequence[int],
+    s: int,
+    g: int,
+    w: int,
+    r: int,
+    drop_last: bool,
+    *,
+    start: int = 0,
+    worker: int = 0,
+    num_workers: int = 0,
+) -> list[tuple[int, list[int]]]:
+    """``(step, batch)`` that worker ``worker`` of ``num_workers`` makes from step ``start``.
+
+    SPEC §3.5: worker k of K makes steps start + k, start + k + K, ...; K = 0
+    behaves as one worker.
+    """
+    batches = rank_batches(order, s, g, w, r, drop_last)
+    stride = max(num_workers, 1)
+    return [(t, batches[t]) for t in range(start + worker, len(batches), stride)]
+
+
+def dealt_and_left_out(order: Sequence[int], s: int) -> tuple[list[int], list[int]]:
+    """SPEC §3.2: the positions dealt this epoch, and the last ``M - S*L`` that are not."""
+    dealt = (len(order) // s) * s
+    return list(order[:dealt]), list(order[dealt:])
+
+
+# ---------------------------------------------------------------------------
+# Epoch orders of a shuffled permutation split (SPEC §3.1), written from the
+# specification in the doc comments of the Go package ``permutation``
+# (random.go: DeriveKey, SplitMix64, Bijection; epoch.go: ForEpoch), so that the
+# tests check the Go core against a second implementation.
+
+MASK64 = (1 << 64) - 1
+GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+CHUNK_IDS = 1 << 16  # row ids per persisted chunk of a permutation
+
+
+def derive_key(seed: int, purpose: str) -> int:
+    """First 8 bytes (little endian) of SHA-256("croupier/v1\\0" + purpose + "\\0" + seed)."""
+    message = (
+        b"croupier/v1\x00" + purpose.encode() + b"\x00" + (seed & MASK64).to_bytes(8, "little")
+    )
+    return int.from_bytes(hashlib.sha256(message).digest()[:8], "little")
+
+
+def mix64(z: int) -> int:
+    """SplitMix64's output function on a 64-bit integer."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+class Bijection:
+    """Keyed permutation of [0, n): a 4-round balanced Feistel network with cycle walking."""
+
+    def __init__(self, n: int, key: int) -> None:
+        self.n = n
+        self.key = key
+        self.half = 1  # smallest h with 2^(2h) >= n
+        while (1 << (2 * self.half)) < n:
+            self.half += 1
+        self.mask = (1 << self.half) - 1
+
+    def encrypt(self, x: int) -> int:
+        """One pass of the Feistel network over 2h bits."""
+        left, right = x >> self.half, x & self.mask
+        for rnd in range(4):
+            f = mix64((self.key + (rnd + 1) * GOLDEN_GAMMA + right) & MASK64) & self.mask
+            left, right = right, left ^ f
+        return (left << self.half) | right
+
+    def __call__(self, x: int) -> int:
+        assert 0 <= x < self.n
+        x = self.encrypt(x)
+        while x >= self.n:  # cycle walking
+            x = self.encrypt(x)
+        return x
+
+
+def epoch_order(
+    stored: Sequence[int], shuffled: bool, clump_size: int | None, seed: int, epoch: int
+) -> list[int]:
+    """The row ids a permutation split deals in ``epoch`` (SPEC §3.1).
+
+    ``stored`` is the persisted order (epoch 0). For a shuffled split's later
+    epochs: cut the positions into blocks of ``B = floor(CHUNK_IDS / c) * c``
+    (``c`` the clump size, 1 if unset; ``B = c`` if ``c > CHUNK_IDS``). Block b of
+    the epoch is block ``Bijection(full blocks, key "epoch/<e>/blocks")(b)`` of the
+    stored order if b is a full block, else the final partial block itself. Inside
+    each block, the clump at position k is clump
+    ``Bijection(whole clumps, key "epoch/<e>/block/<b>")(k)`` of that block, and a
+    partial clump at the very end stays last.
+    """
+    if epoch == 0 or not shuffled or not stored:
+        return list(stored)
+    c = max(clump_size or 1, 1)
+    size = max(CHUNK_IDS // c * c, c)
+    blocks = [list(stored[i : i + size]) for i in range(0, len(stored), size)]
+    full_blocks = len(stored) // size
+    pick_block = Bijection(full_blocks, derive_key(seed, f"epoch/{epoch}/blocks"))
+    out: list[int] = []
+    for b in range(len(blocks)):
+        block = blocks[pick_block(b)] if b < full_blocks else blocks[b]
+        whole = len(block) // c
+        clumps = [block[k * c : (k + 1) * c] for k in range(whole)]
+        tail = block[whole * c :]
+        pick_clump = Bijection(whole, derive_key(seed, f"epoch/{epoch}/block/{b}"))
+        for k in range(whole):
+            out.extend(clumps[pick_clump(k)])
+        out.extend(tail)
+    return out
