@@ -409,7 +409,9 @@ func (b *builder) assign(parts [][]uint64) ([]string, error) {
 		return s.names(len(parts)), nil
 	}
 	kept := parts[0]
-	sizes, err := s.sizes(int64(len(kept)))
+	c := max(s.ClumpSize, 1)
+	units := (int64(len(kept)) + c - 1) / c // clumps of c rows; the last may be shorter
+	sizes, err := s.sizes(units)
 	if err != nil {
 		return nil, err
 	}
@@ -417,16 +419,38 @@ func (b *builder) assign(parts [][]uint64) ([]string, error) {
 		return nil, badSpec("%d split names for %d splits (fixed=%d of %d rows kept)", len(s.Names), len(sizes), s.Fixed, len(kept))
 	}
 	if s.Kind == SplitRandom {
-		Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept)
+		if c == 1 {
+			Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept)
+		} else {
+			kept = permuteClumps(kept, c, NewRand(DeriveKey(s.Seed, "split_random")))
+		}
 	}
 	var at int64
 	for _, n := range sizes {
-		part := kept[at : at+n : at+n]
+		end := min((at+n)*c, int64(len(kept)))
+		part := kept[at*c : end : end]
 		slices.Sort(part) // a split's stored order is row id order until shuffled
 		b.out = append(b.out, part)
 		at += n
 	}
 	return s.names(len(sizes)), nil
+}
+
+// permuteClumps returns ids with its whole clumps of c consecutive elements
+// in a random order; a shorter last clump stays last, so that clumps start at
+// multiples of c.
+func permuteClumps(ids []uint64, c int64, r *Rand) []uint64 {
+	n := int64(len(ids))
+	order := make([]int64, n/c)
+	for i := range order {
+		order[i] = int64(i)
+	}
+	Permute(r, order)
+	out := make([]uint64, 0, n)
+	for _, u := range order {
+		out = append(out, ids[u*c:(u+1)*c]...)
+	}
+	return append(out, ids[n/c*c:]...)
 }
 
 // shuffle orders ids by sh with the given key (see ShuffleSpec). Only whole

@@ -77,6 +77,8 @@ func TestSplitsPartition(t *testing.T) {
 		{permutation.SplitSpec{Kind: "random", Counts: []int64{10, 20}}, []int64{10, 20}},
 		{permutation.SplitSpec{Kind: "sequential", Fixed: 100}, []int64{100, 100, 100, 100}},
 		{permutation.SplitSpec{Kind: "sequential", Ratios: []float64{0.5, 0.5}, Names: []string{"a", "b"}}, []int64{217, 216}},
+		// 433 rows in 44 clumps of 10 (the last of 3): 22 clumps each
+		{permutation.SplitSpec{Kind: "random", Ratios: []float64{0.5, 0.5}, ClumpSize: 10, Seed: 1}, []int64{-1, -1}},
 	} {
 		p := build(t, tb, permutation.Spec{Split: &tc.split})
 		var got []int64
@@ -89,6 +91,24 @@ func TestSplitsPartition(t *testing.T) {
 				}
 				seen[id] = true
 			}
+		}
+		if tc.split.ClumpSize > 1 {
+			for _, s := range p.Splits() {
+				ids := allIDs(t, s)
+				for i := 0; i < len(ids); i++ {
+					// a clump is whole: rows 10k..10k+9 are all in this split
+					clumpStart := ids[i] / 10 * 10
+					for r := clumpStart; r < min(clumpStart+10, 433); r++ {
+						if !slices.Contains(ids, r) {
+							t.Fatalf("clump of row %d split across splits", ids[i])
+						}
+					}
+				}
+			}
+			if got[0]+got[1] != 433 || (got[0] != 220 && got[1] != 220) {
+				t.Errorf("clumped sizes %v", got)
+			}
+			continue
 		}
 		if !slices.Equal(got, tc.sizes) {
 			t.Errorf("%+v: sizes %v, want %v", tc.split, got, tc.sizes)

@@ -34,6 +34,11 @@ const (
 // Counts are taken as they are (their sum must not exceed M). Fixed = n makes
 // ⌊M/n⌋ splits of n rows each. Rows beyond the splits' total are in no split.
 //
+// With ClumpSize c > 1 a random split assigns clumps instead of rows: the kept
+// rows, in row id order, form clumps of c consecutive rows (the last may be
+// shorter, and is dealt after the others), and Ratios, Counts and Fixed count
+// clumps. Rows of one clump are always in the same split.
+//
 // Hash splits give each row the split whose cumulative weight range holds
 // Hash(columns) mod (Σweights + DiscardWeight); rows landing in the discard
 // range are in no split. The hash depends only on the values, so a row keeps
@@ -47,6 +52,7 @@ type SplitSpec struct {
 	Counts        []int64   `json:"counts,omitempty"`
 	Fixed         int64     `json:"fixed,omitempty"`
 	Seed          uint64    `json:"seed,omitempty"`
+	ClumpSize     int64     `json:"clump_size,omitempty"`
 	Columns       []string  `json:"columns,omitempty"`
 	Weights       []int64   `json:"weights,omitempty"`
 	DiscardWeight int64     `json:"discard_weight,omitempty"`
@@ -132,6 +138,9 @@ func (s *SplitSpec) validate() error {
 		}
 		if s.Fixed < 0 {
 			return badSpec("fixed is negative (%d)", s.Fixed)
+		}
+		if s.ClumpSize < 0 || (s.ClumpSize > 1 && s.Kind != SplitRandom) {
+			return badSpec("clump_size %d: only split_random takes a positive clump size", s.ClumpSize)
 		}
 	case SplitHash:
 		if len(s.Columns) == 0 {

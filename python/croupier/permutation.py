@@ -102,6 +102,7 @@ class PermutationBuilder:
         counts: Sequence[int] | None = None,
         fixed: int | None = None,
         seed: int = 0,
+        clump_size: int | None = None,
         split_names: Sequence[str] | None = None,
     ) -> PermutationBuilder:
         """Assign kept rows to splits at random (seeded), by exactly one of:
@@ -110,6 +111,9 @@ class PermutationBuilder:
         ``round(M * (r0 + ... + ri))``, halves rounding up), ``counts`` (rows per
         split; their sum must not exceed the kept rows M) or ``fixed`` (as many
         splits of ``fixed`` rows as fit). Rows beyond the splits are in none.
+
+        With ``clump_size`` c, runs of c consecutive kept rows (in row id order)
+        are assigned together, and ratios, counts and fixed count clumps.
         """
         return self._split(
             "random",
@@ -118,6 +122,7 @@ class PermutationBuilder:
             counts=None if counts is None else [int(c) for c in counts],
             fixed=fixed,
             seed=int(seed),
+            clump_size=clump_size,
         )
 
     def split_sequential(
