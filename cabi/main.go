@@ -105,6 +105,17 @@ func report(errOut **C.char, err error) C.int {
 	return C.int(errcode.Of(err))
 }
 
+// handleOut stores a new handle for the object a Go call returned.
+func handleOut[T any](out *C.uint64_t) func(T, error) error {
+	return func(v T, err error) error {
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(newHandle(v))
+		return nil
+	}
+}
+
 func decodeJSON(s *C.char, v any, what string) error {
 	if s == nil {
 		return nil
@@ -189,12 +200,7 @@ func croupier_table_open(uri, optionsJSON *C.char, out *C.uint64_t, errOut **C.c
 		if err != nil {
 			return err
 		}
-		t, err := table.OpenWith(context.Background(), C.GoString(uri), o.OpenOptions)
-		if err != nil {
-			return err
-		}
-		*out = C.uint64_t(newHandle(t))
-		return nil
+		return handleOut[*table.Table](out)(table.OpenWith(context.Background(), C.GoString(uri), o.OpenOptions))
 	})
 }
 
@@ -219,12 +225,7 @@ func croupier_table_create(uri *C.char, stream *C.struct_ArrowArrayStream, optio
 			return err
 		}
 		defer data.Release()
-		t, err := table.Create(context.Background(), C.GoString(uri), data, o.WriteOptions)
-		if err != nil {
-			return err
-		}
-		*out = C.uint64_t(newHandle(t))
-		return nil
+		return handleOut[*table.Table](out)(table.Create(context.Background(), C.GoString(uri), data, o.WriteOptions))
 	})
 }
 
@@ -301,12 +302,7 @@ func croupier_table_open_pin(pinJSON *C.char, out *C.uint64_t, errOut **C.char) 
 		if err != nil {
 			return err
 		}
-		t, err := table.OpenPin(context.Background(), pin)
-		if err != nil {
-			return err
-		}
-		*out = C.uint64_t(newHandle(t))
-		return nil
+		return handleOut[*table.Table](out)(table.OpenPin(context.Background(), pin))
 	})
 }
 
@@ -376,12 +372,7 @@ func openDataset(t *table.Table, order permutation.Order, optionsJSON *C.char, o
 	if err := decodeJSON(optionsJSON, &opts, "dataset options"); err != nil {
 		return err
 	}
-	l, err := loader.New(t, order, opts)
-	if err != nil {
-		return err
-	}
-	*out = C.uint64_t(newHandle(l))
-	return nil
+	return handleOut[*loader.Loader](out)(loader.New(t, order, opts))
 }
 
 //export croupier_dataset_info
@@ -414,12 +405,7 @@ func croupier_stream_open(dh C.uint64_t, optionsJSON *C.char, out *C.uint64_t, e
 		if err := decodeJSON(optionsJSON, &so, "stream options"); err != nil {
 			return err
 		}
-		s, err := l.Stream(context.Background(), so)
-		if err != nil {
-			return err
-		}
-		*out = C.uint64_t(newHandle(s))
-		return nil
+		return handleOut[*loader.Stream](out)(l.Stream(context.Background(), so))
 	})
 }
 
@@ -464,24 +450,14 @@ func croupier_permutation_build(th C.uint64_t, specJSON, uri *C.char, progress C
 				C.croupier_call_progress(progress, phase, C.int64_t(p.Done), C.int64_t(p.Total))
 			}
 		}
-		p, err := permutation.Build(context.Background(), t, spec, C.GoString(uri), opts)
-		if err != nil {
-			return err
-		}
-		*out = C.uint64_t(newHandle(p))
-		return nil
+		return handleOut[*permutation.Permutations](out)(permutation.Build(context.Background(), t, spec, C.GoString(uri), opts))
 	})
 }
 
 //export croupier_permutation_open
 func croupier_permutation_open(uri *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		p, err := permutation.Open(context.Background(), C.GoString(uri))
-		if err != nil {
-			return err
-		}
-		*out = C.uint64_t(newHandle(p))
-		return nil
+		return handleOut[*permutation.Permutations](out)(permutation.Open(context.Background(), C.GoString(uri)))
 	})
 }
 

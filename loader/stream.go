@@ -15,10 +15,11 @@ import (
 
 // StreamOptions choose which of a rank's batches a Stream makes.
 type StreamOptions struct {
-	Epoch      int64 `json:"epoch"`
-	StartStep  int64 `json:"start_step"`  // the first global step of this iteration
-	Worker     int   `json:"worker"`      // this worker's index in [0, NumWorkers)
-	NumWorkers int   `json:"num_workers"` // 0 behaves as 1
+	Epoch     int64 `json:"epoch"`
+	StartStep int64 `json:"start_step"` // the first global step of this iteration; ≥ −Worker
+
+	Worker     int `json:"worker"`      // this worker's index in [0, NumWorkers)
+	NumWorkers int `json:"num_workers"` // 0 behaves as 1
 }
 
 // Batch is one rank's share of one global step.
@@ -52,8 +53,9 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 	switch {
 	case so.Worker < 0 || so.Worker >= k:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "worker %d out of range [0, %d)", so.Worker, k)
-	case so.StartStep < 0 || so.StartStep > l.StepsPerEpoch():
-		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d out of range [0, %d]", so.StartStep, l.StepsPerEpoch())
+	case so.StartStep+int64(so.Worker) < 0 || so.StartStep > l.StepsPerEpoch():
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d of worker %d out of range [%d, %d]",
+			so.StartStep, so.Worker, -so.Worker, l.StepsPerEpoch())
 	case so.Epoch < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "epoch %d is negative", so.Epoch)
 	}

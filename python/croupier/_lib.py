@@ -22,7 +22,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -266,6 +267,27 @@ def _release(handle: int, pid: int) -> None:
         _call(_lib().croupier_release, handle)
 
 
+_C = TypeVar("_C", bound="Closeable")
+
+
+class Closeable:
+    """``with`` support for objects with a ``close()`` method."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 class Handle:
     """Owns one Go handle and releases it exactly once.
 
@@ -344,9 +366,9 @@ def allocated_bytes() -> int:
 # Tables
 
 
-def table_open(uri: str, options: dict[str, Any]) -> int:
+def table_open(uri: str, options: dict[str, Any] | None = None) -> int:
     """Open and pin a table (options of ``croupier_table_open``); returns a raw handle."""
-    return _handle_out("croupier_table_open", _encode(uri), _encode(options))
+    return _handle_out("croupier_table_open", _encode(uri), _encode(options or {}))
 
 
 def _export_stream(reader: pa.RecordBatchReader) -> ArrowArrayStream:

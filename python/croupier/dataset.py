@@ -11,14 +11,18 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 - :class:`croupier.DataLoader` with workers: the loader, in the main process,
   as it hands each batch to the training loop;
 - ``torchdata``'s ``StatefulDataLoader`` with workers: each worker's copy, whose
-  ``state_dict()`` the loader collects (call ``loader.state_dict()`` then).
+  ``state_dict()`` the loader collects (call ``loader.state_dict()`` then). A
+  checkpoint taken after the last batch of an epoch continues with the next
+  epoch. Once an iteration has ended, torchdata starts the next one from the
+  main process's copy, which never saw the workers advance: set the epoch with
+  :meth:`StreamingDataset.set_epoch` at the top of each epoch, as with any torch
+  DataLoader.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -65,7 +69,7 @@ def _in_main_process() -> bool:
     return torch.utils.data.get_worker_info() is None
 
 
-class StreamingDataset(torch.utils.data.IterableDataset):
+class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
     """Deals one rank's share of every global step of an epoch, in SPEC §3 order.
 
     Args:
@@ -153,6 +157,9 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         self._epoch = 0
         self._next_step = 0
         self._set_position(_as_int("epoch", epoch), 0)
+        # True in a worker's copy whose position was left by its own iteration
+        # (worker k after step t holds t - k + K): see __iter__.
+        self._worker_position = False
         self._shipped = False  # pickled to worker processes by the main process
         self._loader_counts = False  # a croupier.DataLoader counts delivered steps
 
@@ -178,17 +185,6 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         self._closed = True
         if self._go is not None:
             self._go.close()
-
-    def __enter__(self) -> StreamingDataset:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __getstate__(self) -> dict[str, Any]:
         if _in_main_process():
@@ -275,6 +271,12 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         k, num_workers = (worker.id, worker.num_workers) if worker is not None else (0, 0)
         stride = max(num_workers, 1)
         epoch, start = self._epoch, self._next_step
+        if self._worker_position and start + k >= self.steps_per_epoch:
+            # This worker's position comes from its own iteration (a
+            # StatefulDataLoader checkpoint) and its next step is past the end
+            # of the epoch: it continues into the next epoch, at the step the
+            # in-order round robin reaches it (start + k - steps_per_epoch).
+            epoch, start = epoch + 1, start - self.steps_per_epoch
         stream = _lib.Handle(
             _lib.stream_open(
                 self._handle(),
@@ -291,6 +293,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
                 # Worker k of K yields start+k, start+k+K, ...: after step t, an
                 # iteration from t - k + K continues exactly where this one stopped.
                 self._set_position(epoch, step - k + stride)
+                self._worker_position = worker is not None
                 yield out
         finally:
             stream.close()
@@ -332,6 +335,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
             **self._identity(),
             "epoch": self._epoch,
             "steps_consumed": self._next_step,
+            **({"worker_position": True} if self._worker_position else {}),
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -367,6 +371,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
             _as_int("epoch", state_dict.get("epoch")),
             _as_int("steps_consumed", state_dict.get("steps_consumed")),
         )
+        self._worker_position = bool(state_dict.get("worker_position", False))
 
     def __repr__(self) -> str:
         return (

@@ -16,7 +16,6 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -222,7 +221,7 @@ def open_permutations(uri: str) -> Permutations:
     return Permutations._from_handle(_lib.Handle(_lib.permutation_open(uri)))
 
 
-class Permutations:
+class Permutations(_lib.Closeable):
     """An opened permutation: its splits, by name or index (``perms["train"]``, ``perms[0]``).
 
     Picklable: a copy reopens the permutation from its URI on first use.
@@ -325,17 +324,6 @@ class Permutations:
             self._closed = True
             if self._go is not None:
                 self._go.close()
-
-    def __enter__(self) -> Permutations:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         splits = ", ".join(f"{s['name']}={s['num_rows']}" for s in self._manifest["splits"])

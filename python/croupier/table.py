@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterable
-from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
@@ -131,7 +130,7 @@ def lookup(name: str, *, catalog: str | None = None) -> str:
     return _lib.catalog_lookup(catalog or "", name)
 
 
-class Table:
+class Table(_lib.Closeable):
     """One pinned version of a table. Create it with :func:`open_table`.
 
     A table is cheap to pickle: the pickle carries its pin (paths, sizes and
@@ -239,17 +238,6 @@ class Table:
             self._closed = True
             if self._handle_obj is not None:
                 self._handle_obj.close()
-
-    def __enter__(self) -> Table:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def append(self, data: TableData, *, row_group_rows: int | None = None) -> int:
         """Append ``data`` to this croupier table as a new version; returns its number.

@@ -544,28 +544,55 @@ def test_resume_across_the_epoch_boundary(perms: Perms) -> None:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_stateful_dataloader(perms: Perms, num_workers: int) -> None:
+    """Mid-epoch, after the last batch, and after the end of the iteration: each
+    ``loader.state_dict()`` continues exactly in a new loader."""
     perm = perms.get("clump3")
-    want = ref.rank_batches(order(perm, 5, 1), 12, 24, 2, 1, drop_last=False)
+
+    def want(epoch: int) -> list[list[int]]:
+        return ref.rank_batches(order(perm, 5, epoch), 12, 24, 2, 1, drop_last=False)
+
     options: dict[str, Any] = {"batch_size": None, "num_workers": num_workers}
     if num_workers:
         options["multiprocessing_context"] = "spawn"
 
-    def make() -> StatefulDataLoader:
-        ds = dataset(perm, rank=1, world_size=2, shuffle_seed=5, epoch=1, drop_last=False,
+    def resumed(state: dict[str, Any] | None, epoch: int = 1) -> StatefulDataLoader:
+        ds = dataset(perm, rank=1, world_size=2, shuffle_seed=5, epoch=epoch, drop_last=False,
                      format="torch")  # fmt: skip
-        return StatefulDataLoader(ds, **options)
+        loader = StatefulDataLoader(ds, **options)
+        if state is not None:
+            loader.load_state_dict(state)
+        return loader
 
-    loader = make()
-    first = []
-    for batch in loader:
-        first.append(ids_of(batch))
-        if len(first) == 5:
-            break
+    def take(loader: StatefulDataLoader, n: int | None) -> list[list[int]]:
+        out = []
+        for batch in loader:
+            out.append(ids_of(batch))
+            if len(out) == n:
+                break
+        return out
+
+    # stop mid-epoch 1
+    loader = resumed(None)
+    first = take(loader, 5)
     state = loader.state_dict()
     del loader
-    resumed = make()
-    resumed.load_state_dict(state)
-    assert first + [ids_of(b) for b in resumed] == want
+    # resume; stop right after the last batch of the epoch (no StopIteration yet)
+    loader = resumed(state)
+    rest = take(loader, len(want(1)) - 5)
+    assert first + rest == want(1)
+    state = loader.state_dict()
+    del loader
+    # a dict saved at the end of an epoch resumes at step 0 of the next epoch
+    loader = resumed(state)
+    assert take(loader, None) == want(2), "after the last batch of epoch 1"
+    state = loader.state_dict()  # the iteration ended (StopIteration)
+    del loader
+    # After StopIteration torchdata starts the next iteration afresh from the
+    # main process's dataset, which with workers never saw the epoch advance:
+    # as with any torch DataLoader, the training loop sets the epoch (the
+    # documented contract; with num_workers=0 the dataset advances itself).
+    epoch = 3 if num_workers else 1
+    assert take(resumed(state, epoch), None) == want(3), "after the end of epoch 2"
 
 
 # ---------------------------------------------------------------------------
