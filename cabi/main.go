@@ -468,7 +468,7 @@ func croupier_permutation_info(h C.uint64_t, out **C.char, errOut **C.char) C.in
 		if err != nil {
 			return err
 		}
-		return encodeJSON(map[string]any{"uri": p.URI(), "manifest": p.Manifest()}, out)
+		return encodeJSON(map[string]any{"uri": p.URI(), "manifest": p.Manifest(), "build": p.Build()}, out)
 	})
 }
 

@@ -87,11 +87,10 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		loc.Close()
 		return nil, errcode.Wrap(err, errcode.Internal, op, uri)
 	}
-	rec, _ := json.Marshal(map[string]any{"built_at": start.UTC().Format(time.RFC3339Nano),
-		"build_seconds": time.Since(start).Seconds(), "id": m.ID})
-	if err := loc.Bucket.WriteAll(ctx, path.Join(loc.Key, "build.json"), rec, nil); err != nil {
+	rec, _ := json.Marshal(BuildRecord{ID: m.ID, BuiltAt: start.UTC(), Seconds: time.Since(start).Seconds()})
+	if err := loc.Bucket.WriteAll(ctx, path.Join(loc.Key, buildKey), rec, nil); err != nil {
 		loc.Close()
-		return nil, errcode.Wrap(err, store.Code(err), op, loc.ObjectURI(path.Join(loc.Key, "build.json")))
+		return nil, errcode.Wrap(err, store.Code(err), op, loc.ObjectURI(path.Join(loc.Key, buildKey)))
 	}
 	p, err := open(ctx, loc)
 	if err != nil {

@@ -245,6 +245,9 @@ func TestOpenChecksTable(t *testing.T) {
 	if q.ID() != p.ID() || q.Table().Version() != tb.Version() {
 		t.Fatalf("reopened %s over %s", q.ID(), q.Table().Version())
 	}
+	if b := q.Build(); b.ID != p.ID() || b.BuiltAt.IsZero() {
+		t.Fatalf("build record %+v", b)
+	}
 	q.Close()
 	_, err = permutation.Build(context.Background(), tb, permutation.Spec{}, uri, permutation.BuildOptions{})
 	if errcode.Of(err) != errcode.AlreadyExists || !strings.Contains(err.Error(), "immutable") {

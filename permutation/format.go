@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -34,7 +35,18 @@ const ChunkIDs = 1 << 16
 // Every object but build.json is a function of the inputs alone, so two builds
 // of the same table version with the same spec are byte-identical, and the
 // permutation's ID (a UUID derived from the manifest's content) is the same.
-const manifestKey = "permutation.json"
+const (
+	manifestKey = "permutation.json"
+	buildKey    = "build.json"
+)
+
+// BuildRecord says when a permutation was built. It is kept beside the
+// manifest, not in it, so that the manifest stays a function of the inputs.
+type BuildRecord struct {
+	ID      string    `json:"id"`
+	BuiltAt time.Time `json:"built_at"`
+	Seconds float64   `json:"build_seconds"`
+}
 
 // Manifest describes a persisted permutation.
 type Manifest struct {

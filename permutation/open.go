@@ -3,7 +3,9 @@ package permutation
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 
@@ -17,6 +19,7 @@ import (
 type Permutations struct {
 	loc    *store.Location
 	m      Manifest
+	build  BuildRecord
 	table  *table.Table
 	splits []*Split
 }
@@ -52,6 +55,10 @@ func open(ctx context.Context, loc *store.Location) (*Permutations, error) {
 			errcode.Changed, "open permutation", loc.URI)
 	}
 	p := &Permutations{loc: loc, m: m, table: t}
+	// The build record is informative: a missing or unreadable one is no error.
+	if b, err := loc.Bucket.ReadAll(ctx, path.Join(loc.Key, buildKey)); err == nil {
+		json.Unmarshal(b, &p.build)
+	}
 	for i, s := range m.Splits {
 		p.splits = append(p.splits, &Split{p: p, index: i, info: s, chunks: newChunkCache(16)})
 	}
@@ -66,6 +73,9 @@ func (p *Permutations) URI() string { return p.loc.URI }
 
 // Manifest returns the permutation's manifest: provenance and statistics.
 func (p *Permutations) Manifest() Manifest { return p.m }
+
+// Build returns when and how fast the permutation was built (zero if unknown).
+func (p *Permutations) Build() BuildRecord { return p.build }
 
 // Table returns the pinned table version the permutation orders.
 func (p *Permutations) Table() *table.Table { return p.table }

@@ -280,7 +280,7 @@ class Permutations(_lib.Closeable):
 
     @property
     def provenance(self) -> dict[str, Any]:
-        """Table URI and version, the build spec, format version and row counts."""
+        """Table URI and version, the build spec, format version, row counts, build time."""
         m = self._manifest
         return {
             "id": m["id"],
@@ -293,6 +293,8 @@ class Permutations(_lib.Closeable):
             "rows_kept": m["rows_kept"],
             "row_groups": m["row_groups"],
             "row_groups_skipped": m["row_groups_skipped"],
+            "built_at": self._info.get("build", {}).get("built_at"),
+            "build_seconds": self._info.get("build", {}).get("build_seconds"),
         }
 
     @property

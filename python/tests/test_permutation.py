@@ -828,3 +828,13 @@ def test_row_groups_skipped_by_statistics(tmp_path: Path, perm_uri: Callable[[st
     perms = cr.PermutationBuilder(cr.open_table(u)).filter("reward > 0").persist(perm_uri("q"))
     assert perms.provenance["row_groups_skipped"] == 0
     assert perms[0].row_ids().tolist() == kept(data, pc.greater(data["reward"], 0))
+
+
+def test_provenance_records_the_build_time(
+    rollouts_uri: str, perm_uri: Callable[[str], str]
+) -> None:
+    perms = cr.PermutationBuilder(cr.open_table(rollouts_uri)).persist(perm_uri("p"), False)
+    prov = cr.open_permutations(perm_uri("p")).provenance
+    assert prov["built_at"].startswith("20")
+    assert prov["build_seconds"] >= 0
+    assert prov["id"] == perms.id
