@@ -1,0 +1,54 @@
+// Command croupier creates and inspects croupier tables, builds permutations,
+// and answers "which rows did step t train on?".
+//
+// Usage:
+//
+//	croupier tables create URI FILE.parquet... [--row-group-rows N]
+//	croupier tables append URI FILE.parquet...        # prints the new version
+//	croupier tables versions URI
+//	croupier tables inspect URI [--version N]         # schema, rows, files, row groups
+//	croupier tables cleanup URI --keep-last N [--grace 24h]
+//
+//	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
+//	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
+//	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
+//	    [--shuffle-seed N] [--clump N] [--window N] [--quiet]
+//	croupier permute show PERM_URI
+//
+//	croupier deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
+//	    --global-batch-size G [--num-splits S] [--world-size W] [--rank R]
+//	    [--epoch E] [--shuffle-seed N] [--drop-last=false] --step T
+//	croupier deal --checkpoint STATE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI]
+//	    [--world-size W] [--rank R]
+//
+//	croupier bench [--dir REPO] [--dry-run]
+//
+// Every command takes --json and then prints one JSON document on stdout.
+// URIs are those of the library (file://, mem://, s3://, gs://, azblob://); a
+// plain path is taken as a local file:// URI. Flags may come before or after
+// the positional arguments.
+//
+// Split sizes for --split-random and --split-sequential are ratios when any
+// value has a fraction (0.9,0.1), row counts when all are integers (900,100),
+// or splits of --split-fixed N rows each when the value is "fixed".
+// --shuffle-seed, --clump or --window turns on the shuffle.
+//
+// deal prints the row ids each rank gets at global step T of epoch E (every
+// rank unless --rank), as the loader deals them: the same set of rows makes
+// up a step at every world size. --drop-last defaults to true, as in the
+// Python dataset. With --checkpoint, the dealing parameters and position come
+// from a dataset state dict (as json.dump(ds.state_dict()) writes it) and the
+// step shown is the next one the resumed run trains on: step steps_consumed,
+// or step 0 of the next epoch when the checkpoint was taken at an epoch's end.
+// The checkpoint's permutation_id must be that of the split or table opened.
+// A checkpoint of a table (permutation_id "identity") names its table, so
+// --perm and --table may be left out.
+//
+// bench runs the benchmark harness from the repository root: the Python loader
+// throughput benchmark and the commit benchmark (go run ./bench/commits),
+// each when present.
+//
+// Errors are printed as "croupier: <message>" on stderr, where the message
+// names what failed and where (URI, file, column). The exit status is 1 for
+// errors and 2 for bad command-line usage.
+package main

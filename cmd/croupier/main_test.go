@@ -1,0 +1,334 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// result is one run of the command.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func croupier(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return result{code, out.String(), errOut.String()}
+}
+
+// ok runs the command and fails the test unless it exits 0.
+func ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := croupier(t, args...)
+	if r.code != 0 {
+		t.Fatalf("croupier %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+func okJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out := ok(t, append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("croupier %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// parquetFile writes rows [start, start+n) as a Parquet file and returns its path.
+func parquetFile(t *testing.T, dir string, start, n int64) string {
+	t.Helper()
+	p := filepath.Join(dir, fmt.Sprintf("rows-%d-%d.parquet", start, n))
+	if err := os.WriteFile(p, tabletest.Encode(t, start, n, 50), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// makeTable creates a croupier table of 300 rows at version 1 (two files)
+// and 200 more at version 2, and returns its URI.
+func makeTable(t *testing.T) string {
+	t.Helper()
+	src := t.TempDir()
+	uri := "file://" + filepath.Join(t.TempDir(), "tbl")
+	out := ok(t, "tables", "create", uri, parquetFile(t, src, 0, 100), parquetFile(t, src, 100, 200), "--row-group-rows", "64")
+	if !strings.Contains(out, "version 1") {
+		t.Fatalf("create printed %q", out)
+	}
+	if out := ok(t, "tables", "append", uri, parquetFile(t, src, 300, 200)); strings.TrimSpace(out) != "2" {
+		t.Fatalf("append printed %q, want 2", out)
+	}
+	return uri
+}
+
+func TestTables(t *testing.T) {
+	uri := makeTable(t)
+	if out := ok(t, "tables", "versions", uri); out != "1\n2\n" {
+		t.Fatalf("versions printed %q", out)
+	}
+	var vs []int64
+	okJSON(t, &vs, "tables", "versions", uri)
+	if !slices.Equal(vs, []int64{1, 2}) {
+		t.Fatalf("versions --json: %v", vs)
+	}
+
+	var in inspectOutput
+	okJSON(t, &in, "tables", "inspect", uri, "--version", "1")
+	if in.Version != "1" || in.NumRows != 300 || in.Kind != table.KindCroupier || len(in.Files) != 1 {
+		t.Fatalf("inspect v1: %+v", in)
+	}
+	var groups int64
+	for _, g := range in.Files[0].RowGroups {
+		groups += g
+	}
+	if groups != 300 || len(in.Files[0].RowGroups) != 5 { // 300 rows in groups of 64
+		t.Fatalf("inspect v1 row groups: %v", in.Files[0].RowGroups)
+	}
+	var names []string
+	for _, f := range in.Schema {
+		names = append(names, f.Name)
+	}
+	if !slices.Equal(names, []string{"id", "tokens", "reward", "text", "meta"}) {
+		t.Fatalf("inspect schema: %v", in.Schema)
+	}
+	okJSON(t, &in, "tables", "inspect", uri)
+	if in.Version != "2" || in.NumRows != 500 || len(in.Files) != 2 {
+		t.Fatalf("inspect latest: %+v", in)
+	}
+	out := ok(t, "tables", "inspect", uri)
+	for _, want := range []string{"version  2", "rows     500", "tokens", "list<element: int32, nullable>"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+
+	var res table.CleanupResult
+	okJSON(t, &res, "tables", "cleanup", uri, "--keep-last", "1")
+	if !slices.Equal(res.DeletedVersions, []int64{1}) {
+		t.Fatalf("cleanup deleted %v", res.DeletedVersions)
+	}
+	if out := ok(t, "tables", "versions", uri); out != "2\n" {
+		t.Fatalf("versions after cleanup: %q", out)
+	}
+}
+
+func TestPermute(t *testing.T) {
+	uri := makeTable(t)
+	perm := "file://" + filepath.Join(t.TempDir(), "perm")
+	r := croupier(t, "permute", uri, perm, "--filter", "id >= 100 AND reward < 200",
+		"--split-hash", "id:9,1", "--split-names", "train,val", "--shuffle-seed", "7", "--clump", "2")
+	if r.code != 0 {
+		t.Fatalf("permute: exit %d: %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "scan: ") {
+		t.Errorf("no progress on stderr: %q", r.stderr)
+	}
+	if !strings.Contains(r.stdout, "train") || !strings.Contains(r.stdout, "300 kept of 500 scanned") {
+		t.Errorf("permute output:\n%s", r.stdout)
+	}
+
+	var show permOutput
+	okJSON(t, &show, "permute", "show", perm)
+	if show.RowsKept != 300 || show.RowsScanned != 500 || show.TableVersion != "2" || show.TableURI != uri {
+		t.Fatalf("permute show: %+v", show)
+	}
+	if len(show.Splits) != 2 || show.Splits[0].Name != "train" || show.Splits[1].Name != "val" ||
+		show.Splits[0].NumRows+show.Splits[1].NumRows != 300 || show.Splits[0].NumRows < show.Splits[1].NumRows {
+		t.Fatalf("permute show splits: %+v", show.Splits)
+	}
+	sp := show.Spec
+	if sp.Filter != "id >= 100 AND reward < 200" || sp.Split == nil || sp.Split.Kind != permutation.SplitHash ||
+		!slices.Equal(sp.Split.Columns, []string{"id"}) || !slices.Equal(sp.Split.Weights, []int64{9, 1}) ||
+		sp.Shuffle == nil || sp.Shuffle.Seed != 7 || sp.Shuffle.ClumpSize != 2 {
+		t.Fatalf("permute show spec: %+v", sp)
+	}
+
+	// The same build again is refused: permutations are written once.
+	if r := croupier(t, "permute", uri, perm, "--quiet"); r.code != 1 || !strings.Contains(r.stderr, "croupier: ") {
+		t.Fatalf("permute over an existing permutation: exit %d: %s", r.code, r.stderr)
+	}
+	// Random and sequential splits parse ratios and counts.
+	ok(t, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p2"), "--quiet", "--split-random", "0.9,0.1", "--seed", "3")
+	var seq permOutput
+	okJSON(t, &seq, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p3"), "--quiet", "--split-sequential", "100,50")
+	if len(seq.Splits) != 2 || seq.Splits[0].NumRows != 100 || seq.Splits[1].NumRows != 50 {
+		t.Fatalf("sequential counts: %+v", seq.Splits)
+	}
+}
+
+// dealRun runs deal --json and returns its output.
+func dealRun(t *testing.T, args ...string) dealOutput {
+	t.Helper()
+	var out dealOutput
+	okJSON(t, &out, append([]string{"deal"}, args...)...)
+	return out
+}
+
+func TestDeal(t *testing.T) {
+	ctx := context.Background()
+	uri := makeTable(t)
+	perm := "file://" + filepath.Join(t.TempDir(), "perm")
+	ok(t, "permute", uri, perm, "--quiet", "--split-random", "0.8,0.2", "--split-names", "train,val", "--shuffle-seed", "11")
+
+	p, err := permutation.Open(ctx, perm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	train, err := p.Split("train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(w, r, epoch, step int64) []uint64 {
+		l, err := loader.New(p.Table(), train, loader.Options{GlobalBatchSize: 16, NumSplits: 8, WorldSize: w, Rank: r, ShuffleSeed: 5, DropLast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ids, err := l.RowIDs(ctx, epoch, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+
+	common := []string{"--perm", perm, "--split", "train", "--global-batch-size", "16", "--num-splits", "8", "--shuffle-seed", "5"}
+	for _, epoch := range []string{"0", "2"} {
+		e := int64(epoch[0] - '0')
+		one := dealRun(t, append(common, "--epoch", epoch, "--step", "3")...)
+		two := dealRun(t, append(common, "--epoch", epoch, "--step", "3", "--world-size", "2")...)
+		if len(one.Ranks) != 1 || len(two.Ranks) != 2 || one.StepsPerEpoch != 400/8/2 {
+			t.Fatalf("ranks: %d and %d; steps per epoch %d", len(one.Ranks), len(two.Ranks), one.StepsPerEpoch)
+		}
+		if !slices.Equal(one.Ranks[0].RowIDs, want(1, 0, e, 3)) {
+			t.Fatalf("epoch %s W=1: %v, loader says %v", epoch, one.Ranks[0].RowIDs, want(1, 0, e, 3))
+		}
+		union := slices.Concat(two.Ranks[0].RowIDs, two.Ranks[1].RowIDs)
+		for r := range two.Ranks {
+			if !slices.Equal(two.Ranks[r].RowIDs, want(2, int64(r), e, 3)) {
+				t.Fatalf("epoch %s W=2 rank %d differs from the loader", epoch, r)
+			}
+		}
+		a, b := slices.Clone(one.Ranks[0].RowIDs), union
+		slices.Sort(a)
+		slices.Sort(b)
+		if len(a) != 16 || !slices.Equal(a, b) {
+			t.Fatalf("epoch %s: W=2 union %v != W=1 %v", epoch, b, a)
+		}
+	}
+	// --rank prints one rank; the text form lists each.
+	only := dealRun(t, append(common, "--step", "3", "--world-size", "2", "--rank", "1")...)
+	if len(only.Ranks) != 1 || only.Ranks[0].Rank != 1 || !slices.Equal(only.Ranks[0].RowIDs, want(2, 1, 0, 3)) {
+		t.Fatalf("--rank 1: %+v", only.Ranks)
+	}
+	text := ok(t, append([]string{"deal"}, append(common, "--step", "0", "--world-size", "4")...)...)
+	if !strings.Contains(text, "rank 3: ") || !strings.Contains(text, "epoch 0, step 0:") {
+		t.Fatalf("deal text:\n%s", text)
+	}
+
+	// A checkpoint shows the next step; at the end of an epoch, step 0 of the next.
+	ckpt := func(permID string, epoch, steps int64) string {
+		path := filepath.Join(t.TempDir(), "state.json")
+		b, _ := json.Marshal(map[string]any{"format": 1, "permutation_id": permID, "table_uri": uri,
+			"table_version": "2", "num_splits": 8, "global_batch_size": 16, "shuffle_seed": 5,
+			"epoch": epoch, "steps_consumed": steps})
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	got := dealRun(t, "--perm", perm, "--split", "train", "--checkpoint", ckpt(train.ID(), 1, 7), "--world-size", "2")
+	if got.Epoch != 1 || got.Step != 7 || !slices.Equal(got.Ranks[1].RowIDs, want(2, 1, 1, 7)) {
+		t.Fatalf("from checkpoint: epoch %d step %d", got.Epoch, got.Step)
+	}
+	got = dealRun(t, "--perm", perm, "--split", "train", "--checkpoint", ckpt(train.ID(), 1, 25))
+	if got.Epoch != 2 || got.Step != 0 || !slices.Equal(got.Ranks[0].RowIDs, want(1, 0, 2, 0)) {
+		t.Fatalf("from end-of-epoch checkpoint: epoch %d step %d", got.Epoch, got.Step)
+	}
+	// The wrong split: an error naming both ids.
+	r := croupier(t, "deal", "--perm", perm, "--split", "val", "--checkpoint", ckpt(train.ID(), 0, 1))
+	if r.code != 1 || !strings.Contains(r.stderr, train.ID()) || !strings.Contains(r.stderr, p.ID()+"/val") {
+		t.Fatalf("mismatched checkpoint: exit %d: %s", r.code, r.stderr)
+	}
+	// An identity checkpoint needs no --perm or --table: it names its table.
+	got = dealRun(t, "--checkpoint", ckpt("identity", 0, 3))
+	if got.OrderID != "identity" || got.Step != 3 || !slices.Equal(got.Ranks[0].RowIDs, []uint64{6, 68, 130, 192, 254, 316, 378, 440, 7, 69, 131, 193, 255, 317, 379, 441}) {
+		t.Fatalf("identity checkpoint: %+v", got)
+	}
+	// --table deals the table in row id order.
+	got = dealRun(t, "--table", uri, "--global-batch-size", "4", "--num-splits", "4", "--step", "0")
+	if !slices.Equal(got.Ranks[0].RowIDs, []uint64{0, 125, 250, 375}) {
+		t.Fatalf("identity deal: %v", got.Ranks[0].RowIDs)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	missing := "file://" + filepath.Join(t.TempDir(), "nope")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "no command"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"tables"}, 2, "missing subcommand"},
+		{[]string{"tables", "versions"}, 2, "missing arguments"},
+		{[]string{"tables", "create", missing}, 2, "missing arguments"},
+		{[]string{"tables", "inspect", missing, "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"tables", "cleanup", missing}, 2, "--keep-last"},
+		{[]string{"deal", "--table", missing}, 2, "--global-batch-size"},
+		{[]string{"deal", "--global-batch-size", "4", "--step", "0"}, 2, "--perm and --table"},
+		{[]string{"permute", missing, missing + "p", "--split-hash", "id"}, 2, "--split-hash"},
+		{[]string{"tables", "versions", missing}, 1, missing},
+		{[]string{"tables", "inspect", missing}, 1, missing},
+		{[]string{"permute", "show", missing}, 1, missing},
+		{[]string{"deal", "--perm", missing, "--global-batch-size", "4", "--step", "0"}, 1, missing},
+		{[]string{"tables", "create", missing, filepath.Join(t.TempDir(), "x.parquet")}, 1, "x.parquet"},
+		{[]string{"deal", "--checkpoint", filepath.Join(t.TempDir(), "none.json")}, 1, "none.json"},
+	} {
+		r := croupier(t, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "croupier: ") {
+			t.Errorf("croupier %q: exit %d, stderr %q; want exit %d and %q", c.args, r.code, r.stderr, c.code, c.want)
+		}
+	}
+	// Bad dealing numbers come from the loader with the numbers in them.
+	uri := makeTable(t)
+	r := croupier(t, "deal", "--table", uri, "--global-batch-size", "10", "--num-splits", "4", "--step", "0")
+	if r.code != 1 || !strings.Contains(r.stderr, "10") || !strings.Contains(r.stderr, uri) {
+		t.Errorf("G %% S != 0: exit %d: %s", r.code, r.stderr)
+	}
+	r = croupier(t, "deal", "--table", uri, "--global-batch-size", "4", "--step", "1000")
+	if r.code != 1 || !strings.Contains(r.stderr, "step 1000 out of range") {
+		t.Errorf("step out of range: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+func TestBenchDryRun(t *testing.T) {
+	var runs []benchRun
+	okJSON(t, &runs, "bench", "--dry-run", "--dir", "../..")
+	if len(runs) != 2 || runs[1].Command[0] != "go" || runs[1].Skipped != "" {
+		t.Fatalf("bench --dry-run: %+v", runs)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	if out := ok(t, "help"); !strings.Contains(out, "tables create URI") {
+		t.Fatalf("help: %s", out)
+	}
+	if r := croupier(t, "deal", "-h"); r.code != 0 || !strings.Contains(r.stderr, "-global-batch-size") {
+		t.Fatalf("deal -h: exit %d: %s", r.code, r.stderr)
+	}
+}

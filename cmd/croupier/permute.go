@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+func permuteCmd(ctx context.Context, e *env, args []string) error {
+	fs, asJSON := newFlags(e, "permute", "permute TABLE_URI PERM_URI [flags]\n       croupier permute show PERM_URI")
+	version := fs.Int64("version", 0, "table version to pin (0: the latest)")
+	filter := fs.String("filter", "", "SQL boolean expression: only rows where it is true")
+	splitRandom := fs.String("split-random", "", "random split: ratios (0.9,0.1) or row counts (9000,1000)")
+	splitSeq := fs.String("split-sequential", "", "sequential split in row id order: ratios or row counts")
+	splitHash := fs.String("split-hash", "", "split by a hash of column values: col1,col2:w1,w2[:discard]")
+	splitCalc := fs.String("split-calculated", "", "split by a SQL integer expression giving the split index")
+	fixed := fs.Int64("split-fixed", 0, "with --split-random or --split-sequential given as \"fixed\": splits of N rows")
+	names := fs.String("split-names", "", "names of the splits, comma-separated")
+	seed := fs.Uint64("seed", 0, "seed of a random split")
+	shuffleSeed := fs.Uint64("shuffle-seed", 0, "shuffle every split with this seed")
+	clump := fs.Int64("clump", 0, "shuffle clumps of N consecutive rows")
+	window := fs.Int64("window", 0, "shuffle within windows of N clumps")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	pos, err := parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	spec := permutation.Spec{Filter: *filter}
+	if spec.Split, err = splitSpec(set, *splitRandom, *splitSeq, *splitHash, *splitCalc, *fixed, *names, *seed); err != nil {
+		return err
+	}
+	if set["shuffle-seed"] || set["clump"] || set["window"] {
+		spec.Shuffle = &permutation.ShuffleSpec{Seed: *shuffleSeed, ClumpSize: *clump, Window: *window}
+	}
+	tableURI, err := toURI(pos[0])
+	if err != nil {
+		return err
+	}
+	permURI, err := toURI(pos[1])
+	if err != nil {
+		return err
+	}
+	t, err := table.OpenVersion(ctx, tableURI, *version)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	var opts permutation.BuildOptions
+	var pr *progress
+	if !*quiet {
+		pr = newProgress(e.stderr)
+		opts.Progress = pr.update
+	}
+	p, err := permutation.Build(ctx, t, spec, permURI, opts)
+	if pr != nil {
+		pr.done()
+	}
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return printPermutation(e, p, *asJSON)
+}
+
+// splitSpec builds the split of permute's flags; nil when none is given.
+func splitSpec(set map[string]bool, random, seq, hash, calc string, fixed int64, names string, seed uint64) (*permutation.SplitSpec, error) {
+	var given []string
+	for _, n := range []string{"split-random", "split-sequential", "split-hash", "split-calculated"} {
+		if set[n] {
+			given = append(given, "--"+n)
+		}
+	}
+	if len(given) > 1 {
+		return nil, usagef("permute: %s are exclusive", strings.Join(given, " and "))
+	}
+	if len(given) == 0 {
+		if set["split-names"] || set["seed"] || set["split-fixed"] {
+			return nil, usagef("permute: --split-names, --seed and --split-fixed need a --split-* flag")
+		}
+		return nil, nil
+	}
+	s := &permutation.SplitSpec{Names: splitList(names), Seed: seed}
+	sizes := func(flagName, v string) error {
+		if v == "fixed" {
+			if fixed <= 0 {
+				return usagef("permute: --%s fixed needs --split-fixed N", flagName)
+			}
+			s.Fixed = fixed
+			return nil
+		}
+		if counts, err := parseInts(v); err == nil {
+			s.Counts = counts
+			return nil
+		}
+		ratios, err := parseFloats(v)
+		if err != nil {
+			return usagef("permute: --%s %q: want ratios (0.9,0.1), counts (900,100) or \"fixed\"", flagName, v)
+		}
+		s.Ratios = ratios
+		return nil
+	}
+	switch {
+	case set["split-random"]:
+		s.Kind = permutation.SplitRandom
+		return s, sizes("split-random", random)
+	case set["split-sequential"]:
+		s.Kind = permutation.SplitSequential
+		return s, sizes("split-sequential", seq)
+	case set["split-calculated"]:
+		s.Kind, s.Expr = permutation.SplitCalculated, calc
+		return s, nil
+	}
+	s.Kind = permutation.SplitHash
+	parts := strings.Split(hash, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, usagef("permute: --split-hash %q: want col1,col2:w1,w2[:discard]", hash)
+	}
+	s.Columns = splitList(parts[0])
+	w, err := parseInts(parts[1])
+	if err != nil || len(s.Columns) == 0 {
+		return nil, usagef("permute: --split-hash %q: want col1,col2:w1,w2[:discard]", hash)
+	}
+	s.Weights = w
+	if len(parts) == 3 {
+		d, err := parseInts(parts[2])
+		if err != nil || len(d) != 1 {
+			return nil, usagef("permute: --split-hash %q: the discard weight must be one integer", hash)
+		}
+		s.DiscardWeight = d[0]
+	}
+	return s, nil
+}
+
+func permuteShowCmd(ctx context.Context, e *env, args []string) error {
+	fs, asJSON := newFlags(e, "permute show", "permute show PERM_URI")
+	pos, err := parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	uri, err := toURI(pos[0])
+	if err != nil {
+		return err
+	}
+	p, err := permutation.Open(ctx, uri)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return printPermutation(e, p, *asJSON)
+}
+
+// permOutput is the provenance and statistics of a permutation.
+type permOutput struct {
+	ID               string                  `json:"id"`
+	URI              string                  `json:"uri"`
+	Format           int                     `json:"format"`
+	TableURI         string                  `json:"table_uri"`
+	TableVersion     string                  `json:"table_version"`
+	Spec             permutation.Spec        `json:"spec"`
+	Splits           []permutation.SplitInfo `json:"splits"`
+	RowsScanned      int64                   `json:"rows_scanned"`
+	RowsKept         int64                   `json:"rows_kept"`
+	RowGroups        int64                   `json:"row_groups"`
+	RowGroupsSkipped int64                   `json:"row_groups_skipped"`
+	BuiltAt          *time.Time              `json:"built_at,omitempty"`
+	BuildSeconds     float64                 `json:"build_seconds,omitempty"`
+}
+
+func printPermutation(e *env, p *permutation.Permutations, asJSON bool) error {
+	m := p.Manifest()
+	out := permOutput{ID: m.ID, URI: p.URI(), Format: m.Format, TableURI: m.Table.URI, TableVersion: m.Table.Version,
+		Spec: m.Spec, Splits: m.Splits, RowsScanned: m.RowsScanned, RowsKept: m.RowsKept,
+		RowGroups: m.RowGroups, RowGroupsSkipped: m.RowGroupsSkipped}
+	if b := p.Build(); !b.BuiltAt.IsZero() {
+		out.BuiltAt, out.BuildSeconds = &b.BuiltAt, b.Seconds
+	}
+	if asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	var spec strings.Builder
+	enc := json.NewEncoder(&spec)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m.Spec); err != nil {
+		return err
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "permutation  %s\nuri          %s\ntable        %s version %s\nspec         %s\nformat       %d\n",
+		out.ID, out.URI, out.TableURI, out.TableVersion, strings.TrimSpace(spec.String()), out.Format)
+	fmt.Fprintf(w, "rows         %d kept of %d scanned\nrow groups   %d, %d skipped by statistics\n",
+		out.RowsKept, out.RowsScanned, out.RowGroups, out.RowGroupsSkipped)
+	if out.BuiltAt != nil {
+		fmt.Fprintf(w, "built        %s in %.3fs\n", out.BuiltAt.Format(time.RFC3339), out.BuildSeconds)
+	}
+	fmt.Fprintln(w, "splits:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	for _, s := range out.Splits {
+		fmt.Fprintf(tw, "  %s\t%d\t\n", s.Name, s.NumRows)
+	}
+	return tw.Flush()
+}
