@@ -48,7 +48,7 @@ test-py: dev
 	$(PY) -m pytest -q
 
 lint: dev
-	test -z "$$(gofmt -l core permutation loader cabi bench examples 2>/dev/null)"
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	go vet ./...
 	go run $(STATICCHECK) ./...
 	.venv/bin/ruff check python examples bench

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/google/uuid"
 
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
@@ -92,7 +93,7 @@ func stores(t *testing.T) map[string]string {
 	s := startS3(t)
 	return map[string]string{
 		"file": "file://" + filepath.Join(t.TempDir(), "tbl"),
-		"mem":  "mem://tabletest/" + t.Name(),
+		"mem":  "mem://tabletest/" + t.Name() + "/" + uuid.NewString(), // mem buckets outlive a test run
 		"s3":   s.URI("bkt", "tables/"+t.Name()),
 	}
 }
