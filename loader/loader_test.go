@@ -243,3 +243,34 @@ func TestFileVanishesMidEpoch(t *testing.T) {
 		b.Record.Release()
 	}
 }
+
+// TestNextInterruptedThenClose: a Next whose context ends while a step is
+// being read leaves that step to the next call, and Close frees it.
+func TestNextInterruptedThenClose(t *testing.T) {
+	tb := openTable(t, 500)
+	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	defer mem.AssertSize(t, 0)
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 10, Allocator: mem})
+	s, err := l.Stream(context.Background(), loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		if _, err := s.Next(canceled); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Next with a canceled context = %v", err)
+		}
+	}
+	b, err := s.Next(context.Background())
+	if err != nil || b.Step != 0 {
+		t.Fatalf("Next after interruptions: step %d, %v", b.Step, err)
+	}
+	b.Record.Release()
+	if _, err := s.Next(canceled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next with a canceled context = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -37,11 +37,13 @@ type result struct {
 // ReadAhead steps ahead. It is not safe for concurrent use; Close it when done,
 // also after an early stop.
 type Stream struct {
-	cancel  context.CancelFunc
-	reader  *table.Reader
-	pending chan chan result // one per step being read, in step order
-	wg      sync.WaitGroup
-	err     error // sticky: after an error or the end, Next keeps returning it
+	cancel   context.CancelFunc
+	reader   *table.Reader
+	progress *progress
+	pending  chan chan result // one per step being read, in step order
+	waiting  chan result      // taken from pending by a Next that ctx interrupted
+	wg       sync.WaitGroup
+	err      error // sticky: after an error or the end, Next keeps returning it
 }
 
 // Stream starts producing the batches of worker so.Worker: steps
@@ -65,19 +67,24 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, reader: r, pending: make(chan chan result, l.opts.ReadAhead)}
-	s.wg.Add(1)
-	go s.produce(ctx, l, so.Epoch, so.StartStep+int64(so.Worker), int64(k))
+	s := &Stream{cancel: cancel, reader: r, progress: newProgress(), pending: make(chan chan result, l.opts.ReadAhead)}
+	var steps []int64
+	for t := so.StartStep + int64(so.Worker); t < l.StepsPerEpoch(); t += int64(k) {
+		steps = append(steps, t)
+	}
+	order := l.EpochOrder(so.Epoch)
+	s.wg.Add(2)
+	go s.produce(ctx, l, order, steps)
+	go s.plan(ctx, l, order, steps)
 	return s, nil
 }
 
 // produce starts one read per step, at most ReadAhead at a time (the capacity
 // of pending), and hands them to Next in step order.
-func (s *Stream) produce(ctx context.Context, l *Loader, epoch, first, stride int64) {
+func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order, steps []int64) {
 	defer s.wg.Done()
 	defer close(s.pending)
-	order := l.EpochOrder(epoch)
-	for t := first; t < l.StepsPerEpoch(); t += stride {
+	for _, t := range steps {
 		ch := make(chan result, 1)
 		select {
 		case s.pending <- ch:
@@ -109,27 +116,35 @@ func (s *Stream) read(ctx context.Context, l *Loader, order permutation.Order, t
 	return result{batch: Batch{Step: t, Record: rec}}
 }
 
-// Next returns the next batch, or io.EOF after the last one.
+// Next returns the next batch, or io.EOF after the last one. If ctx ends
+// first, Next returns its error and a later Next returns the same step.
 func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	if s.err != nil {
 		return Batch{}, s.err
 	}
-	var ch chan result
-	select {
-	case c, ok := <-s.pending:
-		if !ok {
-			s.err = io.EOF
-			return Batch{}, s.err
+	if err := ctx.Err(); err != nil {
+		return Batch{}, err
+	}
+	if s.waiting == nil {
+		select {
+		case c, ok := <-s.pending:
+			if !ok {
+				s.err = io.EOF
+				return Batch{}, s.err
+			}
+			s.waiting = c
+		case <-ctx.Done():
+			return Batch{}, ctx.Err()
 		}
-		ch = c
-	case <-ctx.Done():
-		return Batch{}, ctx.Err()
 	}
 	select {
-	case res := <-ch:
+	case res := <-s.waiting:
+		s.waiting = nil
 		if res.err != nil {
 			s.err = res.err
 			s.cancel()
+		} else {
+			s.progress.advance()
 		}
 		return res.batch, res.err
 	case <-ctx.Done():
@@ -158,6 +173,11 @@ func (s *Stream) All(ctx context.Context) iter.Seq2[Batch, error] {
 func (s *Stream) Close() error {
 	s.cancel()
 	// Drain: reads in flight finish (canceled) and their batches are freed.
+	if s.waiting != nil {
+		if res := <-s.waiting; res.batch.Record != nil {
+			res.batch.Record.Release()
+		}
+	}
 	for ch := range s.pending {
 		if res := <-ch; res.batch.Record != nil {
 			res.batch.Record.Release()

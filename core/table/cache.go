@@ -20,10 +20,12 @@ type groupKey struct{ file, group int }
 type groupCache struct {
 	budget int64
 
-	mu    sync.Mutex
-	used  int64
-	lru   *list.List // of *groupEntry, most recent at the front
-	byKey map[groupKey]*groupEntry
+	mu   sync.Mutex
+	used int64
+	lru  *list.List // of *groupEntry, most recent at the front
+
+	loads, loaded int64 // entries loaded and their bytes, for the mean size
+	byKey         map[groupKey]*groupEntry
 }
 
 type groupEntry struct {
@@ -88,6 +90,8 @@ func (c *groupCache) tryGet(ctx context.Context, key groupKey, load func() (arro
 		rec.Retain()
 	}
 	e.bytes = recordBytes(rec)
+	c.loads++
+	c.loaded += e.bytes
 	e.elem = c.lru.PushFront(e)
 	c.used += e.bytes
 	c.evictLocked(e)
@@ -112,6 +116,16 @@ func (c *groupCache) removeLocked(e *groupEntry) {
 	delete(c.byKey, e.key)
 	c.used -= e.bytes
 	e.rec.Release()
+}
+
+// stats returns the bytes cached and the mean bytes of the entries loaded.
+func (c *groupCache) stats() (used, mean int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loads > 0 {
+		mean = c.loaded / c.loads
+	}
+	return c.used, mean
 }
 
 // close releases every cached record.

@@ -196,6 +196,44 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	return r.concatTake(ctx, pieces, order)
 }
 
+// GroupRef names one row group of one file of the table.
+type GroupRef struct{ File, Group int }
+
+// Groups returns the row groups that hold ids, each once, in the order they
+// are first needed.
+func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
+	refs, err := r.locate(ids)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[groupKey]bool{}
+	var out []GroupRef
+	for _, ref := range refs {
+		if !seen[ref.group] {
+			seen[ref.group] = true
+			out = append(out, GroupRef{ref.group.file, ref.group.group})
+		}
+	}
+	return out, nil
+}
+
+// Prefetch decodes row group g into the cache, unless it is there already,
+// so that a later Read finds it decoded.
+func (r *Reader) Prefetch(ctx context.Context, g GroupRef) (err error) {
+	defer recoverTo(&err, "prefetch", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+	key := groupKey{g.File, g.Group}
+	rec, err := r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
+	if err != nil {
+		return err
+	}
+	rec.Release()
+	return nil
+}
+
+// CacheBytes returns the bytes of decoded row groups cached, and the mean size
+// of one (0 before the first).
+func (r *Reader) CacheBytes() (used, mean int64) { return r.cache.stats() }
+
 // locate maps row ids to row groups.
 func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 	refs := make([]rowRef, len(ids))
