@@ -1,0 +1,236 @@
+"""An RL learner reading rollouts from a croupier table, with the data provenance recorded.
+
+    python examples/rl_learner.py --data ./rl-data --steps 12
+
+What it does:
+
+1. A generation fleet writes rollouts: one row per message of a rollout
+   (RolloutRecord-style: rollout_id, problem_id, sequence_order, role, tokens,
+   logprobs, advantage, ...). The first batch creates a croupier table, a later
+   one appends to it as a new version, as the fleet would after a policy update.
+2. A permutation of the latest version keeps only the rows to train on
+   (``include_in_training = TRUE AND role = 'assistant'``), splits them into
+   train/val by a hash of ``problem_id`` (all samples of one prompt land on the
+   same side, in this version and every later one), and shuffles them.
+3. The learner streams only ``output_tokens``, ``output_logprobs`` and
+   ``advantage``, list columns packed (values + offsets, the ``cu_seqlens`` of a
+   varlen model), and takes a few clipped policy-gradient steps on a tiny
+   next-token model.
+4. It saves the policy and, next to it, a JSON record of the table version and
+   permutation that trained it, plus the loader's checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import nn
+
+import croupier as cr
+
+VOCAB = 256
+TRAIN_FILTER = "include_in_training = TRUE AND role = 'assistant'"
+COLUMNS = ["output_tokens", "output_logprobs", "advantage"]
+
+
+def as_uri(path: Path) -> str:
+    return "file://" + str(path.resolve())
+
+
+def rollouts(rng: np.random.Generator, problems: range, samples: int, policy: int) -> pa.Table:
+    """``samples`` rollouts of each problem: a user prompt row, then the assistant's answer row."""
+    rows: dict[str, list] = {
+        name: []
+        for name in (
+            "rollout_id",
+            "problem_id",
+            "sequence_order",
+            "role",
+            "output_tokens",
+            "output_logprobs",
+            "reward",
+            "advantage",
+            "include_in_training",
+            "policy_version",
+            "finish_reason",
+            "generator",
+        )
+    }
+    for problem in problems:
+        rewards = rng.random(samples).astype(np.float32)
+        advantages = rewards - rewards.mean()  # group-relative, as in GRPO
+        for k in range(samples):
+            rollout_id = f"p{policy}-{problem}-{k}"
+            for order, role in enumerate(("user", "assistant")):
+                n = int(rng.integers(4, 33))
+                finish = "stop" if role == "user" or rng.random() > 0.1 else "length"
+                rows["rollout_id"].append(rollout_id)
+                rows["problem_id"].append(problem)
+                rows["sequence_order"].append(order)
+                rows["role"].append(role)
+                rows["output_tokens"].append(rng.integers(0, VOCAB, n).tolist())
+                # about what an untrained policy over VOCAB tokens gives
+                rows["output_logprobs"].append((rng.normal(-np.log(VOCAB), 0.1, n)).tolist())
+                rows["reward"].append(float(rewards[k]))
+                rows["advantage"].append(float(advantages[k]))
+                # truncated answers and prompts are kept for analysis, not trained on
+                rows["include_in_training"].append(role == "assistant" and finish == "stop")
+                rows["policy_version"].append(policy)
+                rows["finish_reason"].append(finish)
+                rows["generator"].append(f"sampler-{problem % 3}")
+    schema = pa.schema(
+        [
+            ("rollout_id", pa.string()),
+            ("problem_id", pa.int64()),
+            ("sequence_order", pa.int32()),
+            ("role", pa.string()),
+            ("output_tokens", pa.list_(pa.int32())),
+            ("output_logprobs", pa.list_(pa.float32())),
+            ("reward", pa.float32()),
+            ("advantage", pa.float32()),
+            ("include_in_training", pa.bool_()),
+            ("policy_version", pa.int32()),
+            ("finish_reason", pa.string()),
+            ("generator", pa.string()),
+        ]
+    )
+    return pa.table(rows, schema=schema)
+
+
+def write_rollouts(uri: str, seed: int) -> cr.Table:
+    """Create the table (or open an existing one), append one more batch; return the latest."""
+    rng = np.random.default_rng(seed)
+    with contextlib.suppress(cr.AlreadyExistsError):  # a rerun keeps the table, adds to it
+        cr.create_table(uri, rollouts(rng, range(0, 48), samples=4, policy=0)).close()
+    # later problems, and more samples of some earlier ones, from the next policy
+    with cr.open_table(uri) as tbl:
+        tbl.append(rollouts(rng, range(32, 80), samples=4, policy=tbl.version))
+    return cr.open_table(uri)
+
+
+class TinyPolicy(nn.Module):
+    """Next-token logits from the previous token only: an embedding and a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 32)
+        self.head = nn.Linear(32, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(tokens.long()))
+
+
+def policy_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], clip: float = 0.2
+) -> torch.Tensor:
+    """PPO-style clipped surrogate over packed sequences.
+
+    ``output_tokens`` holds every sequence of the batch back to back and
+    ``output_tokens_offsets`` their boundaries (cu_seqlens). Token i of a
+    sequence is scored from token i-1, so the first token of each sequence has
+    no prediction and is masked out.
+    """
+    tokens, offsets = batch["output_tokens"], batch["output_tokens_offsets"]
+    lengths = offsets.diff()
+    seq = torch.repeat_interleave(torch.arange(len(lengths)), lengths)  # token -> its sequence
+
+    # Pairs (token i, token i + 1) of the packed tokens; only pairs inside one sequence count.
+    scored = seq[1:] == seq[:-1]
+    logits = model(tokens[:-1])
+    new_logp = torch.log_softmax(logits, -1).gather(1, tokens[1:].long()[:, None])[:, 0]
+    old_logp = batch["output_logprobs"][1:]  # the generator's logprob of each scored token
+    advantage = batch["advantage"][seq[1:]]  # each token gets its sequence's advantage
+
+    ratio = torch.exp(new_logp - old_logp)
+    surrogate = torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage)
+    return -(surrogate * scored).sum() / scored.sum().clamp(min=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("rl-data"), help="folder for everything")
+    parser.add_argument("--steps", type=int, default=12, help="global steps to train")
+    parser.add_argument("--global-batch-size", type=int, default=16)
+    parser.add_argument("--num-splits", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    args.data.mkdir(parents=True, exist_ok=True)
+
+    # 1. rollouts, as a generation fleet writes them
+    tbl = write_rollouts(as_uri(args.data / "rollouts"), args.seed)
+
+    # 2. what to train on: one permutation per table version, built once
+    perm_uri = as_uri(args.data / "permutations" / f"v{tbl.version}")
+    try:
+        perms = cr.open_permutations(perm_uri)
+    except cr.NotFoundError:
+        perms = (
+            cr.PermutationBuilder(tbl)
+            .filter(TRAIN_FILTER)
+            .split_hash(["problem_id"], [4, 1], split_names=["train", "val"])
+            .shuffle(seed=args.seed)
+            .persist(perm_uri, progress=False)
+        )
+    train = perms["train"]
+    print(f"table v{tbl.version}: {tbl.num_rows} rows; {perms}")
+
+    # 3. stream only what the loss needs
+    ds = cr.StreamingDataset(
+        train,
+        global_batch_size=args.global_batch_size,
+        num_splits=args.num_splits,
+        columns=COLUMNS,
+        shuffle_seed=args.seed,
+        list_format="packed",
+    )
+    loader = cr.DataLoader(ds)
+    model = TinyPolicy()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses: list[float] = []
+    epoch = 0
+    while len(losses) < args.steps:
+        ds.set_epoch(epoch)
+        for batch in loader:
+            loss = policy_loss(model, batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            print(f"step {len(losses):3d}  epoch {epoch}  loss {loss.item():+.4f}")
+            if len(losses) == args.steps:
+                break
+        else:
+            epoch += 1
+
+    # 4. the policy, and which data trained it
+    torch.save(model.state_dict(), args.data / "policy.pt")
+    record = {
+        "checkpoint": "policy.pt",
+        "table_uri": tbl.uri,
+        "table_version": tbl.version,
+        "permutation_uri": perms.uri,
+        "permutation_id": perms.id,
+        "split": train.name,
+        "filter": TRAIN_FILTER,
+        "columns": COLUMNS,
+        "provenance": train.provenance,
+        "loader_state": loader.state_dict(),
+        "steps": len(losses),
+        "losses": losses,
+    }
+    (args.data / "policy.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    print(f"saved {args.data / 'policy.pt'} and policy.json")
+    ds.close()
+    perms.close()
+    tbl.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""examples/rl_learner.py trains, records its data's provenance, and never leaks val into train."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import croupier as cr
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rl_learner.py"
+
+
+def rows_in_id_order(table_folder: Path, version: int) -> pa.Table:
+    """The rows of a croupier table version, read with pyarrow, row id i at position i.
+
+    Row ids count rows through the version's data files in manifest order.
+    """
+    manifest = json.loads((table_folder / "_versions" / f"{version:020d}.json").read_text())
+    return pa.concat_tables(pq.read_table(table_folder / f["key"]) for f in manifest["files"])
+
+
+@pytest.mark.slow
+def test_rl_learner(tmp_path: Path) -> None:
+    data = tmp_path / "rl-data"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--data", str(data), "--steps", "6"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (data / "policy.pt").is_file()
+    record = json.loads((data / "policy.json").read_text())
+    assert record["steps"] == 6
+    assert len(record["losses"]) == 6
+
+    # The record names the latest table version (created, then appended once) and
+    # the permutation actually persisted over it.
+    with cr.open_table(record["table_uri"]) as tbl:
+        assert tbl.version == 2 == record["table_version"]
+        assert tbl.versions() == [1, 2]
+    with cr.open_permutations(record["permutation_uri"]) as perms:
+        assert perms.id == record["permutation_id"]
+        assert perms.provenance["table_version"] == "2"
+        assert perms.provenance["filter"] == record["filter"]
+        assert record["provenance"]["id"] == perms.id
+        assert record["loader_state"]["permutation_id"] == perms["train"].id
+        train_ids = perms["train"].row_ids()
+        val_ids = perms["val"].row_ids()
+
+    rows = rows_in_id_order(data / "rollouts", 2)
+    kept = pc.and_(rows["include_in_training"], pc.equal(rows["role"], "assistant"))
+    assert len(train_ids) + len(val_ids) == pc.sum(kept).as_py()
+    assert len(val_ids) > 0
+    assert len(train_ids) > len(val_ids)
+    train = rows.take(pa.array(train_ids))
+    val = rows.take(pa.array(val_ids))
+    for split in (train, val):
+        assert pc.all(split["include_in_training"]).as_py()
+        assert set(split["role"].to_pylist()) == {"assistant"}
+    # all samples of a prompt are on one side
+    assert not set(train["problem_id"].to_pylist()) & set(val["problem_id"].to_pylist())
