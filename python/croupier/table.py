@@ -121,7 +121,11 @@ def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str
 
 
 def register(name: str, uri: str, *, catalog: str | None = None) -> None:
-    """Remember ``uri`` under ``name`` in the local catalog (default: ~/.cache/croupier)."""
+    """Remember ``uri`` under ``name`` in the local catalog.
+
+    The default catalog is ``$XDG_CACHE_HOME/croupier/catalog.db``, else
+    ``~/.cache/croupier/catalog.db``.
+    """
     _lib.catalog_register(catalog or "", name, uri)
 
 

@@ -1,0 +1,107 @@
+package loader_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// exampleTable creates a croupier table at uri whose column id holds 0..n-1,
+// so that each row's id is also its row id.
+func exampleTable(ctx context.Context, uri string, n int64) *table.Table {
+	schema := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for i := range n {
+		b.Field(0).(*array.Int64Builder).Append(i)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	r, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		log.Fatal(err)
+	}
+	t, err := table.Create(ctx, uri, r, table.WriteOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return t
+}
+
+// The same global step holds the same rows at every world size: here 12 rows
+// dealt from S = 4 streams of 3 rows, 4 rows per global step.
+func ExampleNew() {
+	ctx := context.Background()
+	t := exampleTable(ctx, "mem://example-new/rows", 12)
+	defer t.Close()
+	order := permutation.Identity{N: t.NumRows()}
+
+	for _, world := range []int64{1, 2, 4} {
+		fmt.Printf("world size %d, step 1:", world)
+		for rank := range world {
+			l, err := loader.New(t, order, loader.Options{
+				GlobalBatchSize: 4, NumSplits: 4, WorldSize: world, Rank: rank, DropLast: true,
+			})
+			if err != nil {
+				log.Fatal(err)
+			}
+			ids, err := l.RowIDs(ctx, 0, 1)
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Printf(" rank %d %v", rank, ids)
+			l.Close()
+		}
+		fmt.Println()
+	}
+	// Output:
+	// world size 1, step 1: rank 0 [1 4 7 10]
+	// world size 2, step 1: rank 0 [1 4] rank 1 [7 10]
+	// world size 4, step 1: rank 0 [1] rank 1 [4] rank 2 [7] rank 3 [10]
+}
+
+// Two streams of 6 rows, 4 rows per global step: each step takes two cycles of
+// both streams. Worker k of K makes steps t0+k, t0+k+K, …, so taking the
+// workers' batches in turn gives the steps in order, as one stream would.
+func ExampleLoader_Stream() {
+	ctx := context.Background()
+	t := exampleTable(ctx, "mem://example-stream/rows", 12)
+	defer t.Close()
+
+	l, err := loader.New(t, permutation.Identity{N: t.NumRows()}, loader.Options{
+		GlobalBatchSize: 4, NumSplits: 2, Columns: []string{"id"}, DropLast: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	fmt.Println("steps per epoch:", l.StepsPerEpoch())
+
+	// Resume at step 1 with two workers.
+	for worker := range 2 {
+		s, err := l.Stream(ctx, loader.StreamOptions{Epoch: 0, StartStep: 1, Worker: worker, NumWorkers: 2})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for b, err := range s.All(ctx) {
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Printf("worker %d: step %d ids %v\n", worker, b.Step, b.Record.Column(0))
+			b.Record.Release()
+		}
+		s.Close()
+	}
+	// Output:
+	// steps per epoch: 3
+	// worker 0: step 1 ids [2 8 3 9]
+	// worker 1: step 2 ids [4 10 5 11]
+}
