@@ -213,14 +213,20 @@ func importStream(stream *C.struct_ArrowArrayStream) (array.RecordReader, error)
 	return r.(array.RecordReader), nil
 }
 
+// writeArgs decodes a writer's options and imports its data.
+func writeArgs(optionsJSON *C.char, stream *C.struct_ArrowArrayStream) (tableOptions, array.RecordReader, error) {
+	o, err := decodeTableOptions(optionsJSON)
+	if err != nil {
+		return o, nil, err
+	}
+	data, err := importStream(stream)
+	return o, data, err
+}
+
 //export croupier_table_create
 func croupier_table_create(uri *C.char, stream *C.struct_ArrowArrayStream, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		o, err := decodeTableOptions(optionsJSON)
-		if err != nil {
-			return err
-		}
-		data, err := importStream(stream)
+		o, data, err := writeArgs(optionsJSON, stream)
 		if err != nil {
 			return err
 		}
@@ -232,11 +238,7 @@ func croupier_table_create(uri *C.char, stream *C.struct_ArrowArrayStream, optio
 //export croupier_table_append
 func croupier_table_append(uri *C.char, stream *C.struct_ArrowArrayStream, optionsJSON *C.char, outVersion *C.int64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		o, err := decodeTableOptions(optionsJSON)
-		if err != nil {
-			return err
-		}
-		data, err := importStream(stream)
+		o, data, err := writeArgs(optionsJSON, stream)
 		if err != nil {
 			return err
 		}

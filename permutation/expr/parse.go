@@ -450,11 +450,7 @@ func (c *compiler) comparison(e *sqlparser.ComparisonExpr) (node, error) {
 	if !ok {
 		return nil, c.errf(e, "operator %s is not supported", e.Operator.ToString())
 	}
-	l, err := c.compile(e.Left)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.compile(e.Right)
+	l, r, err := c.operands(e.Left, e.Right)
 	if err != nil {
 		return nil, err
 	}
@@ -604,16 +600,23 @@ var arithOps = map[sqlparser.BinaryExprOperator]arithOp{
 	sqlparser.DivOp: opDiv, sqlparser.IntDivOp: opIntDiv, sqlparser.ModOp: opMod,
 }
 
+// operands compiles the two sides of a binary expression.
+func (c *compiler) operands(left, right sqlparser.Expr) (l, r node, err error) {
+	if l, err = c.compile(left); err != nil {
+		return nil, nil, err
+	}
+	if r, err = c.compile(right); err != nil {
+		return nil, nil, err
+	}
+	return l, r, nil
+}
+
 func (c *compiler) arith(e *sqlparser.BinaryExpr) (node, error) {
 	o, ok := arithOps[e.Operator]
 	if !ok {
 		return nil, c.errf(e, "operator %s is not supported", e.Operator.ToString())
 	}
-	l, err := c.compile(e.Left)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.compile(e.Right)
+	l, r, err := c.operands(e.Left, e.Right)
 	if err != nil {
 		return nil, err
 	}
