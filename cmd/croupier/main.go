@@ -146,6 +146,16 @@ func parse(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
 	return pos, nil
 }
 
+// parseURI parses args that hold exactly one positional argument, a URI or a
+// local path, and returns it as a URI.
+func parseURI(fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parse(fs, args, 1, 1)
+	if err != nil {
+		return "", err
+	}
+	return toURI(pos[0])
+}
+
 // toURI turns a local path into a file:// URI; URIs pass unchanged.
 func toURI(s string) (string, error) {
 	if strings.Contains(s, "://") {

@@ -142,11 +142,7 @@ func splitSpec(set map[string]bool, random, seq, hash, calc string, fixed int64,
 
 func permuteShowCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "permute show", "permute show PERM_URI")
-	pos, err := parse(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	uri, err := toURI(pos[0])
+	uri, err := parseURI(fs, args)
 	if err != nil {
 		return err
 	}

@@ -82,11 +82,7 @@ func tablesWrite(ctx context.Context, e *env, args []string, create bool) error 
 
 func tablesVersions(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "tables versions", "tables versions URI")
-	pos, err := parse(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	uri, err := toURI(pos[0])
+	uri, err := parseURI(fs, args)
 	if err != nil {
 		return err
 	}
@@ -134,11 +130,7 @@ type inspectOutput struct {
 func tablesInspect(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "tables inspect", "tables inspect URI [--version N]")
 	version := fs.Int64("version", 0, "version to inspect (0: the latest)")
-	pos, err := parse(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	uri, err := toURI(pos[0])
+	uri, err := parseURI(fs, args)
 	if err != nil {
 		return err
 	}
