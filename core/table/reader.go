@@ -144,7 +144,6 @@ func (r *Reader) Close() error {
 type rowRef struct {
 	group groupKey
 	row   int64 // row inside the group
-	out   int   // position in the output
 }
 
 // Read returns the rows with the given ids, in that order, as one record. The
@@ -154,46 +153,111 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	if err != nil {
 		return nil, err
 	}
-	// Group requests by row group, keeping output order inside each group.
-	slices.SortStableFunc(refs, func(a, b rowRef) int {
-		if a.group.file != b.group.file {
-			return a.group.file - b.group.file
+	// The row groups the ids touch, each loaded once, and the runs of rows
+	// to take from them in output order.
+	var keys []groupKey
+	index := map[groupKey]int{}
+	spans := make([]span, 0, len(refs))
+	for _, ref := range refs {
+		i, ok := index[ref.group]
+		if !ok {
+			i = len(keys)
+			index[ref.group] = i
+			keys = append(keys, ref.group)
 		}
-		return a.group.group - b.group.group
-	})
-	var spans [][2]int // [start, end) of refs for each group
-	for i := range refs {
-		if i == 0 || refs[i].group != refs[i-1].group {
-			spans = append(spans, [2]int{i, i})
-		}
-		spans[len(spans)-1][1] = i + 1
+		spans = appendSpan(spans, i, ref.row, 1)
 	}
-	pieces := make([]arrow.RecordBatch, len(spans))
+	groups := make([]arrow.RecordBatch, len(keys))
 	defer func() {
-		for _, p := range pieces {
-			if p != nil {
-				p.Release()
+		for _, g := range groups {
+			if g != nil {
+				g.Release()
 			}
 		}
 	}()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))
-	for i, sp := range spans {
+	for i, key := range keys {
 		g.Go(func() (err error) {
-			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[refs[sp[0]].group.file].Key))
-			pieces[i], err = r.gather(gctx, refs[sp[0]:sp[1]])
+			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[key.file].Key))
+			groups[i], err = r.cache.get(gctx, key, func() (arrow.RecordBatch, error) { return r.decode(gctx, key) })
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	// pieces hold the rows grouped; put them back in request order.
-	order := make([]int64, len(refs))
-	for i, ref := range refs {
-		order[ref.out] = int64(i)
+	return r.assemble(ctx, groups, spans, int64(len(ids)))
+}
+
+// assemble builds the record of n rows that spans take from groups.
+func (r *Reader) assemble(ctx context.Context, groups []arrow.RecordBatch, spans []span, n int64) (arrow.RecordBatch, error) {
+	cols := make([]arrow.Array, r.schema.NumFields())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	for c, field := range r.schema.Fields() {
+		srcs := make([]arrow.Array, len(groups))
+		for i, g := range groups {
+			srcs[i] = g.Column(c)
+		}
+		var err error
+		if gatherable(field.Type) {
+			cols[c], err = r.gather(field.Type, srcs, spans)
+		} else {
+			cols[c], err = r.take(ctx, srcs, spans)
+		}
+		if err != nil {
+			return nil, errcode.Wrap(fmt.Errorf("column %q: %w", field.Name, err), errcode.Internal, "read", r.t.pin.URI)
+		}
 	}
-	return r.concatTake(ctx, pieces, order)
+	return array.NewRecordBatch(r.schema, cols, n), nil
+}
+
+// gather copies the rows spans take from srcs into a new array.
+func (r *Reader) gather(dt arrow.DataType, srcs []arrow.Array, spans []span) (arrow.Array, error) {
+	data := make([]arrow.ArrayData, len(srcs))
+	for i, s := range srcs {
+		data[i] = s.Data()
+	}
+	out, err := gather(r.mem, dt, data, spans)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Release()
+	return array.MakeFromData(out), nil
+}
+
+// take is gather for the types gather does not support (dictionaries,
+// maps, extension types…): it concatenates the sources and picks the rows
+// with compute.Take.
+func (r *Reader) take(ctx context.Context, srcs []arrow.Array, spans []span) (arrow.Array, error) {
+	joined, err := array.Concatenate(srcs, r.mem)
+	if err != nil {
+		return nil, err
+	}
+	defer joined.Release()
+	base := make([]int64, len(srcs))
+	for i := 1; i < len(srcs); i++ {
+		base[i] = base[i-1] + int64(srcs[i-1].Len())
+	}
+	bld := array.NewInt64Builder(r.mem)
+	defer bld.Release()
+	for _, s := range spans {
+		for k := range s.n {
+			bld.Append(base[s.src] + s.off + k)
+		}
+	}
+	indices := bld.NewArray()
+	defer indices.Release()
+	// Take runs on decoded memory and is short; it is not canceled because
+	// arrow-go v18.8.0's executor leaks its output buffers when its context is
+	// canceled mid-call.
+	return compute.TakeArray(compute.WithAllocator(context.WithoutCancel(ctx), r.mem), joined, indices)
 }
 
 // GroupRef names one row group of one file of the table.
@@ -252,24 +316,9 @@ func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 			row -= size
 			g++
 		}
-		refs[i] = rowRef{group: groupKey{f, g}, row: row, out: i}
+		refs[i] = rowRef{group: groupKey{f, g}, row: row}
 	}
 	return refs, nil
-}
-
-// gather takes the referenced rows, all of one row group, in refs order.
-func (r *Reader) gather(ctx context.Context, refs []rowRef) (arrow.RecordBatch, error) {
-	key := refs[0].group
-	rec, err := r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
-	if err != nil {
-		return nil, err
-	}
-	defer rec.Release()
-	idx := make([]int64, len(refs))
-	for i, ref := range refs {
-		idx[i] = ref.row
-	}
-	return r.take(ctx, rec, idx)
 }
 
 // decode reads the projected columns of one row group.
@@ -326,66 +375,6 @@ func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, e
 func (r *Reader) ReadGroup(ctx context.Context, file, group int) (rec arrow.RecordBatch, err error) {
 	defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[file].Key))
 	return r.decode(ctx, groupKey{file, group})
-}
-
-// take gathers rows idx of rec into a new record.
-func (r *Reader) take(ctx context.Context, rec arrow.RecordBatch, idx []int64) (arrow.RecordBatch, error) {
-	// Take runs on decoded memory and is short; it is not canceled because
-	// arrow-go v18.8.0's executor leaks its output buffers when its context is
-	// canceled mid-call.
-	ctx = compute.WithAllocator(context.WithoutCancel(ctx), r.mem)
-	bld := array.NewInt64Builder(r.mem)
-	defer bld.Release()
-	bld.AppendValues(idx, nil)
-	indices := bld.NewArray()
-	defer indices.Release()
-	cols := make([]arrow.Array, rec.NumCols())
-	for i, col := range rec.Columns() {
-		out, err := compute.TakeArray(ctx, col, indices)
-		if err != nil {
-			for _, c := range cols[:i] {
-				c.Release()
-			}
-			return nil, errcode.Wrap(fmt.Errorf("take column %q: %w", rec.ColumnName(i), err), errcode.Internal, "read", r.t.pin.URI)
-		}
-		cols[i] = out
-	}
-	defer func() {
-		for _, c := range cols {
-			c.Release()
-		}
-	}()
-	return array.NewRecordBatch(rec.Schema(), cols, int64(len(idx))), nil
-}
-
-// concatTake joins pieces and reorders the result by order; a single piece
-// already in order is returned as it is.
-func (r *Reader) concatTake(ctx context.Context, pieces []arrow.RecordBatch, order []int64) (arrow.RecordBatch, error) {
-	if len(pieces) == 1 && slices.IsSorted(order) {
-		pieces[0].Retain()
-		return pieces[0], nil
-	}
-	cols := make([]arrow.Array, r.schema.NumFields())
-	defer func() {
-		for _, c := range cols {
-			if c != nil {
-				c.Release()
-			}
-		}
-	}()
-	parts := make([]arrow.Array, len(pieces))
-	var err error
-	for i := range cols {
-		for j, p := range pieces {
-			parts[j] = p.Column(i)
-		}
-		if cols[i], err = array.Concatenate(parts, r.mem); err != nil {
-			return nil, errcode.Wrap(fmt.Errorf("concatenate column %q: %w", r.schema.Field(i).Name, err), errcode.Internal, "read", r.t.pin.URI)
-		}
-	}
-	joined := array.NewRecordBatch(r.schema, cols, int64(len(order)))
-	defer joined.Release()
-	return r.take(ctx, joined, order)
 }
 
 // recoverTo turns a panic in a decoding goroutine into an error: a panic in a

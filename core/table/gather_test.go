@@ -1,0 +1,176 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// gatherTypes are the layouts gather supports, nested as training data nests them.
+var gatherTypes = []arrow.DataType{
+	arrow.PrimitiveTypes.Int64,
+	arrow.PrimitiveTypes.Float32,
+	arrow.PrimitiveTypes.Int8,
+	arrow.FixedWidthTypes.Boolean,
+	arrow.FixedWidthTypes.Timestamp_us,
+	&arrow.Decimal128Type{Precision: 20, Scale: 3},
+	&arrow.FixedSizeBinaryType{ByteWidth: 3},
+	arrow.BinaryTypes.String,
+	arrow.BinaryTypes.LargeBinary,
+	arrow.ListOf(arrow.PrimitiveTypes.Int32),
+	arrow.LargeListOf(arrow.BinaryTypes.String),
+	arrow.ListOf(arrow.ListOf(arrow.FixedWidthTypes.Boolean)),
+	arrow.StructOf(
+		arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int16, Nullable: true},
+		arrow.Field{Name: "b", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+	),
+}
+
+// randomArray builds n random values of dt, a fifth of them null, as a slice
+// of a longer array so that offsets are exercised.
+func randomArray(t *testing.T, rng *rand.Rand, dt arrow.DataType, n int) arrow.Array {
+	mem := memory.DefaultAllocator
+	b := array.NewBuilder(mem, dt)
+	defer b.Release()
+	for range n + 5 {
+		appendRandom(rng, b)
+	}
+	full := b.NewArray()
+	defer full.Release()
+	return array.NewSlice(full, 3, int64(n+3))
+}
+
+func appendRandom(rng *rand.Rand, b array.Builder) {
+	if rng.IntN(5) == 0 {
+		b.AppendNull()
+		return
+	}
+	switch b := b.(type) {
+	case *array.Int64Builder:
+		b.Append(rng.Int64())
+	case *array.Int32Builder:
+		b.Append(rng.Int32())
+	case *array.Int16Builder:
+		b.Append(int16(rng.Int()))
+	case *array.Int8Builder:
+		b.Append(int8(rng.Int()))
+	case *array.Float32Builder:
+		b.Append(rng.Float32())
+	case *array.BooleanBuilder:
+		b.Append(rng.IntN(2) == 0)
+	case *array.TimestampBuilder:
+		b.Append(arrow.Timestamp(rng.Int64()))
+	case *array.Decimal128Builder:
+		b.Append(decimal128.FromI64(rng.Int64()))
+	case *array.FixedSizeBinaryBuilder:
+		b.Append([]byte{byte(rng.Int()), byte(rng.Int()), byte(rng.Int())})
+	case *array.StringBuilder:
+		b.Append(fmt.Sprintf("s%d", rng.IntN(1000)))
+	case *array.BinaryBuilder:
+		b.Append([]byte(fmt.Sprintf("bytes %d", rng.IntN(1000))))
+	case array.ListLikeBuilder:
+		b.Append(true)
+		for range rng.IntN(4) {
+			appendRandom(rng, b.ValueBuilder())
+		}
+	case *array.StructBuilder:
+		b.Append(true)
+		for i := range b.NumField() {
+			appendRandom(rng, b.FieldBuilder(i))
+		}
+	default:
+		panic(fmt.Sprintf("no random values for %T", b))
+	}
+}
+
+// TestGatherMatchesTake checks gather against compute.Take on random arrays
+// of every supported layout, with nulls, sliced sources and runs of rows.
+func TestGatherMatchesTake(t *testing.T) {
+	ctx := context.Background()
+	for _, dt := range gatherTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			if !gatherable(dt) {
+				t.Fatalf("gatherable(%s) = false", dt)
+			}
+			mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+			defer mem.AssertSize(t, 0)
+			rng := rand.New(rand.NewPCG(1, uint64(len(dt.String()))))
+			srcs := make([]arrow.Array, 3)
+			for i := range srcs {
+				srcs[i] = randomArray(t, rng, dt, 20+i*7)
+				defer srcs[i].Release()
+			}
+			joined, err := array.Concatenate(srcs, memory.DefaultAllocator)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer joined.Release()
+			for trial := range 20 {
+				var spans []span
+				var idx []int64
+				for range rng.IntN(40) {
+					src := rng.IntN(len(srcs))
+					off := rng.Int64N(int64(srcs[src].Len()))
+					n := 1 + rng.Int64N(min(4, int64(srcs[src].Len())-off))
+					spans = appendSpan(spans, src, off, n)
+					base := int64(0)
+					for _, s := range srcs[:src] {
+						base += int64(s.Len())
+					}
+					for k := range n {
+						idx = append(idx, base+off+k)
+					}
+				}
+				data := make([]arrow.ArrayData, len(srcs))
+				for i, s := range srcs {
+					data[i] = s.Data()
+				}
+				gotData, err := gather(mem, dt, data, spans)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := array.MakeFromData(gotData)
+				gotData.Release()
+				indices := array.NewInt64Data(array.NewData(arrow.PrimitiveTypes.Int64, len(idx),
+					[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int64Traits.CastToBytes(idx))}, nil, 0, 0))
+				want, err := compute.TakeArray(ctx, joined, indices)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v, ok := got.(interface{ ValidateFull() error }); ok {
+					if err := v.ValidateFull(); err != nil {
+						t.Fatalf("trial %d: invalid array: %v", trial, err)
+					}
+				}
+				if !array.Equal(got, want) || got.NullN() != want.NullN() {
+					t.Fatalf("trial %d: gather = %v, take = %v", trial, got, want)
+				}
+				got.Release()
+				want.Release()
+				indices.Release()
+			}
+		})
+	}
+}
+
+// TestGatherable keeps types gather does not handle on the Take path.
+func TestGatherable(t *testing.T) {
+	for _, dt := range []arrow.DataType{
+		&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String},
+		arrow.MapOf(arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int64),
+		arrow.FixedSizeListOf(2, arrow.PrimitiveTypes.Float32),
+		arrow.BinaryTypes.StringView,
+		arrow.ListOf(&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}),
+	} {
+		if gatherable(dt) {
+			t.Errorf("gatherable(%s) = true, want false", dt)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package loader_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// shuffled is an Order holding its row ids in memory.
+type shuffled []uint64
+
+func (shuffled) ID() string     { return "shuffled" }
+func (o shuffled) Len() int64   { return int64(len(o)) }
+func (o shuffled) RowIDs(_ context.Context, start, stop int64) ([]uint64, error) {
+	return o[start:stop], nil
+}
+
+// cpuTime is the CPU time the process has used: on a shared machine it
+// varies less than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// writeLM writes rows of pretokenized text (an id and 256–1023 random token
+// ids) as zstd Parquet files of 4,096-row row groups, as bench/ does.
+func writeLM(b *testing.B, dir string, files, rowsPerFile int) int64 {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+	}, nil)
+	rng := rand.New(rand.NewPCG(1, 1))
+	var id int64
+	for f := range files {
+		rb := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+		toks := rb.Field(1).(*array.ListBuilder)
+		vals := toks.ValueBuilder().(*array.Int32Builder)
+		for range rowsPerFile {
+			rb.Field(0).(*array.Int64Builder).Append(id)
+			id++
+			toks.Append(true)
+			for range 256 + rng.IntN(768) {
+				vals.Append(rng.Int32N(50000))
+			}
+		}
+		rec := rb.NewRecordBatch()
+		rb.Release()
+		out, err := os.Create(filepath.Join(dir, fmt.Sprintf("part-%03d.parquet", f)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(4096),
+			parquet.WithCompression(compress.Codecs.Zstd), parquet.WithPageIndexEnabled(true))
+		w, err := pqarrow.NewFileWriter(schema, out, props, pqarrow.DefaultWriterProps())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := w.WriteBuffered(rec); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		rec.Release()
+	}
+	return id
+}
+
+// BenchmarkEpoch reads one epoch of LM rows in the orders of bench/, from
+// local files, with a global batch of 64 on one rank:
+//
+//	go test ./loader -run '^$' -bench Epoch -benchtime 3x
+func BenchmarkEpoch(b *testing.B) {
+	dir := b.TempDir()
+	n := writeLM(b, dir, 2, 20_000)
+	ctx := context.Background()
+	tb, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tb.Close()
+	perm := make(shuffled, n)
+	for i, j := range rand.New(rand.NewPCG(2, 2)).Perm(int(n)) {
+		perm[i] = uint64(j)
+	}
+	for _, bc := range []struct {
+		name   string
+		order  permutation.Order
+		splits int64
+	}{
+		{"sequential", permutation.Identity{N: n}, 1},
+		{"strided", permutation.Identity{N: n}, 64},
+		{"shuffled", perm, 64},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, err := loader.New(tb, bc.order, loader.Options{GlobalBatchSize: 64, NumSplits: bc.splits})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var rows int64
+			cpu0 := cpuTime()
+			for b.Loop() {
+				s, err := l.Stream(ctx, loader.StreamOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for batch, err := range s.All(ctx) {
+					if err != nil {
+						b.Fatal(err)
+					}
+					rows += batch.Record.NumRows()
+					batch.Record.Release()
+				}
+				s.Close()
+			}
+			b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(rows)/(cpuTime()-cpu0).Seconds(), "rows/cpu-s")
+		})
+	}
+}
