@@ -25,8 +25,8 @@ import (
 // shuffled is an Order holding its row ids in memory.
 type shuffled []uint64
 
-func (shuffled) ID() string     { return "shuffled" }
-func (o shuffled) Len() int64   { return int64(len(o)) }
+func (shuffled) ID() string   { return "shuffled" }
+func (o shuffled) Len() int64 { return int64(len(o)) }
 func (o shuffled) RowIDs(_ context.Context, start, stop int64) ([]uint64, error) {
 	return o[start:stop], nil
 }
