@@ -433,6 +433,17 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 	})
 }
 
+//export croupier_stream_stats
+func croupier_stream_stats(h C.uint64_t, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		s, err := lookup[*loader.Stream](uint64(h))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(s.Stats(), out)
+	})
+}
+
 //export croupier_permutation_build
 func croupier_permutation_build(th C.uint64_t, specJSON, uri *C.char, progress C.croupier_progress, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {

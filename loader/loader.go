@@ -49,6 +49,7 @@ type Options struct {
 	DropLast        bool     `json:"drop_last"`
 	ReadAhead       int      `json:"read_ahead"`    // steps; 0 means DefaultReadAhead
 	MemoryBudget    int64    `json:"memory_budget"` // bytes; 0 means DefaultMemoryBudget
+	MaxReads        int      `json:"max_reads"`     // range requests in flight; 0 means table.DefaultMaxReads
 
 	// Allocator for batch memory; nil means DefaultAllocator.
 	Allocator memory.Allocator `json:"-"`
@@ -76,6 +77,9 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 	}
 	if opts.MemoryBudget <= 0 {
 		opts.MemoryBudget = DefaultMemoryBudget
+	}
+	if opts.MaxReads <= 0 {
+		opts.MaxReads = table.DefaultMaxReads
 	}
 	if opts.Allocator == nil {
 		opts.Allocator = DefaultAllocator

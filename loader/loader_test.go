@@ -274,3 +274,33 @@ func TestNextInterruptedThenClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStreamStats checks a stream's counters after a whole epoch: every step
+// and row delivered, each row group fetched and decoded once (the budget holds
+// them all), nothing read ahead left over.
+func TestStreamStats(t *testing.T) {
+	tb := openTable(t, 300, 200) // row groups of 64 rows: 5 + 4
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 20, NumSplits: 5, DropLast: true, Columns: []string{"id", "tokens"}})
+	s, err := l.Stream(context.Background(), loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for b, err := range s.All(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Record.Release()
+	}
+	st := s.Stats()
+	if st.Steps != l.StepsPerEpoch() || st.Rows != l.StepsPerEpoch()*20 {
+		t.Errorf("steps = %d, rows = %d; want %d and %d", st.Steps, st.Rows, l.StepsPerEpoch(), l.StepsPerEpoch()*20)
+	}
+	if st.CacheMisses != 9 || st.Requests != 9 || st.BytesRead == 0 || st.DecodedBytes == 0 {
+		t.Errorf("decoded %d row groups with %d requests of %d bytes in all (%d decoded); want 9 and 9",
+			st.CacheMisses, st.Requests, st.BytesRead, st.DecodedBytes)
+	}
+	if st.Ready != 0 {
+		t.Errorf("ready = %d after the last step", st.Ready)
+	}
+}

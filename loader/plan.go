@@ -12,12 +12,14 @@ import (
 // The dealing order is known far ahead, so a stream need not wait for a step
 // to be asked for before decoding what it needs. A planner goroutine walks the
 // worker's future steps ahead of the consumer, finds the row groups each will
-// touch in the order they are first needed, and decodes them into the
-// reader's cache on GOMAXPROCS goroutines. It keeps at most a window of row
-// groups planned for steps the consumer has not reached: as many as fill half
-// the memory budget at the mean decoded size seen so far (one per core before
-// the first is decoded). The cache drops the least recently used row group
-// first, and the planner loads row groups in the order they will be used.
+// touch in the order they are first needed, and has the reader fetch and
+// decode them into its cache, with up to MaxReads row groups in flight (the
+// reader bounds requests and decoding threads itself). It keeps at most a
+// window of row groups planned for steps the consumer has not reached: as many
+// as fill half the memory budget at the mean decoded size seen so far (one
+// per core before the first is decoded). The cache drops the least recently
+// used row group first, and the planner loads row groups in the order they
+// will be used.
 
 // progress tells the planner how far the consumer is.
 type progress struct {
@@ -48,12 +50,30 @@ func (p *progress) steps() int {
 // plan prefetches the row groups of steps, the worker's steps in order.
 // Errors are left to the reads that need the data: a prefetch only warms the
 // cache.
+//
+// A row group stays in the window from the first step that needs it to the
+// last one planned so far; a group needed again after the consumer has passed
+// all its planned steps is planned anew, which reloads it if it was evicted
+// and otherwise marks it recently used, so that the cache evicts the groups
+// with no planned use first.
 func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, steps []int64) {
 	defer s.wg.Done()
-	cores := runtime.GOMAXPROCS(0)
-	sem := make(chan struct{}, cores)
-	planned := map[table.GroupRef]bool{}
-	var ahead []int // for each planned row group still ahead: the index of the step that first needs it
+	sem := make(chan struct{}, s.maxReads)
+	type use struct {
+		group table.GroupRef
+		step  int
+	}
+	last := map[table.GroupRef]int{} // of each group in the window: the last step planned to need it
+	var uses []use                   // every planned use, in step order
+	drop := func() {                 // forget the uses the consumer has passed
+		consumed := s.progress.steps()
+		for len(uses) > 0 && uses[0].step < consumed {
+			if last[uses[0].group] == uses[0].step {
+				delete(last, uses[0].group)
+			}
+			uses = uses[1:]
+		}
+	}
 	for i, t := range steps {
 		ids, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
 		if err != nil {
@@ -63,26 +83,23 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 		if err != nil {
 			return
 		}
+		drop()
 		for _, g := range groups {
-			if planned[g] {
+			_, inWindow := last[g]
+			last[g] = i
+			uses = append(uses, use{g, i})
+			s.planned.Store(int64(len(last)))
+			if inWindow {
 				continue
 			}
-			for { // wait for room in the window
-				consumed := s.progress.steps()
-				for len(ahead) > 0 && ahead[0] < consumed {
-					ahead = ahead[1:]
-				}
-				if len(ahead) < s.window(l.opts.MemoryBudget, cores) {
-					break
-				}
+			for len(last) > s.window(l.opts.MemoryBudget) { // wait for room
 				select {
 				case <-s.progress.moved:
 				case <-ctx.Done():
 					return
 				}
+				drop()
 			}
-			planned[g] = true
-			ahead = append(ahead, i)
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -98,11 +115,13 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 	}
 }
 
-// window is how many row groups the planner may load ahead of the consumer.
-func (s *Stream) window(budget int64, cores int) int {
+// window is how many row groups the planner may hold for steps ahead of the
+// consumer: as many as fill half the memory budget at the mean decoded size
+// seen so far, and one per core before the first is decoded.
+func (s *Stream) window(budget int64) int {
 	_, mean := s.reader.CacheBytes()
 	if mean == 0 {
-		return cores
+		return runtime.GOMAXPROCS(0)
 	}
 	return max(1, int(budget/2/mean))
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"iter"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -39,11 +41,34 @@ type result struct {
 type Stream struct {
 	cancel   context.CancelFunc
 	reader   *table.Reader
+	maxReads int
 	progress *progress
 	pending  chan chan result // one per step being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
 	wg       sync.WaitGroup
 	err      error // sticky: after an error or the end, Next keeps returning it
+
+	rows    atomic.Int64 // rows Next returned
+	stall   atomic.Int64 // nanoseconds Next waited for a batch still being read
+	ready   atomic.Int64 // steps read and not yet taken by Next
+	planned atomic.Int64 // row groups in the planner's window
+}
+
+// Stats describe what a stream has done so far, for monitoring and tuning.
+type Stats struct {
+	table.ReaderStats
+	Steps     int64         `json:"steps"`    // batches Next returned
+	Rows      int64         `json:"rows"`     // rows in them
+	StallTime time.Duration `json:"stall_ns"` // time Next waited for a batch still being read
+	Ready     int64         `json:"ready"`    // batches read ahead, waiting for Next
+	Planned   int64         `json:"planned"`  // row groups the planner holds for steps ahead
+}
+
+// Stats returns the stream's counters. It is safe to call at any time, also
+// concurrently with Next.
+func (s *Stream) Stats() Stats {
+	return Stats{ReaderStats: s.reader.Stats(), Steps: int64(s.progress.steps()), Rows: s.rows.Load(),
+		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), Planned: s.planned.Load()}
 }
 
 // Stream starts producing the batches of worker so.Worker: steps
@@ -62,12 +87,13 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "epoch %d is negative", so.Epoch)
 	}
 	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns,
-		CacheBytes: l.opts.MemoryBudget, Allocator: l.opts.Allocator})
+		CacheBytes: l.opts.MemoryBudget, Allocator: l.opts.Allocator, MaxReads: l.opts.MaxReads})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, reader: r, progress: newProgress(), pending: make(chan chan result, l.opts.ReadAhead)}
+	s := &Stream{cancel: cancel, reader: r, maxReads: l.opts.MaxReads, progress: newProgress(),
+		pending: make(chan chan result, l.opts.ReadAhead)}
 	var steps []int64
 	for t := so.StartStep + int64(so.Worker); t < l.StepsPerEpoch(); t += int64(k) {
 		steps = append(steps, t)
@@ -94,7 +120,9 @@ func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ch <- s.read(ctx, l, order, t)
+			res := s.read(ctx, l, order, t)
+			s.ready.Add(1)
+			ch <- res
 		}()
 	}
 }
@@ -137,19 +165,29 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 			return Batch{}, ctx.Err()
 		}
 	}
+	var res result
 	select {
-	case res := <-s.waiting:
-		s.waiting = nil
-		if res.err != nil {
-			s.err = res.err
-			s.cancel()
-		} else {
-			s.progress.advance()
+	case res = <-s.waiting:
+	default:
+		start := time.Now()
+		select {
+		case res = <-s.waiting:
+		case <-ctx.Done():
+			s.stall.Add(int64(time.Since(start)))
+			return Batch{}, ctx.Err()
 		}
-		return res.batch, res.err
-	case <-ctx.Done():
-		return Batch{}, ctx.Err()
+		s.stall.Add(int64(time.Since(start)))
 	}
+	s.waiting = nil
+	s.ready.Add(-1)
+	if res.err != nil {
+		s.err = res.err
+		s.cancel()
+		return res.batch, res.err
+	}
+	s.rows.Add(res.batch.Record.NumRows())
+	s.progress.advance()
+	return res.batch, nil
 }
 
 // All iterates over the remaining batches. Iteration stops at the first error,

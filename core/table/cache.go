@@ -25,6 +25,7 @@ type groupCache struct {
 	lru  *list.List // of *groupEntry, most recent at the front
 
 	loads, loaded int64 // entries loaded and their bytes, for the mean size
+	hits          int64 // gets served by an entry loaded or being loaded
 	byKey         map[groupKey]*groupEntry
 }
 
@@ -58,6 +59,9 @@ func (c *groupCache) get(ctx context.Context, key groupKey, load func() (arrow.R
 func (c *groupCache) tryGet(ctx context.Context, key groupKey, load func() (arrow.RecordBatch, error)) (_ arrow.RecordBatch, retry bool, _ error) {
 	c.mu.Lock()
 	e, ok := c.byKey[key]
+	if ok {
+		c.hits++
+	}
 	if ok && e.elem != nil { // loaded
 		c.lru.MoveToFront(e.elem)
 		e.rec.Retain()
@@ -118,14 +122,15 @@ func (c *groupCache) removeLocked(e *groupEntry) {
 	e.rec.Release()
 }
 
-// stats returns the bytes cached and the mean bytes of the entries loaded.
-func (c *groupCache) stats() (used, mean int64) {
+// stats returns the bytes cached, the mean bytes of the entries loaded, and
+// the number of gets served without a load of their own.
+func (c *groupCache) stats() (used, mean, hits int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loads > 0 {
 		mean = c.loaded / c.loads
 	}
-	return c.used, mean
+	return c.used, mean, c.hits
 }
 
 // close releases every cached record.

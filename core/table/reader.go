@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -14,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"golang.org/x/sync/errgroup"
 
@@ -29,6 +31,8 @@ type ReaderOptions struct {
 	// Allocator for every Arrow buffer the reader creates. Memory that leaves
 	// through the C Data Interface must come from a C allocator (mallocator).
 	Allocator memory.Allocator
+	// MaxReads bounds the range requests in flight; 0 means DefaultMaxReads.
+	MaxReads int
 }
 
 // Reader reads rows of a table by row id with a column projection. It is safe
@@ -40,6 +44,10 @@ type Reader struct {
 	leaves []int         // Parquet leaf columns to decode, ascending
 	mem    memory.Allocator
 	cache  *groupCache
+
+	reads    chan struct{} // one slot per range request in flight
+	decoding chan struct{} // one slot per row group being decoded
+	stats    readerStats
 }
 
 // NewReader returns a reader of the given columns.
@@ -60,8 +68,12 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
+	if opts.MaxReads <= 0 {
+		opts.MaxReads = DefaultMaxReads
+	}
 	return &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
-		mem: mem, cache: newGroupCache(opts.CacheBytes)}, nil
+		mem: mem, cache: newGroupCache(opts.CacheBytes),
+		reads: make(chan struct{}, opts.MaxReads), decoding: make(chan struct{}, runtime.GOMAXPROCS(0))}, nil
 }
 
 // fieldIndices resolves column names to field indices; nil means all.
@@ -296,7 +308,25 @@ func (r *Reader) Prefetch(ctx context.Context, g GroupRef) (err error) {
 
 // CacheBytes returns the bytes of decoded row groups cached, and the mean size
 // of one (0 before the first).
-func (r *Reader) CacheBytes() (used, mean int64) { return r.cache.stats() }
+func (r *Reader) CacheBytes() (used, mean int64) {
+	used, mean, _ = r.cache.stats()
+	return used, mean
+}
+
+// Stats returns what the reader has done so far.
+func (r *Reader) Stats() ReaderStats {
+	used, _, hits := r.cache.stats()
+	return ReaderStats{
+		BytesRead:    r.stats.bytesRead.Load(),
+		Requests:     r.stats.requests.Load(),
+		CacheHits:    hits,
+		CacheMisses:  r.stats.misses.Load(),
+		CacheBytes:   used,
+		FetchTime:    time.Duration(r.stats.fetchNanos.Load()),
+		DecodeTime:   time.Duration(r.stats.decodeNanos.Load()),
+		DecodedBytes: r.stats.decoded.Load(),
+	}
+}
 
 // locate maps row ids to row groups.
 func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
@@ -321,7 +351,7 @@ func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 	return refs, nil
 }
 
-// decode reads the projected columns of one row group.
+// decode fetches and decodes the projected columns of one row group.
 func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, error) {
 	md, err := r.t.Footer(ctx, key.file)
 	if err != nil {
@@ -329,7 +359,33 @@ func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, e
 	}
 	f := r.t.pin.Files[key.file]
 	where := r.t.loc.ObjectURI(f.Key)
-	pf, err := file.NewParquetReader(r.t.loc.NewReaderAt(ctx, f.Object),
+	ranges, err := chunkRanges(md, key.group, r.leaves)
+	if err != nil {
+		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
+	}
+	src, err := fetch(ctx, r.t.loc.NewReaderAt(ctx, f.Object), ranges, r.reads, &r.stats, where)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r.decoding <- struct{}{}:
+	case <-ctx.Done():
+		return nil, errcode.Wrap(ctx.Err(), errcode.Canceled, "decode", where)
+	}
+	defer func() { <-r.decoding }()
+	start := time.Now()
+	rec, err := r.decodeFrom(ctx, src, md, key, where)
+	if err == nil {
+		r.stats.decodeNanos.Add(int64(time.Since(start)))
+		r.stats.misses.Add(1)
+		r.stats.decoded.Add(recordBytes(rec))
+	}
+	return rec, err
+}
+
+// decodeFrom decodes row group key of the file src reads.
+func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key groupKey, where string) (arrow.RecordBatch, error) {
+	pf, err := file.NewParquetReader(src,
 		file.WithMetadata(md), file.WithReadProps(parquet.NewReaderProperties(r.mem)))
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)

@@ -365,3 +365,55 @@ func TestSchemaMismatch(t *testing.T) {
 	_, err = table.Open(context.Background(), "file://"+dir)
 	wantErr(t, err, errcode.InvalidArgument, "zz-other.parquet", "schema differs")
 }
+
+// TestReaderFetchesRowGroupsWhole checks that a reader fetches the projected
+// column chunks of each row group in one request, reads no more than them
+// (and the small holes between), and serves later reads from its cache.
+func TestReaderFetchesRowGroupsWhole(t *testing.T) {
+	dir, n := writeDir(t, 250, 150)
+	tb := open(t, "file://"+dir)
+	ctx := context.Background()
+	var projected, groups int64
+	for f := range 2 {
+		md, err := tb.Footer(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := range md.NumRowGroups() {
+			groups++
+			for _, leaf := range []int{0, 1, 2} { // id, tokens (one leaf), reward
+				col, err := md.RowGroup(g).ColumnChunk(leaf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				projected += col.TotalCompressedSize()
+			}
+		}
+	}
+	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"reward", "id", "tokens"}, CacheBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = uint64(n) - 1 - uint64(i)
+	}
+	for range 2 {
+		rec, err := r.Read(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	st := r.Stats()
+	if st.Requests != groups || st.CacheMisses != groups {
+		t.Errorf("requests = %d, row groups decoded = %d; want %d each", st.Requests, st.CacheMisses, groups)
+	}
+	if st.BytesRead < projected || st.BytesRead > projected+groups*8<<10 {
+		t.Errorf("read %d bytes; the projected column chunks hold %d", st.BytesRead, projected)
+	}
+	if st.CacheHits != groups {
+		t.Errorf("cache hits = %d, want %d (the second read)", st.CacheHits, groups)
+	}
+}

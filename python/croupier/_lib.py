@@ -152,6 +152,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     ),
     "croupier_dataset_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_stream_stats": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_stream_next": (
         [
             _HANDLE,
@@ -474,6 +475,11 @@ def stream_next(stream: int) -> tuple[int, pa.RecordBatch] | None:
         return None
     batch = pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
     return step.value, batch
+
+
+def stream_stats(stream: int) -> dict[str, int]:
+    """The counters of an open stream (``croupier_stream_stats``)."""
+    return json.loads(_json_out("croupier_stream_stats", stream))
 
 
 def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) -> int:

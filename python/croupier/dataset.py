@@ -90,6 +90,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         collate: optional callable applied to each converted batch.
         read_ahead: steps the Go core reads ahead (None: its default).
         memory_budget: bytes of decoded data the Go core may hold (None: its default).
+        max_reads: range requests to the store kept in flight (None: its default,
+            16); raise it for stores with high latency.
         list_format: ``"packed"`` (values + ``_offsets``) or ``"padded"``
             (``[rows, max_len]`` + ``_lengths``) for list columns in torch format.
 
@@ -119,6 +121,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         read_ahead: int | None = None,
         memory_budget: int | None = None,
         list_format: str = "packed",
+        max_reads: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(source, (Table, Permutation)):
@@ -144,6 +147,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             "drop_last": bool(drop_last),
             "read_ahead": optional_int("read_ahead", read_ahead),
             "memory_budget": optional_int("memory_budget", memory_budget),
+            "max_reads": optional_int("max_reads", max_reads),
         }
         self._source = source
         self._format = format
@@ -162,6 +166,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._worker_position = False
         self._shipped = False  # pickled to worker processes by the main process
         self._loader_counts = False  # a croupier.DataLoader counts delivered steps
+        self._stream: _lib.Handle | None = None  # the stream __iter__ reads now
+        self._stats: dict[str, int] = {}  # of the last stream, once it ended
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -191,6 +197,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             self._shipped = True
         state = self.__dict__.copy()
         state["_go"] = None  # handles do not cross processes; the table pickles its pin
+        state["_stream"] = None
         return state
 
     # -- shape of the epoch ----------------------------------------------------------
@@ -283,6 +290,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers},
             )
         )
+        self._stream = stream
         try:
             while (item := _lib.stream_next(stream.value)) is not None:
                 step, batch = item
@@ -296,7 +304,26 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 self._worker_position = worker is not None
                 yield out
         finally:
+            self._stats = _lib.stream_stats(stream.value)
+            self._stream = None
             stream.close()
+
+    def stats(self) -> dict[str, int]:
+        """Counters of the iteration running in this process, or of the last one.
+
+        Keys: ``steps`` and ``rows`` delivered; ``stall_ns``, the time spent
+        waiting for a batch still being read (the loader was the bottleneck);
+        ``ready``, batches read ahead; ``planned``, row groups held for steps
+        ahead; ``bytes_read`` and ``requests`` made to the store;
+        ``cache_hits`` and ``cache_misses`` (row groups decoded), ``cache_bytes``,
+        ``decoded_bytes``; ``fetch_ns`` and ``decode_ns``, summed over parallel
+        work. With DataLoader workers, each worker process has its own counters.
+        Empty before the first iteration.
+        """
+        stream = self._stream
+        if stream is not None and not stream.closed:
+            return _lib.stream_stats(stream.value)
+        return dict(self._stats)
 
     # -- checkpoints -----------------------------------------------------------------
 

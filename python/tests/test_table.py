@@ -82,3 +82,24 @@ def test_close(write_table: WriteTable) -> None:
         _ = tbl.schema
     with pytest.raises(TypeError):
         cr.Table()
+
+
+def test_stats(write_table: WriteTable) -> None:
+    tbl = cr.open_table(write_table("t", [300, 200]))
+    ds = cr.StreamingDataset(tbl, global_batch_size=20, num_splits=5, format="numpy")
+    assert ds.stats() == {}
+    it = iter(ds)
+    next(it)
+    live = ds.stats()
+    assert live["steps"] == 1
+    assert live["rows"] == 20
+    assert live["requests"] >= 1
+    assert live["bytes_read"] > 0
+    for _ in it:
+        pass
+    done = ds.stats()  # kept after the stream closed
+    assert done["steps"] == ds.steps_per_epoch
+    assert done["rows"] == 500
+    assert done["cache_misses"] == done["requests"] >= 2  # one request per row group
+    assert done["decoded_bytes"] > 0
+    assert done["stall_ns"] >= 0

@@ -1,0 +1,143 @@
+package table
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+)
+
+// Decoding a row group column by column through an io.ReaderAt makes one
+// request per column chunk, each waiting its turn. On an object store each
+// request costs a round trip, so the reader instead works out from the footer
+// which bytes the projected columns of a row group occupy, merges chunks
+// separated by small holes into ranges (reading a hole is cheaper than
+// another request), splits long ranges into parts fetched in parallel, and
+// fetches them all at once before decoding from memory. Reads are bounded
+// per reader (ReaderOptions.MaxReads); decoding is bounded separately by the
+// number of cores, so that waiting on the store never holds a core.
+
+const (
+	// holeBytes is the largest gap between two column chunks that is read
+	// rather than skipped (Arrow C++'s default hole size limit).
+	holeBytes = 8 << 10
+	// partBytes is the largest single range request; longer ranges are split
+	// into parts fetched in parallel.
+	partBytes = 8 << 20
+	// DefaultMaxReads is the default number of range requests a reader keeps
+	// in flight.
+	DefaultMaxReads = 16
+)
+
+// byteRange is n bytes of an object starting at off.
+type byteRange struct{ off, n int64 }
+
+// chunkRanges returns the byte ranges of the given leaf columns of row group
+// g, merged across small holes and split into parts of at most partBytes.
+func chunkRanges(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, error) {
+	rg := md.RowGroup(g)
+	var chunks []byteRange
+	for _, leaf := range leaves {
+		col, err := rg.ColumnChunk(leaf)
+		if err != nil {
+			return nil, err
+		}
+		start := col.DataPageOffset()
+		if col.HasDictionaryPage() && col.DictionaryPageOffset() > 0 && col.DictionaryPageOffset() < start {
+			start = col.DictionaryPageOffset()
+		}
+		chunks = append(chunks, byteRange{start, col.TotalCompressedSize()})
+	}
+	slices.SortFunc(chunks, func(a, b byteRange) int { return int(a.off - b.off) })
+	var merged []byteRange
+	for _, c := range chunks {
+		if k := len(merged) - 1; k >= 0 && c.off <= merged[k].off+merged[k].n+holeBytes {
+			merged[k].n = max(merged[k].n, c.off+c.n-merged[k].off)
+			continue
+		}
+		merged = append(merged, c)
+	}
+	var parts []byteRange
+	for _, m := range merged {
+		for off := m.off; off < m.off+m.n; off += partBytes {
+			parts = append(parts, byteRange{off, min(partBytes, m.off+m.n-off)})
+		}
+	}
+	return parts, nil
+}
+
+// fetched serves reads of one object from ranges fetched ahead, and passes
+// any other read to the store.
+type fetched struct {
+	*store.ReaderAt
+	ranges []byteRange
+	data   [][]byte
+	stats  *readerStats
+}
+
+// ReadAt copies from a fetched range holding [off, off+len(p)), else reads
+// from the store.
+func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
+	for i, r := range f.ranges {
+		if off >= r.off && off+int64(len(p)) <= r.off+r.n {
+			return copy(p, f.data[i][off-r.off:]), nil
+		}
+	}
+	f.stats.requests.Add(1)
+	n, err := f.ReaderAt.ReadAt(p, off)
+	f.stats.bytesRead.Add(int64(n))
+	return n, err
+}
+
+// fetch reads ranges of obj in parallel, at most cap(slots) requests at a
+// time across the reader.
+func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots chan struct{}, stats *readerStats, where string) (*fetched, error) {
+	start := time.Now()
+	defer func() { stats.fetchNanos.Add(int64(time.Since(start))) }()
+	f := &fetched{ReaderAt: ra, ranges: ranges, data: make([][]byte, len(ranges)), stats: stats}
+	g, gctx := errgroup.WithContext(ctx)
+	for i, r := range ranges {
+		select {
+		case slots <- struct{}{}:
+		case <-gctx.Done():
+			g.Wait()
+			return nil, errcode.Wrap(context.Cause(gctx), errcode.Canceled, "read", where)
+		}
+		g.Go(func() error {
+			defer func() { <-slots }()
+			buf := make([]byte, r.n)
+			n, err := ra.ReadAt(buf, r.off)
+			stats.requests.Add(1)
+			stats.bytesRead.Add(int64(n))
+			f.data[i] = buf
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// ReaderStats count a reader's work since it was made.
+type ReaderStats struct {
+	BytesRead    int64         `json:"bytes_read"`    // bytes received from the store
+	Requests     int64         `json:"requests"`      // range requests made
+	CacheHits    int64         `json:"cache_hits"`    // row-group lookups served decoded from the cache
+	CacheMisses  int64         `json:"cache_misses"`  // row groups fetched and decoded
+	CacheBytes   int64         `json:"cache_bytes"`   // decoded bytes cached now
+	FetchTime    time.Duration `json:"fetch_ns"`      // summed over requests running in parallel
+	DecodeTime   time.Duration `json:"decode_ns"`     // summed over row groups decoded in parallel
+	DecodedBytes int64         `json:"decoded_bytes"` // bytes of the row groups decoded
+}
+
+// readerStats is the live, atomic form of ReaderStats.
+type readerStats struct {
+	bytesRead, requests, misses, fetchNanos, decodeNanos, decoded atomic.Int64
+}
