@@ -2,6 +2,7 @@ package loader_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
@@ -104,4 +106,29 @@ func ExampleLoader_Stream() {
 	// steps per epoch: 3
 	// worker 0: step 1 ids [2 8 3 9]
 	// worker 1: step 2 ids [4 10 5 11]
+}
+
+// Open a table by URI and range over one epoch's batches; the loader owns
+// the table it opened. Errors carry codes to branch on with errors.Is.
+func ExampleOpen() {
+	ctx := context.Background()
+	exampleTable(ctx, "mem://example-open/rows", 6).Close()
+	l, err := loader.Open(ctx, "mem://example-open/rows", loader.Options{GlobalBatchSize: 2, NumSplits: 1, DropLast: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	for b, err := range l.Batches(ctx, loader.StreamOptions{StartStep: 1}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("step", b.Step, b.Record.Column(0))
+		b.Record.Release()
+	}
+	_, err = loader.Open(ctx, "mem://example-open/missing", loader.Options{GlobalBatchSize: 2})
+	fmt.Println("missing table is ErrNotFound:", errors.Is(err, errcode.ErrNotFound))
+	// Output:
+	// step 1 [2 3]
+	// step 2 [4 5]
+	// missing table is ErrNotFound: true
 }

@@ -17,6 +17,9 @@ package loader
 
 import (
 	"context"
+	"errors"
+	"io"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -57,10 +60,12 @@ type Options struct {
 
 // Loader deals batches of one table order for one rank.
 type Loader struct {
-	table *table.Table
-	order permutation.Order
-	deal  Deal
-	opts  Options
+	table  *table.Table
+	order  permutation.Order
+	deal   Deal
+	opts   Options
+	owned  io.Closer // what Open… opened for the loader, closed with it
+	closed atomic.Bool
 }
 
 // New returns a loader dealing order's row ids of t. It validates the
@@ -115,9 +120,18 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 	return &Loader{table: t, order: order, deal: d, opts: opts}, nil
 }
 
-// Close releases the loader's reference to its table. Streams already open
-// keep working until they are closed.
-func (l *Loader) Close() error { return l.table.Close() }
+// Close releases the loader's reference to its table, and closes what Open…
+// opened for it. Streams already open keep working until they are closed.
+func (l *Loader) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	err := l.table.Close()
+	if l.owned != nil {
+		err = errors.Join(err, l.owned.Close())
+	}
+	return err
+}
 
 // Options returns the options with defaults filled in.
 func (l *Loader) Options() Options { return l.opts }

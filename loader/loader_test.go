@@ -304,3 +304,51 @@ func TestStreamStats(t *testing.T) {
 		t.Errorf("ready = %d after the last step", st.Ready)
 	}
 }
+
+// TestOpenSplit opens a persisted split by URI: every row of the split is
+// dealt once, the loader owns (and closes) what it opened, and an unknown
+// split is an InvalidArgument error.
+func TestOpenSplit(t *testing.T) {
+	ctx := context.Background()
+	tb := openTable(t, 300)
+	uri := "file://" + t.TempDir() + "/perm"
+	perms, err := permutation.Build(ctx, tb, permutation.Spec{
+		Split:   &permutation.SplitSpec{Kind: permutation.SplitSequential, Counts: []int64{200, 100}, Names: []string{"train", "val"}},
+		Shuffle: &permutation.ShuffleSpec{Seed: 7},
+	}, uri, permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms.Close()
+	if _, err := loader.OpenSplit(ctx, uri, "test", loader.Options{GlobalBatchSize: 10}); !errors.Is(err, errcode.ErrInvalidArgument) {
+		t.Fatalf("unknown split: %v, want an InvalidArgument error", err)
+	}
+	l, err := loader.OpenSplit(ctx, uri, "val", loader.Options{GlobalBatchSize: 10, NumSplits: 2, Columns: []string{"id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for b, err := range l.Batches(ctx, loader.StreamOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range b.Record.Column(0).(*array.Int64).Int64Values() {
+			if seen[id] || id < 200 {
+				t.Fatalf("row %d dealt twice or from outside the val split", id)
+			}
+			seen[id] = true
+		}
+		b.Record.Release()
+	}
+	if len(seen) != 100 {
+		t.Fatalf("dealt %d rows of the val split, want 100", len(seen))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range l.Batches(ctx, loader.StreamOptions{}) {
+		if !errors.Is(err, errcode.ErrClosed) {
+			t.Fatalf("after Close: %v, want a Closed error", err)
+		}
+	}
+}

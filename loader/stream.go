@@ -78,6 +78,8 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 	const op = "open stream"
 	k := max(so.NumWorkers, 1)
 	switch {
+	case l.closed.Load():
+		return nil, errcode.New(errcode.Closed, op, l.table.URI(), "the loader is closed")
 	case so.Worker < 0 || so.Worker >= k:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "worker %d out of range [0, %d)", so.Worker, k)
 	case so.StartStep+int64(so.Worker) < 0 || so.StartStep > l.StepsPerEpoch():

@@ -59,6 +59,32 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is reports whether target is the sentinel of e's code, so that callers can
+// branch with errors.Is(err, errcode.ErrChanged) through any wrapping.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(sentinel)
+	return ok && Code(s) == e.Code
+}
+
+// sentinel is the error value of one code, for errors.Is.
+type sentinel Code
+
+func (s sentinel) Error() string { return "croupier: " + Code(s).String() }
+
+// Sentinels for errors.Is, one per code: errors.Is(err, ErrX) holds when an
+// *Error of code X is in err's chain.
+var (
+	ErrInternal        error = sentinel(Internal)
+	ErrInvalidArgument error = sentinel(InvalidArgument)
+	ErrNotFound        error = sentinel(NotFound)
+	ErrCorrupt         error = sentinel(Corrupt)
+	ErrChanged         error = sentinel(Changed)
+	ErrUnavailable     error = sentinel(Unavailable)
+	ErrClosed          error = sentinel(Closed)
+	ErrCanceled        error = sentinel(Canceled)
+	ErrAlreadyExists   error = sentinel(AlreadyExists)
+)
+
 // New returns an *Error with the given code whose cause is a formatted message.
 func New(code Code, op, path, format string, args ...any) error {
 	return &Error{Code: code, Op: op, Path: path, Err: fmt.Errorf(format, args...)}

@@ -42,3 +42,18 @@ func TestMessageNamesOpAndPath(t *testing.T) {
 		t.Error("String names")
 	}
 }
+
+func TestSentinels(t *testing.T) {
+	err := fmt.Errorf("training: %w", errcode.Wrap(errcode.New(errcode.Changed, "read", "s3://b/k", "pinned file changed"), errcode.Internal, "next", ""))
+	if !errors.Is(err, errcode.ErrChanged) {
+		t.Errorf("errors.Is(%v, ErrChanged) = false", err)
+	}
+	for _, other := range []error{errcode.ErrNotFound, errcode.ErrInternal, errcode.ErrCanceled} {
+		if errors.Is(err, other) {
+			t.Errorf("errors.Is(%v, %v) = true", err, other)
+		}
+	}
+	if errors.Is(errors.New("plain"), errcode.ErrInternal) {
+		t.Error("a plain error matches ErrInternal")
+	}
+}
