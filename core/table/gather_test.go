@@ -40,15 +40,17 @@ func randomArray(t *testing.T, rng *rand.Rand, dt arrow.DataType, n int) arrow.A
 	b := array.NewBuilder(mem, dt)
 	defer b.Release()
 	for range n + 5 {
-		appendRandom(rng, b)
+		appendRandom(rng, b, true)
 	}
 	full := b.NewArray()
 	defer full.Release()
 	return array.NewSlice(full, 3, int64(n+3))
 }
 
-func appendRandom(rng *rand.Rand, b array.Builder) {
-	if rng.IntN(5) == 0 {
+// appendRandom appends a random value to b, a fifth of them null when
+// nullable. Nested values are nullable as their fields say.
+func appendRandom(rng *rand.Rand, b array.Builder, nullable bool) {
+	if nullable && rng.IntN(5) == 0 {
 		b.AppendNull()
 		return
 	}
@@ -63,6 +65,8 @@ func appendRandom(rng *rand.Rand, b array.Builder) {
 		b.Append(int8(rng.Int()))
 	case *array.Float32Builder:
 		b.Append(rng.Float32())
+	case *array.Float64Builder:
+		b.Append(rng.Float64())
 	case *array.BooleanBuilder:
 		b.Append(rng.IntN(2) == 0)
 	case *array.TimestampBuilder:
@@ -77,13 +81,14 @@ func appendRandom(rng *rand.Rand, b array.Builder) {
 		b.Append([]byte(fmt.Sprintf("bytes %d", rng.IntN(1000))))
 	case array.ListLikeBuilder:
 		b.Append(true)
+		elem := b.Type().(arrow.ListLikeType).ElemField()
 		for range rng.IntN(4) {
-			appendRandom(rng, b.ValueBuilder())
+			appendRandom(rng, b.ValueBuilder(), elem.Nullable)
 		}
 	case *array.StructBuilder:
 		b.Append(true)
-		for i := range b.NumField() {
-			appendRandom(rng, b.FieldBuilder(i))
+		for i, f := range b.Type().(*arrow.StructType).Fields() {
+			appendRandom(rng, b.FieldBuilder(i), f.Nullable)
 		}
 	default:
 		panic(fmt.Sprintf("no random values for %T", b))

@@ -41,7 +41,7 @@ type Reader struct {
 	t      *Table
 	schema *arrow.Schema // projected, in output order
 	fields []int         // table field index of each output column
-	leaves []int         // Parquet leaf columns to decode, ascending
+	leaves [][]int       // Parquet leaf columns of each output column
 	mem    memory.Allocator
 	cache  *groupCache
 
@@ -60,9 +60,11 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	for i, f := range fields {
 		outFields[i] = t.schema.Field(f)
 	}
-	leaves, err := leafColumns(t.schema, fields)
-	if err != nil {
-		return nil, errcode.Wrap(err, errcode.Internal, "new reader", t.pin.URI)
+	leaves := make([][]int, len(fields))
+	for i, f := range fields {
+		if leaves[i], err = leafColumns(t.schema, []int{f}); err != nil {
+			return nil, errcode.Wrap(err, errcode.Internal, "new reader", t.pin.URI)
+		}
 	}
 	mem := opts.Allocator
 	if mem == nil {
@@ -359,7 +361,7 @@ func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, e
 	}
 	f := r.t.pin.Files[key.file]
 	where := r.t.loc.ObjectURI(f.Key)
-	ranges, err := chunkRanges(md, key.group, r.leaves)
+	ranges, err := chunkRanges(md, key.group, slices.Concat(r.leaves...))
 	if err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
 	}
@@ -391,15 +393,7 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 		return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
 	}
 	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, r.mem)
-	if err != nil {
-		return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
-	}
-	tbl, err := fr.ReadRowGroups(ctx, r.leaves, []int{key.group})
-	if err != nil {
-		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
-	}
-	defer tbl.Release()
+	rg := pf.RowGroup(key.group)
 	cols := make([]arrow.Array, len(r.fields))
 	defer func() {
 		for _, c := range cols {
@@ -408,10 +402,66 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 			}
 		}
 	}()
+	var slow []int // leaves of the columns left to pqarrow
 	for i, field := range r.schema.Fields() {
+		if cols[i], err = r.decodeFast(rg, md, field, r.leaves[i]); err != nil {
+			return nil, errcode.Wrap(fmt.Errorf("row group %d, column %q: %w", key.group, field.Name, err), errcode.Corrupt, "decode", where)
+		}
+		if cols[i] == nil {
+			slow = append(slow, r.leaves[i]...)
+		}
+	}
+	if len(slow) > 0 {
+		if err := r.decodeSlow(ctx, pf, key.group, slow, cols); err != nil {
+			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
+		}
+	}
+	return array.NewRecordBatch(r.schema, cols, rg.NumRows()), nil
+}
+
+// decodeFast decodes one column with decodeColumn, or returns nil when
+// decodeColumn does not handle it.
+func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, field arrow.Field, leaves []int) (arrow.Array, error) {
+	if len(leaves) != 1 {
+		return nil, nil
+	}
+	chunk, err := rg.MetaData().ColumnChunk(leaves[0])
+	if err != nil {
+		return nil, err
+	}
+	col := md.Schema.Column(leaves[0])
+	kind := fastColumn(field, col, chunk)
+	if kind == notFast {
+		return nil, nil
+	}
+	pr, err := rg.GetColumnPageReader(leaves[0])
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows())
+}
+
+// decodeSlow decodes the given leaves of row group g with pqarrow into the
+// columns of cols still nil.
+func (r *Reader) decodeSlow(ctx context.Context, pf *file.Reader, g int, leaves []int, cols []arrow.Array) error {
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, r.mem)
+	if err != nil {
+		return err
+	}
+	slices.Sort(leaves)
+	tbl, err := fr.ReadRowGroups(ctx, leaves, []int{g})
+	if err != nil {
+		return err
+	}
+	defer tbl.Release()
+	for i, field := range r.schema.Fields() {
+		if cols[i] != nil {
+			continue
+		}
 		found := tbl.Schema().FieldIndices(field.Name)
 		if len(found) == 0 {
-			return nil, errcode.New(errcode.Corrupt, "decode", where, "row group %d lacks column %q", key.group, field.Name)
+			return fmt.Errorf("no column %q", field.Name)
 		}
 		chunks := tbl.Column(found[0]).Data().Chunks()
 		if len(chunks) == 1 {
@@ -420,10 +470,10 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 			continue
 		}
 		if cols[i], err = array.Concatenate(chunks, r.mem); err != nil {
-			return nil, errcode.Wrap(err, errcode.Internal, "decode", where)
+			return err
 		}
 	}
-	return array.NewRecordBatch(r.schema, cols, tbl.NumRows()), nil
+	return nil
 }
 
 // ReadGroup decodes the projected columns of one whole row group, bypassing

@@ -1,0 +1,618 @@
+package table
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/arrow-go/v18/parquet/schema"
+)
+
+// Decoding is most of a loader's CPU time, and the columns training reads
+// most are few in kind: token ids as lists of integers, scalars, text. For
+// those, pqarrow's general record reader (level by level record delimiting,
+// buffers grown as it goes) costs about three times what the decoding
+// itself does. decodeColumn decodes them directly from the pages: levels
+// and dictionary indices run by run, values into buffers allocated at their
+// final size. It handles one leaf column whose Arrow type is a 32/64-bit
+// integer or float, a string or binary, or a list of those numbers, stored
+// with PLAIN or dictionary encoding; Reader.decode leaves every other column
+// to pqarrow.
+
+// fastKind says how decodeColumn decodes a column, or that it does not.
+type fastKind int
+
+const (
+	notFast  fastKind = iota
+	fastFlat          // a number, string or binary
+	fastList          // a list of numbers
+)
+
+// fastColumn reports how decodeColumn can decode field f stored as leaf col
+// in chunk.
+func fastColumn(f arrow.Field, col *schema.Column, chunk *metadata.ColumnChunkMetaData) fastKind {
+	for _, e := range chunk.Encodings() {
+		switch e {
+		case parquet.Encodings.Plain, parquet.Encodings.RLE, parquet.Encodings.PlainDict, parquet.Encodings.RLEDict:
+		default:
+			return notFast
+		}
+	}
+	nullable := 0
+	if f.Nullable {
+		nullable = 1
+	}
+	if col.MaxRepetitionLevel() == 0 {
+		if physicalMatches(f.Type, col.PhysicalType(), true) && int(col.MaxDefinitionLevel()) == nullable {
+			return fastFlat
+		}
+		return notFast
+	}
+	lt, ok := f.Type.(*arrow.ListType)
+	if !ok || col.MaxRepetitionLevel() != 1 || !physicalMatches(lt.Elem(), col.PhysicalType(), false) {
+		return notFast
+	}
+	elemNullable := 0
+	if lt.ElemField().Nullable {
+		elemNullable = 1
+	}
+	if int(col.MaxDefinitionLevel()) != nullable+1+elemNullable {
+		return notFast
+	}
+	return fastList
+}
+
+// physicalMatches reports whether Arrow type dt is the plain reading of
+// Parquet physical type pt (no logical conversion), with binary types
+// allowed only when allowBinary.
+func physicalMatches(dt arrow.DataType, pt parquet.Type, allowBinary bool) bool {
+	switch dt.ID() {
+	case arrow.INT32:
+		return pt == parquet.Types.Int32
+	case arrow.INT64:
+		return pt == parquet.Types.Int64
+	case arrow.FLOAT32:
+		return pt == parquet.Types.Float
+	case arrow.FLOAT64:
+		return pt == parquet.Types.Double
+	case arrow.STRING, arrow.BINARY:
+		return allowBinary && pt == parquet.Types.ByteArray
+	}
+	return false
+}
+
+// columnDecoder accumulates one column chunk's values page by page.
+//
+// A slot is a row of a flat column or an element of a list, null or not.
+// Definition levels say, for each level entry, how far down the schema it is
+// defined: below listDef the list (row) is null, at listDef it is empty, at
+// slotDef or above an element slot exists, and at maxDef it holds a value.
+// For a flat column every entry is a slot (slotDef 0).
+type columnDecoder struct {
+	width   int // bytes of one fixed-width value; 0 for binary
+	list    bool
+	listDef int16
+	slotDef int16
+	maxDef  int16
+	maxRep  int16
+
+	dict    []byte   // fixed-width dictionary values, width bytes each
+	dictBin [][]byte // binary dictionary values
+
+	defs, reps []uint8  // levels of the current page
+	idx        []uint32 // dictionary indices of the current page
+
+	values  *memory.Buffer // fixed width: present values, in order
+	nvalues int            // present values decoded so far
+	binOffs []int32        // binary: offsets of present values in binData, plus one
+	binData []byte
+	valid   []bool // per slot; nil until a null slot appears
+	slots   int
+
+	rows     int     // rows started so far (lists)
+	listOffs  []int32 // lists: the first slot of each row, plus one
+	listValid []bool  // lists: per row; nil until a null list appears
+}
+
+// decodeColumn decodes a column chunk that fastColumn accepted.
+func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind,
+	chunk *metadata.ColumnChunkMetaData, pr file.PageReader, rows int64) (arrow.Array, error) {
+	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel()}
+	dt := f.Type
+	if kind == fastList {
+		lt := f.Type.(*arrow.ListType)
+		dt = lt.Elem()
+		d.list = true
+		d.slotDef = d.maxDef
+		if lt.ElemField().Nullable {
+			d.slotDef--
+		}
+		d.listDef = d.slotDef - 1
+		d.listOffs = make([]int32, 0, rows+1)
+	}
+	if fw, ok := dt.(arrow.FixedWidthDataType); ok {
+		d.width = fw.BitWidth() / 8
+		// Never more values than level entries in the chunk.
+		d.values = memory.NewResizableBuffer(mem)
+		d.values.Resize(int(chunk.NumValues()) * d.width)
+	} else {
+		d.binOffs = append(make([]int32, 0, rows+1), 0)
+	}
+	defer func() {
+		if d.values != nil {
+			d.values.Release()
+		}
+	}()
+	for pr.Next() {
+		if err := d.page(pr.Page()); err != nil {
+			return nil, err
+		}
+	}
+	if err := pr.Err(); err != nil {
+		return nil, err
+	}
+	return d.finish(mem, f.Type, dt, rows)
+}
+
+// page decodes one page.
+func (d *columnDecoder) page(p file.Page) error {
+	switch p := p.(type) {
+	case *file.DictionaryPage:
+		return d.dictionary(p.Data(), int(p.NumValues()))
+	case *file.DataPageV1:
+		if p.RepetitionLevelEncoding() != parquet.Encodings.RLE || p.DefinitionLevelEncoding() != parquet.Encodings.RLE {
+			return errFastUnsupported
+		}
+		data, n := p.Data(), int(p.NumValues())
+		var err error
+		if data, err = levelsV1(data, n, d.maxRep, &d.reps); err != nil {
+			return err
+		}
+		if data, err = levelsV1(data, n, d.maxDef, &d.defs); err != nil {
+			return err
+		}
+		return d.dataPage(data, parquet.Encoding(p.Encoding()), n)
+	case *file.DataPageV2:
+		data, n := p.Data(), int(p.NumValues())
+		rl, dl := int(p.RepetitionLevelByteLen()), int(p.DefinitionLevelByteLen())
+		if rl+dl > len(data) {
+			return fmt.Errorf("page levels of %d bytes overrun a page of %d", rl+dl, len(data))
+		}
+		if err := levels(data[:rl], n, d.maxRep, &d.reps); err != nil {
+			return err
+		}
+		if err := levels(data[rl:rl+dl], n, d.maxDef, &d.defs); err != nil {
+			return err
+		}
+		return d.dataPage(data[rl+dl:], parquet.Encoding(p.Encoding()), n)
+	}
+	return errFastUnsupported
+}
+
+var errFastUnsupported = errors.New("unsupported page kind or encoding")
+
+// levelsV1 decodes n levels of a V1 page (a 4-byte length, then the RLE
+// data) into *dst and returns the rest of the page.
+func levelsV1(data []byte, n int, max int16, dst *[]uint8) ([]byte, error) {
+	if max == 0 {
+		*dst = (*dst)[:0]
+		return data, nil
+	}
+	if len(data) < 4 {
+		return nil, errors.New("truncated levels")
+	}
+	size := int(binary.LittleEndian.Uint32(data))
+	if size > len(data)-4 {
+		return nil, fmt.Errorf("levels of %d bytes overrun the page", size)
+	}
+	return data[4+size:], levels(data[4:4+size], n, max, dst)
+}
+
+// levels decodes n levels of at most max into *dst (empty when max is 0).
+func levels(data []byte, n int, max int16, dst *[]uint8) error {
+	if max == 0 {
+		*dst = (*dst)[:0]
+		return nil
+	}
+	*dst = slices.Grow((*dst)[:0], n)[:n]
+	width := bits.Len16(uint16(max))
+	if err := hybrid(*dst, data, width); err != nil {
+		return err
+	}
+	if int(max) == 1<<width-1 {
+		return nil // width bits hold no larger level
+	}
+	for _, l := range *dst {
+		if int16(l) > max {
+			return fmt.Errorf("level %d above the maximum %d", l, max)
+		}
+	}
+	return nil
+}
+
+// hybrid decodes len(dst) values of the RLE/bit-packed hybrid encoding of
+// the given bit width.
+func hybrid[T uint8 | uint32](dst []T, data []byte, width int) error {
+	if width > 32 {
+		return fmt.Errorf("bit width %d", width)
+	}
+	byteWidth := (width + 7) / 8
+	for i := 0; i < len(dst); {
+		header, n := binary.Uvarint(data)
+		if n <= 0 {
+			return errors.New("truncated RLE run header")
+		}
+		data = data[n:]
+		if header&1 == 0 { // an RLE run: one value repeated
+			if len(data) < byteWidth {
+				return errors.New("truncated RLE run")
+			}
+			var v uint32
+			for b := range byteWidth {
+				v |= uint32(data[b]) << (8 * b)
+			}
+			data = data[byteWidth:]
+			fill := dst[i:min(len(dst), i+int(min(header>>1, uint64(len(dst)))))]
+			for k := range fill {
+				fill[k] = T(v)
+			}
+			i += len(fill)
+			continue
+		}
+		groups := header >> 1 // bit-packed groups of 8 values
+		if groups == 0 || groups > uint64(len(dst)) {
+			return errors.New("bad bit-packed run")
+		}
+		size := min(int(groups)*width, len(data)) // a last run may be cut short
+		count := min(int(groups)*8, len(dst)-i)
+		if size*8 < count*width {
+			return errors.New("truncated bit-packed run")
+		}
+		unpack(dst[i:i+count], data[:size], width)
+		data = data[size:]
+		i += count
+	}
+	return nil
+}
+
+// unpack reads len(dst) values of width bits (at most 32), packed least
+// significant bit first, from packed. Each value is one unaligned 64-bit
+// load, a shift and a mask; the last few values, whose load would run past
+// packed, go through a padded copy.
+func unpack[T uint8 | uint32](dst []T, packed []byte, width int) {
+	mask := uint64(1)<<width - 1
+	fast := len(dst)
+	for fast > 0 && ((fast-1)*width)/8+8 > len(packed) {
+		fast--
+	}
+	for k := range fast {
+		bit := k * width
+		dst[k] = T(binary.LittleEndian.Uint64(packed[bit/8:]) >> (bit % 8) & mask)
+	}
+	if fast == len(dst) {
+		return
+	}
+	var pad [48]byte
+	from := (fast * width) / 8
+	copy(pad[:], packed[from:])
+	for k := fast; k < len(dst); k++ {
+		bit := k*width - from*8
+		dst[k] = T(binary.LittleEndian.Uint64(pad[bit/8:]) >> (bit % 8) & mask)
+	}
+}
+
+// dictionary records a dictionary page's values.
+func (d *columnDecoder) dictionary(data []byte, n int) error {
+	if d.width > 0 {
+		if n < 0 || len(data) < n*d.width {
+			return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
+		}
+		d.dict = slices.Clone(data[:n*d.width])
+		return nil
+	}
+	if n < 0 || n > len(data)/4 {
+		return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
+	}
+	d.dictBin = make([][]byte, n)
+	for i := range d.dictBin {
+		v, rest, err := plainBinary(data)
+		if err != nil {
+			return err
+		}
+		d.dictBin[i], data = slices.Clone(v), rest
+	}
+	return nil
+}
+
+// plainBinary splits the first PLAIN byte array off data.
+func plainBinary(data []byte) (value, rest []byte, err error) {
+	if len(data) < 4 {
+		return nil, nil, errors.New("truncated byte array")
+	}
+	size := binary.LittleEndian.Uint32(data)
+	if uint64(size) > uint64(len(data)-4) {
+		return nil, nil, errors.New("truncated byte array")
+	}
+	return data[4 : 4+size], data[4+size:], nil
+}
+
+// dataPage takes one data page of n level entries: its rows, slots and
+// nulls from the levels, and its present values from data.
+func (d *columnDecoder) dataPage(data []byte, enc parquet.Encoding, n int) error {
+	present, err := d.shape(n)
+	if err != nil {
+		return err
+	}
+	switch enc {
+	case parquet.Encodings.Plain:
+		return d.plain(data, present)
+	case parquet.Encodings.PlainDict, parquet.Encodings.RLEDict:
+		return d.indexed(data, present)
+	}
+	return errFastUnsupported
+}
+
+// allDefined reports whether every level entry of the page holds a value.
+func (d *columnDecoder) allDefined() bool {
+	for _, l := range d.defs {
+		if int16(l) != d.maxDef {
+			return false
+		}
+	}
+	return true
+}
+
+// shape takes the rows, slots and nulls of a page's n level entries and
+// returns how many values the page holds.
+func (d *columnDecoder) shape(n int) (present int, err error) {
+	if d.allDefined() { // no nulls, no empty lists: the common case, kept tight
+		if d.list {
+			for i, r := range d.reps[:n] {
+				if r == 0 {
+					d.listOffs = append(d.listOffs, int32(d.slots+i))
+					appendValid(&d.listValid, d.rows, true)
+					d.rows++
+				} else if d.rows == 0 {
+					return 0, errors.New("the column chunk starts inside a list")
+				}
+			}
+		}
+		if d.valid != nil {
+			for range n {
+				d.valid = append(d.valid, true)
+			}
+		}
+		d.slots += n
+		return n, nil
+	}
+	for i := range n {
+		def := d.maxDef
+		if len(d.defs) > 0 {
+			def = int16(d.defs[i])
+		}
+		if d.list {
+			if d.reps[i] == 0 { // a new row
+				d.listOffs = append(d.listOffs, int32(d.slots))
+				appendValid(&d.listValid, d.rows, def >= d.listDef)
+				d.rows++
+			} else if d.rows == 0 {
+				return 0, errors.New("the column chunk starts inside a list")
+			}
+			if def < d.slotDef {
+				continue
+			}
+		}
+		if def == d.maxDef {
+			present++
+		}
+		appendValid(&d.valid, d.slots, def == d.maxDef)
+		d.slots++
+	}
+	return present, nil
+}
+
+// appendValid records whether item n of a sequence is valid in *flags,
+// which stays nil as long as every item is.
+func appendValid(flags *[]bool, n int, ok bool) {
+	switch {
+	case *flags != nil:
+		*flags = append(*flags, ok)
+	case !ok:
+		*flags = make([]bool, n, 2*n+16)
+		for i := range *flags {
+			(*flags)[i] = true
+		}
+		*flags = append(*flags, false)
+	}
+}
+
+// plain decodes n PLAIN values.
+func (d *columnDecoder) plain(data []byte, n int) error {
+	if d.width > 0 {
+		size := n * d.width
+		if len(data) < size {
+			return fmt.Errorf("page holds %d bytes of values, %d needed", len(data), size)
+		}
+		at := d.nvalues * d.width
+		if at+size > d.values.Len() {
+			return errors.New("more values than the column chunk declares")
+		}
+		copy(d.values.Bytes()[at:], data[:size])
+		d.nvalues += n
+		return nil
+	}
+	for range n {
+		v, rest, err := plainBinary(data)
+		if err != nil {
+			return err
+		}
+		d.appendBinary(v)
+		data = rest
+	}
+	return nil
+}
+
+// indexed decodes n dictionary-encoded values.
+func (d *columnDecoder) indexed(data []byte, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if len(data) < 1 {
+		return errors.New("truncated dictionary indices")
+	}
+	d.idx = slices.Grow(d.idx[:0], n)[:n]
+	if err := hybrid(d.idx, data[1:], int(data[0])); err != nil {
+		return err
+	}
+	if d.width > 0 {
+		size := len(d.dict) / d.width
+		at := d.nvalues * d.width
+		if at+n*d.width > d.values.Len() {
+			return errors.New("more values than the column chunk declares")
+		}
+		dst := d.values.Bytes()[at:]
+		switch d.width {
+		case 4:
+			gatherIndexed(arrow.GetData[uint32](dst), arrow.GetData[uint32](d.dict), d.idx)
+		case 8:
+			gatherIndexed(arrow.GetData[uint64](dst), arrow.GetData[uint64](d.dict), d.idx)
+		}
+		for _, i := range d.idx {
+			if int(i) >= size {
+				return fmt.Errorf("dictionary index %d out of range [0, %d)", i, size)
+			}
+		}
+		d.nvalues += n
+		return nil
+	}
+	for _, i := range d.idx {
+		if int(i) >= len(d.dictBin) {
+			return fmt.Errorf("dictionary index %d out of range [0, %d)", i, len(d.dictBin))
+		}
+		d.appendBinary(d.dictBin[i])
+	}
+	return nil
+}
+
+// gatherIndexed sets dst[k] = dict[idx[k]], skipping indices out of range
+// (the caller reports them).
+func gatherIndexed[T uint32 | uint64](dst, dict []T, idx []uint32) {
+	for k, i := range idx {
+		if int(i) < len(dict) {
+			dst[k] = dict[i]
+		}
+	}
+}
+
+func (d *columnDecoder) appendBinary(v []byte) {
+	d.binData = append(d.binData, v...)
+	d.binOffs = append(d.binOffs, int32(len(d.binData)))
+}
+
+// finish builds the column's array of type outer (the list type for lists)
+// with values of type dt.
+func (d *columnDecoder) finish(mem memory.Allocator, outer, dt arrow.DataType, rows int64) (arrow.Array, error) {
+	if !d.list && int64(d.slots) != rows {
+		return nil, fmt.Errorf("column chunk holds %d values for %d rows", d.slots, rows)
+	}
+	if d.list && int64(d.rows) != rows {
+		return nil, fmt.Errorf("column chunk holds %d lists for %d rows", d.rows, rows)
+	}
+	if d.binOffs == nil && d.nvalues != d.slots-nulls(d.valid) {
+		return nil, fmt.Errorf("column chunk holds %d values for %d slots", d.nvalues, d.slots-nulls(d.valid))
+	}
+	elems := d.elements(mem, dt)
+	defer elems.Release()
+	if !d.list {
+		return array.MakeFromData(elems), nil
+	}
+	d.listOffs = append(d.listOffs, int32(d.slots))
+	offsets := memory.NewResizableBuffer(mem)
+	offsets.Resize(len(d.listOffs) * 4)
+	copy(arrow.GetData[int32](offsets.Bytes()), d.listOffs)
+	defer offsets.Release()
+	validity, nullCount := bitmap(mem, d.listValid, d.rows)
+	if validity != nil {
+		defer validity.Release()
+	}
+	data := array.NewData(outer, d.rows, []*memory.Buffer{validity, offsets}, []arrow.ArrayData{elems}, nullCount, 0)
+	defer data.Release()
+	return array.MakeFromData(data), nil
+}
+
+// elements builds the slots' array: present values spread to their slots.
+func (d *columnDecoder) elements(mem memory.Allocator, dt arrow.DataType) arrow.ArrayData {
+	validity, nullCount := bitmap(mem, d.valid, d.slots)
+	if validity != nil {
+		defer validity.Release()
+	}
+	if d.binOffs == nil {
+		values := d.values
+		values.Resize(d.slots * d.width) // never grows: slots ≤ level entries
+		if nullCount > 0 {               // spread values to their slots, from the back
+			b := values.Bytes()
+			v := d.nvalues
+			for s := d.slots - 1; s >= 0 && v > 0; s-- {
+				if d.valid[s] {
+					v--
+					copy(b[s*d.width:(s+1)*d.width], b[v*d.width:(v+1)*d.width])
+				}
+			}
+		}
+		return array.NewData(dt, d.slots, []*memory.Buffer{validity, values}, nil, nullCount, 0)
+	}
+	offsets := memory.NewResizableBuffer(mem)
+	offsets.Resize((d.slots + 1) * 4)
+	defer offsets.Release()
+	offs := arrow.GetData[int32](offsets.Bytes())
+	v := 0
+	for s := range d.slots {
+		offs[s] = d.binOffs[v]
+		if d.valid == nil || d.valid[s] {
+			v++
+		}
+	}
+	offs[d.slots] = d.binOffs[v]
+	data := memory.NewResizableBuffer(mem)
+	data.Resize(len(d.binData))
+	copy(data.Bytes(), d.binData)
+	defer data.Release()
+	return array.NewData(dt, d.slots, []*memory.Buffer{validity, offsets, data}, nil, nullCount, 0)
+}
+
+// bitmap packs the flags of n items (missing ones are set) into a validity
+// bitmap, and counts the unset ones; it returns nil when none is unset.
+func bitmap(mem memory.Allocator, flags []bool, n int) (*memory.Buffer, int) {
+	unset := nulls(flags)
+	if unset == 0 {
+		return nil, 0
+	}
+	buf := memory.NewResizableBuffer(mem)
+	buf.Resize(int(bitutil.BytesForBits(int64(n))))
+	bits := buf.Bytes()
+	for i := range n {
+		if i >= len(flags) || flags[i] {
+			bitutil.SetBit(bits, i)
+		}
+	}
+	return buf, unset
+}
+
+func nulls(flags []bool) int {
+	n := 0
+	for _, f := range flags {
+		if !f {
+			n++
+		}
+	}
+	return n
+}
