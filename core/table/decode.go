@@ -118,7 +118,7 @@ type columnDecoder struct {
 	valid   []bool // per slot; nil until a null slot appears
 	slots   int
 
-	rows     int     // rows started so far (lists)
+	rows      int     // rows started so far (lists)
 	listOffs  []int32 // lists: the first slot of each row, plus one
 	listValid []bool  // lists: per row; nil until a null list appears
 }
