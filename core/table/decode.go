@@ -261,6 +261,9 @@ func hybrid[T uint8 | uint32](dst []T, data []byte, width int) error {
 				v |= uint32(data[b]) << (8 * b)
 			}
 			data = data[byteWidth:]
+			if uint64(v) >= 1<<width {
+				return fmt.Errorf("RLE value %d does not fit %d bits", v, width)
+			}
 			fill := dst[i:min(len(dst), i+int(min(header>>1, uint64(len(dst)))))]
 			for k := range fill {
 				fill[k] = T(v)
