@@ -75,7 +75,8 @@ type Faults struct {
 	// FirstByte delays every response, fault or not, by this much: a fixed
 	// first-byte latency, as a remote store has.
 	FirstByte time.Duration
-	// Match selects the requests that may get a fault; nil means all.
+	// Match selects the requests that may get a fault; nil means all. It is
+	// called with the server's lock held, so it must not call the Server.
 	Match func(*http.Request) bool
 }
 
