@@ -88,9 +88,9 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		return nil, errcode.Wrap(err, errcode.Internal, op, uri)
 	}
 	rec, _ := json.Marshal(BuildRecord{ID: m.ID, BuiltAt: start.UTC(), Seconds: time.Since(start).Seconds()})
-	if err := loc.Bucket.WriteAll(ctx, path.Join(loc.Key, buildKey), rec, nil); err != nil {
+	if err := loc.WriteAll(ctx, path.Join(loc.Key, buildKey), rec, nil); err != nil {
 		loc.Close()
-		return nil, errcode.Wrap(err, store.Code(err), op, loc.ObjectURI(path.Join(loc.Key, buildKey)))
+		return nil, err
 	}
 	p, err := open(ctx, loc)
 	if err != nil {
@@ -518,7 +518,7 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 		return Manifest{}, err
 	}
 	m.ID = id
-	if ok, err := loc.Bucket.Exists(ctx, path.Join(loc.Key, manifestKey)); err == nil && ok {
+	if ok, err := loc.Exists(ctx, path.Join(loc.Key, manifestKey)); err == nil && ok {
 		return Manifest{}, errcode.New(errcode.AlreadyExists, "write permutation", loc.URI,
 			"a permutation already exists there; permutations are immutable, persist to a new URI")
 	}
@@ -529,10 +529,7 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 		forChunks(ids, func(c int64, chunk []uint64) {
 			data, key := encodeIDs(chunk, width), chunkKey(loc.Key, id, i, c)
 			g.Go(func() error {
-				if err := loc.Bucket.WriteAll(gctx, key, data, nil); err != nil {
-					return errcode.Wrap(err, store.Code(err), "write row ids", loc.ObjectURI(key))
-				}
-				return nil
+				return loc.WriteAll(gctx, key, data, nil)
 			})
 			done += int64(len(chunk))
 			b.progress("write", done, total)

@@ -129,12 +129,12 @@ func writeManifest(ctx context.Context, loc *store.Location, m Manifest) error {
 func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 	const op = "open permutation"
 	key := path.Join(loc.Key, manifestKey)
-	b, err := loc.Bucket.ReadAll(ctx, key)
+	b, err := loc.ReadAll(ctx, key)
 	if err != nil {
-		if store.Code(err) == errcode.NotFound {
+		if errcode.Of(err) == errcode.NotFound {
 			return Manifest{}, errcode.New(errcode.NotFound, op, loc.URI, "no permutation there (%s is missing)", manifestKey)
 		}
-		return Manifest{}, errcode.Wrap(err, store.Code(err), op, loc.ObjectURI(key))
+		return Manifest{}, errcode.Wrap(err, errcode.Unavailable, op, loc.URI)
 	}
 	var m Manifest
 	dec := json.NewDecoder(strings.NewReader(string(b)))

@@ -56,7 +56,7 @@ func open(ctx context.Context, loc *store.Location) (*Permutations, error) {
 	}
 	p := &Permutations{loc: loc, m: m, table: t}
 	// The build record is informative: a missing or unreadable one is no error.
-	if b, err := loc.Bucket.ReadAll(ctx, path.Join(loc.Key, buildKey)); err == nil {
+	if b, err := loc.ReadAll(ctx, path.Join(loc.Key, buildKey)); err == nil {
 		json.Unmarshal(b, &p.build)
 	}
 	for i, s := range m.Splits {
@@ -156,9 +156,9 @@ func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
 	return s.chunks.get(c, func() ([]uint64, error) {
 		n := min(ChunkIDs, s.info.NumRows-c*ChunkIDs)
 		key := chunkKey(s.p.loc.Key, s.p.m.ID, s.index, c)
-		b, err := s.p.loc.Bucket.ReadAll(ctx, key)
+		b, err := s.p.loc.ReadAll(ctx, key)
 		if err != nil {
-			return nil, errcode.Wrap(err, store.Code(err), "read row ids", s.p.loc.ObjectURI(key))
+			return nil, err
 		}
 		if int64(len(b)) != n*int64(s.p.m.IDWidth) {
 			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),

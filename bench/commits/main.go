@@ -2,7 +2,11 @@
 // 1, 4 and 8 concurrent writers, on file:// (a temporary folder) and on an
 // S3-compatible server it runs on a loopback port.
 //
-//	go run ./bench/commits [-appends 25] [-rows 64] [-writers 1,4,8]
+//	go run ./bench/commits [-appends 25] [-rows 64] [-writers 1,4,8] [-latency 0] [-faults 0]
+//
+// -latency adds a fixed first-byte latency to every request of the S3 server,
+// as a remote store has; -faults makes it inject that fraction of faults of
+// every kind (see core/store/s3test), which the commits must survive.
 //
 // Each writer is a goroutine with its own table handle and store connection;
 // every append writes one small data file and commits one version, so the
@@ -54,14 +58,16 @@ func main() {
 	appends := flag.Int("appends", 25, "appends per writer")
 	rows := flag.Int64("rows", 64, "rows per append")
 	writersFlag := flag.String("writers", "1,4,8", "writer counts to measure")
+	latency := flag.Duration("latency", 0, "first-byte latency of every S3 request")
+	faults := flag.Float64("faults", 0, "fraction of S3 requests that get an injected fault")
 	flag.Parse()
-	if err := run(*appends, *rows, *writersFlag); err != nil {
+	if err := run(*appends, *rows, *writersFlag, s3test.Faults{Rate: *faults, Seed: 1, FirstByte: *latency}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(appends int, rows int64, writersFlag string) error {
+func run(appends int, rows int64, writersFlag string, faults s3test.Faults) error {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "croupier-commits-")
 	if err != nil {
@@ -73,6 +79,7 @@ func run(appends int, rows int64, writersFlag string) error {
 		return err
 	}
 	defer srv.Close()
+	srv.SetFaults(faults)
 	fmt.Printf("%-6s %8s %8s %10s %10s\n", "store", "writers", "commits", "seconds", "commits/s")
 	for _, store := range []string{"file", "s3"} {
 		for _, ws := range strings.Split(writersFlag, ",") {

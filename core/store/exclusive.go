@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -29,20 +31,43 @@ const TempDir = "_tmp"
 // every listed prefix, so listings never race with it) and hard-linked to its
 // name, and link(2) fails when the name exists. The temporary file is removed
 // either way; one left by a crash stays in _tmp/ and is never seen as the object.
+//
+// A conditional create is not blindly retried: when an attempt's response is
+// lost after the store created the object, the next attempt (ours, or the
+// SDK's) finds the object there. So whenever the object exists,
+// CreateExclusive reads it back: if it holds exactly data, the create was
+// this call's and it succeeds; otherwise another writer won. Callers must
+// therefore write data that no other writer could (a manifest names its new,
+// uniquely named data files and carries a timestamp; a permutation's
+// manifest names its content). When CreateExclusive fails with any other
+// error (the store unavailable past the retry bound, ctx canceled), the
+// object may or may not have been created: a commit must then leave in place
+// everything the object refers to.
 func (l *Location) CreateExclusive(ctx context.Context, key string, data []byte) error {
 	const op = "create"
 	where := l.ObjectURI(key)
 	if l.root != "" {
 		return createLinked(filepath.Join(l.root, filepath.FromSlash(key)), filepath.Join(l.root, TempDir), data, where)
 	}
-	err := l.Bucket.WriteAll(ctx, key, data, &blob.WriterOptions{IfNotExist: true})
-	if err == nil {
-		return nil
+	_, err := retry(ctx, l.Retry, op, where, func(ctx context.Context) (struct{}, error) {
+		err := l.Bucket.WriteAll(ctx, key, data, &blob.WriterOptions{IfNotExist: true})
+		if c := gcerrors.Code(err); c == gcerrors.FailedPrecondition || c == gcerrors.AlreadyExists {
+			return struct{}{}, errcode.Wrap(err, errcode.AlreadyExists, op, where)
+		}
+		return struct{}{}, err
+	})
+	if errcode.Of(err) != errcode.AlreadyExists {
+		return err
 	}
-	if c := gcerrors.Code(err); c == gcerrors.FailedPrecondition || c == gcerrors.AlreadyExists {
-		return errcode.Wrap(err, errcode.AlreadyExists, op, where)
+	got, rerr := l.ReadAll(ctx, key)
+	switch {
+	case rerr == nil && bytes.Equal(got, data):
+		return nil // our own create, whose answer was lost
+	case rerr == nil || errcode.Of(rerr) == errcode.NotFound:
+		return err
 	}
-	return wrap(err, op, where)
+	return errcode.Wrap(fmt.Errorf("the object exists, and reading it back to learn whether this create made it failed: %w", rerr),
+		errcode.Of(rerr), op, where)
 }
 
 // createLinked creates path with data unless it exists, with link(2).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -26,11 +27,111 @@ type Object struct {
 
 // Stat returns the current identity of the object at key.
 func (l *Location) Stat(ctx context.Context, key string) (Object, error) {
-	a, err := l.Bucket.Attributes(ctx, key)
-	if err != nil {
-		return Object{}, wrap(err, "stat", l.ObjectURI(key))
+	return retry(ctx, l.Retry, "stat", l.ObjectURI(key), func(ctx context.Context) (Object, error) {
+		a, err := l.Bucket.Attributes(ctx, key)
+		if err != nil {
+			return Object{}, err
+		}
+		return Object{Key: key, Size: a.Size, ModTime: a.ModTime, ETag: a.ETag}, nil
+	})
+}
+
+// Exists reports whether an object exists at key.
+func (l *Location) Exists(ctx context.Context, key string) (bool, error) {
+	_, err := l.Stat(ctx, key)
+	switch errcode.Of(err) {
+	case errcode.OK:
+		return true, nil
+	case errcode.NotFound:
+		return false, nil
 	}
-	return Object{Key: key, Size: a.Size, ModTime: a.ModTime, ETag: a.ETag}, nil
+	return false, err
+}
+
+// ReadAll reads the whole object at key: a manifest, a chunk of row ids.
+// Its error is errcode.NotFound when the object does not exist.
+func (l *Location) ReadAll(ctx context.Context, key string) ([]byte, error) {
+	return retry(ctx, l.Retry, "read", l.ObjectURI(key), func(ctx context.Context) ([]byte, error) {
+		r, err := l.Bucket.NewReader(ctx, key, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		b := make([]byte, r.Size())
+		if n, err := io.ReadFull(r, b); err != nil {
+			return nil, shortRead(err, n, len(b), 0)
+		}
+		return b, nil
+	})
+}
+
+// WriteAll writes data to the object at key. Attempts that fail transiently
+// are retried, so it is only for objects that every attempt writes alike:
+// keys that are new and unique to the writer, or that name their content.
+func (l *Location) WriteAll(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
+	_, err := retry(ctx, l.Retry, "write", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.Bucket.WriteAll(ctx, key, data, opts)
+	})
+	return err
+}
+
+// Delete removes the object at key; an object already gone is no error.
+func (l *Location) Delete(ctx context.Context, key string) error {
+	_, err := retry(ctx, l.Retry, "delete", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.Bucket.Delete(ctx, key)
+	})
+	if errcode.Of(err) == errcode.NotFound {
+		return nil
+	}
+	return err
+}
+
+// listPageSize is the most keys one listing request asks for (S3's limit).
+const listPageSize = 1000
+
+// List returns the objects under prefix in key order, at most limit of them
+// (0: all), one retried request per page.
+func (l *Location) List(ctx context.Context, prefix string, limit int) ([]*blob.ListObject, error) {
+	type page struct {
+		objs []*blob.ListObject
+		next []byte
+	}
+	var out []*blob.ListObject
+	token := blob.FirstPageToken
+	for {
+		size := listPageSize
+		if limit > 0 {
+			size = min(size, limit-len(out))
+		}
+		p, err := retry(ctx, l.Retry, "list", l.ObjectURI(prefix), func(ctx context.Context) (page, error) {
+			objs, next, err := l.Bucket.ListPage(ctx, token, size, &blob.ListOptions{Prefix: prefix})
+			if err != nil && l.root != "" && gcerrors.Code(err) == gcerrors.NotFound {
+				// fileblob fails a listing when a file vanishes between
+				// reading its folder and stat-ing it (a concurrent Cleanup,
+				// or a commit renaming its temporary file): list again.
+				err = transientError{err}
+			}
+			return page{objs, next}, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.objs...)
+		if len(p.next) == 0 || (limit > 0 && len(out) >= limit) {
+			return out, nil
+		}
+		token = p.next
+	}
+}
+
+// shortRead describes a body that ended after n of want bytes, read at off.
+// It wraps io.ErrUnexpectedEOF, a transient failure, even when the body
+// ended before its first byte.
+func shortRead(err error, n, want int, off int64) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("short read: %d of %d bytes at offset %d: %w", n, want, off, err)
 }
 
 // hasGlob reports whether s holds a path.Match metacharacter.
@@ -53,9 +154,9 @@ func hidden(key string) bool {
 // named exactly.
 func (l *Location) Match(ctx context.Context) ([]string, error) {
 	if l.Key != "" && !hasGlob(l.Key) {
-		ok, err := l.Bucket.Exists(ctx, l.Key)
+		ok, err := l.Exists(ctx, l.Key)
 		if err != nil {
-			return nil, wrap(err, "list", l.URI)
+			return nil, err
 		}
 		if ok {
 			return []string{l.Key}, nil
@@ -67,23 +168,19 @@ func (l *Location) Match(ctx context.Context) ([]string, error) {
 	} else if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
+	objs, err := l.List(ctx, prefix, 0)
+	if err != nil {
+		return nil, err
+	}
 	var keys []string
-	it := l.Bucket.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, wrap(err, "list", l.URI)
-		}
+	for _, obj := range objs {
 		if obj.IsDir || hidden(strings.TrimPrefix(obj.Key, prefix)) {
 			continue
 		}
 		if pattern != "" {
 			ok, err := path.Match(pattern, obj.Key)
 			if err != nil {
-				return nil, errcode.Wrap(err, errcode.InvalidArgument, "match", l.URI)
+				return nil, errcode.Wrap(err, errcode.InvalidArgument, "match", l.ObjectURI(l.Key))
 			}
 			if !ok {
 				continue
@@ -118,7 +215,8 @@ func (r *ReaderAt) Size() int64 { return r.obj.Size }
 // Requests returns how many range requests the reader made.
 func (r *ReaderAt) Requests() int64 { return r.reads.Load() }
 
-// ReadAt reads len(p) bytes at off with one range request.
+// ReadAt reads len(p) bytes at off with one range request, retried under the
+// location's policy when it fails transiently.
 func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	where := r.loc.ObjectURI(r.obj.Key)
 	if off >= r.obj.Size {
@@ -129,23 +227,29 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	if short {
 		n = r.obj.Size - off
 	}
-	r.reads.Add(1)
-	rr, err := r.loc.Bucket.NewRangeReader(r.ctx, r.obj.Key, off, n, nil)
-	if err != nil {
-		if Code(err) == errcode.NotFound {
-			return 0, errcode.New(errcode.Changed, "read", where, "pinned file vanished")
+	got, err := retry(r.ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
+		r.reads.Add(1)
+		rr, err := r.loc.Bucket.NewRangeReader(ctx, r.obj.Key, off, n, nil)
+		if err != nil {
+			if Code(err) == errcode.NotFound {
+				return 0, errcode.New(errcode.Changed, "read", where, "pinned file vanished")
+			}
+			return 0, err
 		}
-		return 0, wrap(err, "read", where)
-	}
-	defer rr.Close()
-	if rr.Size() != r.obj.Size || (!r.obj.ModTime.IsZero() && !rr.ModTime().Equal(r.obj.ModTime)) {
-		return 0, errcode.New(errcode.Changed, "read", where,
-			"pinned file changed (size %d, modified %s; pinned size %d, modified %s)",
-			rr.Size(), rr.ModTime().UTC().Format(time.RFC3339Nano), r.obj.Size, r.obj.ModTime.UTC().Format(time.RFC3339Nano))
-	}
-	got, err := io.ReadFull(rr, p[:n])
+		defer rr.Close()
+		if rr.Size() != r.obj.Size || (!r.obj.ModTime.IsZero() && !rr.ModTime().Equal(r.obj.ModTime)) {
+			return 0, errcode.New(errcode.Changed, "read", where,
+				"pinned file changed (size %d, modified %s; pinned size %d, modified %s)",
+				rr.Size(), rr.ModTime().UTC().Format(time.RFC3339Nano), r.obj.Size, r.obj.ModTime.UTC().Format(time.RFC3339Nano))
+		}
+		got, err := io.ReadFull(rr, p[:n])
+		if err != nil {
+			return got, shortRead(err, got, int(n), off)
+		}
+		return got, nil
+	})
 	if err != nil {
-		return got, errcode.Wrap(fmt.Errorf("short read at offset %d: %w", off, err), errcode.Unavailable, "read", where)
+		return 0, err
 	}
 	if short {
 		return got, io.EOF

@@ -11,13 +11,34 @@
 // one bucket per name for the life of the process instead.
 //
 // *blob.Bucket is already the portable type; this package does not wrap it. It adds
-// what croupier needs on top: URI parsing, error classification (Code) and
+// what croupier needs on top: URI parsing, error classification (Code),
 // ReaderAt, a random-access reader over one pinned object that fails with
-// errcode.Changed when the object is not the one that was pinned.
+// errcode.Changed when the object is not the one that was pinned, and bounded
+// retries. Every request croupier makes goes through a Location's methods
+// (Stat, Exists, ReadAll, List, Match, ReaderAt, WriteAll, Delete,
+// CreateExclusive), which retry transient failures under the Location's
+// RetryPolicy; only the streamed upload of a new data file uses the bucket
+// directly (see below).
+//
+// On s3:// the AWS SDK's own retries are turned off for the requests this
+// package retries (GetObject, HeadObject, ListObjects, DeleteObject), so that
+// one policy with one per-attempt deadline governs them; uploads (PutObject
+// and the multipart calls) keep the SDK's retries, because a streamed upload
+// can only be replayed part by part by the SDK, which holds the part. Other
+// stores' SDKs (GCS, Azure) keep their own retries inside each attempt, under
+// its deadline.
+//
+// Credentials never travel in a URI: Open refuses a URI whose query has a
+// parameter that looks like a credential, or that has a user:password part,
+// because URIs are recorded in pins, manifests and permutation provenance and
+// printed in messages. Pass credentials through the environment or the SDK's
+// profile. Error messages name objects with ObjectURI, without the query.
 package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,7 +50,7 @@ import (
 	_ "gocloud.dev/blob/fileblob"  // file:// URLs
 	_ "gocloud.dev/blob/gcsblob"   // gs:// URLs
 	"gocloud.dev/blob/memblob"
-	_ "gocloud.dev/blob/s3blob" // s3:// URLs
+	"gocloud.dev/blob/s3blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -40,8 +61,11 @@ type Location struct {
 	URI    string       // the URI as given
 	Bucket *blob.Bucket // owned by the Location unless shared (mem://)
 	Key    string       // key, prefix or glob inside Bucket; "" is the whole bucket
-	base   string       // URI of the bucket's root, without query, ending in "/"
-	root   string       // file:// only: the folder the bucket is rooted at
+	// Retry bounds the retries of the location's requests; Open sets it to
+	// the process's policy (see SetRetryPolicy).
+	Retry  RetryPolicy
+	base   string // URI of the bucket's root, without query, ending in "/"
+	root   string // file:// only: the folder the bucket is rooted at
 	shared bool
 }
 
@@ -70,34 +94,110 @@ func memBucket(name string) *blob.Bucket {
 	return b
 }
 
-// Open parses uri and opens its bucket.
+// Open parses uri and opens its bucket. It refuses a URI that carries
+// credentials (see the package doc).
 func Open(ctx context.Context, uri string) (*Location, error) {
+	loc, err := open(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	loc.Retry = currentPolicy()
+	return loc, nil
+}
+
+func open(ctx context.Context, uri string) (*Location, error) {
 	const op = "open location"
+	where := redact(uri)
 	u, err := url.Parse(uri)
 	if err != nil {
-		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, uri)
+		// url.Error repeats the URI: keep only its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, where)
+	}
+	if err := checkNoCredentials(u); err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, where)
 	}
 	switch u.Scheme {
 	case "":
-		return nil, errcode.New(errcode.InvalidArgument, op, uri,
+		return nil, errcode.New(errcode.InvalidArgument, op, where,
 			"no scheme: use a URI such as file:///abs/path, mem://bucket/prefix or s3://bucket/prefix")
 	case "file":
 		return openFile(ctx, uri, u)
 	case memblob.Scheme:
 		if u.Host == "" {
-			return nil, errcode.New(errcode.InvalidArgument, op, uri, "mem:// URI needs a bucket name: mem://bucket/prefix")
+			return nil, errcode.New(errcode.InvalidArgument, op, where, "mem:// URI needs a bucket name: mem://bucket/prefix")
 		}
 		return &Location{URI: uri, Bucket: memBucket(u.Host), Key: strings.TrimPrefix(u.Path, "/"),
 			base: "mem://" + u.Host + "/", shared: true}, nil
 	}
 	bucketURL := *u
 	bucketURL.Path = ""
-	b, err := blob.OpenBucket(ctx, bucketURL.String())
+	var b *blob.Bucket
+	if u.Scheme == s3blob.Scheme {
+		b, err = openS3(ctx, &bucketURL)
+	} else {
+		b, err = blob.OpenBucket(ctx, bucketURL.String())
+	}
 	if err != nil {
-		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, uri)
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, where)
 	}
 	return &Location{URI: uri, Bucket: b, Key: strings.TrimPrefix(u.Path, "/"),
 		base: u.Scheme + "://" + u.Host + "/"}, nil
+}
+
+// credentialWords are the parts of a query parameter's name that mark it as
+// (likely) carrying a secret: access keys, secret keys, session and SAS
+// tokens, passwords, signatures of presigned URLs (sig, X-Amz-Signature,
+// X-Goog-Signature), credential scopes (X-Amz-Credential).
+var credentialWords = []string{"key", "secret", "token", "passw", "pwd", "credential", "sig", "sas", "auth"}
+
+// notCredentials are parameters of gocloud's URL openers whose names contain
+// a credential word but whose values are not secrets: a KMS key's id (s3) and
+// the path of a key file (gs).
+var notCredentials = map[string]bool{"kmskeyid": true, "private_key_path": true}
+
+// checkNoCredentials refuses a URI that carries credentials.
+func checkNoCredentials(u *url.URL) error {
+	const how = "pass credentials through the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, " +
+		"GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_KEY, …) or the SDK's profile (s3://bucket/prefix?profile=name), " +
+		"never in the URI: URIs are recorded in pins, manifests and permutations, and printed in messages"
+	if u.User != nil {
+		return fmt.Errorf("the URI has a user name or password; %s", how)
+	}
+	for name := range u.Query() {
+		n := strings.ToLower(name)
+		if notCredentials[n] {
+			continue
+		}
+		for _, w := range credentialWords {
+			if strings.Contains(n, w) {
+				return fmt.Errorf("query parameter %q looks like a credential; %s", name, how)
+			}
+		}
+	}
+	return nil
+}
+
+// redact returns uri without its query, fragment and user:password part: a
+// form safe to print or record.
+func redact(uri string) string {
+	uri, _, _ = strings.Cut(uri, "#")
+	uri, _, _ = strings.Cut(uri, "?")
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	authority, path, slash := strings.Cut(rest, "/")
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		authority = authority[i+1:]
+	}
+	if slash {
+		path = "/" + path
+	}
+	return scheme + "://" + authority + path
 }
 
 // OpenCreate is Open for a location about to be written: for file:// URIs it
@@ -106,7 +206,7 @@ func Open(ctx context.Context, uri string) (*Location, error) {
 func OpenCreate(ctx context.Context, uri string) (*Location, error) {
 	if u, err := url.Parse(uri); err == nil && u.Scheme == "file" && filepath.IsAbs(u.Path) && !hasGlob(u.Path) {
 		if err := os.MkdirAll(filepath.Clean(u.Path), 0o755); err != nil {
-			return nil, errcode.Wrap(err, errcode.InvalidArgument, "create folder", uri)
+			return nil, errcode.Wrap(err, errcode.InvalidArgument, "create folder", redact(uri))
 		}
 	}
 	return Open(ctx, uri)
@@ -124,12 +224,13 @@ func (l *Location) Join(name string) string {
 // that holds no glob character, so that keys stay short and relative.
 func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
 	const op = "open location"
+	where := redact(uri)
 	if u.Host != "" && u.Host != "localhost" {
-		return nil, errcode.New(errcode.InvalidArgument, op, uri, "file URI must be absolute: file:///abs/path")
+		return nil, errcode.New(errcode.InvalidArgument, op, where, "file URI must be absolute: file:///abs/path")
 	}
 	p := filepath.Clean(u.Path)
 	if !filepath.IsAbs(p) {
-		return nil, errcode.New(errcode.InvalidArgument, op, uri, "file URI must be absolute: file:///abs/path")
+		return nil, errcode.New(errcode.InvalidArgument, op, where, "file URI must be absolute: file:///abs/path")
 	}
 	root, key := p, ""
 	if i := strings.IndexAny(p, "*?["); i >= 0 {
@@ -138,7 +239,7 @@ func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
 	fi, err := os.Stat(root)
 	switch {
 	case err != nil:
-		return nil, errcode.New(errcode.NotFound, op, uri, "%s does not exist", root)
+		return nil, errcode.New(errcode.NotFound, op, where, "%s does not exist", root)
 	case !fi.IsDir():
 		root = filepath.Dir(root)
 	}
@@ -148,7 +249,7 @@ func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
 	q := url.Values{"no_tmp_dir": {"1"}}
 	b, err := blob.OpenBucket(ctx, (&url.URL{Scheme: "file", Path: root, RawQuery: q.Encode()}).String())
 	if err != nil {
-		return nil, errcode.Wrap(err, errcode.NotFound, op, uri)
+		return nil, errcode.Wrap(err, errcode.NotFound, op, redact(uri))
 	}
 	return &Location{URI: uri, Bucket: b, Key: key, base: "file://" + strings.TrimSuffix(root, "/") + "/", root: root}, nil
 }

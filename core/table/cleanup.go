@@ -76,8 +76,8 @@ func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResul
 	}
 	for _, v := range drop {
 		key := loc.Join(manifestName(v))
-		if err := loc.Bucket.Delete(ctx, key); err != nil && store.Code(err) != errcode.NotFound {
-			return res, errcode.Wrap(err, store.Code(err), "delete manifest", loc.ObjectURI(key))
+		if err := loc.Delete(ctx, key); err != nil {
+			return res, err
 		}
 		res.DeletedVersions = append(res.DeletedVersions, v)
 	}
@@ -85,16 +85,16 @@ func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResul
 	// latest version plus its own new ones, which are younger than the grace.
 	cutoff := time.Now().Add(-opts.Grace)
 	for _, prefix := range []string{loc.Join(dataDir), loc.Join(store.TempDir + "/")} {
-		objs, err := listObjects(ctx, loc, prefix)
+		objs, err := loc.List(ctx, prefix, 0)
 		if err != nil {
-			return res, errcode.Wrap(err, store.Code(err), "list", loc.ObjectURI(prefix))
+			return res, err
 		}
 		for _, obj := range objs {
 			if obj.IsDir || referenced[obj.Key] || !obj.ModTime.Before(cutoff) {
 				continue
 			}
-			if err := loc.Bucket.Delete(ctx, obj.Key); err != nil && store.Code(err) != errcode.NotFound {
-				return res, errcode.Wrap(err, store.Code(err), "delete", loc.ObjectURI(obj.Key))
+			if err := loc.Delete(ctx, obj.Key); err != nil {
+				return res, err
 			}
 			res.DeletedFiles = append(res.DeletedFiles, loc.ObjectURI(obj.Key))
 		}

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -104,15 +102,8 @@ type croupierFormat struct{}
 
 // isCroupier reports whether loc's folder holds a _versions/ folder.
 func isCroupier(ctx context.Context, loc *store.Location) (bool, error) {
-	it := loc.Bucket.List(&blob.ListOptions{Prefix: loc.Join(versionsDir)})
-	_, err := it.Next(ctx)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, io.EOF):
-		return false, nil
-	}
-	return false, errcode.Wrap(err, store.Code(err), "list", loc.ObjectURI(loc.Join(versionsDir)))
+	objs, err := loc.List(ctx, loc.Join(versionsDir), 1)
+	return len(objs) > 0, err
 }
 
 func (croupierFormat) open(ctx context.Context, loc *store.Location, opts OpenOptions) (*Table, error) {
@@ -156,9 +147,9 @@ func (m *manifest) table(loc *store.Location) (*Table, error) {
 // listVersions returns the committed versions of the table at loc, ascending.
 func listVersions(ctx context.Context, loc *store.Location) ([]int64, error) {
 	prefix := loc.Join(versionsDir)
-	objs, err := listObjects(ctx, loc, prefix)
+	objs, err := loc.List(ctx, prefix, 0)
 	if err != nil {
-		return nil, errcode.Wrap(err, store.Code(err), "list versions", loc.ObjectURI(prefix))
+		return nil, err
 	}
 	var out []int64
 	for _, obj := range objs {
@@ -170,29 +161,6 @@ func listVersions(ctx context.Context, loc *store.Location) ([]int64, error) {
 	return out, nil
 }
 
-// listObjects returns the objects under prefix. fileblob fails a listing when a file
-// vanishes between reading a folder and stat-ing the file (a concurrent
-// Cleanup, or a writer renaming its temporary file); such listings are retried.
-func listObjects(ctx context.Context, loc *store.Location, prefix string) ([]*blob.ListObject, error) {
-	for attempt := 1; ; attempt++ {
-		var out []*blob.ListObject
-		it := loc.Bucket.List(&blob.ListOptions{Prefix: prefix})
-		for {
-			obj, err := it.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			if err != nil {
-				if store.Code(err) == errcode.NotFound && attempt < 10 {
-					break
-				}
-				return nil, err
-			}
-			out = append(out, obj)
-		}
-	}
-}
-
 // readManifest reads and checks the manifest of version v. With a catalog it
 // stats the manifest and reads it from the store only on a cache miss.
 func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog, v int64) (*manifest, error) {
@@ -200,8 +168,8 @@ func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog
 	key := loc.Join(manifestName(v))
 	where := loc.ObjectURI(key)
 	notFound := func(err error) error {
-		if store.Code(err) != errcode.NotFound && errcode.Of(err) != errcode.NotFound {
-			return errcode.Wrap(err, store.Code(err), op, where)
+		if errcode.Of(err) != errcode.NotFound {
+			return err
 		}
 		versions, lerr := listVersions(ctx, loc)
 		if lerr != nil || len(versions) == 0 {
@@ -223,7 +191,7 @@ func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog
 	cached := data != nil
 	if !cached {
 		var err error
-		if data, err = loc.Bucket.ReadAll(ctx, key); err != nil {
+		if data, err = loc.ReadAll(ctx, key); err != nil {
 			return nil, notFound(err)
 		}
 	}
@@ -356,10 +324,12 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 		return nil, err
 	}
 	if err := loc.CreateExclusive(ctx, loc.Join(manifestName(1)), buf); err != nil {
-		removeFiles(ctx, loc, added)
 		if errcode.Of(err) == errcode.AlreadyExists {
+			removeFiles(ctx, loc, added)
 			return nil, errcode.New(errcode.AlreadyExists, "create table", loc.URI, "a croupier table was created here concurrently")
 		}
+		// The manifest may have been created (see CreateExclusive): leave
+		// its data in place; if it was not, Cleanup removes the orphans.
 		return nil, err
 	}
 	return m.table(loc)
@@ -447,7 +417,8 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 			return m.Version, nil
 		}
 		if errcode.Of(err) != errcode.AlreadyExists {
-			removeFiles(ctx, loc, added)
+			// The manifest may have been created (see CreateExclusive): leave
+			// its data in place; if it was not, Cleanup removes the orphans.
 			return 0, err
 		}
 		if attempt >= opts.MaxAttempts {
@@ -600,7 +571,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	// Closing the Parquet writer closes the blob writer, which commits the object.
 	bw = nil
 	if err := pw.Close(); err != nil {
-		loc.Bucket.Delete(context.WithoutCancel(ctx), key)
+		loc.Delete(context.WithoutCancel(ctx), key)
 		return nil, errcode.Wrap(err, store.Code(err), "write", where)
 	}
 	obj, err := loc.Stat(ctx, key)
@@ -626,6 +597,6 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 // stays an orphan for Cleanup.
 func removeFiles(ctx context.Context, loc *store.Location, files []File) {
 	for _, f := range files {
-		loc.Bucket.Delete(context.WithoutCancel(ctx), loc.Join(f.Key))
+		loc.Delete(context.WithoutCancel(ctx), loc.Join(f.Key))
 	}
 }

@@ -3,11 +3,13 @@ package table_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -570,4 +572,43 @@ func mustLoc(t *testing.T, uri string) *store.Location {
 	}
 	t.Cleanup(func() { loc.Close() })
 	return loc
+}
+
+// TestAppendLostCommitResponse loses the answer to the conditional create
+// that commits an append, after the store made the manifest: the append
+// finds its own manifest there and reports that version, instead of
+// taking the loss for a lost race and committing its rows a second time.
+func TestAppendLostCommitResponse(t *testing.T) {
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "lost")
+	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	var puts atomic.Int64
+	s.SetFaults(s3test.Faults{Rate: 1, Kinds: []s3test.Kind{s3test.LostResponse},
+		Match: func(r *http.Request) bool {
+			return r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/_versions/00000000000000000002.json") &&
+				puts.Add(1) == 1
+		}})
+	v, err := tb.Append(ctx, idReader(10, 5), table.WriteOptions{})
+	if err != nil || v != 2 {
+		t.Fatalf("append = %d, %v; want version 2", v, err)
+	}
+	if n := s.Injected()[s3test.LostResponse]; n != 1 {
+		t.Fatalf("%d responses lost, want 1", n)
+	}
+	if vs, err := table.Versions(ctx, uri); err != nil || !slices.Equal(vs, []int64{1, 2}) {
+		t.Fatalf("versions = %v, %v; want [1 2]", vs, err)
+	}
+	t2, err := table.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer t2.Close()
+	if got := allIDs(t, t2); !slices.Equal(got, seq(0, 15)) {
+		t.Fatalf("rows = %v, want 0…14 once each", got)
+	}
 }

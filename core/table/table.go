@@ -487,9 +487,9 @@ func (t *Table) Verify(ctx context.Context) error {
 			return errcode.Wrap(err, errcode.Corrupt, "verify pinned version", t.pin.URI)
 		}
 		key := t.loc.Join(manifestName(v))
-		ok, err := t.loc.Bucket.Exists(ctx, key)
+		ok, err := t.loc.Exists(ctx, key)
 		if err != nil {
-			return errcode.Wrap(err, store.Code(err), "verify pinned version "+t.pin.Version, t.loc.ObjectURI(key))
+			return errcode.Wrap(err, errcode.Unavailable, "verify pinned version "+t.pin.Version, t.loc.ObjectURI(key))
 		}
 		if !ok {
 			return errcode.New(errcode.Changed, "verify pinned version "+t.pin.Version, t.pin.URI,

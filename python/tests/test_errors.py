@@ -67,3 +67,14 @@ def test_error_classes() -> None:
     for code in StatusCode:
         if code != StatusCode.OK:
             assert error_class(code).code == code
+
+
+def test_credentials_in_uri_refused() -> None:
+    secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+    for uri in (
+        f"s3://bucket/prefix?region=us-east-1&aws_secret_access_key={secret}",
+        f"s3://AKIAEXAMPLE:{secret}@bucket/prefix",
+    ):
+        with pytest.raises(cr.InvalidArgumentError, match="environment") as info:
+            cr.open_table(uri)
+        assert secret not in str(info.value)

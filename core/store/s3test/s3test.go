@@ -3,6 +3,13 @@
 // protocol peer: signed HTTP requests, ranges, listings and conditional PUTs
 // (If-None-Match: *, checked under the backend's lock, so racing creates of one
 // key have exactly one winner).
+//
+// A Server can also misbehave like a remote store on a bad day: SetFaults
+// makes it answer a deterministic, seeded fraction of requests with 5xx
+// errors, stalls, connection resets, truncated bodies, latency spikes or
+// lost responses, and add a fixed first-byte latency to every request.
+// Injected counts what it injected, so that a test can check that its
+// faults really happened.
 package s3test
 
 import (
@@ -24,9 +31,15 @@ type Server struct {
 	srv     *httptest.Server
 	backend *s3mem.Backend
 
-	mu     sync.Mutex
-	counts map[string]int64 // by method and key suffix, see Count
-	total  atomic.Int64
+	mu       sync.Mutex
+	counts   map[string]int64 // by method and key suffix, see Count
+	faults   Faults
+	seen     map[uint64]uint64 // identical requests seen since SetFaults, by request hash
+	injected map[Kind]int64
+	total    atomic.Int64
+
+	closing   chan struct{} // closed by Close, to end stalls
+	closeOnce sync.Once
 }
 
 // Start starts a server holding the given empty buckets.
@@ -37,14 +50,15 @@ func Start(buckets ...string) (*Server, error) {
 			return nil, fmt.Errorf("create bucket %s: %w", b, err)
 		}
 	}
-	s := &Server{counts: map[string]int64{}, backend: backend}
+	s := &Server{counts: map[string]int64{}, backend: backend, seen: map[uint64]uint64{},
+		injected: map[Kind]int64{}, closing: make(chan struct{})}
 	h := gofakes3.New(backend).Server()
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.total.Add(1)
 		s.mu.Lock()
 		s.counts[r.Method+" "+r.URL.Path]++
 		s.mu.Unlock()
-		h.ServeHTTP(w, r)
+		s.serveFaulty(w, r, h)
 	}))
 	return s, nil
 }
@@ -57,9 +71,10 @@ func (s *Server) URI(bucket, prefix string) string {
 	return "s3://" + bucket + "/" + strings.TrimPrefix(prefix, "/") + "?" + q.Encode()
 }
 
-// Put stores an object directly in the backend, without a request.
+// Put stores an object directly in the backend, without a request,
+// replacing any object of that key.
 func (s *Server) Put(bucket, key string, data []byte) error {
-	_, err := s.backend.PutObject(bucket, key, nil, bytes.NewReader(data), int64(len(data)), nil)
+	_, err := s.backend.PutObject(bucket, key, map[string]string{}, bytes.NewReader(data), int64(len(data)), nil)
 	return err
 }
 
@@ -80,13 +95,17 @@ func (s *Server) Count(method, suffix string) int64 {
 	return n
 }
 
-// ResetCounts zeroes the request counters.
+// ResetCounts zeroes the request counters and the counts of injected faults.
 func (s *Server) ResetCounts() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.counts = map[string]int64{}
+	s.injected = map[Kind]int64{}
 	s.total.Store(0)
 }
 
-// Close stops the server.
-func (s *Server) Close() { s.srv.Close() }
+// Close stops the server, ending stalled requests first.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.srv.Close()
+}
