@@ -85,14 +85,14 @@ var cVersion = C.CString(version) // allocated once, never freed
 func main() {}
 
 // guard runs fn, turning a panic into an Internal error, and reports fn's error
-// through errOut as a C string the caller frees.
-func guard(errOut **C.char, fn func() error) (status C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			status = report(errOut, errcode.New(errcode.Internal, "croupier", "", "panic: %v\n%s", p, debug.Stack()))
-		}
-	}()
-	return report(errOut, fn())
+// through errOut as a C string the caller frees. errOut may be NULL.
+func guard(errOut **C.char, fn func() error) C.int {
+	return report(errOut, recovered(fn))
+}
+
+func recovered(fn func() error) (err error) {
+	defer errcode.Recover(&err, errcode.Internal, "croupier", "")
+	return fn()
 }
 
 func report(errOut **C.char, err error) C.int {
@@ -152,8 +152,12 @@ func croupier_init(gomaxprocs, memoryLimit C.int64_t, errOut **C.char) C.int {
 }
 
 //export croupier_allocated_bytes
-func croupier_allocated_bytes() C.int64_t {
-	return C.int64_t(loader.DefaultAllocator.AllocatedBytes())
+func croupier_allocated_bytes() (n C.int64_t) {
+	guard(nil, func() error {
+		n = C.int64_t(loader.DefaultAllocator.AllocatedBytes())
+		return nil
+	})
+	return n
 }
 
 //export croupier_string_free
