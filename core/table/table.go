@@ -101,6 +101,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,6 +252,15 @@ func OpenPinWith(ctx context.Context, pin Pin, cat *catalog.Catalog) (*Table, er
 	if pin.Format != PinFormat {
 		return nil, errcode.New(errcode.InvalidArgument, op, pin.URI, "unsupported pin format %d (want %d)", pin.Format, PinFormat)
 	}
+	switch pin.Kind {
+	case "", KindParquet:
+	case KindCroupier:
+		if v, err := strconv.ParseInt(pin.Version, 10, 64); err != nil || v <= 0 {
+			return nil, errcode.New(errcode.Corrupt, op, pin.URI, "croupier table version %q is not a positive integer", pin.Version)
+		}
+	default:
+		return nil, errcode.New(errcode.Corrupt, op, pin.URI, "unknown table kind %q (want %q or %q)", pin.Kind, KindParquet, KindCroupier)
+	}
 	schema, err := decodeSchema(pin.Schema)
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Corrupt, op, pin.URI)
@@ -258,6 +268,12 @@ func OpenPinWith(ctx context.Context, pin Pin, cat *catalog.Catalog) (*Table, er
 	loc, err := store.Open(ctx, pin.URI)
 	if err != nil {
 		return nil, err
+	}
+	// The files' keys are checked before anything is read: a pin must not
+	// lead a reader outside its table.
+	if _, err := checkFiles(pin.Files, loc.Holds); err != nil {
+		loc.Close()
+		return nil, errcode.Wrap(fmt.Errorf("corrupt pin: %w", err), errcode.Corrupt, op, pin.URI)
 	}
 	t := newTable(loc, pin, schema, make([]*metadata.FileMetaData, len(pin.Files)))
 	t.cat = cat
@@ -271,6 +287,33 @@ func DecodePin(data []byte) (Pin, error) {
 		return Pin{}, errcode.Wrap(err, errcode.InvalidArgument, "decode pin", "")
 	}
 	return p, nil
+}
+
+// checkFiles checks the data files a manifest or a pin lists: each key passes
+// keyOK, each size is positive, each row count is the sum of its row groups',
+// and nothing overflows. It returns the files' total row count.
+func checkFiles(files []File, keyOK func(key string) error) (int64, error) {
+	var rows int64
+	for i, f := range files {
+		if err := keyOK(f.Key); err != nil {
+			return 0, fmt.Errorf("file %d: %w", i, err)
+		}
+		var inGroups int64
+		for _, n := range f.RowGroups {
+			if n < 0 || inGroups > math.MaxInt64-n {
+				return 0, fmt.Errorf("file %q: row group sizes %v", f.Key, f.RowGroups)
+			}
+			inGroups += n
+		}
+		if inGroups != f.NumRows || f.Size <= 0 {
+			return 0, fmt.Errorf("file %q: %d rows, %d in its row groups, %d bytes", f.Key, f.NumRows, inGroups, f.Size)
+		}
+		if rows > math.MaxInt64-f.NumRows {
+			return 0, fmt.Errorf("file %q: row count overflows", f.Key)
+		}
+		rows += f.NumRows
+	}
+	return rows, nil
 }
 
 func newTable(loc *store.Location, pin Pin, schema *arrow.Schema, footers []*metadata.FileMetaData) *Table {
@@ -340,6 +383,7 @@ func pinParquet(ctx context.Context, loc *store.Location, cat *catalog.Catalog) 
 	g.SetLimit(16)
 	for i := range files {
 		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "stat", loc.ObjectURI(files[i].Key))
 			objs[i], err = loc.Stat(gctx, files[i].Key)
 			return err
 		})
@@ -427,7 +471,10 @@ func encodeSchema(s *arrow.Schema) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func decodeSchema(b []byte) (*arrow.Schema, error) {
+// decodeSchema decodes a schema that a manifest or pin holds. The IPC reader
+// panics on some malformed messages: that is a Corrupt error too.
+func decodeSchema(b []byte) (s *arrow.Schema, err error) {
+	defer errcode.Recover(&err, errcode.Corrupt, "decode schema", "")
 	r, err := ipc.NewReader(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("decode schema: %w", err)
@@ -499,7 +546,8 @@ func (t *Table) Verify(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for _, f := range t.pin.Files {
-		g.Go(func() error {
+		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "verify pinned version "+t.pin.Version, t.loc.ObjectURI(f.Key))
 			where := t.loc.ObjectURI(f.Key)
 			obj, err := t.loc.Stat(gctx, f.Key)
 			if errcode.Of(err) == errcode.NotFound {
