@@ -187,16 +187,18 @@ func TestCorruptManifest(t *testing.T) {
 	}
 	file0 := func(m map[string]any) map[string]any { return m["files"].([]any)[0].(map[string]any) }
 	cases := map[string][]byte{
-		"trailing data":   append(slices.Clone(orig), "{}"...),
-		"not JSON":        []byte("\x00\x01garbage"),
-		"empty":           nil,
-		"unknown field":   edit(func(m map[string]any) { m["extra"] = 1 }),
-		"parent":          edit(func(m map[string]any) { m["parent"] = 1 }),
-		"added":           edit(func(m map[string]any) { m["added"] = 2 }),
-		"rows":            edit(func(m map[string]any) { m["num_rows"] = 26 }),
-		"row groups":      edit(func(m map[string]any) { file0(m)["row_groups"] = []int64{30, -5} }),
-		"garbled schema":  edit(func(m map[string]any) { m["schema"] = "AAAAAAAAAAAAAAAA" }),
-		"schema not IPC":  edit(func(m map[string]any) { m["schema"] = "/////xAAAAAQAAAAAAAKAAwACgAJAAQACgAAABAAAAAAAQQACAAIAAAABAAIAAAABAAAAA==" }),
+		"trailing data":  append(slices.Clone(orig), "{}"...),
+		"not JSON":       []byte("\x00\x01garbage"),
+		"empty":          nil,
+		"unknown field":  edit(func(m map[string]any) { m["extra"] = 1 }),
+		"parent":         edit(func(m map[string]any) { m["parent"] = 1 }),
+		"added":          edit(func(m map[string]any) { m["added"] = 2 }),
+		"rows":           edit(func(m map[string]any) { m["num_rows"] = 26 }),
+		"row groups":     edit(func(m map[string]any) { file0(m)["row_groups"] = []int64{30, -5} }),
+		"garbled schema": edit(func(m map[string]any) { m["schema"] = "AAAAAAAAAAAAAAAA" }),
+		"schema not IPC": edit(func(m map[string]any) {
+			m["schema"] = "/////xAAAAAQAAAAAAAKAAwACgAJAAQACgAAABAAAAAAAQQACAAIAAAABAAIAAAABAAAAA=="
+		}),
 		"wrong version":   edit(func(m map[string]any) { m["version"] = 2 }),
 		"size":            edit(func(m map[string]any) { file0(m)["size"] = -1 }),
 		"files not array": edit(func(m map[string]any) { m["files"] = "data/x.parquet" }),
