@@ -475,6 +475,9 @@ func encodeSchema(s *arrow.Schema) ([]byte, error) {
 // panics on some malformed messages: that is a Corrupt error too.
 func decodeSchema(b []byte) (s *arrow.Schema, err error) {
 	defer errcode.Recover(&err, errcode.Corrupt, "decode schema", "")
+	if err := checkSchemaMessage(b); err != nil {
+		return nil, fmt.Errorf("decode schema: %w", err)
+	}
 	r, err := ipc.NewReader(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("decode schema: %w", err)
