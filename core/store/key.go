@@ -33,7 +33,7 @@ func checkKey(key string) error {
 	bad := func(why string) error { return fmt.Errorf("key %q %s", key, why) }
 	switch {
 	case key == "":
-		return fmt.Errorf("empty key")
+		return bad("is empty")
 	case !utf8.ValidString(key):
 		return bad("is not valid UTF-8")
 	case strings.HasPrefix(key, "/"):

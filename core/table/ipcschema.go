@@ -199,8 +199,8 @@ func (b flatbuf) keyValues(tab, slot int) error {
 func (b flatbuf) fields(tab, slot, depth int) error {
 	const (
 		fieldName, fieldTypeType, fieldType, fieldDictionary, fieldChildren, fieldMetadata = 0, 2, 3, 4, 5, 6
-		typeTimestamp, typeUnion                                                         = 10, 14
-		maxDepth                                                                         = 64
+		typeTimestamp, typeUnion                                                           = 10, 14
+		maxDepth                                                                           = 64
 	)
 	if depth > maxDepth {
 		return fmt.Errorf("fields nested deeper than %d", maxDepth)
