@@ -11,9 +11,11 @@
 // one bucket per name for the life of the process instead.
 //
 // *blob.Bucket is already the portable type; this package does not wrap it. It adds
-// what croupier needs on top: URI parsing, error classification (Code) and
+// what croupier needs on top: URI parsing, error classification (Code),
 // ReaderAt, a random-access reader over one pinned object that fails with
-// errcode.Changed when the object is not the one that was pinned.
+// errcode.Changed when the object is not the one that was pinned, and
+// CheckKey and Location.Holds, which refuse keys read from manifests and pins
+// that would lead out of a table's folder.
 package store
 
 import (

@@ -25,6 +25,12 @@
 // file against its pin and fail with errcode.Changed when it was overwritten or
 // removed, so a pinned version never silently returns other data.
 //
+// Manifests and pins come from outside (the store, another process, a pickle),
+// so they are checked before anything they name is read: every key must stay
+// inside the table (store.CheckKey, store.Location.Holds), row counts must add
+// up, and the schema message must be well formed. Anything else is an
+// errcode.Corrupt error naming the manifest or pin.
+//
 // Row ids are ordinals inside the pinned version: row i of the table is row
 // i − start(f) of the file f that holds it, files in pin order (key order for
 // plain Parquet, commit order for croupier tables, so a croupier version's row
