@@ -108,5 +108,8 @@ func parseFooter(raw []byte, where string) (md *metadata.FileMetaData, err error
 	if err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("malformed footer: %w", err), errcode.Corrupt, op, where)
 	}
+	if err := checkFooterSchema(md); err != nil {
+		return nil, errcode.Wrap(fmt.Errorf("malformed footer: %w", err), errcode.Corrupt, op, where)
+	}
 	return md, nil
 }

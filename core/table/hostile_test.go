@@ -2,10 +2,13 @@ package table_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -278,5 +281,61 @@ func TestGarbageFooter(t *testing.T) {
 			continue
 		}
 		wantErr(t, err, errcode.Corrupt, "garbage.parquet")
+	}
+}
+
+// TestHostileArrowSchemaInFooter garbles, one at a time, every byte of the
+// Arrow schema that pqarrow keeps in a Parquet footer (base64, under
+// ARROW:schema) and decodes whenever it opens the file: a length or count
+// garbled into a huge number must give Corrupt naming the file, not a huge
+// allocation that kills the process (as byte 3, the message length, did).
+func TestHostileArrowSchemaInFooter(t *testing.T) {
+	_, uri, _ := croupierTable(t, 25) // croupier's data files store the Arrow schema
+	tb := open(t, uri)
+	full, err := os.ReadFile(filepath.Join(strings.TrimPrefix(uri, "file://"), tb.Files()[0].Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flen := int(binary.LittleEndian.Uint32(full[len(full)-8:]))
+	footer := full[len(full)-8-flen : len(full)-8]
+	// The base64 value is the longest run of base64 characters in the footer.
+	isB64 := func(c byte) bool {
+		return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '='
+	}
+	start, end := 0, 0
+	for i := 0; i < len(footer); {
+		j := i
+		for j < len(footer) && isB64(footer[j]) {
+			j++
+		}
+		if j-i > end-start {
+			start, end = i, j
+		}
+		i = j + 1
+	}
+	enc := string(footer[start:end])
+	msg, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || end-start < 100 {
+		t.Fatalf("no ARROW:schema found (%d bytes): %v", end-start, err)
+	}
+	p := filepath.Join(t.TempDir(), "hostile.parquet")
+	for at := range msg {
+		bad := slices.Clone(msg)
+		bad[at] ^= 0x80
+		b := slices.Clone(full)
+		copy(b[len(full)-8-flen+start:], base64.StdEncoding.EncodeToString(bad))
+		os.WriteFile(p, b, 0o644)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		tb, err := table.Open(context.Background(), "file://"+p)
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+			t.Errorf("byte %d of ARROW:schema garbled: opening allocated %d bytes", at, n)
+		}
+		if err == nil {
+			tb.Close() // a garbling that stays a valid schema
+			continue
+		}
+		wantErr(t, err, errcode.Corrupt, "hostile.parquet")
 	}
 }

@@ -1,29 +1,38 @@
 package table
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 )
 
-// checkSchemaMessage checks the Arrow IPC schema message that a manifest or
-// pin holds before arrow-go decodes it. arrow-go's IPC reader trusts the
+// checkSchemaMessage checks an Arrow IPC schema message that a manifest or
+// pin holds, or a Parquet footer under the key ARROW:schema, before arrow-go
+// decodes it. arrow-go's IPC reader trusts the
 // message's flatbuffer: a length or count garbled into a large number makes it
 // allocate that much (a 100 GB slice from a 700-byte manifest) and the process
 // dies of it, with no panic to recover. This walks every table, vector and
 // string the reader follows (Message.fbs and Schema.fbs) and checks that each
 // lies inside the message, so that no count can exceed the bytes there are.
 //
-// Only the encapsulated form croupier writes is accepted: the continuation
-// marker 0xFFFFFFFF, the flatbuffer's length, the flatbuffer, and no body.
+// The message is encapsulated as the IPC format says: the continuation marker
+// 0xFFFFFFFF (absent in the format before Arrow 0.15, which old writers used
+// for Parquet's ARROW:schema), the flatbuffer's length, the flatbuffer; a
+// schema message has no body.
 func checkSchemaMessage(b []byte) error {
-	if len(b) < 8 || binary.LittleEndian.Uint32(b) != 0xFFFFFFFF {
+	if len(b) >= 4 && binary.LittleEndian.Uint32(b) == 0xFFFFFFFF {
+		b = b[4:]
+	}
+	if len(b) < 4 {
 		return fmt.Errorf("not an encapsulated IPC message")
 	}
-	n := binary.LittleEndian.Uint32(b[4:])
-	if uint64(n) > uint64(len(b)-8) {
-		return fmt.Errorf("message length %d exceeds its %d bytes", n, len(b)-8)
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(n) > uint64(len(b)-4) {
+		return fmt.Errorf("message length %d exceeds its %d bytes", n, len(b)-4)
 	}
-	fb := flatbuf(b[8 : 8+n])
+	fb := flatbuf(b[4 : 4+n])
 	msg, err := fb.root()
 	if err != nil {
 		return err
@@ -242,4 +251,29 @@ func (b flatbuf) fields(tab, slot, depth int) error {
 		}
 		return b.fields(f, fieldChildren, depth+1)
 	})
+}
+
+// checkFooterSchema checks the Arrow schema that pqarrow stores in a Parquet
+// footer (base64, under ARROW:schema) and that pqarrow decodes, whenever it
+// reads the file, as it decodes a manifest's. Text that is not base64 is left
+// to pqarrow, which reports it as an error.
+func checkFooterSchema(md *metadata.FileMetaData) error {
+	v := md.KeyValueMetadata().FindValue("ARROW:schema")
+	if v == nil {
+		return nil
+	}
+	var b []byte
+	var err error
+	if len(*v)%4 == 0 { // pqarrow's order: padded, then unpadded
+		b, err = base64.StdEncoding.DecodeString(*v)
+	}
+	if len(b) == 0 || err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(*v); err != nil {
+			return nil
+		}
+	}
+	if err := checkSchemaMessage(b); err != nil {
+		return fmt.Errorf("ARROW:schema: %w", err)
+	}
+	return nil
 }
