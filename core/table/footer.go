@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"golang.org/x/sync/errgroup"
@@ -110,6 +111,18 @@ func parseFooter(raw []byte, where string) (md *metadata.FileMetaData, err error
 	}
 	if err := checkFooterSchema(md); err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("malformed footer: %w", err), errcode.Corrupt, op, where)
+	}
+	// Row ids are laid out by the row groups' sizes: they must add up.
+	var rows int64
+	for i := range md.NumRowGroups() {
+		n := md.RowGroup(i).NumRows()
+		if n < 0 || rows > math.MaxInt64-n {
+			return nil, errcode.New(errcode.Corrupt, op, where, "malformed footer: row group %d has %d rows", i, n)
+		}
+		rows += n
+	}
+	if rows != md.NumRows {
+		return nil, errcode.New(errcode.Corrupt, op, where, "malformed footer: row groups hold %d rows, the file %d", rows, md.NumRows)
 	}
 	return md, nil
 }

@@ -1,6 +1,7 @@
 package table_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/google/uuid"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -337,5 +339,40 @@ func TestHostileArrowSchemaInFooter(t *testing.T) {
 			continue
 		}
 		wantErr(t, err, errcode.Corrupt, "hostile.parquet")
+	}
+}
+
+// TestFooterRowCountsAddUp opens files whose footers' row counts disagree:
+// row ids are laid out by row group sizes, so they must add up to the file's.
+func TestFooterRowCountsAddUp(t *testing.T) {
+	full := tabletest.Encode(t, 0, 30, 10)
+	flen := int(binary.LittleEndian.Uint32(full[len(full)-8:]))
+	pages := full[:len(full)-8-flen]
+	p := filepath.Join(t.TempDir(), "counts.parquet")
+	for name, tc := range map[string]struct {
+		edit func(md *metadata.FileMetaData)
+		want string
+	}{
+		"file rows":          {func(md *metadata.FileMetaData) { md.FileMetaData.NumRows = 31 }, "row groups hold 30 rows, the file 31"},
+		"negative row group": {func(md *metadata.FileMetaData) { md.RowGroups[1].NumRows = -10 }, "row group 1 has -10 rows"},
+	} {
+		md, err := metadata.NewFileMetaData(full[len(pages):len(full)-8], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.edit(md)
+		var footer bytes.Buffer
+		if _, err := md.WriteTo(&footer, nil); err != nil {
+			t.Fatal(err)
+		}
+		b := append(slices.Clone(pages), footer.Bytes()...)
+		b = binary.LittleEndian.AppendUint32(b, uint32(footer.Len()))
+		os.WriteFile(p, append(b, "PAR1"...), 0o644)
+		_, err = table.Open(context.Background(), "file://"+p)
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		wantErr(t, err, errcode.Corrupt, "counts.parquet", tc.want)
 	}
 }

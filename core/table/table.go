@@ -455,8 +455,9 @@ func pinVersion(files []File) string {
 
 // arrowSchema converts a Parquet footer's schema to the Arrow schema croupier
 // exposes: fields only, without the writer's per-file metadata or Parquet's
-// field ids.
-func arrowSchema(md *metadata.FileMetaData) (*arrow.Schema, error) {
+// field ids. A footer's schema is untrusted: a panic converting it is an error.
+func arrowSchema(md *metadata.FileMetaData) (_ *arrow.Schema, err error) {
+	defer errcode.Recover(&err, errcode.Corrupt, "convert schema", "")
 	s, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
 	if err != nil {
 		return nil, err
