@@ -85,14 +85,14 @@ var cVersion = C.CString(version) // allocated once, never freed
 func main() {}
 
 // guard runs fn, turning a panic into an Internal error, and reports fn's error
-// through errOut as a C string the caller frees.
-func guard(errOut **C.char, fn func() error) (status C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			status = report(errOut, errcode.New(errcode.Internal, "croupier", "", "panic: %v\n%s", p, debug.Stack()))
-		}
-	}()
-	return report(errOut, fn())
+// through errOut as a C string the caller frees. errOut may be NULL.
+func guard(errOut **C.char, fn func() error) C.int {
+	return report(errOut, recovered(fn))
+}
+
+func recovered(fn func() error) (err error) {
+	defer errcode.Recover(&err, errcode.Internal, "croupier", "")
+	return fn()
 }
 
 func report(errOut **C.char, err error) C.int {
@@ -116,11 +116,24 @@ func handleOut[T any](out *C.uint64_t) func(T, error) error {
 	}
 }
 
+// decodeJSON decodes an export's JSON argument into v; NULL leaves v as it is.
 func decodeJSON(s *C.char, v any, what string) error {
+	return decodeBytes(cBytes(s), v, what)
+}
+
+// cBytes copies a C string; NULL is nil.
+func cBytes(s *C.char) []byte {
 	if s == nil {
 		return nil
 	}
-	if err := json.Unmarshal([]byte(C.GoString(s)), v); err != nil {
+	return []byte(C.GoString(s))
+}
+
+func decodeBytes(b []byte, v any, what string) error {
+	if b == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
 		return errcode.Wrap(err, errcode.InvalidArgument, "decode "+what, "")
 	}
 	return nil
@@ -152,8 +165,12 @@ func croupier_init(gomaxprocs, memoryLimit C.int64_t, errOut **C.char) C.int {
 }
 
 //export croupier_allocated_bytes
-func croupier_allocated_bytes() C.int64_t {
-	return C.int64_t(loader.DefaultAllocator.AllocatedBytes())
+func croupier_allocated_bytes() (n C.int64_t) {
+	guard(nil, func() error {
+		n = C.int64_t(loader.DefaultAllocator.AllocatedBytes())
+		return nil
+	})
+	return n
 }
 
 //export croupier_string_free
@@ -370,11 +387,25 @@ func croupier_dataset_open_split(ph C.uint64_t, split C.int64_t, optionsJSON *C.
 }
 
 func openDataset(t *table.Table, order permutation.Order, optionsJSON *C.char, out *C.uint64_t) error {
+	return handleOut[*loader.Loader](out)(newLoader(t, order, cBytes(optionsJSON)))
+}
+
+// newLoader decodes a dataset's JSON options and opens its loader.
+func newLoader(t *table.Table, order permutation.Order, options []byte) (*loader.Loader, error) {
 	var opts loader.Options
-	if err := decodeJSON(optionsJSON, &opts, "dataset options"); err != nil {
-		return err
+	if err := decodeBytes(options, &opts, "dataset options"); err != nil {
+		return nil, err
 	}
-	return handleOut[*loader.Loader](out)(loader.New(t, order, opts))
+	return loader.New(t, order, opts)
+}
+
+// openStream decodes a stream's JSON options and opens it.
+func openStream(l *loader.Loader, options []byte) (*loader.Stream, error) {
+	var so loader.StreamOptions
+	if err := decodeBytes(options, &so, "stream options"); err != nil {
+		return nil, err
+	}
+	return l.Stream(context.Background(), so)
 }
 
 //export croupier_dataset_info
@@ -403,11 +434,7 @@ func croupier_stream_open(dh C.uint64_t, optionsJSON *C.char, out *C.uint64_t, e
 		if err != nil {
 			return err
 		}
-		var so loader.StreamOptions
-		if err := decodeJSON(optionsJSON, &so, "stream options"); err != nil {
-			return err
-		}
-		return handleOut[*loader.Stream](out)(l.Stream(context.Background(), so))
+		return handleOut[*loader.Stream](out)(openStream(l, cBytes(optionsJSON)))
 	})
 }
 

@@ -30,10 +30,13 @@ import (
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// Defaults for Options fields left zero.
+// Defaults for Options fields left zero, and the largest values allowed.
 const (
 	DefaultReadAhead    = 4         // steps in flight per stream
 	DefaultMemoryBudget = 512 << 20 // bytes of decoded row groups cached per stream
+
+	ReadAheadLimit = 4096 // steps: each holds a channel slot and, once read, a batch
+	MaxReadsLimit  = 1024 // range requests in flight per stream
 )
 
 // DefaultAllocator allocates batch memory with C malloc, which the C Data
@@ -88,6 +91,10 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 	}
 	if opts.Allocator == nil {
 		opts.Allocator = DefaultAllocator
+	}
+	if opts.ReadAhead > ReadAheadLimit || opts.MaxReads > MaxReadsLimit {
+		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(),
+			"read_ahead %d or max_reads %d too large (at most %d and %d)", opts.ReadAhead, opts.MaxReads, ReadAheadLimit, MaxReadsLimit)
 	}
 	if order.Len() == 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(), "nothing to deal: %s has 0 rows", order.ID())

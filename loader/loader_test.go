@@ -352,3 +352,15 @@ func TestOpenSplit(t *testing.T) {
 		}
 	}
 }
+
+func TestOptionBounds(t *testing.T) {
+	tb := openTable(t, 100)
+	for _, opts := range []loader.Options{
+		{GlobalBatchSize: 10, ReadAhead: 1 << 40},
+		{GlobalBatchSize: 10, MaxReads: 1 << 20},
+	} {
+		if _, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, opts); !errors.Is(err, errcode.ErrInvalidArgument) {
+			t.Errorf("%+v: %v, want an InvalidArgument error", opts, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -56,8 +57,10 @@ func (p *progress) steps() int {
 // all its planned steps is planned anew, which reloads it if it was evicted
 // and otherwise marks it recently used, so that the cache evicts the groups
 // with no planned use first.
-func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, steps []int64) {
+func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, steps []int64) (err error) {
 	defer s.wg.Done()
+	// A panic here only stops the prefetching; the reads do the work anyway.
+	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
 	sem := make(chan struct{}, s.maxReads)
 	type use struct {
 		group table.GroupRef
@@ -77,11 +80,11 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 	for i, t := range steps {
 		ids, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
 		if err != nil {
-			return
+			return nil // the read of step t reports it
 		}
 		groups, err := s.reader.Groups(ids)
 		if err != nil {
-			return
+			return nil
 		}
 		drop()
 		for _, g := range groups {
@@ -96,23 +99,25 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 				select {
 				case <-s.progress.moved:
 				case <-ctx.Done():
-					return
+					return nil
 				}
 				drop()
 			}
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				return
+				return nil
 			}
 			s.wg.Add(1)
-			go func() {
+			go func() (err error) {
 				defer s.wg.Done()
 				defer func() { <-sem }()
-				s.reader.Prefetch(ctx, g)
+				defer errcode.Recover(&err, errcode.Internal, "prefetch", l.table.URI())
+				return s.reader.Prefetch(ctx, g) // errors are the reads' to report
 			}()
 		}
 	}
+	return nil
 }
 
 // window is how many row groups the planner may hold for steps ahead of the

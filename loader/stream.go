@@ -2,6 +2,7 @@ package loader
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"iter"
 	"sync"
@@ -108,33 +109,44 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 }
 
 // produce starts one read per step, at most ReadAhead at a time (the capacity
-// of pending), and hands them to Next in step order.
-func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order, steps []int64) {
-	defer s.wg.Done()
-	defer close(s.pending)
+// of pending), and hands them to Next in step order. Should it panic, Next
+// gets the error in place of the next step.
+func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order, steps []int64) (err error) {
+	defer func() {
+		if err != nil {
+			ch := make(chan result, 1)
+			ch <- result{err: err}
+			select {
+			case s.pending <- ch:
+			case <-ctx.Done():
+			}
+		}
+		close(s.pending)
+		s.wg.Done()
+	}()
+	defer errcode.Recover(&err, errcode.Internal, "read ahead", l.table.URI())
 	for _, t := range steps {
 		ch := make(chan result, 1)
 		select {
 		case s.pending <- ch:
 		case <-ctx.Done():
-			return
+			return nil
 		}
 		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			res := s.read(ctx, l, order, t)
-			s.ready.Add(1)
-			ch <- res
-		}()
+		go s.read(ctx, l, order, t, ch)
 	}
+	return nil
 }
 
-func (s *Stream) read(ctx context.Context, l *Loader, order permutation.Order, t int64) (res result) {
+// read makes step t's batch and sends it on ch (and returns it); a panic
+// becomes the result's error.
+func (s *Stream) read(ctx context.Context, l *Loader, order permutation.Order, t int64, ch chan<- result) (res result) {
 	defer func() {
-		if p := recover(); p != nil {
-			res = result{err: errcode.New(errcode.Internal, "read step", l.table.URI(), "panic at step %d: %v", t, p)}
-		}
+		s.ready.Add(1)
+		ch <- res
+		s.wg.Done()
 	}()
+	defer errcode.Recover(&res.err, errcode.Internal, fmt.Sprintf("read step %d of", t), l.table.URI())
 	ids, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
 	if err != nil {
 		return result{err: err}

@@ -227,11 +227,7 @@ func (b *builder) scan(ctx context.Context) ([][]uint64, error) {
 		j, i := jobs[next], next
 		next++
 		if !g.TryGo(func() (err error) {
-			defer func() {
-				if p := recover(); p != nil {
-					err = errcode.New(errcode.Internal, "scan", b.t.URI(), "panic in row group %d of file %d: %v", j.group, j.file, p)
-				}
-			}()
+			defer errcode.Recover(&err, errcode.Internal, "scan", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), j.file, j.group))
 			res, skipped, err := b.scanGroup(gctx, r, j.file, j.group, j.first, j.rows)
 			if err != nil {
 				return err
@@ -528,7 +524,8 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 	for i, ids := range b.out {
 		forChunks(ids, func(c int64, chunk []uint64) {
 			data, key := encodeIDs(chunk, width), chunkKey(loc.Key, id, i, c)
-			g.Go(func() error {
+			g.Go(func() (err error) {
+				defer errcode.Recover(&err, errcode.Internal, "write row ids", loc.ObjectURI(key))
 				return loc.WriteAll(gctx, key, data, nil)
 			})
 			done += int64(len(chunk))

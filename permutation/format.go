@@ -1,13 +1,15 @@
 package permutation
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"path"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -137,10 +139,18 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		return Manifest{}, errcode.Wrap(err, errcode.Unavailable, op, loc.URI)
 	}
 	var m Manifest
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
 		return Manifest{}, errcode.Wrap(fmt.Errorf("malformed manifest: %w", err), errcode.Corrupt, op, loc.ObjectURI(key))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Manifest{}, errcode.New(errcode.Corrupt, op, loc.ObjectURI(key), "malformed manifest: data after its JSON object")
+	}
+	// The ID names the folder of the row id chunks: only a UUID in its
+	// canonical form keeps them inside the permutation's folder.
+	if u, err := uuid.Parse(m.ID); err != nil || u.String() != m.ID {
+		return Manifest{}, errcode.New(errcode.Corrupt, op, loc.ObjectURI(key), "id %q is not a UUID", m.ID)
 	}
 	switch {
 	case m.Format != FormatVersion:

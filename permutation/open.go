@@ -157,6 +157,11 @@ func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
 		n := min(ChunkIDs, s.info.NumRows-c*ChunkIDs)
 		key := chunkKey(s.p.loc.Key, s.p.m.ID, s.index, c)
 		b, err := s.p.loc.ReadAll(ctx, key)
+		if errcode.Of(err) == errcode.NotFound {
+			// The manifest, written last, promises every chunk.
+			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+				"chunk %d of split %q is missing", c, s.info.Name)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -194,6 +195,9 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		// is step 0 of the next.
 		*step = ckpt.StepsConsumed
 		if *step >= steps {
+			if *epoch == math.MaxInt64 {
+				return errcode.New(errcode.InvalidArgument, "deal", *ckptPath, "checkpoint ends epoch %d, the last there is", *epoch)
+			}
 			*epoch, *step = *epoch+1, 0
 		}
 	}

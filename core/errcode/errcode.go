@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 )
 
 // Code classifies an error. The zero value means success.
@@ -116,4 +117,25 @@ func Of(err error) Code {
 		return Canceled
 	}
 	return Internal
+}
+
+// Recover turns a panic into an error with the given code. Defer it, directly,
+// at the top of every goroutine croupier starts and around decoders of
+// untrusted bytes: a panic that leaves a goroutine of the C shared library
+// kills the host process, Python and all.
+//
+//	defer errcode.Recover(&err, errcode.Internal, "read", uri)
+//
+// Internal errors (a bug) carry the stack; Corrupt ones (a decoder that
+// panicked on bad bytes) only the panic's value.
+func Recover(err *error, code Code, op, path string) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if code == Internal {
+		*err = New(code, op, path, "panic: %v\n%s", p, debug.Stack())
+		return
+	}
+	*err = New(code, op, path, "malformed input (decoder panic: %v)", p)
 }

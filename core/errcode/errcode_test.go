@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -55,5 +56,30 @@ func TestSentinels(t *testing.T) {
 	}
 	if errors.Is(errors.New("plain"), errcode.ErrInternal) {
 		t.Error("a plain error matches ErrInternal")
+	}
+}
+
+func TestRecover(t *testing.T) {
+	run := func(code errcode.Code) (err error) {
+		defer errcode.Recover(&err, code, "decode", "file:///d/a.parquet")
+		var s []int
+		_ = s[3]
+		return nil
+	}
+	err := run(errcode.Corrupt)
+	if errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "decode file:///d/a.parquet: malformed input") ||
+		!strings.Contains(err.Error(), "index out of range") || strings.Contains(err.Error(), "goroutine") {
+		t.Errorf("Corrupt: %v", err)
+	}
+	err = run(errcode.Internal)
+	if errcode.Of(err) != errcode.Internal || !strings.Contains(err.Error(), "panic: runtime error") || !strings.Contains(err.Error(), "goroutine") {
+		t.Errorf("Internal: %v", err)
+	}
+	ok := func() (err error) {
+		defer errcode.Recover(&err, errcode.Internal, "x", "")
+		return errors.New("kept")
+	}
+	if err := ok(); err == nil || err.Error() != "kept" {
+		t.Errorf("no panic: %v", err)
 	}
 }

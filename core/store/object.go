@@ -162,12 +162,7 @@ func (l *Location) Match(ctx context.Context) ([]string, error) {
 			return []string{l.Key}, nil
 		}
 	}
-	prefix, pattern := l.Key, ""
-	if i := strings.IndexAny(l.Key, "*?["); i >= 0 {
-		prefix, pattern = l.Key[:strings.LastIndex(l.Key[:i], "/")+1], l.Key
-	} else if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
+	prefix, pattern := l.scope()
 	objs, err := l.List(ctx, prefix, 0)
 	if err != nil {
 		return nil, err

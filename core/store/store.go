@@ -13,8 +13,9 @@
 // *blob.Bucket is already the portable type; this package does not wrap it. It adds
 // what croupier needs on top: URI parsing, error classification (Code),
 // ReaderAt, a random-access reader over one pinned object that fails with
-// errcode.Changed when the object is not the one that was pinned, and bounded
-// retries. Every request croupier makes goes through a Location's methods
+// errcode.Changed when the object is not the one that was pinned, CheckKey and
+// Location.Holds, which refuse keys read from manifests and pins that would
+// lead out of a table's folder, and bounded retries. Every request croupier makes goes through a Location's methods
 // (Stat, Exists, ReadAll, List, Match, ReaderAt, WriteAll, Delete,
 // CreateExclusive), which retry transient failures under the Location's
 // RetryPolicy; only the streamed upload of a new data file uses the bucket

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -213,28 +215,31 @@ func decodeManifest(data []byte, v int64) (*manifest, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("corrupt manifest: %w", err)
 	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("corrupt manifest: data after the manifest's JSON object")
+	}
 	if m.Format != ManifestFormat {
 		return nil, fmt.Errorf("unsupported manifest format %d (want %d)", m.Format, ManifestFormat)
 	}
 	if m.Version != v {
 		return nil, fmt.Errorf("manifest says version %d, its name says %d", m.Version, v)
 	}
+	if m.Parent < 0 || m.Parent >= m.Version {
+		return nil, fmt.Errorf("corrupt manifest: parent version %d of version %d", m.Parent, m.Version)
+	}
 	if _, err := decodeSchema(m.Schema); err != nil {
 		return nil, fmt.Errorf("corrupt manifest: %w", err)
 	}
-	var rows int64
-	for _, f := range m.Files {
-		var inGroups int64
-		for _, n := range f.RowGroups {
-			inGroups += n
-		}
-		if f.Key == "" || inGroups != f.NumRows || f.Size <= 0 {
-			return nil, fmt.Errorf("corrupt manifest: file %q: %d rows, %d in its row groups, %d bytes", f.Key, f.NumRows, inGroups, f.Size)
-		}
-		rows += f.NumRows
+	// Keys are relative to the table's folder and must stay inside it.
+	rows, err := checkFiles(m.Files, store.CheckKey)
+	if err != nil {
+		return nil, fmt.Errorf("corrupt manifest: %w", err)
 	}
-	if rows != m.NumRows || m.Added < 0 || m.Added > len(m.Files) {
+	if rows != m.NumRows {
 		return nil, fmt.Errorf("corrupt manifest: %d rows in files, %d recorded", rows, m.NumRows)
+	}
+	if m.Added < 0 || m.Added > len(m.Files) {
+		return nil, fmt.Errorf("corrupt manifest: %d files added of %d", m.Added, len(m.Files))
 	}
 	return &m, nil
 }

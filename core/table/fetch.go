@@ -109,7 +109,8 @@ func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots ch
 			g.Wait()
 			return nil, errcode.Wrap(context.Cause(gctx), errcode.Canceled, "read", where)
 		}
-		g.Go(func() error {
+		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "read", where)
 			defer func() { <-slots }()
 			buf := make([]byte, r.n)
 			n, err := ra.ReadAt(buf, r.off)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"golang.org/x/sync/errgroup"
@@ -38,8 +39,8 @@ func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog,
 	g.SetLimit(16)
 	for i, o := range objs {
 		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "read footer", loc.ObjectURI(o.Key))
 			where := loc.ObjectURI(o.Key)
-			defer recoverTo(&err, "read footer", where)
 			if raw[i] != nil {
 				// A cached footer that does not parse is a miss, not an error.
 				if mds[i], err = parseFooter(raw[i], where); err == nil {
@@ -102,15 +103,26 @@ func fetchFooter(ctx context.Context, loc *store.Location, obj store.Object) ([]
 // parseFooter parses a raw Thrift footer.
 func parseFooter(raw []byte, where string) (md *metadata.FileMetaData, err error) {
 	const op = "read footer"
-	defer func() {
-		// The thrift decoder panics on some malformed input.
-		if p := recover(); p != nil {
-			md, err = nil, errcode.New(errcode.Corrupt, op, where, "malformed footer: %v", p)
-		}
-	}()
+	// The thrift decoder panics on some malformed input.
+	defer errcode.Recover(&err, errcode.Corrupt, op, where)
 	md, err = metadata.NewFileMetaData(raw, nil)
 	if err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("malformed footer: %w", err), errcode.Corrupt, op, where)
+	}
+	if err := checkFooterSchema(md); err != nil {
+		return nil, errcode.Wrap(fmt.Errorf("malformed footer: %w", err), errcode.Corrupt, op, where)
+	}
+	// Row ids are laid out by the row groups' sizes: they must add up.
+	var rows int64
+	for i := range md.NumRowGroups() {
+		n := md.RowGroup(i).NumRows()
+		if n < 0 || rows > math.MaxInt64-n {
+			return nil, errcode.New(errcode.Corrupt, op, where, "malformed footer: row group %d has %d rows", i, n)
+		}
+		rows += n
+	}
+	if rows != md.NumRows {
+		return nil, errcode.New(errcode.Corrupt, op, where, "malformed footer: row groups hold %d rows, the file %d", rows, md.NumRows)
 	}
 	return md, nil
 }

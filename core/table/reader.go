@@ -354,13 +354,14 @@ func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 }
 
 // decode fetches and decodes the projected columns of one row group.
-func (r *Reader) decode(ctx context.Context, key groupKey) (arrow.RecordBatch, error) {
+func (r *Reader) decode(ctx context.Context, key groupKey) (_ arrow.RecordBatch, err error) {
+	f := r.t.pin.Files[key.file]
+	where := r.t.loc.ObjectURI(f.Key)
+	defer errcode.Recover(&err, errcode.Corrupt, fmt.Sprintf("decode row group %d of", key.group), where)
 	md, err := r.t.Footer(ctx, key.file)
 	if err != nil {
 		return nil, err
 	}
-	f := r.t.pin.Files[key.file]
-	where := r.t.loc.ObjectURI(f.Key)
 	ranges, err := chunkRanges(md, key.group, slices.Concat(r.leaves...))
 	if err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
@@ -416,7 +417,14 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
 		}
 	}
-	return array.NewRecordBatch(r.schema, cols, rg.NumRows()), nil
+	rows := r.t.pin.Files[key.file].RowGroups[key.group]
+	for i, c := range cols {
+		if int64(c.Len()) != rows {
+			return nil, errcode.New(errcode.Corrupt, "decode", where, "row group %d, column %q: %d values, the row group holds %d",
+				key.group, r.schema.Field(i).Name, c.Len(), rows)
+		}
+	}
+	return array.NewRecordBatch(r.schema, cols, rows), nil
 }
 
 // decodeFast decodes one column with decodeColumn, or returns nil when
@@ -464,6 +472,13 @@ func (r *Reader) decodeSlow(ctx context.Context, pf *file.Reader, g int, leaves 
 			return fmt.Errorf("no column %q", field.Name)
 		}
 		chunks := tbl.Column(found[0]).Data().Chunks()
+		// A damaged page can decode to inconsistent buffers without an
+		// error; gather would then read out of bounds or copy wrong rows.
+		for _, c := range chunks {
+			if err := array.ValidateFull(c); err != nil {
+				return fmt.Errorf("column %q: %w", field.Name, err)
+			}
+		}
 		if len(chunks) == 1 {
 			chunks[0].Retain()
 			cols[i] = chunks[0]

@@ -25,6 +25,12 @@
 // file against its pin and fail with errcode.Changed when it was overwritten or
 // removed, so a pinned version never silently returns other data.
 //
+// Manifests and pins come from outside (the store, another process, a pickle),
+// so they are checked before anything they name is read: every key must stay
+// inside the table (store.CheckKey, store.Location.Holds), row counts must add
+// up, and the schema message must be well formed. Anything else is an
+// errcode.Corrupt error naming the manifest or pin.
+//
 // Row ids are ordinals inside the pinned version: row i of the table is row
 // i − start(f) of the file f that holds it, files in pin order (key order for
 // plain Parquet, commit order for croupier tables, so a croupier version's row
@@ -101,6 +107,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,6 +258,15 @@ func OpenPinWith(ctx context.Context, pin Pin, cat *catalog.Catalog) (*Table, er
 	if pin.Format != PinFormat {
 		return nil, errcode.New(errcode.InvalidArgument, op, pin.URI, "unsupported pin format %d (want %d)", pin.Format, PinFormat)
 	}
+	switch pin.Kind {
+	case "", KindParquet:
+	case KindCroupier:
+		if v, err := strconv.ParseInt(pin.Version, 10, 64); err != nil || v <= 0 {
+			return nil, errcode.New(errcode.Corrupt, op, pin.URI, "croupier table version %q is not a positive integer", pin.Version)
+		}
+	default:
+		return nil, errcode.New(errcode.Corrupt, op, pin.URI, "unknown table kind %q (want %q or %q)", pin.Kind, KindParquet, KindCroupier)
+	}
 	schema, err := decodeSchema(pin.Schema)
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Corrupt, op, pin.URI)
@@ -258,6 +274,12 @@ func OpenPinWith(ctx context.Context, pin Pin, cat *catalog.Catalog) (*Table, er
 	loc, err := store.Open(ctx, pin.URI)
 	if err != nil {
 		return nil, err
+	}
+	// The files' keys are checked before anything is read: a pin must not
+	// lead a reader outside its table.
+	if _, err := checkFiles(pin.Files, loc.Holds); err != nil {
+		loc.Close()
+		return nil, errcode.Wrap(fmt.Errorf("corrupt pin: %w", err), errcode.Corrupt, op, pin.URI)
 	}
 	t := newTable(loc, pin, schema, make([]*metadata.FileMetaData, len(pin.Files)))
 	t.cat = cat
@@ -271,6 +293,33 @@ func DecodePin(data []byte) (Pin, error) {
 		return Pin{}, errcode.Wrap(err, errcode.InvalidArgument, "decode pin", "")
 	}
 	return p, nil
+}
+
+// checkFiles checks the data files a manifest or a pin lists: each key passes
+// keyOK, each size is positive, each row count is the sum of its row groups',
+// and nothing overflows. It returns the files' total row count.
+func checkFiles(files []File, keyOK func(key string) error) (int64, error) {
+	var rows int64
+	for i, f := range files {
+		if err := keyOK(f.Key); err != nil {
+			return 0, fmt.Errorf("file %d: %w", i, err)
+		}
+		var inGroups int64
+		for _, n := range f.RowGroups {
+			if n < 0 || inGroups > math.MaxInt64-n {
+				return 0, fmt.Errorf("file %q: row group sizes %v", f.Key, f.RowGroups)
+			}
+			inGroups += n
+		}
+		if inGroups != f.NumRows || f.Size <= 0 {
+			return 0, fmt.Errorf("file %q: %d rows, %d in its row groups, %d bytes", f.Key, f.NumRows, inGroups, f.Size)
+		}
+		if rows > math.MaxInt64-f.NumRows {
+			return 0, fmt.Errorf("file %q: row count overflows", f.Key)
+		}
+		rows += f.NumRows
+	}
+	return rows, nil
 }
 
 func newTable(loc *store.Location, pin Pin, schema *arrow.Schema, footers []*metadata.FileMetaData) *Table {
@@ -340,6 +389,7 @@ func pinParquet(ctx context.Context, loc *store.Location, cat *catalog.Catalog) 
 	g.SetLimit(16)
 	for i := range files {
 		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "stat", loc.ObjectURI(files[i].Key))
 			objs[i], err = loc.Stat(gctx, files[i].Key)
 			return err
 		})
@@ -405,8 +455,9 @@ func pinVersion(files []File) string {
 
 // arrowSchema converts a Parquet footer's schema to the Arrow schema croupier
 // exposes: fields only, without the writer's per-file metadata or Parquet's
-// field ids.
-func arrowSchema(md *metadata.FileMetaData) (*arrow.Schema, error) {
+// field ids. A footer's schema is untrusted: a panic converting it is an error.
+func arrowSchema(md *metadata.FileMetaData) (_ *arrow.Schema, err error) {
+	defer errcode.Recover(&err, errcode.Corrupt, "convert schema", "")
 	s, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
 	if err != nil {
 		return nil, err
@@ -427,7 +478,13 @@ func encodeSchema(s *arrow.Schema) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func decodeSchema(b []byte) (*arrow.Schema, error) {
+// decodeSchema decodes a schema that a manifest or pin holds. The IPC reader
+// panics on some malformed messages: that is a Corrupt error too.
+func decodeSchema(b []byte) (s *arrow.Schema, err error) {
+	defer errcode.Recover(&err, errcode.Corrupt, "decode schema", "")
+	if err := checkSchemaMessage(b); err != nil {
+		return nil, fmt.Errorf("decode schema: %w", err)
+	}
 	r, err := ipc.NewReader(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("decode schema: %w", err)
@@ -499,7 +556,8 @@ func (t *Table) Verify(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for _, f := range t.pin.Files {
-		g.Go(func() error {
+		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "verify pinned version "+t.pin.Version, t.loc.ObjectURI(f.Key))
 			where := t.loc.ObjectURI(f.Key)
 			obj, err := t.loc.Stat(gctx, f.Key)
 			if errcode.Of(err) == errcode.NotFound {

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import pickle
+import re
 from pathlib import Path
 
 import pytest
+from conftest import rows, uri, write_files
 
 import croupier as cr
 from croupier.errors import StatusCode, error_class
@@ -71,10 +75,100 @@ def test_error_classes() -> None:
 
 def test_credentials_in_uri_refused() -> None:
     secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
-    for uri in (
+    for bad in (
         f"s3://bucket/prefix?region=us-east-1&aws_secret_access_key={secret}",
         f"s3://AKIAEXAMPLE:{secret}@bucket/prefix",
     ):
         with pytest.raises(cr.InvalidArgumentError, match="environment") as info:
-            cr.open_table(uri)
+            cr.open_table(bad)
         assert secret not in str(info.value)
+
+
+# -- corrupt and hostile input on disk -------------------------------------------------
+
+
+def test_truncated_parquet(tmp_path: Path) -> None:
+    (path,) = write_files(tmp_path / "t", [50])
+    full = path.read_bytes()
+    for n in [0, 4, 11, 12, len(full) // 3, len(full) - 9, len(full) - 1]:
+        path.write_bytes(full[:n])
+        with pytest.raises(cr.CorruptError, match=r"part-00000\.parquet") as info:
+            cr.open_table(uri(path))
+        assert info.value.code == StatusCode.CORRUPT
+
+
+def test_truncated_data_file_of_a_croupier_table(tmp_path: Path) -> None:
+    tbl = cr.create_table(f"file://{tmp_path}/t", rows(0, 40))
+    (data,) = (tmp_path / "t" / "data").glob("*.parquet")
+    data.write_bytes(data.read_bytes()[:-50])
+    ds = cr.StreamingDataset(tbl, global_batch_size=8, format="arrow")
+    with pytest.raises(cr.ChangedError, match=data.name):
+        list(ds)
+
+
+def _manifest(tmp_path: Path) -> tuple[str, Path]:
+    cr.create_table(f"file://{tmp_path}/t", rows(0, 40)).close()
+    return f"file://{tmp_path}/t", tmp_path / "t" / "_versions" / ("0" * 19 + "1.json")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "trailing data", "rows disagree"])
+def test_corrupt_manifest(tmp_path: Path, damage: str) -> None:
+    table_uri, manifest = _manifest(tmp_path)
+    text = manifest.read_text()
+    manifest.write_text(
+        {
+            "truncated": text[: len(text) // 2],
+            "garbage": "\x00\x01 not json",
+            "trailing data": text + "{}",
+            "rows disagree": text.replace('"num_rows":40', '"num_rows":41', 1),
+        }[damage]
+    )
+    with pytest.raises(cr.CorruptError, match=manifest.name) as info:
+        cr.open_table(table_uri)
+    assert "corrupt manifest" in str(info.value)
+
+
+ESCAPES = [
+    "../outside.parquet",
+    "/etc/passwd",
+    "s3://other-bucket/x.parquet",
+    "%2e%2e/outside.parquet",
+]
+
+
+@pytest.mark.parametrize("key", ESCAPES)
+def test_manifest_keys_cannot_leave_the_table(tmp_path: Path, key: str) -> None:
+    table_uri, manifest = _manifest(tmp_path)
+    (data,) = (tmp_path / "t" / "data").glob("*.parquet")
+    (tmp_path / "outside.parquet").write_bytes(data.read_bytes())
+    m = json.loads(manifest.read_text())
+    m["files"][0]["key"] = key
+    manifest.write_text(json.dumps(m))
+    with pytest.raises(cr.CorruptError, match=re.escape(json.dumps(key))):
+        cr.open_table(table_uri)
+
+
+def test_pickled_pin_cannot_leave_the_table(tmp_path: Path) -> None:
+    write_files(tmp_path / "t", [20])
+    write_files(tmp_path / "other", [20])
+    tbl = cr.open_table(uri(tmp_path / "t"))
+    state = pickle.loads(pickle.dumps(tbl.__getstate__()))
+    pin = json.loads(state["pin"])
+    for key in ["../other/part-00000.parquet", str(tmp_path / "other" / "part-00000.parquet")]:
+        pin["files"][0]["key"] = key
+        copy = cr.Table.__new__(cr.Table)  # as pickle.loads makes it
+        copy.__setstate__({**state, "pin": json.dumps(pin)})
+        with pytest.raises(cr.CorruptError, match="corrupt pin"):
+            cr.StreamingDataset(copy, global_batch_size=4, format="arrow")
+
+
+def test_corrupt_permutation_chunk(tmp_path: Path) -> None:
+    write_files(tmp_path / "t", [100])
+    perm_uri = f"file://{tmp_path}/perm"
+    tbl = cr.open_table(uri(tmp_path / "t"))
+    perms = cr.PermutationBuilder(tbl).shuffle(seed=1).persist(perm_uri)
+    (chunk,) = (tmp_path / "perm").glob("*/0/*.ids")
+    chunk.write_bytes(chunk.read_bytes()[:-4])
+    with pytest.raises(cr.CorruptError, match=r"00000000\.ids.*396 bytes"):
+        cr.open_permutations(perm_uri)[0].row_ids(0, 10)
+    perms.close()

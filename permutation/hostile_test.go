@@ -1,0 +1,186 @@
+package permutation_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// persisted builds a shuffled permutation of a 100-row table, splits of 70
+// and 30 rows, and returns its folder, its manifest's path and its first
+// split's chunk path.
+func persisted(t *testing.T) (dir, manifest, chunk string) {
+	t.Helper()
+	tb := openTable(t, t.TempDir(), 60, 40)
+	dir = t.TempDir()
+	p, err := permutation.Build(context.Background(), tb, permutation.Spec{
+		Split: &permutation.SplitSpec{Kind: "sequential", Counts: []int64{70, 30}}, Shuffle: &permutation.ShuffleSpec{Seed: 3},
+	}, "file://"+dir, permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := p.ID()
+	p.Close()
+	return dir, filepath.Join(dir, "permutation.json"), filepath.Join(dir, id, "0", "00000000.ids")
+}
+
+func editManifest(t *testing.T, path string, edit func(m map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	b, _ = json.Marshal(m)
+	os.WriteFile(path, b, 0o644)
+}
+
+// readSplit opens the permutation at dir and reads all of split i.
+func readSplit(dir string, i int) ([]uint64, error) {
+	p, err := permutation.Open(context.Background(), "file://"+dir)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	s, err := p.SplitAt(i)
+	if err != nil {
+		return nil, err
+	}
+	return s.RowIDs(context.Background(), 0, s.Len())
+}
+
+func wantCorrupt(t *testing.T, what string, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error", what)
+		return
+	}
+	if errcode.Of(err) != errcode.Corrupt {
+		t.Errorf("%s: %v (%s), want Corrupt", what, err, errcode.Of(err))
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: %v does not name %q", what, err, p)
+		}
+	}
+}
+
+func TestCorruptPermutationManifest(t *testing.T) {
+	dir, manifest, _ := persisted(t)
+	orig, _ := os.ReadFile(manifest)
+	edit := func(f func(m map[string]any)) []byte {
+		os.WriteFile(manifest, orig, 0o644)
+		editManifest(t, manifest, f)
+		b, _ := os.ReadFile(manifest)
+		return b
+	}
+	cases := map[string][]byte{
+		"trailing data":  append(slices.Clone(orig), "]"...),
+		"garbage":        []byte("\x89PNG\r\n\x1a\n"),
+		"empty":          nil,
+		"unknown field":  edit(func(m map[string]any) { m["extra"] = true }),
+		"id width":       edit(func(m map[string]any) { m["id_width"] = 3 }),
+		"no splits":      edit(func(m map[string]any) { m["splits"] = []any{} }),
+		"negative split": edit(func(m map[string]any) { m["splits"].([]any)[0].(map[string]any)["num_rows"] = -1 }),
+	}
+	for n := 1; n < len(orig); n += max(1, len(orig)/40) {
+		cases[fmt.Sprintf("truncated to %d bytes", n)] = orig[:n]
+	}
+	for name, b := range cases {
+		os.WriteFile(manifest, b, 0o644)
+		_, err := readSplit(dir, 0)
+		wantCorrupt(t, name, err, "permutation.json")
+	}
+	os.WriteFile(manifest, orig, 0o644)
+	if _, err := readSplit(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPermutationKeysStayInside tampers with what a permutation manifest
+// names: its ID (the folder of its chunks) and its table pin's file keys.
+// Every one is refused with Corrupt at open, before any chunk or data file
+// is read.
+func TestPermutationKeysStayInside(t *testing.T) {
+	dir, manifest, chunk := persisted(t)
+	orig, _ := os.ReadFile(manifest)
+	// A chunk the tampered IDs would reach, outside the permutation's folder.
+	outside := filepath.Join(filepath.Dir(dir), "0", "00000000.ids")
+	os.MkdirAll(filepath.Dir(outside), 0o755)
+	b, _ := os.ReadFile(chunk)
+	os.WriteFile(outside, b, 0o644)
+	for _, id := range []string{"..", "../" + filepath.Base(dir), "/etc", "s3://other-bucket/x", `..\x`, "%2e%2e", "",
+		"a/b", "6ba7b810-9dad-11d1-80b4-00c04fd430c8/../..", "{6BA7B810-9DAD-11D1-80B4-00C04FD430C8}"} {
+		os.WriteFile(manifest, orig, 0o644)
+		editManifest(t, manifest, func(m map[string]any) { m["id"] = id })
+		_, err := readSplit(dir, 0)
+		wantCorrupt(t, fmt.Sprintf("id %q", id), err, "permutation.json", "not a UUID")
+	}
+	for _, key := range []string{"../elsewhere/part-000.parquet", "/etc/passwd", "s3://other-bucket/part-000.parquet",
+		`..\part-000.parquet`, "%2e%2e/part-000.parquet", "a//part-000.parquet", "", "./part-000.parquet"} {
+		os.WriteFile(manifest, orig, 0o644)
+		editManifest(t, manifest, func(m map[string]any) {
+			m["table"].(map[string]any)["files"].([]any)[0].(map[string]any)["key"] = key
+		})
+		_, err := readSplit(dir, 0)
+		wantCorrupt(t, fmt.Sprintf("pin key %q", key), err, "corrupt pin", filepath.Base(dir))
+	}
+}
+
+func TestCorruptChunks(t *testing.T) {
+	dir, manifest, chunk := persisted(t)
+	orig, _ := os.ReadFile(chunk)
+	origManifest, _ := os.ReadFile(manifest)
+	var m struct {
+		IDWidth int `json:"id_width"`
+	}
+	json.Unmarshal(origManifest, &m)
+	if m.IDWidth != 4 || len(orig) != 70*4 {
+		t.Fatalf("chunk of %d bytes, width %d", len(orig), m.IDWidth)
+	}
+	outOfRange := slices.Clone(orig)
+	binary.LittleEndian.PutUint32(outOfRange[8:], 100) // the table has rows 0..99
+	for name, tc := range map[string]struct {
+		chunk []byte
+		want  []string
+	}{
+		"one byte short":   {orig[:len(orig)-1], []string{"279 bytes", "70 row ids of 4 bytes"}},
+		"one id too many":  {append(slices.Clone(orig), 0, 0, 0, 0), []string{"284 bytes"}},
+		"empty":            {[]byte{}, []string{"0 bytes"}},
+		"row id too large": {outOfRange, []string{"row id 100", "100 rows"}},
+		"missing":          {nil, []string{"chunk 0", "missing"}},
+	} {
+		if tc.chunk == nil {
+			os.Remove(chunk)
+		} else {
+			os.WriteFile(chunk, tc.chunk, 0o644)
+		}
+		_, err := readSplit(dir, 0)
+		wantCorrupt(t, name, err, append(tc.want, "00000000.ids")...)
+	}
+	os.WriteFile(chunk, orig, 0o644)
+
+	// Counts in the manifest that disagree with the chunks.
+	for _, n := range []int64{69, 71, 1 << 16, 1<<16 + 1} {
+		os.WriteFile(manifest, origManifest, 0o644)
+		editManifest(t, manifest, func(m map[string]any) { m["splits"].([]any)[0].(map[string]any)["num_rows"] = n })
+		_, err := readSplit(dir, 0)
+		wantCorrupt(t, fmt.Sprintf("num_rows %d", n), err, ".ids")
+	}
+	editManifest(t, manifest, func(m map[string]any) { m["id_width"] = 8 })
+	_, err := readSplit(dir, 0)
+	wantCorrupt(t, "id_width 8", err, "280 bytes", "8 bytes")
+}
