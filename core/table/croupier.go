@@ -30,10 +30,16 @@ import (
 // Layout of a croupier table under its URI:
 //
 //	_versions/00000000000000000001.json   one immutable manifest per version
+//	_versions/_croupier                   empty; written by Create before any data
 //	data/<uuid>.parquet                   immutable, uniquely named data files
 const (
 	versionsDir = "_versions/"
-	dataDir     = "data/"
+	// createdMarker makes the folder of a table whose Create has not
+	// committed yet (or never will: its writer died) a croupier table with no
+	// version, so that Open does not take the orphaned data files under data/
+	// for a plain Parquet dataset.
+	createdMarker = versionsDir + "_croupier"
+	dataDir       = "data/"
 	// ManifestFormat is the version of the manifest encoding.
 	ManifestFormat = 1
 )
@@ -83,6 +89,23 @@ type manifest struct {
 	NumRows   int64     `json:"num_rows"`
 	Files     []File    `json:"files"` // keys relative to the table's folder
 	Added     int       `json:"added"` // the last Added files are new in this version
+}
+
+// commitHook, when set, is called as a commit passes each phase:
+//
+//	"data-writing"  rows are written to a data file whose upload is not finished
+//	"data-written"  the data file is a complete object that no manifest names
+//	"manifest"      the manifest is encoded, not yet created
+//	"committed"     the manifest exists: the version is visible, not yet reported
+//
+// Only tests set it, to kill a writer process at each phase and check that
+// none leaves a half-written version visible or the table unwritable.
+var commitHook func(phase string)
+
+func passPhase(phase string) {
+	if commitHook != nil {
+		commitHook(phase)
+	}
 }
 
 func manifestName(v int64) string { return fmt.Sprintf("%s%020d.json", versionsDir, v) }
@@ -342,6 +365,9 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	if err != nil {
 		return nil, err
 	}
+	if err := loc.Bucket.WriteAll(ctx, loc.Join(createdMarker), nil, nil); err != nil {
+		return nil, errcode.Wrap(err, store.Code(err), "create table", loc.ObjectURI(loc.Join(createdMarker)))
+	}
 	added, err := writeData(ctx, loc, data, opts)
 	if err != nil {
 		return nil, err
@@ -355,6 +381,7 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	if err != nil {
 		return nil, err
 	}
+	passPhase("manifest")
 	if err := loc.CreateExclusive(ctx, loc.Join(manifestName(1)), buf); err != nil {
 		removeFiles(ctx, loc, added)
 		if errcode.Of(err) == errcode.AlreadyExists {
@@ -362,6 +389,7 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 		}
 		return nil, err
 	}
+	passPhase("committed")
 	return m.table(loc)
 }
 
@@ -442,8 +470,10 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 		if err != nil {
 			return 0, errcode.Wrap(err, errcode.Internal, op, loc.URI)
 		}
+		passPhase("manifest")
 		err = loc.CreateExclusive(ctx, loc.Join(manifestName(m.Version)), buf)
 		if err == nil {
+			passPhase("committed")
 			return m.Version, nil
 		}
 		if errcode.Of(err) != errcode.AlreadyExists {
@@ -597,12 +627,14 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	if pw == nil {
 		return nil, nil
 	}
+	passPhase("data-writing")
 	// Closing the Parquet writer closes the blob writer, which commits the object.
 	bw = nil
 	if err := pw.Close(); err != nil {
 		loc.Bucket.Delete(context.WithoutCancel(ctx), key)
 		return nil, errcode.Wrap(err, store.Code(err), "write", where)
 	}
+	passPhase("data-written")
 	obj, err := loc.Stat(ctx, key)
 	if err != nil {
 		return nil, err
