@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,17 +145,13 @@ func (croupierFormat) open(ctx context.Context, loc *store.Location, opts OpenOp
 	if v < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, op, loc.URI, "version %d: versions start at 1 (0 is the latest)", v)
 	}
+	var m *manifest
+	var err error
 	if v == 0 {
-		versions, err := listVersions(ctx, loc)
-		if err != nil {
-			return nil, err
-		}
-		if len(versions) == 0 {
-			return nil, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
-		}
-		v = versions[len(versions)-1]
+		m, err = readLatest(ctx, loc, opts.Catalog, op)
+	} else {
+		m, err = readManifest(ctx, loc, opts.Catalog, v)
 	}
-	m, err := readManifest(ctx, loc, opts.Catalog, v)
 	if err != nil {
 		return nil, err
 	}
@@ -178,19 +175,55 @@ func (m *manifest) table(loc *store.Location) (*Table, error) {
 
 // listVersions returns the committed versions of the table at loc, ascending.
 func listVersions(ctx context.Context, loc *store.Location) ([]int64, error) {
+	ms, err := listManifests(ctx, loc)
+	out := make([]int64, len(ms))
+	for i, m := range ms {
+		out[i] = m.version
+	}
+	return out, err
+}
+
+// manifestObject is a manifest as listed: its version and when it was made.
+type manifestObject struct {
+	version int64
+	modTime time.Time
+}
+
+// listManifests returns the manifests of the table at loc, by version.
+func listManifests(ctx context.Context, loc *store.Location) ([]manifestObject, error) {
 	prefix := loc.Join(versionsDir)
 	objs, err := listObjects(ctx, loc, prefix)
 	if err != nil {
 		return nil, errcode.Wrap(err, store.Code(err), "list versions", loc.ObjectURI(prefix))
 	}
-	var out []int64
+	var out []manifestObject
 	for _, obj := range objs {
 		if v, ok := parseManifestName(versionsDir + strings.TrimPrefix(obj.Key, prefix)); ok {
-			out = append(out, v)
+			out = append(out, manifestObject{version: v, modTime: obj.ModTime})
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b manifestObject) int { return cmp.Compare(a.version, b.version) })
 	return out, nil
+}
+
+// readLatest reads the manifest of the latest version. A Cleanup may delete
+// that manifest between the listing and the read, once newer versions exist
+// and it is older than the grace period; then the listing is repeated.
+func readLatest(ctx context.Context, loc *store.Location, cat *catalog.Catalog, op string) (*manifest, error) {
+	for attempt := 1; ; attempt++ {
+		versions, err := listVersions(ctx, loc)
+		if err != nil {
+			return nil, err
+		}
+		if len(versions) == 0 {
+			return nil, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
+		}
+		m, err := readManifest(ctx, loc, cat, versions[len(versions)-1])
+		if errcode.Of(err) == errcode.NotFound && attempt < 10 {
+			continue
+		}
+		return m, err
+	}
 }
 
 // listObjects returns the objects under prefix. fileblob fails a listing when a file
@@ -426,18 +459,11 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 	if err := mustBeCroupier(ctx, loc); err != nil {
 		return 0, err
 	}
-	versions, err := listVersions(ctx, loc)
+	parent, err := readLatest(ctx, loc, opts.Catalog, op)
 	if err != nil {
 		return 0, err
 	}
-	if len(versions) == 0 {
-		return 0, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
-	}
-	latest := versions[len(versions)-1]
-	parent, err := readManifest(ctx, loc, opts.Catalog, latest)
-	if err != nil {
-		return 0, err
-	}
+	latest := parent.Version
 	// Check the schema before writing anything.
 	canon, err := canonicalSchema(data.Schema(), opts)
 	if err != nil {

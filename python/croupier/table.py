@@ -110,13 +110,16 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
 def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str, Any]:
     """Delete old versions of the croupier table at ``uri``, keeping the last ``keep_last``.
 
-    Only data files that no kept version references are deleted, and only when
-    older than ``grace`` seconds (default: a day), which protects the files of
-    appends in flight. Returns ``{"deleted_versions": [...], "deleted_files": [...]}``.
+    Versions younger than ``grace`` seconds (default: a day; 0: none) are kept
+    too, and only data files that no kept version references and that are
+    older than ``grace`` are deleted: this protects appends in flight, which
+    must take less than ``grace``. Returns
+    ``{"deleted_versions": [...], "deleted_files": [...]}``.
     """
     options: dict[str, Any] = {"keep_last": int(keep_last)}
     if grace is not None:
-        options["grace"] = int(grace * 1e9)  # Go's time.Duration: nanoseconds
+        # Go's time.Duration in nanoseconds, where 0 would mean the default
+        options["grace"] = max(int(grace * 1e9), 1)
     return _lib.table_cleanup(uri, options)
 
 
