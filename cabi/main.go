@@ -156,6 +156,9 @@ func croupier_allocated_bytes() C.int64_t {
 	return C.int64_t(loader.DefaultAllocator.AllocatedBytes())
 }
 
+//export croupier_goroutines
+func croupier_goroutines() C.int64_t { return C.int64_t(runtime.NumGoroutine()) }
+
 //export croupier_string_free
 func croupier_string_free(s *C.char) { C.free(unsafe.Pointer(s)) }
 

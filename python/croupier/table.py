@@ -68,7 +68,7 @@ def create_table(
     """
     reader = _reader(data)
     handle = _lib.table_create(uri, reader, _write_options(row_group_rows, page_bytes, None))
-    return Table._from_handle(_lib.Handle(handle))
+    return Table._from_handle(handle)
 
 
 def open_table(uri: str, version: int | str | None = None, *, catalog: str | None = None) -> Table:
@@ -97,7 +97,7 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
     options: dict[str, Any] = _write_options(None, None, catalog)
     if isinstance(version, int) and not isinstance(version, bool):
         options["version"] = version
-    table = Table._from_handle(_lib.Handle(_lib.table_open(uri, options)))
+    table = Table._from_handle(_lib.table_open(uri, options))
     if isinstance(version, str) and version != table.version:
         table.close()
         raise InvalidArgumentError(
@@ -167,7 +167,7 @@ class Table(_lib.Closeable):
     @classmethod
     def _from_pin(cls, pin: str) -> Table:
         """Open exactly the version a pin (JSON text) describes."""
-        handle = _lib.Handle(_lib.table_open_pin(pin))
+        handle = _lib.table_open_pin(pin)
         self = cls.__new__(cls)
         self._setup(handle, pin=pin, info=_lib.table_info(handle.value))
         return self
@@ -201,7 +201,7 @@ class Table(_lib.Closeable):
                 raise ClosedError(f"table {self.uri} (version {self.version}) is closed")
             if self._handle_obj is None:
                 assert self._pin is not None
-                self._handle_obj = _lib.Handle(_lib.table_open_pin(self._pin))
+                self._handle_obj = _lib.table_open_pin(self._pin)
             return self._handle_obj.value
 
     # -- public API --------------------------------------------------------------
