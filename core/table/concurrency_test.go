@@ -28,9 +28,9 @@ import (
 // the time an append takes from listing the versions to committing (see
 // CleanupOptions.Grace).
 const (
-	concurrentFor   = 2500 * time.Millisecond
+	concurrentFor   = 3500 * time.Millisecond
 	concurrentMax   = 30 * time.Second
-	concurrentGrace = 2 * time.Second
+	concurrentGrace = 3 * time.Second
 	initialRows     = 200
 )
 
