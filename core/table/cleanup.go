@@ -40,8 +40,8 @@ type CleanupResult struct {
 // (files of removed versions and orphans of crashed writers), and stale
 // temporary files of interrupted commits (in _tmp/). Manifests go first,
 // oldest first, so that a Cleanup interrupted at any point leaves every
-// remaining version readable. Readers holding a pin of a removed version fail with
-// errcode.Changed naming the vanished file.
+// remaining version readable. Readers holding a pin of a removed version fail
+// with errcode.Changed naming the vanished file.
 func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResult, error) {
 	const op = "cleanup"
 	res := CleanupResult{DeletedVersions: []int64{}, DeletedFiles: []string{}}
