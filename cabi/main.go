@@ -173,6 +173,9 @@ func croupier_allocated_bytes() (n C.int64_t) {
 	return n
 }
 
+//export croupier_goroutines
+func croupier_goroutines() C.int64_t { return C.int64_t(runtime.NumGoroutine()) }
+
 //export croupier_string_free
 func croupier_string_free(s *C.char) { C.free(unsafe.Pointer(s)) }
 

@@ -116,7 +116,7 @@ func TestTables(t *testing.T) {
 	}
 
 	var res table.CleanupResult
-	okJSON(t, &res, "tables", "cleanup", uri, "--keep-last", "1")
+	okJSON(t, &res, "tables", "cleanup", uri, "--keep-last", "1", "--grace", "1ns")
 	if !slices.Equal(res.DeletedVersions, []int64{1}) {
 		t.Fatalf("cleanup deleted %v", res.DeletedVersions)
 	}

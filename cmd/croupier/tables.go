@@ -175,7 +175,7 @@ func tablesInspect(ctx context.Context, e *env, args []string) error {
 func tablesCleanup(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "tables cleanup", "tables cleanup URI --keep-last N [--grace DURATION]")
 	keep := fs.Int("keep-last", 0, "versions to keep (at least 1)")
-	grace := fs.Duration("grace", 0, "keep unreferenced files younger than this (0: 24h)")
+	grace := fs.Duration("grace", 0, "keep versions and unreferenced files younger than this (0: 24h)")
 	pos, err := parse(fs, args, 1, 1)
 	if err != nil {
 		return err

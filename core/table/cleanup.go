@@ -17,10 +17,13 @@ const DefaultGrace = 24 * time.Hour
 type CleanupOptions struct {
 	// KeepLast versions are kept (at least 1: the latest is never removed).
 	KeepLast int `json:"keep_last"`
-	// Grace protects unreferenced files younger than it: they may belong to a
-	// commit in flight, which writes its data files before its manifest. An
-	// Append that takes longer than Grace between writing its data and
-	// committing can lose its files to a concurrent Cleanup; 0 is DefaultGrace.
+	// Grace protects versions and unreferenced files younger than it. Files:
+	// they may belong to a commit in flight, which writes its data files
+	// before its manifest. Versions: a writer that listed the versions before
+	// version N was committed tries to create N, and must find it there (had
+	// Cleanup deleted it, the writer would commit a version N without N's
+	// rows, behind the latest). So an Append must take less than Grace from
+	// listing the versions to committing; 0 is DefaultGrace.
 	Grace time.Duration `json:"grace,omitempty"`
 }
 
@@ -30,13 +33,15 @@ type CleanupResult struct {
 	DeletedFiles    []string `json:"deleted_files"` // object URIs
 }
 
-// Cleanup deletes the manifests of every version but the last opts.KeepLast,
-// then the data files that no kept version references and that are older than
-// the grace period (files of removed versions and orphans of crashed writers),
-// and stale temporary files of interrupted commits (in _tmp/). Manifests go first, oldest
-// first, so that a Cleanup interrupted at any point leaves every remaining
-// version readable. Readers holding a pin of a removed version fail with
-// errcode.Changed naming the vanished file.
+// Cleanup deletes the manifests of the versions that are neither among the
+// last opts.KeepLast nor younger than the grace period (as Iceberg expires
+// snapshots older than a time but retains the last n), then the data files
+// that no kept version references and that are older than the grace period
+// (files of removed versions and orphans of crashed writers), and stale
+// temporary files of interrupted commits (in _tmp/). Manifests go first,
+// oldest first, so that a Cleanup interrupted at any point leaves every
+// remaining version readable. Readers holding a pin of a removed version fail
+// with errcode.Changed naming the vanished file.
 func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResult, error) {
 	const op = "cleanup"
 	res := CleanupResult{DeletedVersions: []int64{}, DeletedFiles: []string{}}
@@ -54,14 +59,25 @@ func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResul
 	if err := mustBeCroupier(ctx, loc); err != nil {
 		return res, err
 	}
-	versions, err := listVersions(ctx, loc)
+	// The cutoff is taken before the listing: a version committed after the
+	// listing is not kept, but its appender started less than the grace
+	// before its commit, so its new data files are younger than the cutoff.
+	cutoff := time.Now().Add(-opts.Grace)
+	manifests, err := listManifests(ctx, loc)
 	if err != nil {
 		return res, err
 	}
-	if len(versions) == 0 {
+	if len(manifests) == 0 {
 		return res, errcode.New(errcode.NotFound, op, uri, "croupier table has no committed version")
 	}
-	cut := max(0, len(versions)-opts.KeepLast)
+	cut := 0
+	for cut < len(manifests)-opts.KeepLast && manifests[cut].modTime.Before(cutoff) {
+		cut++
+	}
+	versions := make([]int64, len(manifests))
+	for i, m := range manifests {
+		versions[i] = m.version
+	}
 	kept, drop := versions[cut:], versions[:cut]
 	// Read every kept manifest first: if one is unreadable nothing is deleted.
 	referenced := map[string]bool{}
@@ -82,8 +98,7 @@ func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResul
 		res.DeletedVersions = append(res.DeletedVersions, v)
 	}
 	// A version committed while Cleanup ran references only files of the kept
-	// latest version plus its own new ones, which are younger than the grace.
-	cutoff := time.Now().Add(-opts.Grace)
+	// latest version plus its own new ones, which are younger than the cutoff.
 	for _, prefix := range []string{loc.Join(dataDir), loc.Join(store.TempDir + "/")} {
 		objs, err := loc.List(ctx, prefix, 0)
 		if err != nil {

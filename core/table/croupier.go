@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,10 +31,16 @@ import (
 // Layout of a croupier table under its URI:
 //
 //	_versions/00000000000000000001.json   one immutable manifest per version
+//	_versions/_croupier                   empty; written by Create before any data
 //	data/<uuid>.parquet                   immutable, uniquely named data files
 const (
 	versionsDir = "_versions/"
-	dataDir     = "data/"
+	// createdMarker makes the folder of a table whose Create has not
+	// committed yet (or never will: its writer died) a croupier table with no
+	// version, so that Open does not take the orphaned data files under data/
+	// for a plain Parquet dataset.
+	createdMarker = versionsDir + "_croupier"
+	dataDir       = "data/"
 	// ManifestFormat is the version of the manifest encoding.
 	ManifestFormat = 1
 )
@@ -85,6 +92,23 @@ type manifest struct {
 	Added     int       `json:"added"` // the last Added files are new in this version
 }
 
+// commitHook, when set, is called as a commit passes each phase:
+//
+//	"data-writing"  rows are written to a data file whose upload is not finished
+//	"data-written"  the data file is a complete object that no manifest names
+//	"manifest"      the manifest is encoded, not yet created
+//	"committed"     the manifest exists: the version is visible, not yet reported
+//
+// Only tests set it, to kill a writer process at each phase and check that
+// none leaves a half-written version visible or the table unwritable.
+var commitHook func(phase string)
+
+func passPhase(phase string) {
+	if commitHook != nil {
+		commitHook(phase)
+	}
+}
+
 func manifestName(v int64) string { return fmt.Sprintf("%s%020d.json", versionsDir, v) }
 
 // parseManifestName returns the version a key under _versions/ names, or
@@ -114,17 +138,13 @@ func (croupierFormat) open(ctx context.Context, loc *store.Location, opts OpenOp
 	if v < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, op, loc.URI, "version %d: versions start at 1 (0 is the latest)", v)
 	}
+	var m *manifest
+	var err error
 	if v == 0 {
-		versions, err := listVersions(ctx, loc)
-		if err != nil {
-			return nil, err
-		}
-		if len(versions) == 0 {
-			return nil, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
-		}
-		v = versions[len(versions)-1]
+		m, err = readLatest(ctx, loc, opts.Catalog, op)
+	} else {
+		m, err = readManifest(ctx, loc, opts.Catalog, v)
 	}
-	m, err := readManifest(ctx, loc, opts.Catalog, v)
 	if err != nil {
 		return nil, err
 	}
@@ -148,19 +168,55 @@ func (m *manifest) table(loc *store.Location) (*Table, error) {
 
 // listVersions returns the committed versions of the table at loc, ascending.
 func listVersions(ctx context.Context, loc *store.Location) ([]int64, error) {
+	ms, err := listManifests(ctx, loc)
+	out := make([]int64, len(ms))
+	for i, m := range ms {
+		out[i] = m.version
+	}
+	return out, err
+}
+
+// manifestObject is a manifest as listed: its version and when it was made.
+type manifestObject struct {
+	version int64
+	modTime time.Time
+}
+
+// listManifests returns the manifests of the table at loc, by version.
+func listManifests(ctx context.Context, loc *store.Location) ([]manifestObject, error) {
 	prefix := loc.Join(versionsDir)
 	objs, err := loc.List(ctx, prefix, 0)
 	if err != nil {
 		return nil, err
 	}
-	var out []int64
+	var out []manifestObject
 	for _, obj := range objs {
 		if v, ok := parseManifestName(versionsDir + strings.TrimPrefix(obj.Key, prefix)); ok {
-			out = append(out, v)
+			out = append(out, manifestObject{version: v, modTime: obj.ModTime})
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b manifestObject) int { return cmp.Compare(a.version, b.version) })
 	return out, nil
+}
+
+// readLatest reads the manifest of the latest version. A Cleanup may delete
+// that manifest between the listing and the read, once newer versions exist
+// and it is older than the grace period; then the listing is repeated.
+func readLatest(ctx context.Context, loc *store.Location, cat *catalog.Catalog, op string) (*manifest, error) {
+	for attempt := 1; ; attempt++ {
+		versions, err := listVersions(ctx, loc)
+		if err != nil {
+			return nil, err
+		}
+		if len(versions) == 0 {
+			return nil, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
+		}
+		m, err := readManifest(ctx, loc, cat, versions[len(versions)-1])
+		if errcode.Of(err) == errcode.NotFound && attempt < 10 {
+			continue
+		}
+		return m, err
+	}
 }
 
 // readManifest reads and checks the manifest of version v. With a catalog it
@@ -315,6 +371,9 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	if err != nil {
 		return nil, err
 	}
+	if err := loc.Bucket.WriteAll(ctx, loc.Join(createdMarker), nil, nil); err != nil {
+		return nil, errcode.Wrap(err, store.Code(err), "create table", loc.ObjectURI(loc.Join(createdMarker)))
+	}
 	added, err := writeData(ctx, loc, data, opts)
 	if err != nil {
 		return nil, err
@@ -328,6 +387,7 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	if err != nil {
 		return nil, err
 	}
+	passPhase("manifest")
 	if err := loc.CreateExclusive(ctx, loc.Join(manifestName(1)), buf); err != nil {
 		if errcode.Of(err) == errcode.AlreadyExists {
 			removeFiles(ctx, loc, added)
@@ -337,6 +397,7 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 		// its data in place; if it was not, Cleanup removes the orphans.
 		return nil, err
 	}
+	passPhase("committed")
 	return m.table(loc)
 }
 
@@ -373,18 +434,11 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 	if err := mustBeCroupier(ctx, loc); err != nil {
 		return 0, err
 	}
-	versions, err := listVersions(ctx, loc)
+	parent, err := readLatest(ctx, loc, opts.Catalog, op)
 	if err != nil {
 		return 0, err
 	}
-	if len(versions) == 0 {
-		return 0, errcode.New(errcode.NotFound, op, loc.URI, "croupier table has no committed version")
-	}
-	latest := versions[len(versions)-1]
-	parent, err := readManifest(ctx, loc, opts.Catalog, latest)
-	if err != nil {
-		return 0, err
-	}
+	latest := parent.Version
 	// Check the schema before writing anything.
 	canon, err := canonicalSchema(data.Schema(), opts)
 	if err != nil {
@@ -417,8 +471,10 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 		if err != nil {
 			return 0, errcode.Wrap(err, errcode.Internal, op, loc.URI)
 		}
+		passPhase("manifest")
 		err = loc.CreateExclusive(ctx, loc.Join(manifestName(m.Version)), buf)
 		if err == nil {
+			passPhase("committed")
 			return m.Version, nil
 		}
 		if errcode.Of(err) != errcode.AlreadyExists {
@@ -573,12 +629,14 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	if pw == nil {
 		return nil, nil
 	}
+	passPhase("data-writing")
 	// Closing the Parquet writer closes the blob writer, which commits the object.
 	bw = nil
 	if err := pw.Close(); err != nil {
 		loc.Delete(context.WithoutCancel(ctx), key)
 		return nil, errcode.Wrap(err, store.Code(err), "write", where)
 	}
+	passPhase("data-written")
 	obj, err := loc.Stat(ctx, key)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,11 +30,13 @@ import (
 )
 
 // Environment of a writer subprocess: the test binary re-executed by
-// TestConcurrentAppendProcesses and TestKilledWriter.
+// TestConcurrentAppendProcesses, TestKilledWriter and TestWriterKilledAtEveryPhase.
 const (
 	envWriterURI = "CROUPIER_TABLETEST_WRITER_URI"
 	envWriterID  = "CROUPIER_TABLETEST_WRITER_ID"
 	envAppends   = "CROUPIER_TABLETEST_APPENDS"
+	envCreate    = "CROUPIER_TABLETEST_CREATE"  // "1": create the table with the first batch
+	envKillAt    = "CROUPIER_TABLETEST_KILL_AT" // a commit phase: SIGKILL this process there
 )
 
 // Rows appended by writer w in its append j: rowsPerAppend ids from id(w, j, 0).
@@ -48,12 +51,27 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runWriter appends $CROUPIER_TABLETEST_APPENDS batches (-1: until killed).
+// runWriter appends $CROUPIER_TABLETEST_APPENDS batches (-1: until killed),
+// or creates the table with one batch.
 func runWriter(uri string) int {
 	w, _ := strconv.Atoi(os.Getenv(envWriterID))
 	n, _ := strconv.Atoi(os.Getenv(envAppends))
+	if phase := os.Getenv(envKillAt); phase != "" {
+		table.SetCommitHook(func(p string) {
+			if p == phase {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				time.Sleep(time.Hour) // the signal is on its way
+			}
+		})
+	}
 	ctx := context.Background()
-	tb, err := table.Open(ctx, uri)
+	var tb *table.Table
+	var err error
+	if os.Getenv(envCreate) != "" {
+		tb, err = table.Create(ctx, uri, idReader(writerID(w, 0, 0), rowsPerAppend), table.WriteOptions{})
+	} else {
+		tb, err = table.Open(ctx, uri)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "writer %d: %v\n", w, err)
 		return 1

@@ -19,3 +19,7 @@ func WriteOrphan(ctx context.Context, uri string, data array.RecordReader) error
 	_, err = writeData(ctx, loc, data, WriteOptions{}.withDefaults())
 	return err
 }
+
+// SetCommitHook makes every commit in this process call fn at each of its
+// phases (see commitHook); nil removes it.
+func SetCommitHook(fn func(phase string)) { commitHook = fn }

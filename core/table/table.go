@@ -43,6 +43,7 @@
 //
 //	_versions/00000000000000000001.json   manifest of version 1 (JSON)
 //	_versions/00000000000000000002.json   …
+//	_versions/_croupier                   empty: written first by Create
 //	data/<uuid>.parquet                   immutable data files, never rewritten
 //	_tmp/                                 file:// only: temporary files of commits
 //
@@ -55,7 +56,10 @@
 // N+1 exactly one wins; the others re-read N+1, check their schema against it
 // again and try N+2. Data files are written before the manifest that names
 // them: a writer that dies leaves orphan data files, never a partial version.
-// Cleanup removes old versions and orphans.
+// Create writes the empty _versions/_croupier before any data, so that the
+// folder of a create that died before its commit opens as a croupier table
+// without versions (errcode.NotFound), not as a plain Parquet dataset of the
+// orphans. Cleanup removes old versions and orphans.
 //
 // Append requires data whose schema is exactly the table's after a round trip
 // through Parquet: same field names in the same order, same types, same

@@ -36,6 +36,7 @@ __all__ = [
     "allocated_bytes",
     "dataset_info",
     "dataset_open",
+    "goroutines",
     "init",
     "library_path",
     "stream_next",
@@ -115,6 +116,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_version": ([], ctypes.c_char_p),
     "croupier_init": ([ctypes.c_int64, ctypes.c_int64, _ERR], _INT),
     "croupier_allocated_bytes": ([], ctypes.c_int64),
+    "croupier_goroutines": ([], ctypes.c_int64),
     "croupier_string_free": ([ctypes.c_void_p], None),
     "croupier_release": ([_HANDLE, _ERR], _INT),
     "croupier_table_open": ([_STR, _STR, _HANDLE_OUT, _ERR], _INT),
@@ -248,10 +250,32 @@ def _json_out(name: str, handle: int) -> str:
     return _str_out(name, handle)
 
 
-def _handle_out(name: str, *args: Any) -> int:
-    out = ctypes.c_uint64()
-    _call(getattr(_lib(), name), *args, ctypes.byref(out))
-    return out.value
+def _handle_out(name: str, *args: Any) -> Handle:
+    """Call a function that makes a handle (``uint64_t* out``); returns its owner.
+
+    The Handle exists before the call and Go writes into it, so an exception
+    raised as the call returns (a signal handler's KeyboardInterrupt, delivered
+    while Go was working) cannot leak the new handle.
+    """
+    fn = getattr(_lib(), name)  # loaded first: a Handle records the loading process
+    handle = Handle()
+    _call(fn, *args, ctypes.byref(handle._cell))
+    return handle
+
+
+# void (*release)(struct ArrowArray*), and the same for struct ArrowSchema
+_RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _release_unimported(struct: ArrowArray | ArrowSchema) -> None:
+    """Release a C Data Interface struct that Go filled but Python did not import.
+
+    Importing moves a struct and leaves its ``release`` NULL; this is a no-op
+    then. Otherwise an exception raised between the call and the import (a
+    signal handler's KeyboardInterrupt) would leak the Arrow memory.
+    """
+    if struct.release:
+        _RELEASE(struct.release)(ctypes.addressof(struct))
 
 
 def _encode(value: str | dict[str, Any]) -> bytes:
@@ -262,10 +286,11 @@ def _encode(value: str | dict[str, Any]) -> bytes:
 # Handles
 
 
-def _release(handle: int, pid: int) -> None:
-    """Release a handle, unless this is a forked child (where Go must not be called)."""
-    if os.getpid() == pid:
-        _call(_lib().croupier_release, handle)
+def _release(cell: ctypes.c_uint64, pid: int) -> None:
+    """Release the handle in ``cell`` (if a call filled it), unless this is a
+    forked child (where Go must not be called)."""
+    if cell.value and os.getpid() == pid:
+        _call(_lib().croupier_release, cell.value)
 
 
 _C = TypeVar("_C", bound="Closeable")
@@ -292,22 +317,23 @@ class Closeable:
 class Handle:
     """Owns one Go handle and releases it exactly once.
 
-    Released by :meth:`close`, or by a :func:`weakref.finalize` fallback when the
-    owner is garbage-collected; in a forked child the release is skipped.
+    Made empty by :func:`_handle_out` and filled by the Go call. Released by
+    :meth:`close`, or by a :func:`weakref.finalize` fallback when the owner is
+    garbage-collected; in a forked child the release is skipped.
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "_value")
+    __slots__ = ("__weakref__", "_cell", "_finalizer")
 
-    def __init__(self, value: int) -> None:
-        self._value = value
-        self._finalizer = weakref.finalize(self, _release, value, _load_pid)
+    def __init__(self) -> None:
+        self._cell = ctypes.c_uint64(0)
+        self._finalizer = weakref.finalize(self, _release, self._cell, _load_pid)
 
     @property
     def value(self) -> int:
         """The raw handle; raises ClosedError once released."""
         if not self._finalizer.alive:
-            raise ClosedError(f"croupier handle {self._value} was already closed")
-        return self._value
+            raise ClosedError(f"croupier handle {self._cell.value} was already closed")
+        return self._cell.value
 
     @property
     def closed(self) -> bool:
@@ -363,12 +389,17 @@ def allocated_bytes() -> int:
     return int(_lib().croupier_allocated_bytes())
 
 
+def goroutines() -> int:
+    """Goroutines alive in the Go core now; with :func:`allocated_bytes`, for leak checks."""
+    return int(_lib().croupier_goroutines())
+
+
 # ---------------------------------------------------------------------------
 # Tables
 
 
-def table_open(uri: str, options: dict[str, Any] | None = None) -> int:
-    """Open and pin a table (options of ``croupier_table_open``); returns a raw handle."""
+def table_open(uri: str, options: dict[str, Any] | None = None) -> Handle:
+    """Open and pin a table (options of ``croupier_table_open``)."""
     return _handle_out("croupier_table_open", _encode(uri), _encode(options or {}))
 
 
@@ -378,8 +409,8 @@ def _export_stream(reader: pa.RecordBatchReader) -> ArrowArrayStream:
     return stream
 
 
-def table_create(uri: str, reader: pa.RecordBatchReader, options: dict[str, Any]) -> int:
-    """Create a croupier table from ``reader``; returns a raw handle of version 1."""
+def table_create(uri: str, reader: pa.RecordBatchReader, options: dict[str, Any]) -> Handle:
+    """Create a croupier table from ``reader``; returns the handle of version 1."""
     stream = _export_stream(reader)
     return _handle_out(
         "croupier_table_create", _encode(uri), ctypes.byref(stream), _encode(options)
@@ -420,8 +451,8 @@ def catalog_lookup(path: str, name: str) -> str:
     return _str_out("croupier_catalog_lookup", _encode(path), _encode(name))
 
 
-def table_open_pin(pin_json: str) -> int:
-    """Reopen exactly the version described by :func:`table_pin`; returns a raw handle."""
+def table_open_pin(pin_json: str) -> Handle:
+    """Reopen exactly the version described by :func:`table_pin`."""
     return _handle_out("croupier_table_open_pin", _encode(pin_json))
 
 
@@ -438,15 +469,18 @@ def table_info(table: int) -> dict[str, Any]:
 def table_schema(table: int) -> pa.Schema:
     """The Arrow schema of an open table."""
     schema = ArrowSchema()
-    _call(_lib().croupier_table_schema, table, ctypes.byref(schema))
-    return pa.Schema._import_from_c(ctypes.addressof(schema))
+    try:
+        _call(_lib().croupier_table_schema, table, ctypes.byref(schema))
+        return pa.Schema._import_from_c(ctypes.addressof(schema))
+    finally:
+        _release_unimported(schema)
 
 
 # ---------------------------------------------------------------------------
 # Datasets and streams
 
 
-def dataset_open(table: int, options: dict[str, Any]) -> int:
+def dataset_open(table: int, options: dict[str, Any]) -> Handle:
     """Open a dataset over a table with the options of ``croupier_dataset_open``."""
     return _handle_out("croupier_dataset_open", table, _encode(options))
 
@@ -456,7 +490,7 @@ def dataset_info(dataset: int) -> dict[str, Any]:
     return json.loads(_json_out("croupier_dataset_info", dataset))
 
 
-def stream_open(dataset: int, options: dict[str, Any]) -> int:
+def stream_open(dataset: int, options: dict[str, Any]) -> Handle:
     """Open a stream of one rank's batches (options of ``croupier_stream_open``)."""
     return _handle_out("croupier_stream_open", dataset, _encode(options))
 
@@ -464,17 +498,21 @@ def stream_open(dataset: int, options: dict[str, Any]) -> int:
 def stream_next(stream: int) -> tuple[int, pa.RecordBatch] | None:
     """The next ``(global step, record batch)`` of a stream, or None at its end."""
     array, schema, step = ArrowArray(), ArrowSchema(), ctypes.c_int64(-1)
-    _call(
-        _lib().croupier_stream_next,
-        stream,
-        ctypes.byref(array),
-        ctypes.byref(schema),
-        ctypes.byref(step),
-    )
-    if step.value < 0:
-        return None
-    batch = pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
-    return step.value, batch
+    try:
+        _call(
+            _lib().croupier_stream_next,
+            stream,
+            ctypes.byref(array),
+            ctypes.byref(schema),
+            ctypes.byref(step),
+        )
+        if step.value < 0:
+            return None
+        batch = pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
+        return step.value, batch
+    finally:
+        _release_unimported(array)
+        _release_unimported(schema)
 
 
 def stream_stats(stream: int) -> dict[str, int]:
@@ -482,7 +520,7 @@ def stream_stats(stream: int) -> dict[str, int]:
     return json.loads(_json_out("croupier_stream_stats", stream))
 
 
-def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) -> int:
+def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) -> Handle:
     """Open a dataset over split ``split`` of an open permutation."""
     return _handle_out("croupier_dataset_open_split", permutation, split, _encode(options))
 
@@ -496,7 +534,7 @@ def permutation_build(
     spec: dict[str, Any],
     uri: str,
     progress: Callable[[str, int, int], None] | None,
-) -> int:
+) -> Handle:
     """Build and persist a permutation; ``progress(phase, done, total)`` may be None."""
     callback = PROGRESS(0)
     if progress is not None:
@@ -508,8 +546,8 @@ def permutation_build(
     return _handle_out("croupier_permutation_build", table, _encode(spec), _encode(uri), callback)
 
 
-def permutation_open(uri: str) -> int:
-    """Open a persisted permutation; returns a raw handle."""
+def permutation_open(uri: str) -> Handle:
+    """Open a persisted permutation."""
     return _handle_out("croupier_permutation_open", _encode(uri))
 
 

@@ -155,7 +155,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._collate = collate
         if isinstance(source, Table):
             source._pin_json()  # cached now, so that copies in workers reopen this very version
-        self._go: _lib.Handle | None = _lib.Handle(self._open_go())
+        self._go: _lib.Handle | None = self._open_go()
         self._closed = False
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
         self._epoch = 0
@@ -171,8 +171,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
 
     # -- lifetime ------------------------------------------------------------------
 
-    def _open_go(self) -> int:
-        """Open the Go dataset over the source; returns the raw handle."""
+    def _open_go(self) -> _lib.Handle:
+        """Open the Go dataset over the source."""
         if isinstance(self._source, Permutation):
             perms = self._source.permutations
             return _lib.dataset_open_split(perms._handle(), self._source.index, self._options)
@@ -183,7 +183,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         if self._closed:
             raise ClosedError("the StreamingDataset is closed")
         if self._go is None:
-            self._go = _lib.Handle(self._open_go())
+            self._go = self._open_go()
         return self._go.value
 
     def close(self) -> None:
@@ -284,11 +284,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             # of the epoch: it continues into the next epoch, at the step the
             # in-order round robin reaches it (start + k - steps_per_epoch).
             epoch, start = epoch + 1, start - self.steps_per_epoch
-        stream = _lib.Handle(
-            _lib.stream_open(
-                self._handle(),
-                {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers},
-            )
+        stream = _lib.stream_open(
+            self._handle(),
+            {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers},
         )
         self._stream = stream
         try:
@@ -304,9 +302,12 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 self._worker_position = worker is not None
                 yield out
         finally:
-            self._stats = _lib.stream_stats(stream.value)
             self._stream = None
-            stream.close()
+            try:
+                if not stream.closed:  # a collected generator's handle may be gone
+                    self._stats = _lib.stream_stats(stream.value)
+            finally:
+                stream.close()
 
     def stats(self) -> dict[str, int]:
         """Counters of the iteration running in this process, or of the last one.

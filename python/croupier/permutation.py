@@ -207,7 +207,7 @@ class PermutationBuilder:
         finally:
             if bar:
                 bar[1]()
-        return Permutations._from_handle(_lib.Handle(handle))
+        return Permutations._from_handle(handle)
 
 
 def open_permutations(uri: str) -> Permutations:
@@ -218,7 +218,7 @@ def open_permutations(uri: str) -> Permutations:
         ChangedError: a file of the table version it was built over changed or
             vanished.
     """
-    return Permutations._from_handle(_lib.Handle(_lib.permutation_open(uri)))
+    return Permutations._from_handle(_lib.permutation_open(uri))
 
 
 class Permutations(_lib.Closeable):
@@ -256,7 +256,7 @@ class Permutations(_lib.Closeable):
             if self._closed:
                 raise ClosedError(f"permutation {self.uri} is closed")
             if self._go is None:
-                self._go = _lib.Handle(_lib.permutation_open(self.uri))
+                self._go = _lib.permutation_open(self.uri)
             return self._go.value
 
     @property

@@ -68,7 +68,7 @@ def create_table(
     """
     reader = _reader(data)
     handle = _lib.table_create(uri, reader, _write_options(row_group_rows, page_bytes, None))
-    return Table._from_handle(_lib.Handle(handle))
+    return Table._from_handle(handle)
 
 
 def open_table(uri: str, version: int | str | None = None, *, catalog: str | None = None) -> Table:
@@ -97,7 +97,7 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
     options: dict[str, Any] = _write_options(None, None, catalog)
     if isinstance(version, int) and not isinstance(version, bool):
         options["version"] = version
-    table = Table._from_handle(_lib.Handle(_lib.table_open(uri, options)))
+    table = Table._from_handle(_lib.table_open(uri, options))
     if isinstance(version, str) and version != table.version:
         table.close()
         raise InvalidArgumentError(
@@ -110,13 +110,16 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
 def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str, Any]:
     """Delete old versions of the croupier table at ``uri``, keeping the last ``keep_last``.
 
-    Only data files that no kept version references are deleted, and only when
-    older than ``grace`` seconds (default: a day), which protects the files of
-    appends in flight. Returns ``{"deleted_versions": [...], "deleted_files": [...]}``.
+    Versions younger than ``grace`` seconds (default: a day; 0: none) are kept
+    too, and only data files that no kept version references and that are
+    older than ``grace`` are deleted: this protects appends in flight, which
+    must take less than ``grace``. Returns
+    ``{"deleted_versions": [...], "deleted_files": [...]}``.
     """
     options: dict[str, Any] = {"keep_last": int(keep_last)}
     if grace is not None:
-        options["grace"] = int(grace * 1e9)  # Go's time.Duration: nanoseconds
+        # Go's time.Duration in nanoseconds, where 0 would mean the default
+        options["grace"] = max(int(grace * 1e9), 1)
     return _lib.table_cleanup(uri, options)
 
 
@@ -164,7 +167,7 @@ class Table(_lib.Closeable):
     @classmethod
     def _from_pin(cls, pin: str) -> Table:
         """Open exactly the version a pin (JSON text) describes."""
-        handle = _lib.Handle(_lib.table_open_pin(pin))
+        handle = _lib.table_open_pin(pin)
         self = cls.__new__(cls)
         self._setup(handle, pin=pin, info=_lib.table_info(handle.value))
         return self
@@ -198,7 +201,7 @@ class Table(_lib.Closeable):
                 raise ClosedError(f"table {self.uri} (version {self.version}) is closed")
             if self._handle_obj is None:
                 assert self._pin is not None
-                self._handle_obj = _lib.Handle(_lib.table_open_pin(self._pin))
+                self._handle_obj = _lib.table_open_pin(self._pin)
             return self._handle_obj.value
 
     # -- public API --------------------------------------------------------------

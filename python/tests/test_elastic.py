@@ -136,7 +136,7 @@ def worker_stream(
 ) -> Iterator[tuple[int, list[int]]]:
     """``(step, ids)`` of the Go stream worker ``worker`` of ``num_workers`` would read."""
     options = {"epoch": epoch, "start_step": start, "worker": worker, "num_workers": num_workers}
-    stream = _lib.Handle(_lib.stream_open(ds._handle(), options))
+    stream = _lib.stream_open(ds._handle(), options)
     try:
         while (item := _lib.stream_next(stream.value)) is not None:
             yield item[0], ids_of(item[1])

@@ -28,7 +28,7 @@ def test_fork_error_without_calling_go(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_release_twice_is_harmless(table_uri: str) -> None:
-    handle = _lib.Handle(_lib.table_open(table_uri))
+    handle = _lib.table_open(table_uri)
     handle.close()
     handle.close()
     assert handle.closed
@@ -37,8 +37,9 @@ def test_release_twice_is_harmless(table_uri: str) -> None:
 
 
 def test_closed_handle_in_go(table_uri: str) -> None:
-    raw = _lib.table_open(table_uri)
-    _lib.Handle(raw).close()
+    handle = _lib.table_open(table_uri)
+    raw = handle.value
+    handle.close()
     with pytest.raises(cr.ClosedError):
         _lib.table_info(raw)
 
