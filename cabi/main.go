@@ -174,7 +174,13 @@ func croupier_allocated_bytes() (n C.int64_t) {
 }
 
 //export croupier_goroutines
-func croupier_goroutines() C.int64_t { return C.int64_t(runtime.NumGoroutine()) }
+func croupier_goroutines() (n C.int64_t) {
+	guard(nil, func() error {
+		n = C.int64_t(runtime.NumGoroutine())
+		return nil
+	})
+	return n
+}
 
 //export croupier_string_free
 func croupier_string_free(s *C.char) { C.free(unsafe.Pointer(s)) }
