@@ -15,9 +15,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -64,20 +64,9 @@ func writeLM(b *testing.B, dir string, files, rowsPerFile int) int64 {
 		}
 		rec := rb.NewRecordBatch()
 		rb.Release()
-		out, err := os.Create(filepath.Join(dir, fmt.Sprintf("part-%03d.parquet", f)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(4096),
+		data := tabletest.EncodeRecord(b, rec, parquet.WithMaxRowGroupLength(4096),
 			parquet.WithCompression(compress.Codecs.Zstd), parquet.WithPageIndexEnabled(true))
-		w, err := pqarrow.NewFileWriter(schema, out, props, pqarrow.DefaultWriterProps())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := w.WriteBuffered(rec); err != nil {
-			b.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("part-%03d.parquet", f)), data, 0o644); err != nil {
 			b.Fatal(err)
 		}
 		rec.Release()

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/permutation"
 )
 
@@ -31,21 +32,6 @@ func persisted(t *testing.T) (dir, manifest, chunk string) {
 	id := p.ID()
 	p.Close()
 	return dir, filepath.Join(dir, "permutation.json"), filepath.Join(dir, id, "0", "00000000.ids")
-}
-
-func editManifest(t *testing.T, path string, edit func(m map[string]any)) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	edit(m)
-	b, _ = json.Marshal(m)
-	os.WriteFile(path, b, 0o644)
 }
 
 // readSplit opens the permutation at dir and reads all of split i.
@@ -83,7 +69,7 @@ func TestCorruptPermutationManifest(t *testing.T) {
 	orig, _ := os.ReadFile(manifest)
 	edit := func(f func(m map[string]any)) []byte {
 		os.WriteFile(manifest, orig, 0o644)
-		editManifest(t, manifest, f)
+		tabletest.EditJSON(t, manifest, f)
 		b, _ := os.ReadFile(manifest)
 		return b
 	}
@@ -125,14 +111,14 @@ func TestPermutationKeysStayInside(t *testing.T) {
 	for _, id := range []string{"..", "../" + filepath.Base(dir), "/etc", "s3://other-bucket/x", `..\x`, "%2e%2e", "",
 		"a/b", "6ba7b810-9dad-11d1-80b4-00c04fd430c8/../..", "{6BA7B810-9DAD-11D1-80B4-00C04FD430C8}"} {
 		os.WriteFile(manifest, orig, 0o644)
-		editManifest(t, manifest, func(m map[string]any) { m["id"] = id })
+		tabletest.EditJSON(t, manifest, func(m map[string]any) { m["id"] = id })
 		_, err := readSplit(dir, 0)
 		wantCorrupt(t, fmt.Sprintf("id %q", id), err, "permutation.json", "not a UUID")
 	}
 	for _, key := range []string{"../elsewhere/part-000.parquet", "/etc/passwd", "s3://other-bucket/part-000.parquet",
 		`..\part-000.parquet`, "%2e%2e/part-000.parquet", "a//part-000.parquet", "", "./part-000.parquet"} {
 		os.WriteFile(manifest, orig, 0o644)
-		editManifest(t, manifest, func(m map[string]any) {
+		tabletest.EditJSON(t, manifest, func(m map[string]any) {
 			m["table"].(map[string]any)["files"].([]any)[0].(map[string]any)["key"] = key
 		})
 		_, err := readSplit(dir, 0)
@@ -176,11 +162,11 @@ func TestCorruptChunks(t *testing.T) {
 	// Counts in the manifest that disagree with the chunks.
 	for _, n := range []int64{69, 71, 1 << 16, 1<<16 + 1} {
 		os.WriteFile(manifest, origManifest, 0o644)
-		editManifest(t, manifest, func(m map[string]any) { m["splits"].([]any)[0].(map[string]any)["num_rows"] = n })
+		tabletest.EditJSON(t, manifest, func(m map[string]any) { m["splits"].([]any)[0].(map[string]any)["num_rows"] = n })
 		_, err := readSplit(dir, 0)
 		wantCorrupt(t, fmt.Sprintf("num_rows %d", n), err, ".ids")
 	}
-	editManifest(t, manifest, func(m map[string]any) { m["id_width"] = 8 })
+	tabletest.EditJSON(t, manifest, func(m map[string]any) { m["id_width"] = 8 })
 	_, err := readSplit(dir, 0)
 	wantCorrupt(t, "id_width 8", err, "280 bytes", "8 bytes")
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
 // TestDecodeColumnMatchesPqarrow decodes random columns of every layout
@@ -55,19 +57,8 @@ func TestDecodeColumnMatchesPqarrow(t *testing.T) {
 			}
 			rec := b.NewRecordBatch()
 			defer rec.Release()
-			var buf bytes.Buffer
-			props := parquet.NewWriterProperties(append(tc.props, parquet.WithMaxRowGroupLength(300))...)
-			w, err := pqarrow.NewFileWriter(schema, &buf, props, pqarrow.DefaultWriterProps())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Write(rec); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			pf, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
+			data := tabletest.EncodeRecord(t, rec, append(tc.props, parquet.WithMaxRowGroupLength(300))...)
+			pf, err := file.NewParquetReader(bytes.NewReader(data))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,14 +121,7 @@ func TestFastColumnDeclines(t *testing.T) {
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(schema, &buf, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(rec)
-	w.Close()
-	pf, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
+	pf, err := file.NewParquetReader(bytes.NewReader(tabletest.EncodeRecord(t, rec)))
 	if err != nil {
 		t.Fatal(err)
 	}

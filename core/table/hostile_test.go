@@ -55,32 +55,12 @@ func croupierTable(t *testing.T, n int64) (dir, uri, manifest string) {
 	return dir, uri, filepath.Join(dir, "tbl", "_versions", "00000000000000000001.json")
 }
 
-// editJSON rewrites the JSON object in file with edit.
-func editJSON(t *testing.T, file string, edit func(m map[string]any)) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	edit(m)
-	if b, err = json.Marshal(m); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestManifestKeysStayInTable(t *testing.T) {
 	_, uri, manifest := croupierTable(t, 25)
 	orig, _ := os.ReadFile(manifest)
 	for _, key := range escapes {
 		os.WriteFile(manifest, orig, 0o644)
-		editJSON(t, manifest, func(m map[string]any) {
+		tabletest.EditJSON(t, manifest, func(m map[string]any) {
 			m["files"].([]any)[0].(map[string]any)["key"] = key
 		})
 		_, err := table.Open(context.Background(), uri)
@@ -188,7 +168,7 @@ func TestCorruptManifest(t *testing.T) {
 	orig, _ := os.ReadFile(manifest)
 	edit := func(f func(m map[string]any)) []byte {
 		os.WriteFile(manifest, orig, 0o644)
-		editJSON(t, manifest, f)
+		tabletest.EditJSON(t, manifest, f)
 		b, _ := os.ReadFile(manifest)
 		return b
 	}

@@ -1,7 +1,6 @@
 package table_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -12,10 +11,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
 // benchRecord builds n rows shaped like RL rollouts: an id, 16–48 token ids,
@@ -56,26 +55,15 @@ func BenchmarkRandomRows(b *testing.B) {
 	for _, rg := range []int64{4 << 10, 16 << 10, 64 << 10, 256 << 10} {
 		for _, page := range []int64{8 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("rowgroup=%d/page=%d", rg, page), func(b *testing.B) {
-				var buf bytes.Buffer
-				props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(rg),
+				data := tabletest.EncodeRecord(b, rec, parquet.WithMaxRowGroupLength(rg),
 					parquet.WithDataPageSize(page), parquet.WithPageIndexEnabled(true),
 					parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDictionaryDefault(false))
-				w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.DefaultWriterProps())
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := w.WriteBuffered(rec); err != nil {
-					b.Fatal(err)
-				}
-				if err := w.Close(); err != nil {
-					b.Fatal(err)
-				}
 				name := fmt.Sprintf("mem://layoutbench/rg%d-p%d/f.parquet", rg, page)
 				loc, err := store.Open(ctx, name)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := loc.Bucket.WriteAll(ctx, loc.Key, buf.Bytes(), nil); err != nil {
+				if err := loc.Bucket.WriteAll(ctx, loc.Key, data, nil); err != nil {
 					b.Fatal(err)
 				}
 				tb, err := table.Open(ctx, name)
@@ -101,7 +89,7 @@ func BenchmarkRandomRows(b *testing.B) {
 					out.Release()
 					r.Close()
 				}
-				b.ReportMetric(float64(buf.Len())/(1<<20), "MiB")
+				b.ReportMetric(float64(len(data))/(1<<20), "MiB")
 			})
 		}
 	}

@@ -3,6 +3,7 @@ package tabletest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -72,10 +73,16 @@ func Encode(t testing.TB, start, n, rowGroup int64) []byte {
 	t.Helper()
 	rec := Record(start, n)
 	defer rec.Release()
-	var buf bytes.Buffer
-	props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(rowGroup),
+	return EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(rowGroup),
 		parquet.WithDataPageSize(4<<10), parquet.WithPageIndexEnabled(true))
-	w, err := pqarrow.NewFileWriter(Schema, &buf, props, pqarrow.DefaultWriterProps())
+}
+
+// EncodeRecord returns rec as a Parquet file written with the given writer
+// properties.
+func EncodeRecord(t testing.TB, rec arrow.RecordBatch, props ...parquet.WriterProperty) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, parquet.NewWriterProperties(props...), pqarrow.DefaultWriterProps())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +93,27 @@ func Encode(t testing.TB, start, n, rowGroup int64) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// EditJSON rewrites the JSON object in file with edit: for tests that damage
+// manifests.
+func EditJSON(t testing.TB, file string, edit func(m map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Write writes len(sizes) files part-000.parquet, … into dir; file i holds
