@@ -18,7 +18,10 @@
 package latency
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -59,6 +62,14 @@ func Start(target string) (*Proxy, error) {
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 1024,
 		IdleConnTimeout:     90 * time.Second,
+	}
+	// A reader that stops early cancels requests in flight; that is not an
+	// error of the store, and the default handler would log each one.
+	p.rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if !errors.Is(err, context.Canceled) {
+			log.Printf("latency proxy: %s %s: %v", r.Method, r.URL.Path, err)
+		}
+		w.WriteHeader(http.StatusBadGateway)
 	}
 	p.srv = httptest.NewServer(p)
 	return p, nil
