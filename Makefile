@@ -57,7 +57,16 @@ lint: dev
 clean:
 	rm -rf build $(LIB) python/croupier/libcroupier.h
 
-bench: dev
-	$(PY) bench/loader_throughput.py
-	$(PY) bench/permutation_build.py
-	go run ./bench/commits
+# The benchmark harness (bench/run.py): object store, loader and peers,
+# permutation build, commits. Its peers' libraries and matplotlib are installed
+# here only; `make test` and CI never need them. BENCH_FLAGS=--quick is a smoke
+# run of about a minute that leaves bench/RESULTS.md alone.
+BENCH_FLAGS ?=
+
+.venv/.bench: .venv/.requirements bench/requirements.txt bench/requirements-nodeps.txt
+	$(PY) -m pip install --quiet -c requirements-dev.txt -r bench/requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r bench/requirements-nodeps.txt
+	touch $@
+
+bench: dev .venv/.bench
+	$(PY) bench/run.py $(BENCH_FLAGS)

@@ -1,176 +1,557 @@
-"""Loader throughput: croupier against pyarrow's sequential reader, same data, same run.
+"""Loader throughput: croupier and its peers on the same rows, in the same run.
 
-The baseline is the sequential limit: ``pyarrow.parquet.ParquetFile.iter_batches``
-over the same files, each batch converted to torch by the same conversion code
-croupier uses, so the ratio isolates reading, decoding and dealing.
+For each workload (``bench/workloads.py``: pretokenized LM rows, RL rollouts
+read 3 of 31 columns, small scalar rows) the harness runs, each in a fresh
+process:
 
-croupier runs over four orders of the same table:
+- the baseline, pyarrow ``ParquetFile.iter_batches`` → torch: the sequential
+  limit of the Parquet files, and the denominator of every ratio;
+- croupier (``croupier.DataLoader`` over a ``StreamingDataset``) in four orders
+  built with ``PermutationBuilder``: sequential (the table's own order, one
+  stream), clumped (``shuffle(seed, clump_size=C)``), window
+  (``shuffle(seed, window=row group)``) and full (``shuffle(seed)``), on local
+  files with ``num_workers=0``; the full shuffle with each other
+  ``--workers`` count; sequential and full over the local S3-compatible server
+  with no added latency and with ``--s3-latency`` ms before each request's
+  first byte;
+- the peers (``bench/readers.py``), on local files with ``num_workers=0``:
+  LanceDB's ``StreamingDataset`` in the orders croupier has that it offers
+  (sequential, clumped, full), and the others in the order each offers for
+  training: a map-style torch ``Dataset`` over a pyarrow table with
+  ``RandomSampler``, HF ``datasets`` streaming with its shuffle buffer, Lance
+  (``LanceDataset`` with a randomized batch sampler, and ``take`` with
+  ``RandomSampler``), MosaicML ``StreamingDataset`` (py1e). A peer whose
+  library is not installed is listed as skipped.
 
-- the identity with ``num_splits=1``: one stream, every step reads consecutive
-  rows (sequential);
-- the identity with ``num_splits=G``: the default, every step takes one row from
-  each of G streams spread over the table (strided);
-- a full shuffle (a permutation built with ``.shuffle(seed)``);
-- a window shuffle (``.shuffle(seed, window=row_group)``): windows of one row
-  group's worth of rows permuted, and the rows inside each window permuted.
+Each reader is read once from the start of an epoch for up to ``--seconds``
+(the whole epoch when it is done sooner), then once more from 90 % of the
+epoch through its own resume mechanism, where it has one. The figures:
+samples/s and MB/s after the first batch, bytes read ÷ bytes of the projected
+columns delivered, peak resident memory of the process tree, time to the first
+batch, time to the first batch after a resume, and the order's randomness: the
+correlation of position with row id and the distinct row groups a batch holds.
 
-Next to speed, each order's randomness: the Spearman correlation between a row's
-position in the epoch and its row id (0 for a well mixed order, 1 for sequential),
-and the number of distinct row groups a global step touches (the I/O it causes).
-
-Run: ``make bench`` (or ``.venv/bin/python bench/loader_throughput.py --help``).
-Results are printed as a table and written to ``bench/RESULTS.md``.
+Data (and its Lance and MDS conversions) is written once into ``--cache`` and
+reused. Results are printed, written to the "Loader throughput" section of
+``--out`` and plotted under ``--plots``. ``make bench`` runs this through
+``bench/run.py``; ``--help`` lists the knobs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import platform
-import resource
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterable
+import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+import measure
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from results import update_section
+import readers
+import results
+import workloads
 
-import croupier as cr
-from croupier.formats import convert
+ROOT = Path(__file__).resolve().parents[1]
+ORDERS = ("sequential", "clumped", "window", "full")
+ORDER_LABELS = {
+    "sequential": "sequential",
+    "clumped": "clumped shuffle",
+    "window": "window shuffle",
+    "full": "full shuffle",
+    "batch": "batch order shuffle",
+    "buffer": f"shuffle buffer {readers.HF_SHUFFLE_BUFFER:,}",
+    "py1e": "py1e shuffle",
+}
+PEERS = ("lancedb", "torch-map", "hf", "lance-batch", "lance-take", "mosaic")
 
 
-def write_table(folder: Path, rows: int, files: int, row_group: int, seed: int) -> int:
-    """Write pretokenized LM rows (id, tokens list<int32> of 256-1024) as Parquet."""
-    rng = np.random.default_rng(seed)
-    per_file = rows // files
-    nbytes = 0
-    for f in range(files):
-        lengths = rng.integers(256, 1024, per_file)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
-        tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-        ids = pa.array(np.arange(f * per_file, (f + 1) * per_file, dtype=np.int64))
-        table = pa.table({"id": ids, "tokens": tokens})
-        nbytes += table.nbytes
-        pq.write_table(
-            table,
-            folder / f"part-{f:03d}.parquet",
-            row_group_size=row_group,
-            compression="zstd",
-            write_page_index=True,
+@dataclass(frozen=True)
+class Run:
+    """One reader on one workload, storage and worker count."""
+
+    workload: str
+    kind: str
+    order: str
+    storage: str = "local"  # local, s3 or s3+<ms>ms
+    workers: int = 0
+
+    @property
+    def reader_kind(self) -> readers.ReaderKind:
+        """What :mod:`readers` knows of the reader."""
+        return readers.KINDS[self.kind]
+
+    @property
+    def delay_ms(self) -> float:
+        """The S3 proxy's delay before each request's first byte."""
+        if not self.storage.startswith("s3+"):
+            return 0.0
+        return float(self.storage.removeprefix("s3+").removesuffix("ms"))
+
+    def short(self) -> str:
+        """A few words for plots: reader, order, storage, workers."""
+        words = [self.kind, self.order]
+        words += [self.storage] if self.storage != "local" else []
+        words += [f"{self.workers}w"] if self.workers else []
+        return " ".join(words)
+
+    def label(self) -> str:
+        parts = [self.reader_kind.label]
+        if self.storage != "local":
+            parts.append("S3" if self.storage == "s3" else f"S3 +{self.delay_ms:g} ms")
+        if self.workers:
+            parts.append(f"{self.workers} workers")
+        return ", ".join(parts) + (" (baseline)" if self.kind == "pyarrow" else "")
+
+
+def matrix(args: argparse.Namespace) -> list[Run]:
+    """The runs the arguments select, baseline first for each workload."""
+    kinds = args.readers
+    runs: list[Run] = []
+    for w in args.workloads:
+        if "pyarrow" in kinds:
+            runs.append(Run(w, "pyarrow", "sequential"))
+        if "croupier" in kinds:
+            runs += [Run(w, "croupier", o) for o in args.orders]
+            runs += [Run(w, "croupier", "full", workers=n) for n in args.workers if n]
+            for s in args.storage:
+                runs += [
+                    Run(w, "croupier", o, s) for o in ("sequential", "full") if o in args.orders
+                ]
+        for k in PEERS:
+            if k in kinds:
+                orders = readers.KINDS[k].orders
+                runs += [Run(w, k, o) for o in orders if o in args.orders or o not in ORDERS]
+    return runs
+
+
+# -- the measuring process ---------------------------------------------------------
+
+
+def child(payload: dict[str, Any]) -> None:
+    """Build one reader, measure a pass and a resume, write the figures as JSON."""
+    spec = readers.Spec(**payload["spec"])
+    data = workloads.Data(workloads.WORKLOADS[spec.workload], Path(spec.data_folder), spec.rows)
+    if payload["proxy"]:
+        bytes_read = measure.proxy_bytes_read(payload["proxy"])
+    else:
+        bytes_read = measure.local_bytes_read
+    out: dict[str, Any] = {}
+    try:
+        reader = readers.build(spec)
+        readers.warm_up()
+        m, ids = measure.measure(
+            reader.make,
+            row_bytes=data.row_bytes(),
+            row_group_rows=data.workload.row_group_rows,
+            bytes_read=bytes_read,
+            seconds=payload["seconds"],
         )
-    return nbytes
+        out.update(m.as_dict(), steps=reader.steps)
+        if reader.resume is not None and not spec.workers:
+            step = int(reader.steps * 0.9)
+            resume = reader.resume
+            out["resume_s"], resumed = measure.first_batch(lambda: resume(step))
+            # where the pass got that far, the resumed batch must be its batch `step`
+            if len(ids) > step:
+                out["resume_exact"] = bool(np.array_equal(ids[step], resumed))
+    except Exception:
+        out["error"] = traceback.format_exc()
+    Path(payload["result"]).write_text(json.dumps(out))
 
 
-def mixing(ids: list[np.ndarray], row_group: int) -> tuple[str, str]:
-    """Of the batches as dealt: the correlation of a sample's position in the epoch
-    with its row id, and the mean number of distinct row groups a batch touches."""
-    order = np.concatenate(ids).astype(np.float64)
-    rho = np.corrcoef(np.arange(len(order)), order)[0, 1]
-    touched = np.mean([len(np.unique(b // row_group)) for b in ids])
-    return f"{rho:+.3f}", f"{touched:.1f}"
+def run_child(spec: readers.Spec, seconds: float, proxy: str | None) -> dict[str, Any]:
+    """Measure ``spec`` in a fresh process; add the peak RSS of its process tree."""
+    with tempfile.TemporaryDirectory(prefix="croupier-bench-") as tmp:
+        result = Path(tmp) / "result.json"
+        workers = Path(tmp) / "workers"
+        workers.mkdir()
+        payload = {"spec": asdict(spec), "seconds": seconds, "proxy": proxy, "result": str(result)}
+        env = {**os.environ, measure.WORKER_IO_ENV: str(workers)}
+        cmd = [sys.executable, __file__, "--child", json.dumps(payload)]
+        log = Path(tmp) / "stderr"
+        with log.open("wb") as stderr:  # a file, not a pipe nobody reads until the end
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+            peak = 0
+            while proc.poll() is None:
+                peak = max(peak, measure.tree_rss(proc.pid))
+                time.sleep(0.05)
+        if not result.exists():
+            tail = log.read_text(errors="replace")[-2000:]
+            return {"error": f"exit status {proc.returncode}: {tail}"}
+        out = json.loads(result.read_text())
+        out["peak_rss"] = peak
+        return out
 
 
-def measure(batches: Iterable[dict]) -> tuple[float, int, float, list[np.ndarray]]:
-    """Consume batches; return (samples/s, samples, seconds to the first batch, ids)."""
-    start = time.perf_counter()
-    first = None
-    ids = []
-    for b in batches:
-        if first is None:
-            first = time.perf_counter() - start
-        ids.append(b["id"].numpy())
-    n = sum(len(i) for i in ids)
-    return n / (time.perf_counter() - start), n, first or 0.0, ids
+# -- setting up the data and the stores ----------------------------------------------
 
 
-def main() -> None:
+@dataclass
+class S3Server:
+    """The local S3-compatible server behind the latency proxy (``bench/s3serve``)."""
+
+    proc: subprocess.Popen[str]
+    proxy: str
+    uris: dict[str, str]
+
+    @classmethod
+    def start(cls, build_dir: Path, folders: dict[str, Path]) -> S3Server:
+        binary = build_dir / "s3serve"
+        subprocess.run(["go", "build", "-o", str(binary), "./bench/s3serve"], cwd=ROOT, check=True)
+        args = [f"{name}={folder}" for name, folder in folders.items()]
+        proc = subprocess.Popen(
+            [str(binary), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait()
+            raise RuntimeError(f"bench/s3serve exited with status {proc.returncode}")
+        info = json.loads(line)
+        return cls(proc, info["proxy"], info["uris"])
+
+    def close(self) -> None:
+        """Closing its standard input stops the server."""
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def build_permutations(
+    table_uri: str, row_group: int, folder: Path, args: argparse.Namespace
+) -> dict[str, str]:
+    """Persist the permutation of each shuffled order of a table; returns their URIs."""
+    import croupier as cr
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    table = cr.open_table(table_uri)
+    uris = {}
+    for order in args.orders:
+        if order == "sequential":
+            continue  # the table itself
+        b = cr.PermutationBuilder(table)
+        if order == "clumped":
+            b.shuffle(seed=args.seed, clump_size=args.clump)
+        elif order == "window":
+            b.shuffle(seed=args.seed, window=row_group)
+        else:
+            b.shuffle(seed=args.seed)
+        uri = "file://" + str(folder / order)
+        b.persist(uri, progress=False).close()
+        uris[order] = uri
+    table.close()
+    return uris
+
+
+# -- report ----------------------------------------------------------------------
+
+
+def fmt(value: float | None, pattern: str) -> str:
+    return "—" if value is None else format(value, pattern)
+
+
+def row_figures(r: dict[str, Any], base: float | None) -> dict[str, str]:
+    """The table cells of one result."""
+    if "note" in r:
+        return {"note": r["note"]}
+    delivered = r["delivered_bytes"]
+    mb_s = r["samples_per_s"] * delivered / r["samples"] / 1e6 if r["samples"] else 0
+    return {
+        "samples/s": fmt(r["samples_per_s"], ",.0f"),
+        "vs baseline": fmt(r["samples_per_s"] / base if base else None, ".2f"),
+        "MB/s": fmt(mb_s, ",.0f"),
+        "read ÷ delivered": fmt(r["read_bytes"] / delivered if delivered else None, ".2f"),
+        "peak RSS (MiB)": fmt(r["peak_rss"] / 2**20, ",.0f"),
+        "first batch (ms)": fmt(r["first_batch_s"] * 1e3, ",.0f"),
+        "resume at 90 % (ms)": fmt(r["resume_s"] * 1e3 if "resume_s" in r else None, ",.0f")
+        + (" (wrong batch)" if r.get("resume_exact") is False else ""),
+        "position~id": fmt(r["position_corr"], "+.3f"),
+        "row groups / batch": fmt(r["row_groups_per_batch"], ".1f"),
+        "epoch read": f"{r['samples'] / r['rows']:.0%}",
+    }
+
+
+COLUMNS = [
+    "samples/s",
+    "vs baseline",
+    "MB/s",
+    "read ÷ delivered",
+    "peak RSS (MiB)",
+    "first batch (ms)",
+    "resume at 90 % (ms)",
+    "position~id",
+    "row groups / batch",
+    "epoch read",
+]
+
+
+def table_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A markdown table of one workload's results."""
+    base = next(
+        (r["samples_per_s"] for r in rows if r["kind"] == "pyarrow" and "note" not in r), None
+    )
+    lines = [
+        "| reader | order | " + " | ".join(COLUMNS) + " |",
+        "|---|---|" + "---:|" * len(COLUMNS),
+    ]
+    for r in rows:
+        cells = row_figures(r, base)
+        head = f"| {r['label']} | {ORDER_LABELS.get(r['order'], r['order'])} |"
+        if "note" in cells:
+            lines.append(head + f" {cells['note']} |" + " |" * (len(COLUMNS) - 1))
+        else:
+            lines.append(head + "".join(f" {cells[c]} |" for c in COLUMNS))
+    return lines
+
+
+def setup_lines(
+    args: argparse.Namespace, datas: dict[str, workloads.Data], load: tuple[float, float]
+) -> list[str]:
+    """The setup paragraph of the section: data, sizes, machine, versions, command."""
+    lines = [f"Generated by `{args.command}`, run on {results.machine(load)}", ""]
+    lines.append(
+        "Versions: "
+        + results.versions(
+            ["torch", "pyarrow", "numpy", "datasets", "pylance", "mosaicml-streaming"]
+        )
+        + "."
+    )
+    lines.append("")
+    for name, d in datas.items():
+        w, m = d.workload, d.meta
+        mib = {
+            k: f"{m[k] / 2**20:,.0f} MiB"
+            for k in ("arrow_bytes", "projected_bytes", "parquet_bytes")
+        }
+        lines.append(
+            f"- **{name}**: {w.description}. {m['rows']:,} rows, {mib['arrow_bytes']} in Arrow"
+            f" ({mib['projected_bytes']} projected), {mib['parquet_bytes']} in {w.files} zstd"
+            f" Parquet files with row groups of {w.row_group_rows:,} rows and a page index;"
+            f" global batch {w.batch:,}."
+        )
+    lines += [
+        "",
+        "Method: each reader runs in a fresh process and reads from the start of the epoch for"
+        f' up to {args.seconds:g} s ("epoch read" says how much); samples/s and MB/s count the'
+        ' batches after the first. "read ÷ delivered" is the bytes read (local files: `rchar`'
+        " of `/proc/<pid>/io` of the process and its DataLoader workers, less the workers'"
+        " start-up; S3: the body bytes the proxy served) over the Arrow bytes of the projected"
+        " columns delivered. Peak RSS is summed over the process tree, torch and the libraries"
+        ' included. "resume" is the time from building the reader to its first batch when it'
+        " starts at 90 % of the epoch through its own resume mechanism (— where it has none;"
+        ' measured with `num_workers=0`: workers add the start-up their "first batch" shows).'
+        ' "position~id" is the Pearson correlation of a sample\'s position in the pass with its'
+        ' row id (1: the stored order, 0: no trace of it); "row groups / batch" counts the'
+        " distinct row groups of the Parquet layout (id // row group rows) a batch holds.",
+        "",
+        f"Orders: croupier sequential is the table's order with `num_splits=1`; the shuffles are"
+        f" persisted permutations read with `num_splits={args.num_splits}`: clumped"
+        f" `shuffle(seed, clump_size={args.clump})`, window `shuffle(seed, window=<row group"
+        " rows>)`, full `shuffle(seed)`. Peers on local files with `num_workers=0` in their own"
+        " training order: the map-style torch `Dataset` holds the projected columns in memory"
+        " (`pq.read_table`) and takes each batch of a `RandomSampler`; HF `datasets` streams the"
+        f" same Parquet files with `.shuffle(seed, buffer_size={readers.HF_SHUFFLE_BUFFER})`;"
+        " LanceDB's `StreamingDataset` and `StreamingDataLoader` read a Lance conversion of the"
+        " same rows with the same `num_splits`, in order (`shuffle=False`), clumped"
+        f" (`shuffle_clump_size={args.clump}`) and shuffled (`shuffle=True`), its per-row items"
+        " being references into the Arrow batches that the collate function gathers with one"
+        " `take`;"
+        " Lance reads that conversion (default `lance.write_dataset` settings) with"
+        " `LanceDataset` and `ShardedBatchSampler(randomize=True)` (consecutive rows, batches in"
+        " random order), or with `take` of `RandomSampler` batches; MosaicML `StreamingDataset`"
+        " reads an MDS conversion (uncompressed, default shard size) with `shuffle=True`"
+        " (py1e). Conversions are made once and cached, outside the timed part. S3: the"
+        " local S3-compatible server (`core/store/s3test`, in memory) behind `bench/s3serve`'s"
+        f" proxy, with 0 and {args.s3_latency:g} ms before each request's first byte.",
+    ]
+    return lines
+
+
+def report(
+    args: argparse.Namespace,
+    datas: dict[str, workloads.Data],
+    results_: list[dict[str, Any]],
+    load: tuple[float, float],
+) -> list[str]:
+    lines = setup_lines(args, datas, load)
+    for name in datas:
+        lines += ["", f"### {name}", ""]
+        lines += table_lines([r for r in results_ if r["workload"] == name])
+    return lines
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--rows", type=int, default=80_000)
-    ap.add_argument("--files", type=int, default=4)
-    ap.add_argument("--row-group", type=int, default=4096)
-    ap.add_argument("--batch", type=int, default=64, help="global batch size G")
+    csv = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    ap.add_argument("--workloads", type=csv, default=list(workloads.WORKLOADS))
     ap.add_argument(
-        "--data", type=Path, default=None, help="folder for the table (default: a temp dir)"
+        "--readers", type=csv, default=list(readers.KINDS), help="of: " + ", ".join(readers.KINDS)
     )
+    ap.add_argument("--orders", type=csv, default=list(ORDERS), help="croupier orders")
+    ap.add_argument(
+        "--workers",
+        type=lambda s: [int(x) for x in csv(s)],
+        default=[0, 2],
+        help="croupier num_workers (the full shuffle runs with each)",
+    )
+    ap.add_argument(
+        "--storage",
+        type=csv,
+        default=["s3", "s3+latency"],
+        help="S3 storages for croupier (s3, s3+latency); local files always",
+    )
+    ap.add_argument("--s3-latency", type=float, default=50, help="ms before each S3 request")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every workload's rows")
+    ap.add_argument("--seconds", type=float, default=5.0, help="longest pass of one reader")
+    ap.add_argument("--num-splits", type=int, default=8)
+    ap.add_argument("--clump", type=int, default=64, help="rows per clump of the clumped order")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cache", type=Path, default=ROOT / "build" / "bench")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
-    args = ap.parse_args()
+    ap.add_argument("--plots", type=Path, default=Path(__file__).with_name("plots"))
+    ap.add_argument("--command", default="make bench", help=argparse.SUPPRESS)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    for name, given, known in (
+        ("workloads", args.workloads, workloads.WORKLOADS),
+        ("readers", args.readers, readers.KINDS),
+        ("orders", args.orders, ORDERS),
+    ):
+        if unknown := set(given) - set(known):
+            ap.error(f"unknown {name}: {', '.join(sorted(unknown))}")
+    args.storage = [f"s3+{args.s3_latency:g}ms" if s == "s3+latency" else s for s in args.storage]
+    return args
 
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = args.data or Path(tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        nbytes = write_table(folder, args.rows, args.files, args.row_group, seed=1)
-        uri = "file://" + str(folder.resolve())
-        g = args.batch
 
-        def baseline() -> Iterable[object]:
-            for path in sorted(folder.glob("*.parquet")):
-                for rb in pq.ParquetFile(path).iter_batches(batch_size=g, columns=["id", "tokens"]):
-                    yield convert(rb, "torch")
+def prepare(args: argparse.Namespace, runs: list[Run]) -> dict[str, workloads.Data]:
+    """Write (or find in the cache) each workload's data and the conversions it needs."""
+    datas = {}
+    for name in args.workloads:
+        w = workloads.WORKLOADS[name]
+        d = workloads.prepare(w, int(w.rows * args.scale), args.cache / "data", args.seed)
+        kinds = {r.kind for r in runs if r.workload == name and not readers.missing(r.reader_kind)}
+        if kinds & {"lancedb", "lance-batch", "lance-take"}:
+            workloads.to_lance(d)
+        if "mosaic" in kinds:
+            workloads.to_mds(d)
+        datas[name] = d
+    return datas
 
-        table = cr.open_table(uri)
-        full = cr.PermutationBuilder(table).shuffle(seed=1).persist(f"{uri}/_perm_full", False)
-        window = (
-            cr.PermutationBuilder(table)
-            .shuffle(seed=1, window=args.row_group)
-            .persist(f"{uri}/_perm_window", False)
-        )
 
-        def croupier_run(source: cr.Table | cr.Permutation, splits: int) -> Iterable[object]:
-            ds = cr.StreamingDataset(
-                source, global_batch_size=g, num_splits=splits, columns=["id", "tokens"]
-            )
-            return iter(ds)
+def progress(res: dict[str, Any]) -> str:
+    """One line about a finished run."""
+    order = ORDER_LABELS.get(res["order"], res["order"])
+    head = f"{res['workload']:7s} {res['label']:45s} {order:20s}"
+    if "note" in res:
+        return f"{head} {res['note']}"
+    return (
+        f"{head} {res['samples_per_s']:10,.0f} samples/s  first batch"
+        f" {res['first_batch_s'] * 1e3:6.0f} ms  read/delivered"
+        f" {res['read_bytes'] / max(res['delivered_bytes'], 1):5.2f}  ({res['wall_s']:.0f} s)"
+    )
 
-        w = f"window {args.row_group:,}"
-        runs = [
-            ("pyarrow iter_batches → torch (baseline)", baseline),
-            ("croupier, identity, num_splits=1 (sequential)", lambda: croupier_run(table, 1)),
-            (f"croupier, identity, num_splits={g} (strided)", lambda: croupier_run(table, g)),
-            (f"croupier, full shuffle, num_splits={g}", lambda: croupier_run(full[0], g)),
-            (f"croupier, {w} shuffle, num_splits={g}", lambda: croupier_run(window[0], g)),
-            (f"croupier, {w} shuffle, num_splits=8", lambda: croupier_run(window[0], 8)),
-        ]
-        results = []
-        for name, make in runs:
-            measure(make())  # warm the page cache and imports
-            rate, n, first, ids = measure(make())
-            quality = mixing(ids, args.row_group)
-            results.append((name, rate, n, first, *quality))
-            print(
-                f"{name:50s} {rate:12,.0f} samples/s  {n:8d} samples"
-                f"  first batch {first * 1e3:7.1f} ms  {quality[0]} {quality[1]}"
-            )
 
-    base = results[0][1]
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    lines = [
-        "Generated by `make bench` (`bench/loader_throughput.py`).",
-        "One run, the same data for every row.",
+def run_all(
+    args: argparse.Namespace, runs: list[Run], datas: dict[str, workloads.Data]
+) -> list[dict[str, Any]]:
+    """Measure every run; a reader whose library is missing is noted as skipped."""
+    server = None
+    if any(r.storage != "local" for r in runs):
+        server = S3Server.start(args.cache / "bin", {n: d.parquet for n, d in datas.items()})
+    out: list[dict[str, Any]] = []
+    try:
+        # The permutations of every croupier order, per table (local and S3).
+        perms: dict[tuple[str, bool], dict[str, str]] = {}
+        for r in runs:
+            key = (r.workload, r.storage != "local")
+            if r.kind == "croupier" and key not in perms:
+                uri = "file://" + str(datas[r.workload].parquet)
+                if server and key[1]:
+                    uri = server.uris[r.workload]
+                folder = args.cache / "perms" / f"{r.workload}-{'s3' if key[1] else 'local'}"
+                rg = datas[r.workload].workload.row_group_rows
+                perms[key] = {"table": uri, **build_permutations(uri, rg, folder, args)}
+        for r in runs:
+            res: dict[str, Any] = {
+                **asdict(r),
+                "label": r.label(),
+                "short": r.short(),
+                "rows": datas[r.workload].rows,
+            }
+            if why := readers.missing(r.reader_kind):
+                res["note"] = f"skipped: {why}"
+            else:
+                uris = perms.get((r.workload, r.storage != "local"), {})
+                spec = readers.Spec(
+                    kind=r.kind,
+                    order=r.order,
+                    data_folder=str(datas[r.workload].folder),
+                    workload=r.workload,
+                    rows=datas[r.workload].rows,
+                    table_uri=uris.get("table", ""),
+                    perm_uri=uris.get(r.order),
+                    num_splits=1 if r.order == "sequential" else args.num_splits,
+                    clump=args.clump,
+                    workers=r.workers,
+                    seed=args.seed,
+                )
+                proxy = None
+                if server and r.storage != "local":
+                    proxy = server.proxy
+                    measure.set_proxy_delay(proxy, r.delay_ms)
+                started = time.perf_counter()
+                res.update(run_child(spec, args.seconds, proxy))
+                res["wall_s"] = time.perf_counter() - started
+                if "error" in res:
+                    res["note"] = "failed: " + res.pop("error").strip().splitlines()[-1]
+            out.append(res)
+            print(progress(res), flush=True)
+    finally:
+        if server:
+            server.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns 1 when a reader failed, else 0."""
+    args = parse_args(argv)
+    if args.child:
+        child(json.loads(args.child))
+        return 0
+    load = os.getloadavg()[0]
+    runs = matrix(args)
+    datas = prepare(args, runs)
+    out = run_all(args, runs, datas)
+    lines = report(args, datas, out, (load, os.getloadavg()[0]))
+    lines += [
         "",
-        f"Setup: {args.rows:,} rows of pretokenized LM data"
-        " (id int64, tokens list<int32> of 256-1024),"
-        f" {nbytes / 2**20:,.0f} MiB in Arrow, {args.files} zstd Parquet files, row groups of"
-        f" {args.row_group:,} rows, local files; global batch {g}, torch format, num_workers=0;"
-        f" {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()};"
-        f" peak RSS of the run {peak_mb:,.0f} MiB.",
-        "",
-        "| reader | samples/s | ratio to baseline | first batch (ms) | position~id correlation"
-        " | row groups per step |",
-        "|---|---:|---:|---:|---:|---:|",
+        results.image(args.out, args.plots, "loader_throughput.png", "Loader throughput"),
+        results.image(args.out, args.plots, "loader_mixing.png", "Speed against mixing"),
     ]
-    for name, rate, _, first, rho, touched in results:
-        lines.append(
-            f"| {name} | {rate:,.0f} | {rate / base:.2f}x | {first * 1e3:.1f} | {rho} | {touched} |"
-        )
-    update_section(args.out, "Loader throughput", lines)
-    print(f"wrote {args.out}")
+    results.update_section(args.out, "Loader throughput", lines)
+    print(f"wrote the Loader throughput section of {args.out}")
+    try:
+        import plots
+
+        for path in plots.loader(out, args.plots):
+            print(f"wrote {path}")
+    except ImportError as e:
+        print(f"no plots: {e}")
+    return 1 if any(r.get("note", "").startswith("failed") for r in out) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

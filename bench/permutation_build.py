@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from results import update_section
+from results import machine, update_section
 
 ROLES = pa.array(["user", "assistant", "system"])
 
@@ -158,6 +157,7 @@ def main() -> None:
         child(*args.child)
         return
 
+    load = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="croupier-bench-")
     try:
         folder = args.data or Path(tmp) / "table"
@@ -199,8 +199,7 @@ def main() -> None:
         f" {size / 2**20:,.0f} MiB of zstd Parquet, row groups of {args.row_group:,} rows,"
         ' local files. Each build: the filter, `split_hash(["problem_id"], [9, 1])`,'
         " `shuffle(seed=1234)`, persisted to a local folder, in a child process whose"
-        f" peak RSS (VmHWM) is shown; {os.cpu_count()} CPUs, {platform.machine()},"
-        f" Python {platform.python_version()}.",
+        f" peak RSS (VmHWM) is shown. Run on {machine((load, os.getloadavg()[0]))}",
         "",
         "| filter | build (s) | rows scanned/s | peak RSS (MiB) | RSS before the build (MiB)"
         " | rows kept | row groups skipped |",

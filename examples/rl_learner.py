@@ -39,29 +39,32 @@ TRAIN_FILTER = "include_in_training = TRUE AND role = 'assistant'"
 COLUMNS = ["output_tokens", "output_logprobs", "advantage"]
 
 
+# One row per message of a rollout, as a generation fleet writes them.
+SCHEMA = pa.schema(
+    [
+        ("rollout_id", pa.string()),
+        ("problem_id", pa.int64()),
+        ("sequence_order", pa.int32()),
+        ("role", pa.string()),
+        ("output_tokens", pa.list_(pa.int32())),
+        ("output_logprobs", pa.list_(pa.float32())),
+        ("reward", pa.float32()),
+        ("advantage", pa.float32()),
+        ("include_in_training", pa.bool_()),
+        ("policy_version", pa.int32()),
+        ("finish_reason", pa.string()),
+        ("generator", pa.string()),
+    ]
+)
+
+
 def as_uri(path: Path) -> str:
     return "file://" + str(path.resolve())
 
 
 def rollouts(rng: np.random.Generator, problems: range, samples: int, policy: int) -> pa.Table:
     """``samples`` rollouts of each problem: a user prompt row, then the assistant's answer row."""
-    rows: dict[str, list] = {
-        name: []
-        for name in (
-            "rollout_id",
-            "problem_id",
-            "sequence_order",
-            "role",
-            "output_tokens",
-            "output_logprobs",
-            "reward",
-            "advantage",
-            "include_in_training",
-            "policy_version",
-            "finish_reason",
-            "generator",
-        )
-    }
+    rows: dict[str, list] = {name: [] for name in SCHEMA.names}
     for problem in problems:
         rewards = rng.random(samples).astype(np.float32)
         advantages = rewards - rewards.mean()  # group-relative, as in GRPO
@@ -84,23 +87,7 @@ def rollouts(rng: np.random.Generator, problems: range, samples: int, policy: in
                 rows["policy_version"].append(policy)
                 rows["finish_reason"].append(finish)
                 rows["generator"].append(f"sampler-{problem % 3}")
-    schema = pa.schema(
-        [
-            ("rollout_id", pa.string()),
-            ("problem_id", pa.int64()),
-            ("sequence_order", pa.int32()),
-            ("role", pa.string()),
-            ("output_tokens", pa.list_(pa.int32())),
-            ("output_logprobs", pa.list_(pa.float32())),
-            ("reward", pa.float32()),
-            ("advantage", pa.float32()),
-            ("include_in_training", pa.bool_()),
-            ("policy_version", pa.int32()),
-            ("finish_reason", pa.string()),
-            ("generator", pa.string()),
-        ]
-    )
-    return pa.table(rows, schema=schema)
+    return pa.table(rows, schema=SCHEMA)
 
 
 def write_rollouts(uri: str, seed: int) -> cr.Table:

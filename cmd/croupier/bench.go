@@ -9,72 +9,61 @@ import (
 	"strings"
 )
 
-// benchRun is one benchmark the harness ran (or would run).
+// benchRun is the benchmark harness run (or the one that would run).
 type benchRun struct {
 	Command  []string `json:"command"`
+	Dir      string   `json:"dir"`
 	ExitCode int      `json:"exit_code"`
 	Skipped  string   `json:"skipped,omitempty"`
 }
 
+// benchCmd runs `make bench` in the repository: the one entry point of the
+// harness, which installs its Python dependencies before bench/run.py runs.
 func benchCmd(ctx context.Context, e *env, args []string) error {
-	fs, asJSON := newFlags(e, "bench", "bench [--dir REPO] [--dry-run]")
-	dir := fs.String("dir", ".", "repository root holding bench/ and .venv/")
+	fs, asJSON := newFlags(e, "bench", "bench [--dir REPO] [--quick] [--dry-run]")
+	dir := fs.String("dir", ".", "repository root holding the Makefile and bench/")
+	quick := fs.Bool("quick", false, "a smoke run of about a minute at tiny sizes (results under build/bench/quick)")
 	dry := fs.Bool("dry-run", false, "print what would run, run nothing")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	benches := []struct {
-		need []string // paths that must exist under dir
-		cmd  []string
-	}{
-		{[]string{".venv/bin/python", "bench/loader_throughput.py"}, []string{".venv/bin/python", "bench/loader_throughput.py"}},
-		{[]string{"bench/commits"}, []string{"go", "run", "./bench/commits"}},
+	r := benchRun{Command: []string{"make", "bench"}, Dir: *dir}
+	if *quick {
+		r.Command = append(r.Command, "BENCH_FLAGS=--quick")
 	}
-	var runs []benchRun
-	var failed []string
-	for _, b := range benches {
-		r := benchRun{Command: b.cmd}
-		for _, p := range b.need {
-			if _, err := os.Stat(filepath.Join(*dir, p)); err != nil {
-				r.Skipped = p + " not found"
-				break
-			}
+	line := strings.Join(r.Command, " ")
+	for _, p := range []string{"Makefile", filepath.Join("bench", "run.py")} {
+		if _, err := os.Stat(filepath.Join(*dir, p)); err != nil {
+			r.Skipped = p + " not found: --dir must name the croupier repository"
+			break
 		}
-		line := strings.Join(b.cmd, " ")
-		switch {
-		case r.Skipped != "":
-			fmt.Fprintf(e.stderr, "skip: %s (%s)\n", line, r.Skipped)
-		case *dry:
-			fmt.Fprintf(e.stderr, "would run: %s\n", line)
-		default:
-			fmt.Fprintf(e.stderr, "run: %s\n", line)
-			c := exec.CommandContext(ctx, b.cmd[0], b.cmd[1:]...)
-			if b.cmd[0] != "go" {
-				c.Path = filepath.Join(*dir, b.cmd[0])
-			}
-			c.Dir = *dir
-			c.Stderr = e.stderr
-			c.Stdout = e.stdout
-			if *asJSON {
-				c.Stdout = e.stderr // keep stdout for the JSON
-			}
-			if err := c.Run(); err != nil {
-				r.ExitCode = -1
-				if c.ProcessState != nil {
-					r.ExitCode = c.ProcessState.ExitCode()
-				}
-				failed = append(failed, fmt.Sprintf("%s: %v", line, err))
-			}
+	}
+	var runErr error
+	switch {
+	case r.Skipped != "":
+		runErr = fmt.Errorf("bench: %s", r.Skipped)
+	case *dry:
+		fmt.Fprintf(e.stderr, "would run in %s: %s\n", *dir, line)
+	default:
+		fmt.Fprintf(e.stderr, "run in %s: %s\n", *dir, line)
+		c := exec.CommandContext(ctx, r.Command[0], r.Command[1:]...)
+		c.Dir = *dir
+		c.Stdout, c.Stderr = e.stdout, e.stderr
+		if *asJSON {
+			c.Stdout = e.stderr // keep stdout for the JSON
 		}
-		runs = append(runs, r)
+		if runErr = c.Run(); runErr != nil {
+			r.ExitCode = -1
+			if c.ProcessState != nil {
+				r.ExitCode = c.ProcessState.ExitCode()
+			}
+			runErr = fmt.Errorf("bench: %s: %w", line, runErr)
+		}
 	}
 	if *asJSON {
-		if err := writeJSON(e.stdout, runs); err != nil {
+		if err := writeJSON(e.stdout, r); err != nil {
 			return err
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("bench: %s", strings.Join(failed, "; "))
-	}
-	return nil
+	return runErr
 }

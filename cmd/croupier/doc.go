@@ -21,7 +21,7 @@
 //	croupier deal --checkpoint STATE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI]
 //	    [--world-size W] [--rank R]
 //
-//	croupier bench [--dir REPO] [--dry-run]
+//	croupier bench [--dir REPO] [--quick] [--dry-run]
 //
 // Every command takes --json and then prints one JSON document on stdout.
 // URIs are those of the library (file://, mem://, s3://, gs://, azblob://); a
@@ -44,9 +44,11 @@
 // A checkpoint of a table (permutation_id "identity") names its table, so
 // --perm and --table may be left out.
 //
-// bench runs the benchmark harness from the repository root: the Python loader
-// throughput benchmark and the commit benchmark (go run ./bench/commits),
-// each when present.
+// bench runs the benchmark harness, `make bench` in the repository named by
+// --dir (bench/run.py: object-store throughput, croupier and its peers reading
+// the same data, permutation build, commits), which prints tables and
+// regenerates bench/RESULTS.md and bench/plots; --quick is a smoke run of
+// about a minute that writes under build/bench/quick instead.
 //
 // Errors are printed as "croupier: <message>" on stderr, where the message
 // names what failed and where (URI, file, column). The exit status is 1 for

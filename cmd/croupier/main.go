@@ -33,7 +33,7 @@ Commands:
   permute show PERM_URI                  provenance and split sizes of a permutation
   deal (--perm URI | --table URI | --checkpoint FILE) [flags]
                                          row ids each rank gets at a global step
-  bench                                  run the benchmark harness
+  bench [--quick]                        run the benchmark harness (make bench)
 
 Every command takes --json for machine-readable output.
 Run "croupier <command> -h" for a command's flags.

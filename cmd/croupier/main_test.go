@@ -317,10 +317,14 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestBenchDryRun(t *testing.T) {
-	var runs []benchRun
-	okJSON(t, &runs, "bench", "--dry-run", "--dir", "../..")
-	if len(runs) != 2 || runs[1].Command[0] != "go" || runs[1].Skipped != "" {
-		t.Fatalf("bench --dry-run: %+v", runs)
+	var run benchRun
+	okJSON(t, &run, "bench", "--dry-run", "--quick", "--dir", "../..")
+	if strings.Join(run.Command, " ") != "make bench BENCH_FLAGS=--quick" || run.Skipped != "" {
+		t.Fatalf("bench --dry-run --quick: %+v", run)
+	}
+	r := croupier(t, "bench", "--dry-run", "--dir", t.TempDir())
+	if r.code != 1 || !strings.Contains(r.stderr, "Makefile not found") {
+		t.Fatalf("bench outside the repository: exit %d: %s", r.code, r.stderr)
 	}
 }
 

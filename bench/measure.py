@@ -1,0 +1,188 @@
+"""One measurement loop for every reader, and the engine-independent counters
+it reads: bytes read from ``/proc/<pid>/io`` or from the S3 proxy, resident
+memory of a process tree from ``/proc/<pid>/status``.
+
+Bytes read from local files are ``rchar`` of ``/proc/self/io``: every byte
+``read()``/``pread()`` returned to the process, whichever library asked, page
+cache hits included (files read through ``mmap`` are not counted). The kernel
+adds a child's counters to its parent's when the parent reaps it, so after a
+DataLoader's worker processes have been joined they are in the parent's
+figure; what each worker read while it started (imports) is recorded by
+:func:`record_worker_start` and taken off. Nothing is taken off for the
+measuring process: it has done its imports before it starts counting. Over S3
+the figure is the body bytes the latency proxy in front of the server sent back
+(``bench/internal/latency``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Folder where each DataLoader worker writes what it had read when it started.
+WORKER_IO_ENV = "CROUPIER_BENCH_WORKER_IO"
+
+
+def rchar(pid: int | str = "self") -> int:
+    """Bytes the process (and its reaped children) got from read system calls."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/{pid}/io has no rchar")
+
+
+def record_worker_start(_worker_id: int) -> None:
+    """A DataLoader ``worker_init_fn``: note the bytes this worker read to start."""
+    folder = os.environ.get(WORKER_IO_ENV)
+    if folder:
+        Path(folder, str(os.getpid())).write_text(str(rchar()))
+
+
+def worker_start_bytes() -> int:
+    """Bytes the workers recorded by :func:`record_worker_start` read to start; clears them."""
+    folder = os.environ.get(WORKER_IO_ENV)
+    if not folder:
+        return 0
+    total = 0
+    for p in Path(folder).iterdir():
+        total += int(p.read_text())
+        p.unlink()
+    return total
+
+
+def local_bytes_read() -> int:
+    """Bytes read from files by this process and its reaped workers, less their start-up."""
+    return rchar() - worker_start_bytes()
+
+
+def proxy_bytes_read(proxy: str) -> Callable[[], int]:
+    """A counter of the body bytes the S3 latency proxy at ``proxy`` has served."""
+
+    def read() -> int:
+        with urllib.request.urlopen(proxy + "/_bench/stats") as r:
+            return int(json.load(r)["bytes"])
+
+    return read
+
+
+def set_proxy_delay(proxy: str, ms: float) -> None:
+    """Set the first-byte delay of the S3 latency proxy."""
+    req = urllib.request.Request(f"{proxy}/_bench/delay?ms={ms}", method="POST")
+    urllib.request.urlopen(req).close()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return out
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (summed VmRSS)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+        todo += _children(p)
+    return total
+
+
+@dataclass
+class Measurement:
+    """What one pass of a reader delivered."""
+
+    samples: int = 0
+    batches: int = 0
+    seconds: float = 0.0  # from the first batch to the last
+    first_batch_s: float = 0.0  # from building the reader to its first batch
+    samples_per_s: float = 0.0  # after the first batch
+    delivered_bytes: int = 0  # Arrow bytes of the projected columns delivered
+    read_bytes: int = 0  # bytes read from files or the object store, start-up included
+    position_corr: float = 0.0  # Pearson correlation of position in the pass and row id
+    row_groups_per_batch: float = 0.0  # distinct row groups of the source a batch holds
+    complete: bool = True  # the whole epoch was read (else stopped at the time limit)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure(
+    make: Callable[[], Iterable[dict[str, Any]]],
+    *,
+    row_bytes: np.ndarray,
+    row_group_rows: int,
+    bytes_read: Callable[[], int],
+    seconds: float,
+) -> tuple[Measurement, list[np.ndarray]]:
+    """Build a reader with ``make`` and consume its batches for up to ``seconds``
+    after the first.
+
+    Every batch is a dict holding an ``id`` tensor of the source row ids. The
+    time to the first batch includes ``make()`` (opening the data, starting
+    workers); throughput counts the batches after the first. Returns the
+    figures and the row ids of each batch.
+    """
+    before = bytes_read()
+    start = time.perf_counter()
+    ids: list[np.ndarray] = []
+    first = last = start
+    complete = True
+    batches: Iterator[dict[str, Any]] = iter(make())
+    for batch in batches:
+        last = time.perf_counter()
+        if not ids:
+            first = last
+        ids.append(np.asarray(batch["id"]).astype(np.int64, copy=True))
+        del batch
+        if last - first > seconds:
+            complete = False
+            break
+    del batches  # stops and joins the workers, if any, before the bytes are counted
+    gc.collect()
+    read = bytes_read() - before
+    m = Measurement(batches=len(ids), complete=complete)
+    if not ids:
+        return m, ids
+    order = np.concatenate(ids)
+    m.samples = len(order)
+    m.first_batch_s = first - start
+    m.seconds = last - first
+    if m.seconds > 0:
+        m.samples_per_s = (m.samples - len(ids[0])) / m.seconds
+    m.delivered_bytes = int(row_bytes[order].sum())
+    m.read_bytes = read
+    if len(order) > 1:
+        m.position_corr = float(np.corrcoef(np.arange(len(order)), order)[0, 1])
+    m.row_groups_per_batch = float(np.mean([len(np.unique(b // row_group_rows)) for b in ids]))
+    return m, ids
+
+
+def first_batch(make: Callable[[], Iterable[dict[str, Any]]]) -> tuple[float, np.ndarray]:
+    """Seconds from building a reader with ``make`` to its first batch, and its row ids."""
+    start = time.perf_counter()
+    batches = iter(make())
+    batch = next(batches)
+    seconds = time.perf_counter() - start
+    ids = np.asarray(batch["id"]).astype(np.int64, copy=True)
+    del batch, batches
+    gc.collect()
+    return seconds, ids

@@ -1,0 +1,81 @@
+"""The benchmark harness (bench/run.py) runs end to end at tiny sizes, so that it
+cannot rot: the object-store benchmark, and the loader benchmark with croupier
+(local files and the S3 server) and the pyarrow baseline. Peer libraries are
+not needed; one is reported as not installed to check that a missing peer is
+skipped, and said so, rather than failing the run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def table_row(text: str, reader: str, order: str) -> list[str]:
+    """The cells of the markdown table row of ``reader`` in ``order``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 2 and cells[0] == reader and cells[1] == order:
+            return cells[2:]
+    raise AssertionError(f"no row {reader!r} / {order!r} in:\n{text}")
+
+
+@pytest.mark.slow
+def test_harness_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import readers
+    import run
+
+    installed = readers.missing
+    monkeypatch.setattr(
+        readers,
+        "missing",
+        lambda kind: "pylance not installed" if kind.name == "lance-batch" else installed(kind),
+    )
+    out = tmp_path / "RESULTS.md"
+    rc = run.main(
+        [
+            "--quick",
+            "--only=objstore,loader",
+            f"--out={out}",
+            f"--plots={tmp_path / 'plots'}",
+            # loader_throughput.py's own flags, after --quick's
+            "--readers=pyarrow,croupier,lance-batch",
+            "--orders=full",
+            "--storage=s3",
+            "--seconds=0.5",
+            f"--cache={tmp_path / 'cache'}",
+        ]
+    )
+    assert rc == 0
+    text = out.read_text()
+
+    objstore = text[text.index("## Object-store throughput") : text.index("## Loader")]
+    for store in ("file", "mem", "s3", "s3+50ms"):
+        row = rf"^\| {re.escape(store)} \| 64 KiB \| [\d,]+ \| [\d,]+ \|$"
+        assert re.search(row, objstore, re.M), store
+    assert "CROUPIER_BENCH_S3_URI not set" in objstore
+
+    loader = text[text.index("## Loader throughput") :]
+    base = table_row(loader, "pyarrow iter_batches → torch (baseline)", "sequential")
+    local = table_row(loader, "croupier", "full shuffle")
+    s3 = table_row(loader, "croupier, S3", "full shuffle")
+    # columns: samples/s, vs baseline, MB/s, read ÷ delivered, peak RSS, first batch,
+    # resume, position~id, row groups / batch, epoch read
+    assert base[1] == "1.00"
+    assert float(base[7]) > 0.99  # the baseline reads in stored order
+    for row in (local, s3):
+        assert float(row[0].replace(",", "")) > 0
+        assert abs(float(row[7])) < 0.2  # a full shuffle leaves no trace of the stored order
+        assert float(row[8]) > 1  # and a batch holds rows of several row groups
+        assert row[6] != "—"  # resumed,
+        assert "wrong batch" not in row[6]  # at the right step
+    # Bytes read are counted: zstd Parquet holds these rows in about half their Arrow
+    # bytes, and neither reader reads the files many times over.
+    for row in (base, local, s3):
+        assert 0.2 < float(row[3]) < 3, row
+    skipped = table_row(loader, "Lance LanceDataset", "batch order shuffle")
+    assert skipped[0] == "skipped: pylance not installed"
