@@ -26,7 +26,7 @@ process:
 Each reader is read once from the start of an epoch for up to ``--seconds``
 (the whole epoch when it is done sooner), then once more from 90 % of the
 epoch through its own resume mechanism, where it has one. The figures:
-samples/s and MB/s after the first batch, bytes read ÷ bytes of the projected
+samples/s and MB/s from building the reader to its last batch, bytes read ÷ bytes of the projected
 columns delivered, peak resident memory of the process tree, time to the first
 batch, time to the first batch after a resume, and the order's randomness: the
 correlation of position with row id and the distinct row groups a batch holds.
@@ -340,8 +340,9 @@ def setup_lines(
     lines += [
         "",
         "Method: each reader runs in a fresh process and reads from the start of the epoch for"
-        f' up to {args.seconds:g} s ("epoch read" says how much); samples/s and MB/s count the'
-        ' batches after the first. "read ÷ delivered" is the bytes read (local files: `rchar`'
+        f' up to {args.seconds:g} s ("epoch read" says how much); samples/s and MB/s count every'
+        " batch over the time from building the reader to its last batch, so work done before"
+        ' the first batch counts. "read ÷ delivered" is the bytes read (local files: `rchar`'
         " of `/proc/<pid>/io` of the process and its DataLoader workers, less the workers'"
         " start-up; S3: the body bytes the proxy served) over the Arrow bytes of the projected"
         " columns delivered. Peak RSS is summed over the process tree, torch and the libraries"

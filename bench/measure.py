@@ -114,7 +114,7 @@ class Measurement:
     batches: int = 0
     seconds: float = 0.0  # from the first batch to the last
     first_batch_s: float = 0.0  # from building the reader to its first batch
-    samples_per_s: float = 0.0  # after the first batch
+    samples_per_s: float = 0.0  # from make() to the last batch
     delivered_bytes: int = 0  # Arrow bytes of the projected columns delivered
     read_bytes: int = 0  # bytes read from files or the object store, start-up included
     position_corr: float = 0.0  # Pearson correlation of position in the pass and row id
@@ -138,8 +138,11 @@ def measure(
 
     Every batch is a dict holding an ``id`` tensor of the source row ids. The
     time to the first batch includes ``make()`` (opening the data, starting
-    workers); throughput counts the batches after the first. Returns the
-    figures and the row ids of each batch.
+    workers). Throughput counts every batch over the whole time from ``make()``
+    to the last batch: work a reader does before its first batch (decoding all
+    it will need, loading the table into memory, starting workers) is part of
+    the price of an epoch, and counting only the batches after the first would
+    reward it. Returns the figures and the row ids of each batch.
     """
     before = bytes_read()
     start = time.perf_counter()
@@ -166,8 +169,8 @@ def measure(
     m.samples = len(order)
     m.first_batch_s = first - start
     m.seconds = last - first
-    if m.seconds > 0:
-        m.samples_per_s = (m.samples - len(ids[0])) / m.seconds
+    if last > start:
+        m.samples_per_s = m.samples / (last - start)
     m.delivered_bytes = int(row_bytes[order].sum())
     m.read_bytes = read
     if len(order) > 1:
