@@ -415,7 +415,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="S3 storages for croupier (s3, s3+latency); local files always",
     )
     ap.add_argument("--s3-latency", type=float, default=50, help="ms before each S3 request")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply every workload's rows")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=4.0,
+        help="multiply every workload's rows (4: the lm table outgrows half the memory budget)",
+    )
     ap.add_argument("--seconds", type=float, default=5.0, help="longest pass of one reader")
     ap.add_argument("--num-splits", type=int, default=8)
     ap.add_argument("--clump", type=int, default=64, help="rows per clump of the clumped order")
