@@ -549,13 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     results.update_section(args.out, "Loader throughput", lines)
     print(f"wrote the Loader throughput section of {args.out}")
-    try:
-        import plots
-
-        for path in plots.loader(out, args.plots):
-            print(f"wrote {path}")
-    except ImportError as e:
-        print(f"no plots: {e}")
+    results.draw("loader", out, args.plots)
     return 1 if any(r.get("note", "").startswith("failed") for r in out) else 0
 
 

@@ -136,13 +136,7 @@ def run_objstore(args: argparse.Namespace, extra: list[str]) -> int:
     lines = objstore_section(rep, args, (load, os.getloadavg()[0]))
     results.update_section(args.out, "Object-store throughput", lines)
     print(f"wrote the Object-store throughput section of {args.out}")
-    try:
-        import plots
-
-        for p in plots.objstore(rep, args.plots):
-            print(f"wrote {p}")
-    except ImportError as e:
-        print(f"no plots: {e}")
+    results.draw("objstore", rep, args.plots)
     return 0
 
 
