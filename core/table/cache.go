@@ -10,9 +10,6 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
-// groupKey names one row group of one file.
-type groupKey struct{ file, group int }
-
 // groupCache holds decoded row groups, least recently used first out, within a
 // budget of bytes. Loads of the same group are shared: a second caller waits
 // for the first instead of decoding again. Records handed out are retained for
@@ -26,11 +23,11 @@ type groupCache struct {
 
 	loads, loaded int64 // entries loaded and their bytes, for the mean size
 	hits          int64 // gets served by an entry loaded or being loaded
-	byKey         map[groupKey]*groupEntry
+	byKey         map[GroupRef]*groupEntry
 }
 
 type groupEntry struct {
-	key     groupKey
+	key     GroupRef
 	elem    *list.Element // nil while loading or once evicted
 	done    chan struct{} // closed when rec or err is set
 	rec     arrow.RecordBatch
@@ -40,14 +37,14 @@ type groupEntry struct {
 }
 
 func newGroupCache(budget int64) *groupCache {
-	return &groupCache{budget: budget, lru: list.New(), byKey: map[groupKey]*groupEntry{}}
+	return &groupCache{budget: budget, lru: list.New(), byKey: map[GroupRef]*groupEntry{}}
 }
 
 // get returns the record of key, loading it with load when absent. The caller
 // releases the returned record. A caller waiting for another caller's load
 // retries the load itself if that one was canceled while its own ctx was not:
 // one request's cancellation never fails another.
-func (c *groupCache) get(ctx context.Context, key groupKey, load func() (arrow.RecordBatch, error)) (arrow.RecordBatch, error) {
+func (c *groupCache) get(ctx context.Context, key GroupRef, load func() (arrow.RecordBatch, error)) (arrow.RecordBatch, error) {
 	for {
 		rec, retry, err := c.tryGet(ctx, key, load)
 		if !retry {
@@ -56,7 +53,7 @@ func (c *groupCache) get(ctx context.Context, key groupKey, load func() (arrow.R
 	}
 }
 
-func (c *groupCache) tryGet(ctx context.Context, key groupKey, load func() (arrow.RecordBatch, error)) (_ arrow.RecordBatch, retry bool, _ error) {
+func (c *groupCache) tryGet(ctx context.Context, key GroupRef, load func() (arrow.RecordBatch, error)) (_ arrow.RecordBatch, retry bool, _ error) {
 	c.mu.Lock()
 	e, ok := c.byKey[key]
 	if ok {

@@ -156,7 +156,7 @@ func (r *Reader) Close() error {
 
 // rowRef locates one requested row.
 type rowRef struct {
-	group groupKey
+	group GroupRef
 	row   int64 // row inside the group
 }
 
@@ -167,20 +167,7 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	if err != nil {
 		return nil, err
 	}
-	// The row groups the ids touch, each loaded once, and the runs of rows
-	// to take from them in output order.
-	var keys []groupKey
-	index := map[groupKey]int{}
-	spans := make([]span, 0, len(refs))
-	for _, ref := range refs {
-		i, ok := index[ref.group]
-		if !ok {
-			i = len(keys)
-			index[ref.group] = i
-			keys = append(keys, ref.group)
-		}
-		spans = appendSpan(spans, i, ref.row, 1)
-	}
+	keys, spans := groupSpans(refs)
 	groups := make([]arrow.RecordBatch, len(keys))
 	defer func() {
 		for _, g := range groups {
@@ -193,8 +180,8 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i, key := range keys {
 		g.Go(func() (err error) {
-			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[key.file].Key))
-			groups[i], err = r.cache.get(gctx, key, func() (arrow.RecordBatch, error) { return r.decode(gctx, key) })
+			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[key.File].Key))
+			groups[i], err = r.group(gctx, key)
 			return err
 		})
 	}
@@ -284,23 +271,39 @@ func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	seen := map[groupKey]bool{}
-	var out []GroupRef
+	keys, _ := groupSpans(refs)
+	return keys, nil
+}
+
+// groupSpans returns the row groups refs touch, each once in the order they
+// are first needed, and the runs of rows to take from them (indexing keys),
+// in refs order.
+func groupSpans(refs []rowRef) (keys []GroupRef, spans []span) {
+	index := map[GroupRef]int{}
+	spans = make([]span, 0, len(refs))
 	for _, ref := range refs {
-		if !seen[ref.group] {
-			seen[ref.group] = true
-			out = append(out, GroupRef{ref.group.file, ref.group.group})
+		i, ok := index[ref.group]
+		if !ok {
+			i = len(keys)
+			index[ref.group] = i
+			keys = append(keys, ref.group)
 		}
+		spans = appendSpan(spans, i, ref.row, 1)
 	}
-	return out, nil
+	return keys, spans
+}
+
+// group returns the decoded row group key from the cache, decoding it there
+// first when it is absent. The caller releases it.
+func (r *Reader) group(ctx context.Context, key GroupRef) (arrow.RecordBatch, error) {
+	return r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
 }
 
 // Prefetch decodes row group g into the cache, unless it is there already,
 // so that a later Read finds it decoded.
 func (r *Reader) Prefetch(ctx context.Context, g GroupRef) (err error) {
 	defer recoverTo(&err, "prefetch", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
-	key := groupKey{g.File, g.Group}
-	rec, err := r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
+	rec, err := r.group(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -348,23 +351,23 @@ func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 			row -= size
 			g++
 		}
-		refs[i] = rowRef{group: groupKey{f, g}, row: row}
+		refs[i] = rowRef{group: GroupRef{f, g}, row: row}
 	}
 	return refs, nil
 }
 
 // decode fetches and decodes the projected columns of one row group.
-func (r *Reader) decode(ctx context.Context, key groupKey) (_ arrow.RecordBatch, err error) {
-	f := r.t.pin.Files[key.file]
+func (r *Reader) decode(ctx context.Context, key GroupRef) (_ arrow.RecordBatch, err error) {
+	f := r.t.pin.Files[key.File]
 	where := r.t.loc.ObjectURI(f.Key)
-	defer errcode.Recover(&err, errcode.Corrupt, fmt.Sprintf("decode row group %d of", key.group), where)
-	md, err := r.t.Footer(ctx, key.file)
+	defer errcode.Recover(&err, errcode.Corrupt, fmt.Sprintf("decode row group %d of", key.Group), where)
+	md, err := r.t.Footer(ctx, key.File)
 	if err != nil {
 		return nil, err
 	}
-	ranges, err := chunkRanges(md, key.group, slices.Concat(r.leaves...))
+	ranges, err := chunkRanges(md, key.Group, slices.Concat(r.leaves...))
 	if err != nil {
-		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
+		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
 	src, err := fetch(ctx, r.t.loc.NewReaderAt(ctx, f.Object), ranges, r.reads, &r.stats, where)
 	if err != nil {
@@ -387,14 +390,14 @@ func (r *Reader) decode(ctx context.Context, key groupKey) (_ arrow.RecordBatch,
 }
 
 // decodeFrom decodes row group key of the file src reads.
-func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key groupKey, where string) (arrow.RecordBatch, error) {
+func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key GroupRef, where string) (arrow.RecordBatch, error) {
 	pf, err := file.NewParquetReader(src,
 		file.WithMetadata(md), file.WithReadProps(parquet.NewReaderProperties(r.mem)))
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
 	}
 	defer pf.Close()
-	rg := pf.RowGroup(key.group)
+	rg := pf.RowGroup(key.Group)
 	cols := make([]arrow.Array, len(r.fields))
 	defer func() {
 		for _, c := range cols {
@@ -406,22 +409,22 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 	var slow []int // leaves of the columns left to pqarrow
 	for i, field := range r.schema.Fields() {
 		if cols[i], err = r.decodeFast(rg, md, field, r.leaves[i]); err != nil {
-			return nil, errcode.Wrap(fmt.Errorf("row group %d, column %q: %w", key.group, field.Name, err), errcode.Corrupt, "decode", where)
+			return nil, errcode.Wrap(fmt.Errorf("row group %d, column %q: %w", key.Group, field.Name, err), errcode.Corrupt, "decode", where)
 		}
 		if cols[i] == nil {
 			slow = append(slow, r.leaves[i]...)
 		}
 	}
 	if len(slow) > 0 {
-		if err := r.decodeSlow(ctx, pf, key.group, slow, cols); err != nil {
-			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.group, err), errcode.Corrupt, "decode", where)
+		if err := r.decodeSlow(ctx, pf, key.Group, slow, cols); err != nil {
+			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 		}
 	}
-	rows := r.t.pin.Files[key.file].RowGroups[key.group]
+	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
 	for i, c := range cols {
 		if int64(c.Len()) != rows {
 			return nil, errcode.New(errcode.Corrupt, "decode", where, "row group %d, column %q: %d values, the row group holds %d",
-				key.group, r.schema.Field(i).Name, c.Len(), rows)
+				key.Group, r.schema.Field(i).Name, c.Len(), rows)
 		}
 	}
 	return array.NewRecordBatch(r.schema, cols, rows), nil
@@ -495,7 +498,7 @@ func (r *Reader) decodeSlow(ctx context.Context, pf *file.Reader, g int, leaves 
 // the cache: for scans that visit each row group once.
 func (r *Reader) ReadGroup(ctx context.Context, file, group int) (rec arrow.RecordBatch, err error) {
 	defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[file].Key))
-	return r.decode(ctx, groupKey{file, group})
+	return r.decode(ctx, GroupRef{file, group})
 }
 
 // recoverTo turns a panic in a decoding goroutine into an error: a panic in a
