@@ -477,43 +477,46 @@ func (d *columnDecoder) indexed(data []byte, n int) error {
 		return err
 	}
 	if d.width > 0 {
-		size := len(d.dict) / d.width
 		at := d.nvalues * d.width
 		if at+n*d.width > d.values.Len() {
 			return errors.New("more values than the column chunk declares")
 		}
 		dst := d.values.Bytes()[at:]
+		var err error
 		switch d.width {
 		case 4:
-			gatherIndexed(arrow.GetData[uint32](dst), arrow.GetData[uint32](d.dict), d.idx)
+			err = lookup(arrow.GetData[uint32](dst), arrow.GetData[uint32](d.dict), d.idx)
 		case 8:
-			gatherIndexed(arrow.GetData[uint64](dst), arrow.GetData[uint64](d.dict), d.idx)
+			err = lookup(arrow.GetData[uint64](dst), arrow.GetData[uint64](d.dict), d.idx)
 		}
-		for _, i := range d.idx {
-			if int(i) >= size {
-				return fmt.Errorf("dictionary index %d out of range [0, %d)", i, size)
-			}
+		if err != nil {
+			return err
 		}
 		d.nvalues += n
 		return nil
 	}
 	for _, i := range d.idx {
 		if int(i) >= len(d.dictBin) {
-			return fmt.Errorf("dictionary index %d out of range [0, %d)", i, len(d.dictBin))
+			return indexError(i, len(d.dictBin))
 		}
 		d.appendBinary(d.dictBin[i])
 	}
 	return nil
 }
 
-// gatherIndexed sets dst[k] = dict[idx[k]], skipping indices out of range
-// (the caller reports them).
-func gatherIndexed[T uint32 | uint64](dst, dict []T, idx []uint32) {
+// lookup sets dst[k] = dict[idx[k]]; an index out of range is an error.
+func lookup[T uint32 | uint64](dst, dict []T, idx []uint32) error {
 	for k, i := range idx {
-		if int(i) < len(dict) {
-			dst[k] = dict[i]
+		if int(i) >= len(dict) {
+			return indexError(i, len(dict))
 		}
+		dst[k] = dict[i]
 	}
+	return nil
+}
+
+func indexError(i uint32, size int) error {
+	return fmt.Errorf("dictionary index %d out of range [0, %d)", i, size)
 }
 
 func (d *columnDecoder) appendBinary(v []byte) {
