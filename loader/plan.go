@@ -61,7 +61,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 	defer s.wg.Done()
 	// A panic here only stops the prefetching; the reads do the work anyway.
 	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
-	sem := make(chan struct{}, s.maxReads)
+	sem := make(chan struct{}, l.opts.MaxReads)
 	type use struct {
 		group table.GroupRef
 		step  int

@@ -42,7 +42,6 @@ type result struct {
 type Stream struct {
 	cancel   context.CancelFunc
 	reader   *table.Reader
-	maxReads int
 	progress *progress
 	pending  chan chan result // one per step being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
@@ -95,7 +94,7 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, reader: r, maxReads: l.opts.MaxReads, progress: newProgress(),
+	s := &Stream{cancel: cancel, reader: r, progress: newProgress(),
 		pending: make(chan chan result, l.opts.ReadAhead)}
 	var steps []int64
 	for t := so.StartStep + int64(so.Worker); t < l.StepsPerEpoch(); t += int64(k) {
