@@ -67,12 +67,7 @@ func wantCorrupt(t *testing.T, what string, err error, parts ...string) {
 func TestCorruptPermutationManifest(t *testing.T) {
 	dir, manifest, _ := persisted(t)
 	orig, _ := os.ReadFile(manifest)
-	edit := func(f func(m map[string]any)) []byte {
-		os.WriteFile(manifest, orig, 0o644)
-		tabletest.EditJSON(t, manifest, f)
-		b, _ := os.ReadFile(manifest)
-		return b
-	}
+	edit := func(f func(m map[string]any)) []byte { return tabletest.EditedJSON(t, orig, f) }
 	cases := map[string][]byte{
 		"trailing data":  append(slices.Clone(orig), "]"...),
 		"garbage":        []byte("\x89PNG\r\n\x1a\n"),

@@ -166,12 +166,7 @@ func TestCorruptPin(t *testing.T) {
 func TestCorruptManifest(t *testing.T) {
 	_, uri, manifest := croupierTable(t, 25)
 	orig, _ := os.ReadFile(manifest)
-	edit := func(f func(m map[string]any)) []byte {
-		os.WriteFile(manifest, orig, 0o644)
-		tabletest.EditJSON(t, manifest, f)
-		b, _ := os.ReadFile(manifest)
-		return b
-	}
+	edit := func(f func(m map[string]any)) []byte { return tabletest.EditedJSON(t, orig, f) }
 	file0 := func(m map[string]any) map[string]any { return m["files"].([]any)[0].(map[string]any) }
 	cases := map[string][]byte{
 		"trailing data":  append(slices.Clone(orig), "{}"...),

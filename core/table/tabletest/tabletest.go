@@ -103,17 +103,24 @@ func EditJSON(t testing.TB, file string, edit func(m map[string]any)) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(file, EditedJSON(t, b, edit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// EditedJSON returns the JSON object data with edit applied.
+func EditedJSON(t testing.TB, data []byte, edit func(m map[string]any)) []byte {
+	t.Helper()
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
+	if err := json.Unmarshal(data, &m); err != nil {
 		t.Fatal(err)
 	}
 	edit(m)
-	if b, err = json.Marshal(m); err != nil {
+	b, err := json.Marshal(m)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(file, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return b
 }
 
 // Write writes len(sizes) files part-000.parquet, … into dir; file i holds
