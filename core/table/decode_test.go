@@ -134,3 +134,62 @@ func TestFastColumnDeclines(t *testing.T) {
 		leaf += countLeaves(f.Type)
 	}
 }
+
+// BenchmarkDecodeColumn decodes one row group of pretokenized LM rows (4,096
+// rows of 256–1,023 random int32 tokens, zstd, dictionary as the writer
+// chooses) with croupier's page decoder and with pqarrow, side by side:
+//
+//	go test ./core/table -run '^$' -bench DecodeColumn -count 5
+func BenchmarkDecodeColumn(b *testing.B) {
+	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
+	rb := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer rb.Release()
+	rng := rand.New(rand.NewPCG(1, 1))
+	toks := rb.Field(0).(*array.ListBuilder)
+	vals := toks.ValueBuilder().(*array.Int32Builder)
+	for range 4096 {
+		toks.Append(true)
+		for range 256 + rng.IntN(768) {
+			vals.Append(rng.Int32N(50000))
+		}
+	}
+	rec := rb.NewRecordBatch()
+	defer rec.Release()
+	data := tabletest.EncodeRecord(b, rec, parquet.WithMaxRowGroupLength(4096), parquet.WithCompression(compress.Codecs.Zstd))
+	pf, err := file.NewParquetReader(bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, col := schema.Field(0), pf.MetaData().Schema.Column(0)
+	rg := pf.RowGroup(0)
+	chunk, _ := rg.MetaData().ColumnChunk(0)
+	b.Run("croupier", func(b *testing.B) {
+		for b.Loop() {
+			pr, err := rg.GetColumnPageReader(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			arr, err := decodeColumn(memory.DefaultAllocator, f, col, fastColumn(f, col, chunk), chunk, pr, rg.NumRows())
+			pr.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			arr.Release()
+		}
+		b.ReportMetric(float64(rg.NumRows()*int64(b.N))/b.Elapsed().Seconds(), "rows/s")
+	})
+	b.Run("pqarrow", func(b *testing.B) {
+		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			tbl, err := fr.ReadRowGroups(context.Background(), []int{0}, []int{0})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tbl.Release()
+		}
+		b.ReportMetric(float64(rg.NumRows()*int64(b.N))/b.Elapsed().Seconds(), "rows/s")
+	})
+}
