@@ -22,6 +22,7 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -166,7 +167,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._worker_position = False
         self._shipped = False  # pickled to worker processes by the main process
         self._loader_counts = False  # a croupier.DataLoader counts delivered steps
-        self._stream: _lib.Handle | None = None  # the stream __iter__ reads now
+        # The stream __iter__ reads now, weakly: the dataset must not keep a
+        # stream alive that an interrupted iteration left behind.
+        self._stream: weakref.ref[_lib.Handle] | None = None
         self._stats: dict[str, int] = {}  # of the last stream, once it ended
 
     # -- lifetime ------------------------------------------------------------------
@@ -288,8 +291,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             self._handle(),
             {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers},
         )
-        self._stream = stream
         try:
+            self._stream = weakref.ref(stream)
             while (item := _lib.stream_next(stream.value)) is not None:
                 step, batch = item
                 out = convert(batch, self._format, self._list_format)
@@ -302,7 +305,6 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 self._worker_position = worker is not None
                 yield out
         finally:
-            self._stream = None
             try:
                 if not stream.closed:  # a collected generator's handle may be gone
                     self._stats = _lib.stream_stats(stream.value)
@@ -321,7 +323,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         work. With DataLoader workers, each worker process has its own counters.
         Empty before the first iteration.
         """
-        stream = self._stream
+        stream = self._stream() if self._stream is not None else None
         if stream is not None and not stream.closed:
             return _lib.stream_stats(stream.value)
         return dict(self._stats)
