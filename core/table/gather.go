@@ -146,24 +146,24 @@ func newBuffer(mem memory.Allocator, n int64) *memory.Buffer {
 // gatherValidity returns the validity bitmap of the gathered rows and their
 // null count, or nil and 0 when no gathered row is null.
 func gatherValidity(mem memory.Allocator, srcs []arrow.ArrayData, spans []span, n int64) (*memory.Buffer, int) {
-	hasNulls := false
-	for _, s := range spans {
-		if mayHaveNulls(srcs[s.src]) {
-			hasNulls = true
-			break
+	var withNulls [][]byte // the bitmap of each source that may have nulls
+	for i, src := range srcs {
+		if mayHaveNulls(src) {
+			if withNulls == nil {
+				withNulls = make([][]byte, len(srcs))
+			}
+			withNulls[i] = src.Buffers()[0].Bytes()
 		}
 	}
-	if !hasNulls {
+	if withNulls == nil {
 		return nil, 0
 	}
 	out := newBuffer(mem, bitutil.BytesForBits(n))
 	bits := out.Bytes()
 	var at int64
 	for _, s := range spans {
-		src := srcs[s.src]
-		if mayHaveNulls(src) {
-			b := src.Buffers()[0]
-			bitutil.CopyBitmap(b.Bytes(), src.Offset()+int(s.off), int(s.n), bits, int(at))
+		if b := withNulls[s.src]; b != nil {
+			copyBits(bits, at, b, int64(srcs[s.src].Offset())+s.off, s.n)
 		} else {
 			bitutil.SetBitsTo(bits, at, s.n, true)
 		}
@@ -186,20 +186,65 @@ func gatherBits(mem memory.Allocator, srcs []arrow.ArrayData, spans []span, n in
 		var at int64
 		for _, s := range spans {
 			src := srcs[s.src]
-			bitutil.CopyBitmap(src.Buffers()[1].Bytes(), src.Offset()+int(s.off), int(s.n), out.Bytes(), int(at))
+			copyBits(out.Bytes(), at, src.Buffers()[1].Bytes(), int64(src.Offset())+s.off, s.n)
 			at += s.n
 		}
 		return out
 	}
-	w := int64(width / 8)
-	out := newBuffer(mem, n*w)
-	dst := out.Bytes()
-	for _, s := range spans {
-		src := srcs[s.src]
-		from := (int64(src.Offset()) + s.off) * w
-		dst = dst[copy(dst, src.Buffers()[1].Bytes()[from:from+s.n*w]):]
+	out := newBuffer(mem, n*int64(width/8))
+	switch width {
+	case 8:
+		gatherFixed[uint8](out.Bytes(), srcs, spans)
+	case 16:
+		gatherFixed[uint16](out.Bytes(), srcs, spans)
+	case 32:
+		gatherFixed[uint32](out.Bytes(), srcs, spans)
+	case 64:
+		gatherFixed[uint64](out.Bytes(), srcs, spans)
+	default:
+		w := int64(width / 8)
+		dst := out.Bytes()
+		for _, s := range spans {
+			src := srcs[s.src]
+			from := (int64(src.Offset()) + s.off) * w
+			dst = dst[copy(dst, src.Buffers()[1].Bytes()[from:from+s.n*w]):]
+		}
 	}
 	return out
+}
+
+// gatherFixed copies the values spans name into dst, values of type T. A
+// shuffled batch is mostly single rows, each a load from memory that is not
+// in the cache: assigning them directly, rather than calling copy, lets the
+// processor have many of those loads in flight at once.
+func gatherFixed[T uint8 | uint16 | uint32 | uint64](out []byte, srcs []arrow.ArrayData, spans []span) {
+	vals := make([][]T, len(srcs))
+	for i, src := range srcs {
+		vals[i] = arrow.GetData[T](src.Buffers()[1].Bytes())[src.Offset():]
+	}
+	dst := arrow.GetData[T](out)
+	at := int64(0)
+	for _, s := range spans {
+		if s.n == 1 {
+			dst[at] = vals[s.src][s.off]
+		} else {
+			copy(dst[at:at+s.n], vals[s.src][s.off:s.off+s.n])
+		}
+		at += s.n
+	}
+}
+
+// copyBits copies n bits of src from bit from to dst at bit at. Short runs,
+// all of a shuffled batch, are copied bit by bit: bitutil.CopyBitmap sets up
+// word readers and writers that cost more than the copy itself.
+func copyBits(dst []byte, at int64, src []byte, from, n int64) {
+	if n > 64 {
+		bitutil.CopyBitmap(src, int(from), int(n), dst, int(at))
+		return
+	}
+	for i := range n {
+		bitutil.SetBitTo(dst, int(at+i), bitutil.BitIsSet(src, int(from+i)))
+	}
 }
 
 // gatherOffsets builds the offsets of the gathered rows of a binary or list

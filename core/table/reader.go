@@ -156,7 +156,7 @@ func (r *Reader) Close() error {
 
 // rowRef locates one requested row.
 type rowRef struct {
-	group GroupRef
+	group int   // index in Table.groups
 	row   int64 // row inside the group
 }
 
@@ -167,7 +167,7 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	if err != nil {
 		return nil, err
 	}
-	keys, spans := groupSpans(refs)
+	keys, spans := r.groupSpans(refs)
 	groups := make([]arrow.RecordBatch, len(keys))
 	defer func() {
 		for _, g := range groups {
@@ -271,22 +271,26 @@ func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, _ := groupSpans(refs)
+	keys, _ := r.groupSpans(refs)
 	return keys, nil
 }
 
 // groupSpans returns the row groups refs touch, each once in the order they
 // are first needed, and the runs of rows to take from them (indexing keys),
 // in refs order.
-func groupSpans(refs []rowRef) (keys []GroupRef, spans []span) {
-	index := map[GroupRef]int{}
+func (r *Reader) groupSpans(refs []rowRef) (keys []GroupRef, spans []span) {
+	index := map[int]int{}
 	spans = make([]span, 0, len(refs))
+	last, i := -1, 0
 	for _, ref := range refs {
-		i, ok := index[ref.group]
-		if !ok {
-			i = len(keys)
-			index[ref.group] = i
-			keys = append(keys, ref.group)
+		if ref.group != last {
+			var ok bool
+			if i, ok = index[ref.group]; !ok {
+				i = len(keys)
+				index[ref.group] = i
+				keys = append(keys, r.t.groups[ref.group])
+			}
+			last = ref.group
 		}
 		spans = appendSpan(spans, i, ref.row, 1)
 	}
@@ -337,21 +341,16 @@ func (r *Reader) Stats() ReaderStats {
 func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 	refs := make([]rowRef, len(ids))
 	n := r.t.NumRows()
+	g := 0
 	for i, id := range ids {
 		if id >= uint64(n) {
 			return nil, errcode.New(errcode.InvalidArgument, "read", r.t.pin.URI, "row id %d out of range [0, %d)", id, n)
 		}
-		f := r.t.fileOf(int64(id))
-		row := int64(id) - r.t.starts[f]
-		g := 0
-		for _, size := range r.t.pin.Files[f].RowGroups {
-			if row < size {
-				break
-			}
-			row -= size
-			g++
+		// Consecutive ids mostly fall in the group of the one before.
+		if int64(id) < r.t.groupStarts[g] || int64(id) >= r.t.groupStarts[g+1] {
+			g = r.t.groupOf(int64(id))
 		}
-		refs[i] = rowRef{group: GroupRef{f, g}, row: row}
+		refs[i] = rowRef{group: g, row: int64(id) - r.t.groupStarts[g]}
 	}
 	return refs, nil
 }

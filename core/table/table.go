@@ -112,7 +112,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,7 +154,10 @@ type Table struct {
 	cat    *catalog.Catalog // may be nil
 	pin    Pin
 	schema *arrow.Schema
-	starts []int64 // starts[i] is the row id of file i's first row; starts[len] = NumRows
+	// Every row group of the version in row id order, and the row id of the
+	// first row of each; groupStarts[len(groups)] is NumRows.
+	groups      []GroupRef
+	groupStarts []int64
 
 	refs atomic.Int32 // Close releases the store connection when this reaches 0
 
@@ -327,11 +329,15 @@ func checkFiles(files []File, keyOK func(key string) error) (int64, error) {
 }
 
 func newTable(loc *store.Location, pin Pin, schema *arrow.Schema, footers []*metadata.FileMetaData) *Table {
-	starts := make([]int64, len(pin.Files)+1)
+	t := &Table{loc: loc, pin: pin, schema: schema, footers: footers, groupStarts: []int64{0}}
+	var at int64
 	for i, f := range pin.Files {
-		starts[i+1] = starts[i] + f.NumRows
+		for g, size := range f.RowGroups {
+			at += size
+			t.groups = append(t.groups, GroupRef{i, g})
+			t.groupStarts = append(t.groupStarts, at)
+		}
 	}
-	t := &Table{loc: loc, pin: pin, schema: schema, starts: starts, footers: footers}
 	t.refs.Store(1)
 	return t
 }
@@ -347,7 +353,7 @@ func (t *Table) Version() string { return t.pin.Version }
 func (t *Table) Kind() string { return t.pin.Kind }
 
 // NumRows returns the number of rows in the pinned version.
-func (t *Table) NumRows() int64 { return t.starts[len(t.starts)-1] }
+func (t *Table) NumRows() int64 { return t.groupStarts[len(t.groupStarts)-1] }
 
 // Schema returns the Arrow schema.
 func (t *Table) Schema() *arrow.Schema { return t.schema }
@@ -497,9 +503,20 @@ func decodeSchema(b []byte) (s *arrow.Schema, err error) {
 	return r.Schema(), nil
 }
 
-// fileOf returns the index of the file holding row id, which must be < NumRows.
-func (t *Table) fileOf(id int64) int {
-	return sort.Search(len(t.pin.Files), func(i int) bool { return t.starts[i+1] > id })
+// groupOf returns the index in t.groups of the row group holding row id,
+// which must be < NumRows.
+func (t *Table) groupOf(id int64) int {
+	// A binary search without branches to mispredict: shuffled ids land in
+	// groups at random.
+	base, n := 0, len(t.groups)
+	for n > 1 {
+		half := n / 2
+		if t.groupStarts[base+half] <= id {
+			base += half
+		}
+		n -= half
+	}
+	return base
 }
 
 // Footer returns file i's parsed Parquet footer, reading it on first use.
