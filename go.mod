@@ -17,6 +17,8 @@ require (
 	vitess.io/vitess v0.24.4
 )
 
+require github.com/DataDog/zstd v1.5.7
+
 require (
 	cel.dev/expr v0.25.3 // indirect
 	cloud.google.com/go v0.123.0 // indirect
