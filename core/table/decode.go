@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -265,8 +266,11 @@ func hybrid[T uint8 | uint32](dst []T, data []byte, width int) error {
 				return fmt.Errorf("RLE value %d does not fit %d bits", v, width)
 			}
 			fill := dst[i:min(len(dst), i+int(min(header>>1, uint64(len(dst)))))]
-			for k := range fill {
-				fill[k] = T(v)
+			if len(fill) > 0 { // doubling copies: levels come in runs of thousands
+				fill[0] = T(v)
+				for k := 1; k < len(fill); k *= 2 {
+					copy(fill[k:], fill[:k])
+				}
 			}
 			i += len(fill)
 			continue
@@ -365,8 +369,17 @@ func (d *columnDecoder) dataPage(data []byte, enc parquet.Encoding, n int) error
 }
 
 // allDefined reports whether every level entry of the page holds a value.
+// It compares eight levels at a time.
 func (d *columnDecoder) allDefined() bool {
-	for _, l := range d.defs {
+	defs := d.defs
+	want := uint64(uint8(d.maxDef)) * 0x0101010101010101
+	for len(defs) >= 8 {
+		if binary.LittleEndian.Uint64(defs) != want {
+			return false
+		}
+		defs = defs[8:]
+	}
+	for _, l := range defs {
 		if int16(l) != d.maxDef {
 			return false
 		}
@@ -379,14 +392,21 @@ func (d *columnDecoder) allDefined() bool {
 func (d *columnDecoder) shape(n int) (present int, err error) {
 	if d.allDefined() { // no nulls, no empty lists: the common case, kept tight
 		if d.list {
-			for i, r := range d.reps[:n] {
-				if r == 0 {
-					d.listOffs = append(d.listOffs, int32(d.slots+i))
-					appendValid(&d.listValid, d.rows, true)
-					d.rows++
-				} else if d.rows == 0 {
-					return 0, errors.New("the column chunk starts inside a list")
+			reps := d.reps[:n]
+			if d.rows == 0 && n > 0 && reps[0] != 0 {
+				return 0, errors.New("the column chunk starts inside a list")
+			}
+			// Rows start at the zeros, found with a vectorized search: lists
+			// of training data are hundreds of values long.
+			for i := 0; ; i++ {
+				k := bytes.IndexByte(reps[i:], 0)
+				if k < 0 {
+					break
 				}
+				i += k
+				d.listOffs = append(d.listOffs, int32(d.slots+i))
+				appendValid(&d.listValid, d.rows, true)
+				d.rows++
 			}
 		}
 		if d.valid != nil {
