@@ -154,20 +154,14 @@ func (r *Reader) Close() error {
 	return nil
 }
 
-// rowRef locates one requested row.
-type rowRef struct {
-	group int   // index in Table.groups
-	row   int64 // row inside the group
-}
-
 // Read returns the rows with the given ids, in that order, as one record. The
 // caller releases it. Ids may repeat; an id outside the table is an error.
 func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, error) {
-	refs, err := r.locate(ids)
+	var spans []span
+	keys, err := r.locate(ids, &spans)
 	if err != nil {
 		return nil, err
 	}
-	keys, spans := r.groupSpans(refs)
 	groups := make([]arrow.RecordBatch, len(keys))
 	defer func() {
 		for _, g := range groups {
@@ -267,34 +261,7 @@ type GroupRef struct{ File, Group int }
 // Groups returns the row groups that hold ids, each once, in the order they
 // are first needed.
 func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
-	refs, err := r.locate(ids)
-	if err != nil {
-		return nil, err
-	}
-	keys, _ := r.groupSpans(refs)
-	return keys, nil
-}
-
-// groupSpans returns the row groups refs touch, each once in the order they
-// are first needed, and the runs of rows to take from them (indexing keys),
-// in refs order.
-func (r *Reader) groupSpans(refs []rowRef) (keys []GroupRef, spans []span) {
-	index := map[int]int{}
-	spans = make([]span, 0, len(refs))
-	last, i := -1, 0
-	for _, ref := range refs {
-		if ref.group != last {
-			var ok bool
-			if i, ok = index[ref.group]; !ok {
-				i = len(keys)
-				index[ref.group] = i
-				keys = append(keys, r.t.groups[ref.group])
-			}
-			last = ref.group
-		}
-		spans = appendSpan(spans, i, ref.row, 1)
-	}
-	return keys, spans
+	return r.locate(ids, nil)
 }
 
 // group returns the decoded row group key from the cache, decoding it there
@@ -337,10 +304,14 @@ func (r *Reader) Stats() ReaderStats {
 	}
 }
 
-// locate maps row ids to row groups.
-func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
-	refs := make([]rowRef, len(ids))
+// locate returns the row groups holding ids, each once in the order they
+// are first needed, and, when spans is not nil, sets *spans to the runs of
+// rows to take from them (indexing keys), in ids order.
+func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error) {
 	n := r.t.NumRows()
+	// First each id's group, a loop of independent searches the processor
+	// overlaps; then the groups in order of need.
+	groups := make([]int32, len(ids))
 	g := 0
 	for i, id := range ids {
 		if id >= uint64(n) {
@@ -350,9 +321,25 @@ func (r *Reader) locate(ids []uint64) ([]rowRef, error) {
 		if int64(id) < r.t.groupStarts[g] || int64(id) >= r.t.groupStarts[g+1] {
 			g = r.t.groupOf(int64(id))
 		}
-		refs[i] = rowRef{group: g, row: int64(id) - r.t.groupStarts[g]}
+		groups[i] = int32(g)
 	}
-	return refs, nil
+	index := map[int32]int{} // group in r.t.groups -> index in keys
+	last, k := int32(-1), 0
+	for i, g := range groups {
+		if g != last {
+			var ok bool
+			if k, ok = index[g]; !ok {
+				k = len(keys)
+				index[g] = k
+				keys = append(keys, r.t.groups[g])
+			}
+			last = g
+		}
+		if spans != nil {
+			*spans = appendSpan(*spans, k, int64(ids[i])-r.t.groupStarts[g], 1)
+		}
+	}
+	return keys, nil
 }
 
 // decode fetches and decodes the projected columns of one row group.
@@ -372,6 +359,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef) (_ arrow.RecordBatch,
 	if err != nil {
 		return nil, err
 	}
+	defer src.release()
 	select {
 	case r.decoding <- struct{}{}:
 	case <-ctx.Done():
