@@ -3,7 +3,6 @@ package table
 import (
 	"context"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +112,7 @@ func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots ch
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "read", where)
 			defer func() { <-slots }()
-			buf := fetchBuffer(r.n)
+			buf := scratch{}.Allocate(int(r.n))
 			n, err := ra.ReadAt(buf, r.off)
 			stats.requests.Add(1)
 			stats.bytesRead.Add(int64(n))
@@ -127,26 +126,10 @@ func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots ch
 	return f, nil
 }
 
-// fetchBuffers recycles the buffers fetch reads into. Row groups of a table
-// are alike in size, and a buffer is done with as soon as its row group is
-// decoded (decoding copies what it keeps), so most reads reuse one instead of
-// allocating and zeroing megabytes for the garbage collector to find.
-var fetchBuffers sync.Pool // of *[]byte
-
-// fetchBuffer returns a buffer of n bytes, recycled when one is large enough.
-func fetchBuffer(n int64) []byte {
-	if p, ok := fetchBuffers.Get().(*[]byte); ok && int64(cap(*p)) >= n {
-		return (*p)[:n]
-	}
-	return make([]byte, n)
-}
-
 // release recycles f's buffers; f serves no read after it.
 func (f *fetched) release() {
 	for _, b := range f.data {
-		if b != nil {
-			fetchBuffers.Put(&b)
-		}
+		scratch{}.Free(b)
 	}
 	f.data, f.ranges = nil, nil
 }

@@ -378,10 +378,19 @@ func (r *Reader) decode(ctx context.Context, key GroupRef) (_ arrow.RecordBatch,
 
 // decodeFrom decodes row group key of the file src reads.
 func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key GroupRef, where string) (arrow.RecordBatch, error) {
-	pf, err := file.NewParquetReader(src,
-		file.WithMetadata(md), file.WithReadProps(parquet.NewReaderProperties(r.mem)))
+	// The page decoder copies what it keeps out of the pages, so their
+	// buffers are scratch; pqarrow's arrays may hold memory of the reader's
+	// allocator, so it gets r.mem.
+	open := func(mem memory.Allocator) (*file.Reader, error) {
+		pf, err := file.NewParquetReader(src, file.WithMetadata(md), file.WithReadProps(parquet.NewReaderProperties(mem)))
+		if err != nil {
+			return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
+		}
+		return pf, nil
+	}
+	pf, err := open(scratch{})
 	if err != nil {
-		return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
+		return nil, err
 	}
 	defer pf.Close()
 	rg := pf.RowGroup(key.Group)
@@ -403,6 +412,11 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 		}
 	}
 	if len(slow) > 0 {
+		pf, err := open(r.mem)
+		if err != nil {
+			return nil, err
+		}
+		defer pf.Close()
 		if err := r.decodeSlow(ctx, pf, key.Group, slow, cols); err != nil {
 			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 		}

@@ -1,0 +1,54 @@
+package table
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// scratch allocates the buffers that hold bytes only while a row group is
+// decoded: the fetched column chunks, and the page reader's compressed and
+// decompressed pages, which decoding copies from. Row groups of a table are
+// alike, so instead of allocating, zeroing and freeing megabytes per column
+// chunk (through cgo, for Arrow's C allocator), scratch recycles buffers by
+// power-of-two size class. A buffer it hands out is not zeroed: its users
+// overwrite the bytes they read. It implements memory.Allocator.
+type scratch struct{}
+
+// scratchPools holds free buffers of capacity 1<<c in scratchPools[c].
+var scratchPools [40]sync.Pool // of *[]byte
+
+// sizeClass is the smallest c with 1<<c >= n.
+func sizeClass(n int) int { return bits.Len(uint(n - 1)) }
+
+// Allocate returns a buffer of n bytes.
+func (scratch) Allocate(n int) []byte {
+	c := sizeClass(n)
+	if n <= 0 || c >= len(scratchPools) {
+		return make([]byte, n)
+	}
+	if p, ok := scratchPools[c].Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+// Reallocate returns a buffer of n bytes starting with b's.
+func (s scratch) Reallocate(n int, b []byte) []byte {
+	if n <= cap(b) {
+		return b[:n]
+	}
+	out := s.Allocate(n)
+	copy(out, b)
+	s.Free(b)
+	return out
+}
+
+// Free recycles b, which no one may use after.
+func (scratch) Free(b []byte) {
+	c := sizeClass(cap(b))
+	if cap(b) == 0 || cap(b) != 1<<c || c >= len(scratchPools) {
+		return // not one of ours
+	}
+	b = b[:cap(b)]
+	scratchPools[c].Put(&b)
+}
