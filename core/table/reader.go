@@ -323,15 +323,17 @@ func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error
 		}
 		groups[i] = int32(g)
 	}
-	index := map[int32]int{} // group in r.t.groups -> index in keys
+	index := r.t.keyIndex() // group in r.t.groups -> 1 + its index in keys
+	var used []int32        // the groups of keys
+	defer func() { r.t.putKeyIndex(index, used) }()
 	last, k := int32(-1), 0
 	for i, g := range groups {
 		if g != last {
-			var ok bool
-			if k, ok = index[g]; !ok {
+			if k = int(index[g]) - 1; k < 0 {
 				k = len(keys)
-				index[g] = k
+				index[g] = int32(k + 1)
 				keys = append(keys, r.t.groups[g])
+				used = append(used, g)
 			}
 			last = g
 		}

@@ -112,6 +112,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,6 +159,11 @@ type Table struct {
 	// first row of each; groupStarts[len(groups)] is NumRows.
 	groups      []GroupRef
 	groupStarts []int64
+	// bucket[b] is the group holding row b<<bucketShift: a search for a row's
+	// group starts between bucket[b] and bucket[b+1], usually one group.
+	bucket      []int32
+	bucketShift uint
+	keyIndices  sync.Pool // of *[]int32, see keyIndex
 
 	refs atomic.Int32 // Close releases the store connection when this reaches 0
 
@@ -338,6 +344,14 @@ func newTable(loc *store.Location, pin Pin, schema *arrow.Schema, footers []*met
 			t.groupStarts = append(t.groupStarts, at)
 		}
 	}
+	if at > 0 { // buckets of a power of two rows, about two per group
+		t.bucketShift = uint(max(bits.Len64(uint64(at/int64(2*len(t.groups)))), 1) - 1)
+		t.bucket = make([]int32, (at-1)>>t.bucketShift+2)
+		for b := range t.bucket[:len(t.bucket)-1] {
+			t.bucket[b] = int32(t.searchGroup(int64(b)<<t.bucketShift, 0, len(t.groups)))
+		}
+		t.bucket[len(t.bucket)-1] = int32(len(t.groups) - 1)
+	}
 	t.refs.Store(1)
 	return t
 }
@@ -506,9 +520,33 @@ func decodeSchema(b []byte) (s *arrow.Schema, err error) {
 // groupOf returns the index in t.groups of the row group holding row id,
 // which must be < NumRows.
 func (t *Table) groupOf(id int64) int {
-	// A binary search without branches to mispredict: shuffled ids land in
-	// groups at random.
-	base, n := 0, len(t.groups)
+	b := id >> t.bucketShift
+	lo, hi := int(t.bucket[b]), int(t.bucket[b+1])
+	return t.searchGroup(id, lo, hi+1)
+}
+
+// keyIndex returns a zeroed slice with an entry per row group, with which
+// locate numbers the groups of a batch: faster than a map, and recycled.
+func (t *Table) keyIndex() []int32 {
+	if p, ok := t.keyIndices.Get().(*[]int32); ok {
+		return *p
+	}
+	return make([]int32, len(t.groups))
+}
+
+// putKeyIndex zeroes the entries of groups in index and recycles it.
+func (t *Table) putKeyIndex(index []int32, groups []int32) {
+	for _, g := range groups {
+		index[g] = 0
+	}
+	t.keyIndices.Put(&index)
+}
+
+// searchGroup returns the group holding row id among groups [lo, hi), which
+// must hold it. The binary search has no branch to mispredict: shuffled ids
+// land in groups at random.
+func (t *Table) searchGroup(id int64, lo, hi int) int {
+	base, n := lo, hi-lo
 	for n > 1 {
 		half := n / 2
 		if t.groupStarts[base+half] <= id {
