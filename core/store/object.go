@@ -13,6 +13,7 @@ import (
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -153,18 +154,30 @@ func hidden(key string) bool {
 // Hidden objects (a path element starting with "_" or ".") are skipped unless
 // named exactly.
 func (l *Location) Match(ctx context.Context) ([]string, error) {
+	prefix, pattern := l.scope()
+	// Whether the key is an object and what it holds as a folder are asked at
+	// once: on a distant store each is a round trip.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var objs []*blob.ListObject
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		defer errcode.Recover(&err, errcode.Internal, "list", l.ObjectURI(prefix))
+		objs, err = l.List(lctx, prefix, 0)
+		return err
+	})
 	if l.Key != "" && !hasGlob(l.Key) {
 		ok, err := l.Exists(ctx, l.Key)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
+		if err != nil || ok {
+			cancel()
+			g.Wait() // its error, a cancellation, no longer matters
+			if err != nil {
+				return nil, err
+			}
 			return []string{l.Key}, nil
 		}
 	}
-	prefix, pattern := l.scope()
-	objs, err := l.List(ctx, prefix, 0)
-	if err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	var keys []string

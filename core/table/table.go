@@ -233,29 +233,50 @@ type format interface {
 // folder holds a _versions/ folder, else plain Parquet.
 func detect(ctx context.Context, loc *store.Location) (format, error) {
 	if hasGlob(loc.Key) {
-		return parquetFormat{}, nil
+		return parquetFormat{match: loc.Match}, nil
 	}
+	// The files of a plain Parquet folder are listed while the check for a
+	// croupier table runs: a distant store answers both in one round trip.
+	mctx, cancel := context.WithCancel(ctx)
+	var keys []string
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		defer errcode.Recover(&err, errcode.Internal, "list", loc.URI)
+		keys, err = loc.Match(mctx)
+		return err
+	})
 	ok, err := isCroupier(ctx, loc)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
+	if err != nil || ok {
+		cancel()
+		g.Wait() // its error, a cancellation, no longer matters
+		if err != nil {
+			return nil, err
+		}
 		return croupierFormat{}, nil
 	}
-	return parquetFormat{}, nil
+	return parquetFormat{match: func(context.Context) ([]string, error) {
+		defer cancel()
+		return keys, g.Wait()
+	}}, nil
 }
 
 func hasGlob(s string) bool { return strings.ContainsAny(s, "*?[") }
 
 // parquetFormat pins plain Parquet datasets.
-type parquetFormat struct{}
+type parquetFormat struct {
+	match func(context.Context) ([]string, error) // the files' keys, as Location.Match
+}
 
-func (parquetFormat) open(ctx context.Context, loc *store.Location, opts OpenOptions) (*Table, error) {
+func (f parquetFormat) open(ctx context.Context, loc *store.Location, opts OpenOptions) (*Table, error) {
+	keys, err := f.match(ctx) // detect may have started it: awaited also when refused
 	if opts.Version != 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "open table", loc.URI,
 			"version %d asked of a plain Parquet dataset, which has only its current version (not a croupier table: no _versions/ folder)", opts.Version)
 	}
-	return pinParquet(ctx, loc, opts.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	return pinParquet(ctx, loc, keys, opts.Catalog)
 }
 
 // OpenPin reopens exactly the version that pin describes.
@@ -392,13 +413,9 @@ func (t *Table) Close() error {
 	return nil
 }
 
-// pinParquet lists the .parquet objects of loc and reads their footers.
-func pinParquet(ctx context.Context, loc *store.Location, cat *catalog.Catalog) (*Table, error) {
+// pinParquet pins the .parquet objects among keys, reading their footers.
+func pinParquet(ctx context.Context, loc *store.Location, keys []string, cat *catalog.Catalog) (*Table, error) {
 	const op = "open table"
-	keys, err := loc.Match(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var files []File
 	for _, k := range keys {
 		if k == loc.Key || strings.HasSuffix(k, ".parquet") {
