@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -46,7 +47,8 @@ type Reader struct {
 	cache  *groupCache
 
 	reads    chan struct{} // one slot per range request in flight
-	decoding chan struct{} // one slot per row group being decoded
+	decoding *slots        // one slot per row group being decoded
+	planned  atomic.Int64  // Prefetch calls so far: the priority of the next
 	stats    readerStats
 }
 
@@ -75,7 +77,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	}
 	return &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
 		mem: mem, cache: newGroupCache(opts.CacheBytes),
-		reads: make(chan struct{}, opts.MaxReads), decoding: make(chan struct{}, runtime.GOMAXPROCS(0))}, nil
+		reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(runtime.GOMAXPROCS(0))}, nil
 }
 
 // fieldIndices resolves column names to field indices; nil means all.
@@ -175,7 +177,7 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	for i, key := range keys {
 		g.Go(func() (err error) {
 			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[key.File].Key))
-			groups[i], err = r.group(gctx, key)
+			groups[i], err = r.group(gctx, key, 0) // needed now: before any prefetch
 			return err
 		})
 	}
@@ -266,15 +268,16 @@ func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
 
 // group returns the decoded row group key from the cache, decoding it there
 // first when it is absent. The caller releases it.
-func (r *Reader) group(ctx context.Context, key GroupRef) (arrow.RecordBatch, error) {
-	return r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key) })
+func (r *Reader) group(ctx context.Context, key GroupRef, prio int64) (arrow.RecordBatch, error) {
+	return r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key, prio) })
 }
 
 // Prefetch decodes row group g into the cache, unless it is there already,
-// so that a later Read finds it decoded.
+// so that a later Read finds it decoded. Row groups decode in the order of
+// the Prefetch calls that asked for them, after those Read needs.
 func (r *Reader) Prefetch(ctx context.Context, g GroupRef) (err error) {
 	defer recoverTo(&err, "prefetch", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
-	rec, err := r.group(ctx, g)
+	rec, err := r.group(ctx, g, r.planned.Add(1))
 	if err != nil {
 		return err
 	}
@@ -345,7 +348,7 @@ func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error
 }
 
 // decode fetches and decodes the projected columns of one row group.
-func (r *Reader) decode(ctx context.Context, key GroupRef) (_ arrow.RecordBatch, err error) {
+func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64) (_ arrow.RecordBatch, err error) {
 	f := r.t.pin.Files[key.File]
 	where := r.t.loc.ObjectURI(f.Key)
 	defer errcode.Recover(&err, errcode.Corrupt, fmt.Sprintf("decode row group %d of", key.Group), where)
@@ -362,12 +365,10 @@ func (r *Reader) decode(ctx context.Context, key GroupRef) (_ arrow.RecordBatch,
 		return nil, err
 	}
 	defer src.release()
-	select {
-	case r.decoding <- struct{}{}:
-	case <-ctx.Done():
-		return nil, errcode.Wrap(ctx.Err(), errcode.Canceled, "decode", where)
+	if err := r.decoding.acquire(ctx, prio); err != nil {
+		return nil, errcode.Wrap(err, errcode.Canceled, "decode", where)
 	}
-	defer func() { <-r.decoding }()
+	defer r.decoding.release()
 	start := time.Now()
 	rec, err := r.decodeFrom(ctx, src, md, key, where)
 	if err == nil {
@@ -501,7 +502,7 @@ func (r *Reader) decodeSlow(ctx context.Context, pf *file.Reader, g int, leaves 
 // the cache: for scans that visit each row group once.
 func (r *Reader) ReadGroup(ctx context.Context, file, group int) (rec arrow.RecordBatch, err error) {
 	defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[file].Key))
-	return r.decode(ctx, GroupRef{file, group})
+	return r.decode(ctx, GroupRef{file, group}, 0)
 }
 
 // recoverTo turns a panic in a decoding goroutine into an error: a panic in a
