@@ -385,7 +385,12 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 	// buffers are scratch; pqarrow's arrays may hold memory of the reader's
 	// allocator, so it gets r.mem.
 	open := func(mem memory.Allocator) (*file.Reader, error) {
-		pf, err := file.NewParquetReader(src, file.WithMetadata(md), file.WithReadProps(parquet.NewReaderProperties(mem)))
+		props := parquet.NewReaderProperties(mem)
+		// Column chunks are in memory already (src serves them from the
+		// fetch): streamed, each page is copied once out of them, where
+		// unbuffered arrow-go would first copy each whole column chunk.
+		props.BufferedStreamEnabled = true
+		pf, err := file.NewParquetReader(src, file.WithMetadata(md), file.WithReadProps(props))
 		if err != nil {
 			return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
 		}
