@@ -293,15 +293,36 @@ func hybrid[T uint8 | uint32](dst []T, data []byte, width int) error {
 
 // unpack reads len(dst) values of width bits (at most 32), packed least
 // significant bit first, from packed. Each value is one unaligned 64-bit
-// load, a shift and a mask; the last few values, whose load would run past
-// packed, go through a padded copy.
+// load, a shift and a mask, eight values to an iteration (a group of eight
+// starts on a byte); the last few values, whose load would run past packed,
+// go through a padded copy.
 func unpack[T uint8 | uint32](dst []T, packed []byte, width int) {
 	mask := uint64(1)<<width - 1
 	fast := len(dst)
 	for fast > 0 && ((fast-1)*width)/8+8 > len(packed) {
 		fast--
 	}
-	for k := range fast {
+	w := uint(width)
+	k := 0
+	if width == 16 { // the common width of token ids: plain 16-bit loads
+		for ; k < len(dst); k++ {
+			dst[k] = T(binary.LittleEndian.Uint16(packed[2*k:]))
+		}
+		return
+	}
+	for ; k+8 <= fast; k += 8 {
+		g := packed[k*width/8:]
+		d := dst[k : k+8 : k+8]
+		d[0] = T(binary.LittleEndian.Uint64(g) & mask)
+		d[1] = T(binary.LittleEndian.Uint64(g[w/8:]) >> (w % 8) & mask)
+		d[2] = T(binary.LittleEndian.Uint64(g[2*w/8:]) >> (2 * w % 8) & mask)
+		d[3] = T(binary.LittleEndian.Uint64(g[3*w/8:]) >> (3 * w % 8) & mask)
+		d[4] = T(binary.LittleEndian.Uint64(g[4*w/8:]) >> (4 * w % 8) & mask)
+		d[5] = T(binary.LittleEndian.Uint64(g[5*w/8:]) >> (5 * w % 8) & mask)
+		d[6] = T(binary.LittleEndian.Uint64(g[6*w/8:]) >> (6 * w % 8) & mask)
+		d[7] = T(binary.LittleEndian.Uint64(g[7*w/8:]) >> (7 * w % 8) & mask)
+	}
+	for ; k < fast; k++ {
 		bit := k * width
 		dst[k] = T(binary.LittleEndian.Uint64(packed[bit/8:]) >> (bit % 8) & mask)
 	}
