@@ -463,7 +463,13 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 			return err
 		}
 		defer b.Record.Release()
-		cdata.ExportArrowRecordBatch(b.Record, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), (*cdata.CArrowSchema)(unsafe.Pointer(outSchema)))
+		// A stream's schema never changes: a caller that has it passes no
+		// out_schema and skips exporting and importing it for every batch.
+		var schema *cdata.CArrowSchema
+		if outSchema != nil {
+			schema = (*cdata.CArrowSchema)(unsafe.Pointer(outSchema))
+		}
+		cdata.ExportArrowRecordBatch(b.Record, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), schema)
 		*outStep = C.int64_t(b.Step)
 		return nil
 	})

@@ -495,24 +495,33 @@ def stream_open(dataset: int, options: dict[str, Any]) -> Handle:
     return _handle_out("croupier_stream_open", dataset, _encode(options))
 
 
-def stream_next(stream: int) -> tuple[int, pa.RecordBatch] | None:
-    """The next ``(global step, record batch)`` of a stream, or None at its end."""
-    array, schema, step = ArrowArray(), ArrowSchema(), ctypes.c_int64(-1)
+def stream_next(stream: int, schema: pa.Schema | None = None) -> tuple[int, pa.RecordBatch] | None:
+    """The next ``(global step, record batch)`` of a stream, or None at its end.
+
+    ``schema``, the schema of a batch the stream returned before (they all
+    have the same), spares exporting and importing it again.
+    """
+    array, step = ArrowArray(), ctypes.c_int64(-1)
+    c_schema = ArrowSchema() if schema is None else None
     try:
         _call(
             _lib().croupier_stream_next,
             stream,
             ctypes.byref(array),
-            ctypes.byref(schema),
+            None if c_schema is None else ctypes.byref(c_schema),
             ctypes.byref(step),
         )
         if step.value < 0:
             return None
-        batch = pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
+        batch = pa.RecordBatch._import_from_c(
+            ctypes.addressof(array),
+            schema if c_schema is None else ctypes.addressof(c_schema),
+        )
         return step.value, batch
     finally:
         _release_unimported(array)
-        _release_unimported(schema)
+        if c_schema is not None:
+            _release_unimported(c_schema)
 
 
 def stream_stats(stream: int) -> dict[str, int]:

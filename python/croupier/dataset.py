@@ -293,8 +293,10 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         )
         try:
             self._stream = weakref.ref(stream)
-            while (item := _lib.stream_next(stream.value)) is not None:
+            schema = None
+            while (item := _lib.stream_next(stream.value, schema)) is not None:
                 step, batch = item
+                schema = batch.schema
                 out = convert(batch, self._format, self._list_format)
                 del item, batch
                 if self._collate is not None:

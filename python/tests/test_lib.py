@@ -63,3 +63,28 @@ def test_early_break_closes_the_stream(table_uri: str) -> None:
     it = iter(ds)
     next(it)
     it.close()  # generator's finally releases the stream
+
+
+def test_stream_next_with_a_known_schema(table_uri: str) -> None:
+    """Passing the schema of an earlier batch skips exporting it; the batches
+    are the same as when each comes with its own."""
+    ds = cr.StreamingDataset(cr.open_table(table_uri), global_batch_size=8, format="arrow")
+    options = {"epoch": 0, "start_step": 0, "worker": 0, "num_workers": 0}
+    runs = []
+    for reuse in (False, True):
+        stream = _lib.stream_open(ds._handle(), options)
+        batches, schema = [], None
+        try:
+            while (item := _lib.stream_next(stream.value, schema)) is not None:
+                batches.append(item)
+                if reuse:
+                    schema = item[1].schema
+        finally:
+            stream.close()
+        runs.append(batches)
+    assert len(runs[0]) == ds.steps_per_epoch > 1
+    for (step, batch), (step2, batch2) in zip(*runs, strict=True):
+        assert step == step2
+        assert batch.equals(batch2)
+        assert batch.schema.equals(batch2.schema, check_metadata=True)
+    ds.close()
