@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -149,39 +149,41 @@ func hidden(key string) bool {
 	return false
 }
 
-// Match returns, sorted, the keys that l.Key names: the object itself, every
-// object under it taken as a folder, or the objects matching it as a glob.
-// Hidden objects (a path element starting with "_" or ".") are skipped unless
-// named exactly.
-func (l *Location) Match(ctx context.Context) ([]string, error) {
+// Match returns, sorted by key, the objects that l.Key names: the object
+// itself, every object under it taken as a folder, or the objects matching it
+// as a glob. Hidden objects (a path element starting with "_" or ".") are
+// skipped unless named exactly. An object named exactly comes with its whole
+// identity (Stat's); listed ones with their key and size only, as a listing's
+// modification times need not be those a read reports.
+func (l *Location) Match(ctx context.Context) ([]Object, error) {
 	prefix, pattern := l.scope()
 	// Whether the key is an object and what it holds as a folder are asked at
 	// once: on a distant store each is a round trip.
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var objs []*blob.ListObject
+	var listed []*blob.ListObject
 	var g errgroup.Group
 	g.Go(func() (err error) {
 		defer errcode.Recover(&err, errcode.Internal, "list", l.ObjectURI(prefix))
-		objs, err = l.List(lctx, prefix, 0)
+		listed, err = l.List(lctx, prefix, 0)
 		return err
 	})
 	if l.Key != "" && !hasGlob(l.Key) {
-		ok, err := l.Exists(ctx, l.Key)
-		if err != nil || ok {
+		obj, err := l.Stat(ctx, l.Key)
+		if errcode.Of(err) != errcode.NotFound {
 			cancel()
 			g.Wait() // its error, a cancellation, no longer matters
 			if err != nil {
 				return nil, err
 			}
-			return []string{l.Key}, nil
+			return []Object{obj}, nil
 		}
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	var keys []string
-	for _, obj := range objs {
+	var objs []Object
+	for _, obj := range listed {
 		if obj.IsDir || hidden(strings.TrimPrefix(obj.Key, prefix)) {
 			continue
 		}
@@ -194,10 +196,10 @@ func (l *Location) Match(ctx context.Context) ([]string, error) {
 				continue
 			}
 		}
-		keys = append(keys, obj.Key)
+		objs = append(objs, Object{Key: obj.Key, Size: obj.Size})
 	}
-	sort.Strings(keys)
-	return keys, nil
+	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
+	return objs, nil
 }
 
 // ReaderAt reads one pinned object at random offsets. Each read checks that the
@@ -210,11 +212,22 @@ type ReaderAt struct {
 	obj   Object
 	pos   int64
 	reads atomic.Int64
+	seen  atomic.Pointer[time.Time] // the modification time the last read reported
 }
 
 // NewReaderAt returns a reader of obj that uses ctx for its requests.
 func (l *Location) NewReaderAt(ctx context.Context, obj Object) *ReaderAt {
 	return &ReaderAt{ctx: ctx, loc: l, obj: obj}
+}
+
+// ModTime returns the modification time the store reported on the reader's
+// last read (zero before one): with an obj of zero ModTime, reads check only
+// the size, and this tells which version they read.
+func (r *ReaderAt) ModTime() time.Time {
+	if t := r.seen.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
 }
 
 // Size returns the pinned size of the object.
@@ -254,6 +267,8 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		if err != nil {
 			return got, shortRead(err, got, int(n), off)
 		}
+		mod := rr.ModTime()
+		r.seen.Store(&mod)
 		return got, nil
 	})
 	if err != nil {

@@ -74,8 +74,8 @@ func TestReadsSurviveFaults(t *testing.T) {
 		if b, err := loc.ReadAll(ctx, "data/obj"); err != nil || !bytes.Equal(b, data) {
 			t.Fatalf("ReadAll: %d bytes, %v", len(b), err)
 		}
-		if keys, err := loc.Match(ctx); err != nil || len(keys) != 1 || keys[0] != "data/obj" {
-			t.Fatalf("Match = %v, %v", keys, err)
+		if objs, err := loc.Match(ctx); err != nil || len(objs) != 1 || objs[0].Key != "data/obj" || objs[0].Size != int64(len(data)) {
+			t.Fatalf("Match = %v, %v", objs, err)
 		}
 		if ok, err := loc.Exists(ctx, "data/nothing"); ok || err != nil {
 			t.Fatalf("Exists(missing) = %t, %v", ok, err)

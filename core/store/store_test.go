@@ -40,10 +40,11 @@ func TestMatchFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := loc.Match(ctx)
+		objs, err := loc.Match(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		got := keysOf(objs)
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.uri, got, tc.want)
 		}
@@ -68,9 +69,9 @@ func TestMemBucketsPersistByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.Match(ctx)
-	if err != nil || !slices.Equal(got, []string{"x/obj"}) {
-		t.Fatalf("reopened mem bucket lists %v, %v", got, err)
+	objs, err := b.Match(ctx)
+	if err != nil || !slices.Equal(keysOf(objs), []string{"x/obj"}) || objs[0].Size != 5 {
+		t.Fatalf("reopened mem bucket lists %v, %v", objs, err)
 	}
 	obj, err := b.Stat(ctx, "x/obj")
 	if err != nil {
@@ -162,4 +163,13 @@ func TestCreateExclusiveRace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keysOf returns the keys of objs.
+func keysOf(objs []store.Object) []string {
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	return keys
 }

@@ -238,11 +238,11 @@ func detect(ctx context.Context, loc *store.Location) (format, error) {
 	// The files of a plain Parquet folder are listed while the check for a
 	// croupier table runs: a distant store answers both in one round trip.
 	mctx, cancel := context.WithCancel(ctx)
-	var keys []string
+	var objs []store.Object
 	var g errgroup.Group
 	g.Go(func() (err error) {
 		defer errcode.Recover(&err, errcode.Internal, "list", loc.URI)
-		keys, err = loc.Match(mctx)
+		objs, err = loc.Match(mctx)
 		return err
 	})
 	ok, err := isCroupier(ctx, loc)
@@ -254,9 +254,9 @@ func detect(ctx context.Context, loc *store.Location) (format, error) {
 		}
 		return croupierFormat{}, nil
 	}
-	return parquetFormat{match: func(context.Context) ([]string, error) {
+	return parquetFormat{match: func(context.Context) ([]store.Object, error) {
 		defer cancel()
-		return keys, g.Wait()
+		return objs, g.Wait()
 	}}, nil
 }
 
@@ -264,11 +264,11 @@ func hasGlob(s string) bool { return strings.ContainsAny(s, "*?[") }
 
 // parquetFormat pins plain Parquet datasets.
 type parquetFormat struct {
-	match func(context.Context) ([]string, error) // the files' keys, as Location.Match
+	match func(context.Context) ([]store.Object, error) // the files, as Location.Match
 }
 
 func (f parquetFormat) open(ctx context.Context, loc *store.Location, opts OpenOptions) (*Table, error) {
-	keys, err := f.match(ctx) // detect may have started it: awaited also when refused
+	objs, err := f.match(ctx) // detect may have started it: awaited also when refused
 	if opts.Version != 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "open table", loc.URI,
 			"version %d asked of a plain Parquet dataset, which has only its current version (not a croupier table: no _versions/ folder)", opts.Version)
@@ -276,7 +276,7 @@ func (f parquetFormat) open(ctx context.Context, loc *store.Location, opts OpenO
 	if err != nil {
 		return nil, err
 	}
-	return pinParquet(ctx, loc, keys, opts.Catalog)
+	return pinParquet(ctx, loc, objs, opts.Catalog)
 }
 
 // OpenPin reopens exactly the version that pin describes.
@@ -413,34 +413,78 @@ func (t *Table) Close() error {
 	return nil
 }
 
-// pinParquet pins the .parquet objects among keys, reading their footers.
-func pinParquet(ctx context.Context, loc *store.Location, keys []string, cat *catalog.Catalog) (*Table, error) {
+// pinParquet pins the .parquet objects among those listed, reading their
+// footers.
+func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object, cat *catalog.Catalog) (*Table, error) {
 	const op = "open table"
 	var files []File
-	for _, k := range keys {
-		if k == loc.Key || strings.HasSuffix(k, ".parquet") {
-			files = append(files, File{Object: store.Object{Key: k}})
+	for _, o := range listed {
+		if o.Key == loc.Key || strings.HasSuffix(o.Key, ".parquet") {
+			files = append(files, File{Object: o})
 		}
 	}
 	if len(files) == 0 {
 		return nil, errcode.New(errcode.NotFound, op, loc.URI, "no .parquet files found")
 	}
 	objs := make([]store.Object, len(files))
+	early := make([][]byte, len(files)) // footers read while their files were stat'ed
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for i := range files {
+	for i, f := range files {
 		g.Go(func() (err error) {
-			defer errcode.Recover(&err, errcode.Internal, "stat", loc.ObjectURI(files[i].Key))
-			objs[i], err = loc.Stat(gctx, files[i].Key)
+			defer errcode.Recover(&err, errcode.Internal, "stat", loc.ObjectURI(f.Key))
+			if !f.ModTime.IsZero() { // Match stat'ed it
+				objs[i] = f.Object
+				return nil
+			}
+			// With no catalog to consult first, the footer is read at the
+			// listed size while the file is stat'ed: one round trip instead
+			// of two. It stands if the stat finds the version it read.
+			var raw []byte
+			var read store.Object
+			var tail errgroup.Group
+			if cat == nil {
+				tail.Go(func() (err error) {
+					defer errcode.Recover(&err, errcode.Internal, "read footer", loc.ObjectURI(f.Key))
+					raw, read, _ = fetchFooter(gctx, loc, f.Object) // readFooters meets any error again
+					return nil
+				})
+			}
+			objs[i], err = loc.Stat(gctx, f.Key)
+			tail.Wait()
+			if err == nil && raw != nil && read.Size == objs[i].Size && read.ModTime.Equal(objs[i].ModTime) {
+				early[i] = raw
+			}
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	footers, err := readFooters(ctx, loc, cat, objs)
-	if err != nil {
-		return nil, err
+	footers := make([]*metadata.FileMetaData, len(files))
+	var rest []int // files whose footers are still to read
+	for i := range files {
+		if early[i] == nil {
+			rest = append(rest, i)
+			continue
+		}
+		var err error
+		if footers[i], err = parseFooter(early[i], loc.ObjectURI(objs[i].Key)); err != nil {
+			return nil, err
+		}
+	}
+	if len(rest) > 0 {
+		restObjs := make([]store.Object, len(rest))
+		for k, i := range rest {
+			restObjs[k] = objs[i]
+		}
+		mds, err := readFooters(ctx, loc, cat, restObjs)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range rest {
+			footers[i] = mds[k]
+		}
 	}
 	for i := range files {
 		files[i] = describe(objs[i], footers[i])
