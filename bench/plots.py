@@ -19,6 +19,15 @@ def _color(kind: str) -> str:
     return {"croupier": "tab:blue", "pyarrow": "tab:gray"}.get(kind, "tab:orange")
 
 
+def _save(fig: Any, title: str, path: Path) -> Path:
+    """Title ``fig``, write it to ``path`` as PNG and close it."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def loader(results: list[dict[str, Any]], folder: Path) -> list[Path]:
     """Throughput against the baseline, and throughput against order randomness."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -48,11 +57,7 @@ def loader(results: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.axvline(1, color="black", linewidth=0.8)
         ax.set_xlabel("samples/s ÷ pyarrow sequential" if base[w] else "samples/s")
         ax.set_title(w)
-    fig.suptitle("Loader throughput (higher is faster)")
-    fig.tight_layout()
-    speed = folder / "loader_throughput.png"
-    fig.savefig(speed, dpi=110)
-    plt.close(fig)
+    speed = _save(fig, "Loader throughput (higher is faster)", folder / "loader_throughput.png")
 
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.5), squeeze=False)
     for ax, w in zip(axes[0], names, strict=True):
@@ -71,11 +76,7 @@ def loader(results: list[dict[str, Any]], folder: Path) -> list[Path]:
         ax.set_xlabel("distinct row groups per batch (more: better mixed)")
         ax.set_ylabel("samples/s ÷ pyarrow sequential" if base[w] else "samples/s")
         ax.set_title(w)
-    fig.suptitle("Speed against mixing")
-    fig.tight_layout()
-    quality = folder / "loader_mixing.png"
-    fig.savefig(quality, dpi=110)
-    plt.close(fig)
+    quality = _save(fig, "Speed against mixing", folder / "loader_mixing.png")
     return [speed, quality]
 
 
@@ -117,9 +118,7 @@ def objstore(report: dict[str, Any], folder: Path) -> list[Path]:
         axes[0][i].set_ylabel("MB/s")
         axes[1][i].set_ylabel("latency (ms), p50 solid, p99 dashed")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("GET throughput and latency through croupier's store layer")
-    fig.tight_layout()
-    path = folder / "objstore.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = _save(
+        fig, "GET throughput and latency through croupier's store layer", folder / "objstore.png"
+    )
     return [path]
