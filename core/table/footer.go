@@ -27,17 +27,23 @@ func footerGuess(size int64) int64 {
 
 var magic = []byte("PAR1")
 
-// readFooters returns the parsed footers of objs, from the catalog where it has
-// them (keyed by each object's identity) and from the store otherwise; footers
-// read from the store are added to the catalog in one transaction.
-func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog, objs []store.Object) ([]*metadata.FileMetaData, error) {
+// readFooters returns the parsed footers of objs: known[i] where the caller
+// has read it already (known may be nil), else from the catalog where it has
+// them (keyed by each object's identity), else from the store; footers read
+// from the store are added to the catalog in one transaction.
+func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog, objs []store.Object, known [][]byte) ([]*metadata.FileMetaData, error) {
 	raw := make([][]byte, len(objs))
+	copy(raw, known)
 	keys := make([]string, len(objs))
 	if cat != nil {
 		for i, o := range objs {
 			keys[i] = catalog.Key("footer", loc.ObjectURI(o.Key), o.Size, o.ModTime, o.ETag)
 		}
-		raw = cat.Get(keys)
+		for i, cached := range cat.Get(keys) {
+			if raw[i] == nil {
+				raw[i] = cached
+			}
+		}
 	}
 	mds := make([]*metadata.FileMetaData, len(objs))
 	fetched := make([]bool, len(objs))
@@ -48,7 +54,8 @@ func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog,
 			defer errcode.Recover(&err, errcode.Internal, "read footer", loc.ObjectURI(o.Key))
 			where := loc.ObjectURI(o.Key)
 			if raw[i] != nil {
-				// A cached footer that does not parse is a miss, not an error.
+				// A footer known or cached that does not parse is a miss, not
+				// an error: the store's copy decides.
 				if mds[i], err = parseFooter(raw[i], where); err == nil {
 					return nil
 				}

@@ -461,30 +461,9 @@ func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object,
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	footers := make([]*metadata.FileMetaData, len(files))
-	var rest []int // files whose footers are still to read
-	for i := range files {
-		if early[i] == nil {
-			rest = append(rest, i)
-			continue
-		}
-		var err error
-		if footers[i], err = parseFooter(early[i], loc.ObjectURI(objs[i].Key)); err != nil {
-			return nil, err
-		}
-	}
-	if len(rest) > 0 {
-		restObjs := make([]store.Object, len(rest))
-		for k, i := range rest {
-			restObjs[k] = objs[i]
-		}
-		mds, err := readFooters(ctx, loc, cat, restObjs)
-		if err != nil {
-			return nil, err
-		}
-		for k, i := range rest {
-			footers[i] = mds[k]
-		}
+	footers, err := readFooters(ctx, loc, cat, objs, early)
+	if err != nil {
+		return nil, err
 	}
 	for i := range files {
 		files[i] = describe(objs[i], footers[i])
@@ -626,7 +605,7 @@ func (t *Table) Footer(ctx context.Context, i int) (*metadata.FileMetaData, erro
 	if md != nil {
 		return md, nil
 	}
-	mds, err := readFooters(ctx, t.loc, t.cat, []store.Object{t.pin.Files[i].Object})
+	mds, err := readFooters(ctx, t.loc, t.cat, []store.Object{t.pin.Files[i].Object}, nil)
 	if err != nil {
 		return nil, err
 	}
