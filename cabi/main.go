@@ -448,7 +448,7 @@ func croupier_stream_open(dh C.uint64_t, optionsJSON *C.char, out *C.uint64_t, e
 }
 
 //export croupier_stream_next
-func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema *C.struct_ArrowSchema, outStep *C.int64_t, errOut **C.char) C.int {
+func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema *C.struct_ArrowSchema, outStep, outSteps *C.int64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
 		s, err := lookup[*loader.Stream](uint64(h))
 		if err != nil {
@@ -470,7 +470,7 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 			schema = (*cdata.CArrowSchema)(unsafe.Pointer(outSchema))
 		}
 		cdata.ExportArrowRecordBatch(b.Record, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), schema)
-		*outStep = C.int64_t(b.Step)
+		*outStep, *outSteps = C.int64_t(b.Step), C.int64_t(b.Steps)
 		return nil
 	})
 }

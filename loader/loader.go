@@ -32,10 +32,10 @@ import (
 
 // Defaults for Options fields left zero, and the largest values allowed.
 const (
-	DefaultReadAhead    = 4         // steps in flight per stream
+	DefaultReadAhead    = 4         // batches in flight per stream
 	DefaultMemoryBudget = 512 << 20 // bytes of decoded row groups cached per stream
 
-	ReadAheadLimit = 4096 // steps: each holds a channel slot and, once read, a batch
+	ReadAheadLimit = 4096 // batches: each holds a channel slot and, once read, its record
 	MaxReadsLimit  = 1024 // range requests in flight per stream
 )
 
@@ -53,7 +53,7 @@ type Options struct {
 	Columns         []string `json:"columns"`    // nil means every column
 	ShuffleSeed     uint64   `json:"shuffle_seed"`
 	DropLast        bool     `json:"drop_last"`
-	ReadAhead       int      `json:"read_ahead"`    // steps; 0 means DefaultReadAhead
+	ReadAhead       int      `json:"read_ahead"`    // batches; 0 means DefaultReadAhead
 	MemoryBudget    int64    `json:"memory_budget"` // bytes; 0 means DefaultMemoryBudget
 	MaxReads        int      `json:"max_reads"`     // range requests in flight; 0 means table.DefaultMaxReads
 

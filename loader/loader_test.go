@@ -44,24 +44,72 @@ func newLoader(t *testing.T, tb *table.Table, opts loader.Options) *loader.Loade
 	return l
 }
 
-// collect runs a stream to the end and returns each batch's step and ids.
+// collect runs a stream to the end and returns each step's number and ids,
+// splitting batches that hold several steps.
 func collect(t *testing.T, l *loader.Loader, so loader.StreamOptions) (steps []int64, ids [][]int64) {
+	t.Helper()
+	steps, ids, _ = collectBatches(t, l, so)
+	return steps, ids
+}
+
+// collectBatches is collect that also returns the steps each batch held.
+func collectBatches(t *testing.T, l *loader.Loader, so loader.StreamOptions) (steps []int64, ids [][]int64, batches []int) {
 	t.Helper()
 	s, err := l.Stream(context.Background(), so)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	stride, rows := int64(max(so.NumWorkers, 1)), l.RankBatchSize()
 	for b, err := range s.All(context.Background()) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps = append(steps, b.Step)
-		col := b.Record.Column(0).(*array.Int64)
-		ids = append(ids, slices.Clone(col.Int64Values()))
+		vals := b.Record.Column(0).(*array.Int64).Int64Values()
+		for i := range int64(b.Steps) {
+			steps = append(steps, b.Step+i*stride)
+			ids = append(ids, slices.Clone(vals[min(i*rows, int64(len(vals))):min((i+1)*rows, int64(len(vals)))]))
+		}
+		if last := int64(len(vals)) - int64(b.Steps-1)*rows; last <= 0 || last > rows {
+			t.Fatalf("batch of steps %d+%d has %d rows", b.Step, b.Steps, len(vals))
+		}
+		batches = append(batches, b.Steps)
 		b.Record.Release()
 	}
-	return steps, ids
+	return steps, ids, batches
+}
+
+// TestCoalescedStepsAreTheSame checks that a stream coalescing small steps
+// deals exactly the steps of one that does not, for any worker and start
+// step, a partial last step included, and that it coalesces within bounds.
+func TestCoalescedStepsAreTheSame(t *testing.T) {
+	tb := openTable(t, 700, 123, 377)
+	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	defer mem.AssertSize(t, 0)
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 12, NumSplits: 4, DropLast: false,
+		Columns: []string{"id", "tokens"}, Allocator: mem, MemoryBudget: 1 << 20})
+	for _, k := range []int{1, 3} {
+		for _, start := range []int64{0, 5, l.StepsPerEpoch() - 2} {
+			so := loader.StreamOptions{StartStep: start, NumWorkers: k, Worker: k - 1}
+			wantSteps, want := collect(t, l, so)
+			for _, bytes := range []int64{1, 4 << 10, 1 << 30} {
+				so.CoalesceBytes = bytes
+				steps, ids, batches := collectBatches(t, l, so)
+				if !slices.Equal(steps, wantSteps) || !slices.EqualFunc(ids, want, slices.Equal) {
+					t.Fatalf("K=%d start=%d coalesce=%d: steps %v, want %v (or their rows differ)", k, start, bytes, steps, wantSteps)
+				}
+				most := slices.Max(append(batches, 1))
+				switch {
+				case most > loader.MaxCoalescedSteps:
+					t.Fatalf("coalesce=%d: a batch of %d steps", bytes, most)
+				case bytes == 1 && most != 1:
+					t.Fatalf("coalesce=1 byte: a batch of %d steps", most)
+				case bytes > 1 && len(wantSteps) > 2 && most == 1:
+					t.Fatalf("coalesce=%d: no batch of %d steps held more than one", bytes, len(wantSteps))
+				}
+			}
+		}
+	}
 }
 
 // TestWorkersInterleave checks that K workers, read round robin as torch's

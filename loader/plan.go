@@ -31,10 +31,10 @@ type progress struct {
 
 func newProgress() *progress { return &progress{moved: make(chan struct{}, 1)} }
 
-// advance records one more step consumed.
-func (p *progress) advance() {
+// advance records n more steps consumed.
+func (p *progress) advance(n int) {
 	p.mu.Lock()
-	p.consumed++
+	p.consumed += n
 	p.mu.Unlock()
 	select {
 	case p.moved <- struct{}{}:

@@ -23,11 +23,26 @@ type StreamOptions struct {
 
 	Worker     int `json:"worker"`      // this worker's index in [0, NumWorkers)
 	NumWorkers int `json:"num_workers"` // 0 behaves as 1
+
+	// CoalesceBytes, when positive, lets one Batch hold several of the
+	// worker's consecutive steps, as many as fit in about this many bytes (at
+	// most MaxCoalescedSteps). Each step that crosses into Python or C costs
+	// the same tens of microseconds however small it is; for rows of a few
+	// dozen bytes that is most of the work. Zero: one step per Batch.
+	CoalesceBytes int64 `json:"coalesce_bytes"`
 }
 
-// Batch is one rank's share of one global step.
+// MaxCoalescedSteps bounds the steps of one coalesced Batch.
+const MaxCoalescedSteps = 64
+
+// Batch is one rank's share of one global step, or of Steps consecutive
+// steps of the worker when the stream coalesces them: Step, Step+K, …
+// (K = the stream's NumWorkers), in that order in Record. Every step of an
+// epoch has the rank's batch size in rows (Loader.RankBatchSize) except its
+// last, which may have fewer when DropLast is false.
 type Batch struct {
 	Step   int64
+	Steps  int               // ≥ 1
 	Record arrow.RecordBatch // released by the receiver
 }
 
@@ -37,7 +52,7 @@ type result struct {
 }
 
 // Stream makes one worker's batches of one epoch in step order, reading up to
-// ReadAhead steps ahead. It is not safe for concurrent use; Close it when done,
+// ReadAhead batches ahead. It is not safe for concurrent use; Close it when done,
 // also after an early stop.
 type Stream struct {
 	cancel   context.CancelFunc
@@ -52,12 +67,14 @@ type Stream struct {
 	stall   atomic.Int64 // nanoseconds Next waited for a batch still being read
 	ready   atomic.Int64 // steps read and not yet taken by Next
 	planned atomic.Int64 // row groups in the planner's window
+
+	rowBytes atomic.Int64 // bytes a row of the last batch read took: sizes coalesced batches
 }
 
 // Stats describe what a stream has done so far, for monitoring and tuning.
 type Stats struct {
 	table.ReaderStats
-	Steps     int64         `json:"steps"`    // batches Next returned
+	Steps     int64         `json:"steps"`    // steps Next returned
 	Rows      int64         `json:"rows"`     // rows in them
 	StallTime time.Duration `json:"stall_ns"` // time Next waited for a batch still being read
 	Ready     int64         `json:"ready"`    // batches read ahead, waiting for Next
@@ -102,15 +119,19 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 	}
 	order := l.EpochOrder(so.Epoch)
 	s.wg.Add(2)
-	go s.produce(ctx, l, order, steps)
+	go s.produce(ctx, l, order, steps, so.CoalesceBytes)
 	go s.plan(ctx, l, order, steps)
 	return s, nil
 }
 
-// produce starts one read per step, at most ReadAhead at a time (the capacity
-// of pending), and hands them to Next in step order. Should it panic, Next
-// gets the error in place of the next step.
-func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order, steps []int64) (err error) {
+// produce starts one read per batch, at most ReadAhead at a time (the
+// capacity of pending), and hands them to Next in step order. Should it
+// panic, Next gets the error in place of the next batch.
+//
+// A batch is one step unless coalesce is positive: then it takes as many
+// steps as fit in coalesce bytes at the size of a row of the last batch read
+// (one step until a batch has been read).
+func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order, steps []int64, coalesce int64) (err error) {
 	defer func() {
 		if err != nil {
 			ch := make(chan result, 1)
@@ -124,37 +145,52 @@ func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "read ahead", l.table.URI())
-	for _, t := range steps {
+	for len(steps) > 0 {
 		ch := make(chan result, 1)
 		select {
 		case s.pending <- ch:
 		case <-ctx.Done():
 			return nil
 		}
+		n := 1
+		if rb := s.rowBytes.Load(); coalesce > 0 && rb > 0 {
+			n = int(min(max(coalesce/(rb*l.RankBatchSize()), 1), MaxCoalescedSteps, int64(len(steps))))
+		}
 		s.wg.Add(1)
-		go s.read(ctx, l, order, t, ch)
+		go s.read(ctx, l, order, steps[:n], ch)
+		steps = steps[n:]
 	}
 	return nil
 }
 
-// read makes step t's batch and sends it on ch (and returns it); a panic
+// read makes the batch of steps and sends it on ch (and returns it); a panic
 // becomes the result's error.
-func (s *Stream) read(ctx context.Context, l *Loader, order permutation.Order, t int64, ch chan<- result) (res result) {
+func (s *Stream) read(ctx context.Context, l *Loader, order permutation.Order, steps []int64, ch chan<- result) (res result) {
 	defer func() {
 		s.ready.Add(1)
 		ch <- res
 		s.wg.Done()
 	}()
-	defer errcode.Recover(&res.err, errcode.Internal, fmt.Sprintf("read step %d of", t), l.table.URI())
-	ids, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
-	if err != nil {
-		return result{err: err}
+	defer errcode.Recover(&res.err, errcode.Internal, fmt.Sprintf("read step %d of", steps[0]), l.table.URI())
+	var ids []uint64
+	for _, t := range steps {
+		step, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
+		if err != nil {
+			return result{err: err}
+		}
+		if ids == nil {
+			ids = make([]uint64, 0, len(step)*len(steps))
+		}
+		ids = append(ids, step...)
 	}
 	rec, err := s.reader.Read(ctx, ids)
 	if err != nil {
 		return result{err: err}
 	}
-	return result{batch: Batch{Step: t, Record: rec}}
+	if n := rec.NumRows(); n > 0 {
+		s.rowBytes.Store(max(table.RecordBytes(rec)/n, 1))
+	}
+	return result{batch: Batch{Step: steps[0], Steps: len(steps), Record: rec}}
 }
 
 // Next returns the next batch, or io.EOF after the last one. If ctx ends
@@ -199,7 +235,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 		return res.batch, res.err
 	}
 	s.rows.Add(res.batch.Record.NumRows())
-	s.progress.advance()
+	s.progress.advance(res.batch.Steps)
 	return res.batch, nil
 }
 

@@ -90,7 +90,7 @@ func (c *groupCache) tryGet(ctx context.Context, key GroupRef, load func() (arro
 	for range e.waiters + 1 {
 		rec.Retain()
 	}
-	e.bytes = recordBytes(rec)
+	e.bytes = RecordBytes(rec)
 	c.loads++
 	c.loaded += e.bytes
 	e.elem = c.lru.PushFront(e)
@@ -139,8 +139,8 @@ func (c *groupCache) close() {
 	}
 }
 
-// recordBytes is the size of a record's buffers.
-func recordBytes(rec arrow.RecordBatch) int64 {
+// RecordBytes is the size of a record's buffers, children included.
+func RecordBytes(rec arrow.RecordBatch) int64 {
 	var n int64
 	for _, col := range rec.Columns() {
 		n += dataBytes(col.Data())

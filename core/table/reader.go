@@ -374,7 +374,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64) (_ arrow.
 	if err == nil {
 		r.stats.decodeNanos.Add(int64(time.Since(start)))
 		r.stats.misses.Add(1)
-		r.stats.decoded.Add(recordBytes(rec))
+		r.stats.decoded.Add(RecordBytes(rec))
 	}
 	return rec, err
 }

@@ -161,6 +161,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
             ctypes.POINTER(ArrowArray),
             ctypes.POINTER(ArrowSchema),
             ctypes.POINTER(ctypes.c_int64),
+            ctypes.POINTER(ctypes.c_int64),
             _ERR,
         ],
         _INT,
@@ -495,13 +496,16 @@ def stream_open(dataset: int, options: dict[str, Any]) -> Handle:
     return _handle_out("croupier_stream_open", dataset, _encode(options))
 
 
-def stream_next(stream: int, schema: pa.Schema | None = None) -> tuple[int, pa.RecordBatch] | None:
-    """The next ``(global step, record batch)`` of a stream, or None at its end.
+def stream_next(
+    stream: int, schema: pa.Schema | None = None
+) -> tuple[int, int, pa.RecordBatch] | None:
+    """The next ``(first global step, steps, record batch)`` of a stream, or None at its end.
 
+    ``steps`` is 1 unless the stream coalesces steps (see ``croupier_stream_next``).
     ``schema``, the schema of a batch the stream returned before (they all
     have the same), spares exporting and importing it again.
     """
-    array, step = ArrowArray(), ctypes.c_int64(-1)
+    array, step, steps = ArrowArray(), ctypes.c_int64(-1), ctypes.c_int64(0)
     c_schema = ArrowSchema() if schema is None else None
     try:
         _call(
@@ -510,6 +514,7 @@ def stream_next(stream: int, schema: pa.Schema | None = None) -> tuple[int, pa.R
             ctypes.byref(array),
             None if c_schema is None else ctypes.byref(c_schema),
             ctypes.byref(step),
+            ctypes.byref(steps),
         )
         if step.value < 0:
             return None
@@ -517,7 +522,7 @@ def stream_next(stream: int, schema: pa.Schema | None = None) -> tuple[int, pa.R
             ctypes.addressof(array),
             schema if c_schema is None else ctypes.addressof(c_schema),
         )
-        return step.value, batch
+        return step.value, steps.value, batch
     finally:
         _release_unimported(array)
         if c_schema is not None:

@@ -31,13 +31,17 @@ import torch.utils.data
 
 from . import _lib
 from .errors import ClosedError, InvalidArgumentError
-from .formats import check_format, convert
+from .formats import check_format, convert_steps
 from .permutation import Permutation
 from .table import Table
 
 __all__ = ["STATE_FORMAT", "StreamingDataset"]
 
 STATE_FORMAT = 1
+# Steps smaller than this many bytes come from the Go core several at a time:
+# each crossing and conversion costs tens of microseconds, however small the
+# step (see croupier.formats.convert_steps).
+_COALESCE_BYTES = 1 << 20
 # Fields of a state dict that must match the dataset it is loaded into.
 _IDENTITY_FIELDS = (
     "permutation_id",
@@ -89,7 +93,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         format: ``"torch"``, ``"numpy"``, ``"arrow"`` or ``"python"``
             (see :mod:`croupier.formats`).
         collate: optional callable applied to each converted batch.
-        read_ahead: steps the Go core reads ahead (None: its default).
+        read_ahead: batches the Go core reads ahead (None: its default); a batch
+            is one step, or several consecutive ones when they are small.
         memory_budget: bytes of decoded data the Go core may hold (None: its default).
         max_reads: range requests to the store kept in flight (None: its default,
             16); raise it for stores with high latency.
@@ -287,25 +292,25 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             # of the epoch: it continues into the next epoch, at the step the
             # in-order round robin reaches it (start + k - steps_per_epoch).
             epoch, start = epoch + 1, start - self.steps_per_epoch
-        stream = _lib.stream_open(
-            self._handle(),
-            {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers},
-        )
+        options = {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers}
+        stream = _lib.stream_open(self._handle(), {**options, "coalesce_bytes": _COALESCE_BYTES})
+        rows = self.rank_batch_size
         try:
             self._stream = weakref.ref(stream)
             schema = None
             while (item := _lib.stream_next(stream.value, schema)) is not None:
-                step, batch = item
+                first, steps, batch = item
                 schema = batch.schema
-                out = convert(batch, self._format, self._list_format)
+                outs = convert_steps(batch, steps, rows, self._format, self._list_format)
                 del item, batch
-                if self._collate is not None:
-                    out = self._collate(out)
-                # Worker k of K yields start+k, start+k+K, ...: after step t, an
-                # iteration from t - k + K continues exactly where this one stopped.
-                self._set_position(epoch, step - k + stride)
-                self._worker_position = worker is not None
-                yield out
+                for i, out in enumerate(outs):
+                    if self._collate is not None:
+                        out = self._collate(out)
+                    # Worker k of K yields start+k, start+k+K, ...: after step t, an
+                    # iteration from t - k + K continues exactly where this one stopped.
+                    self._set_position(epoch, first + i * stride - k + stride)
+                    self._worker_position = worker is not None
+                    yield out
         finally:
             try:
                 if not stream.closed:  # a collected generator's handle may be gone

@@ -30,10 +30,17 @@ Formats:
       Python list.
 ``"python"``
     a list of row dicts (:meth:`pyarrow.RecordBatch.to_pylist`).
+
+A batch from the Go core may hold several consecutive steps (small steps are
+coalesced, so that crossing into Python and converting are paid once for all
+of them): :func:`convert_steps` converts it once and hands out each step's
+share as slices, the same values :func:`convert` gives for that step alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,7 +51,7 @@ from .errors import InvalidArgumentError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FORMATS", "LIST_FORMATS", "check_format", "convert"]
+__all__ = ["FORMATS", "LIST_FORMATS", "check_format", "convert", "convert_steps"]
 
 FORMATS = ("torch", "numpy", "arrow", "python")
 LIST_FORMATS = ("packed", "padded")
@@ -80,6 +87,48 @@ def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> 
     raise AssertionError("unreachable")
 
 
+def convert_steps(
+    batch: pa.RecordBatch, steps: int, rows: int, format: str, list_format: str = "packed"
+) -> Iterator[Any]:
+    """Convert each of the ``steps`` consecutive slices of ``batch`` to ``format``.
+
+    Every slice has ``rows`` rows but the last, which has the rest. Each is
+    what :func:`convert` returns for that slice alone, errors included, but
+    the batch is converted once and the slices share its memory.
+    """
+    bounds = [(i * rows, min((i + 1) * rows, batch.num_rows)) for i in range(steps)]
+    whole = None
+    # Step by step: padded lists (each step is padded to its own longest list)
+    # and numpy columns with nulls (whose type depends on the step's nulls).
+    by_step = (
+        steps == 1
+        or format == "arrow"
+        or (format == "torch" and list_format == "padded")
+        or (format == "numpy" and any(c.null_count for c in batch.columns))
+    )
+    if not by_step:
+        # A step that holds what the format cannot represent raises at that step.
+        with contextlib.suppress(InvalidArgumentError):
+            whole = convert(batch, format, list_format)
+    if whole is None:
+        for a, b in bounds:
+            yield convert(batch.slice(a, b - a), format, list_format)
+        return
+    if format == "python":
+        for a, b in bounds:
+            yield whole[a:b]
+        return
+    packed = [f.name for f in batch.schema if format == "torch" and _is_number_list(f.type)]
+    for a, b in bounds:
+        out = {name: value[a:b] for name, value in whole.items()}
+        for name in packed:  # values and offsets, rebased to start at 0
+            offsets = whole[name + "_offsets"][a : b + 1]
+            start = int(offsets[0])
+            out[name] = whole[name][start : int(offsets[-1])]
+            out[name + "_offsets"] = offsets - start
+        yield out
+
+
 # ---------------------------------------------------------------------------
 # torch
 
@@ -94,6 +143,13 @@ def _is_number(type_: pa.DataType) -> bool:
     )
 
 
+def _is_number_list(type_: pa.DataType) -> bool:
+    """Variable-size lists of numbers (token ids, logprobs)."""
+    return (pa.types.is_list(type_) or pa.types.is_large_list(type_)) and _is_number(
+        type_.value_type
+    )
+
+
 def _torch_column(name: str, column: pa.Array, list_format: str) -> dict[str, Any]:
     """One column as ``{name: ...}`` plus its ``_offsets``/``_lengths`` companion if any."""
     type_ = column.type
@@ -103,7 +159,7 @@ def _torch_column(name: str, column: pa.Array, list_format: str) -> dict[str, An
         _no_nulls(name, column, "a null list")
         values = _number_tensor(name, column.flatten())
         return {name: values.reshape(len(column), type_.list_size)}
-    if (pa.types.is_list(type_) or pa.types.is_large_list(type_)) and _is_number(type_.value_type):
+    if _is_number_list(type_):
         values, offsets = _list_parts(name, column)
         if list_format == "packed":
             return {name: values, name + "_offsets": offsets}

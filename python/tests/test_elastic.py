@@ -139,7 +139,7 @@ def worker_stream(
     stream = _lib.stream_open(ds._handle(), options)
     try:
         while (item := _lib.stream_next(stream.value)) is not None:
-            yield item[0], ids_of(item[1])
+            yield item[0], ids_of(item[2])
     finally:
         stream.close()
 

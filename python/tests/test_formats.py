@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import croupier as cr
-from croupier.formats import convert
+from croupier.formats import FORMATS, convert, convert_steps
 
 
 def first_batch(tbl: cr.Table, **kwargs: object) -> object:
@@ -156,3 +157,52 @@ def test_lists_round_trip(lists: list[list[int]], data: st.DataObject) -> None:
     rows, lengths = padded["x"].tolist(), padded["x_lengths"].tolist()
     assert [row[:n] for row, n in zip(rows, lengths, strict=True)] == want
     assert all(v == 0 for row, n in zip(rows, lengths, strict=True) for v in row[n:])
+
+
+def plain(value: object) -> object:
+    """A converted batch as comparable Python values (NaN as a string)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, pa.RecordBatch):
+        return value.schema, value.to_pylist()
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return str(value.dtype), tuple(value.shape), plain(value.tolist())
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and np.isnan(value):
+        return "nan"
+    return value
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_convert_steps_matches_convert(data: st.DataObject) -> None:
+    """A batch of several steps converted once gives each step what converting it
+    alone gives, in every format, errors included (at the step that holds them)."""
+    n = data.draw(st.integers(1, 40))
+    rows = data.draw(st.integers(1, n))
+    steps = -(-n // rows)
+    lists = data.draw(st.lists(st.lists(st.integers(0, 99), max_size=4), min_size=n, max_size=n))
+    null_at = data.draw(st.none() | st.integers(0, n - 1))
+    columns = {
+        "i": pa.array([None if j == null_at else j for j in range(n)], type=pa.int32()),
+        "f": pa.array([None if j % 3 == 1 else j / 2 for j in range(n)], type=pa.float64()),
+        "b": pa.array([j % 2 == 0 for j in range(n)]),
+        "l": pa.array(lists, type=pa.list_(pa.int32())),
+        "s": pa.array([f"row {j}" for j in range(n)]),
+        "e": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(2 * n, dtype=np.float32)), 2),
+    }
+    batch = pa.record_batch(columns)
+    for format, list_format in [*((f, "packed") for f in FORMATS), ("torch", "padded")]:
+        got = convert_steps(batch, steps, rows, format, list_format)
+        for k in range(steps):
+            part = batch.slice(k * rows, rows)
+            try:
+                want = convert(part, format, list_format)
+            except cr.InvalidArgumentError as e:
+                with pytest.raises(cr.InvalidArgumentError, match=re.escape(str(e))):
+                    next(got)
+                break
+            assert plain(next(got)) == plain(want), (format, list_format, k)
+        else:
+            assert next(got, None) is None

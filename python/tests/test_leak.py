@@ -158,7 +158,7 @@ def test_keyboard_interrupt_in_the_loop(table_uri: str, start: Usage) -> None:
 
     def train(ds: cr.StreamingDataset) -> bool:
         """One epoch of training; False if a KeyboardInterrupt stopped it."""
-        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.02))
+        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.008))
         try:
             for batch in ds:
                 batch["id"].sum()  # the training step

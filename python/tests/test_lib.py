@@ -78,13 +78,47 @@ def test_stream_next_with_a_known_schema(table_uri: str) -> None:
             while (item := _lib.stream_next(stream.value, schema)) is not None:
                 batches.append(item)
                 if reuse:
-                    schema = item[1].schema
+                    schema = item[2].schema
         finally:
             stream.close()
         runs.append(batches)
     assert len(runs[0]) == ds.steps_per_epoch > 1
-    for (step, batch), (step2, batch2) in zip(*runs, strict=True):
-        assert step == step2
+    for (step, steps, batch), (step2, steps2, batch2) in zip(*runs, strict=True):
+        assert (step, steps) == (step2, steps2) == (step, 1)
         assert batch.equals(batch2)
         assert batch.schema.equals(batch2.schema, check_metadata=True)
+    ds.close()
+
+
+def test_small_steps_come_coalesced(table_uri: str) -> None:
+    """With coalesce_bytes, a batch holds several consecutive steps of the worker;
+    split by rank_batch_size they are the steps of a stream without it."""
+    ds = cr.StreamingDataset(
+        cr.open_table(table_uri), global_batch_size=8, num_splits=2, drop_last=False, format="arrow"
+    )
+    rows = ds.rank_batch_size
+
+    def steps(coalesce: int) -> tuple[list[tuple[int, list[int]]], int]:
+        options = {"start_step": 1, "worker": 0, "num_workers": 2, "coalesce_bytes": coalesce}
+        stream = _lib.stream_open(ds._handle(), options)
+        out, most = [], 0
+        try:
+            while (item := _lib.stream_next(stream.value)) is not None:
+                first, n, batch = item
+                ids = batch.column("id").to_pylist()
+                most = max(most, n)
+                out += [(first + 2 * i, ids[i * rows : (i + 1) * rows]) for i in range(n)]
+        finally:
+            stream.close()
+        return out, most
+
+    want, one = steps(0)
+    got, most = steps(1 << 20)
+    assert one == 1
+    assert most > 1
+    assert got == want
+    assert [step for step, _ in want] == list(range(1, ds.steps_per_epoch, 2))
+    # 501 rows a stream, 4 a step: the last step, in the last batch, has 1 of each stream
+    assert ds.steps_per_epoch == 126
+    assert len(want[-1][1]) == 2
     ds.close()
