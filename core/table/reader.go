@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -159,8 +160,12 @@ func (r *Reader) Close() error {
 // Read returns the rows with the given ids, in that order, as one record. The
 // caller releases it. Ids may repeat; an id outside the table is an error.
 func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, error) {
-	var spans []span
-	keys, err := r.locate(ids, &spans)
+	spans := spanLists.Get().(*[]span)
+	defer func() {
+		*spans = (*spans)[:0]
+		spanLists.Put(spans)
+	}()
+	keys, err := r.locate(ids, spans)
 	if err != nil {
 		return nil, err
 	}
@@ -184,8 +189,13 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	return r.assemble(ctx, groups, spans, int64(len(ids)))
+	return r.assemble(ctx, groups, *spans, int64(len(ids)))
 }
+
+// spanLists recycles the span lists of Read: a shuffled batch has a span per
+// row, and growing a list that long anew for every batch cost more than
+// filling it.
+var spanLists = sync.Pool{New: func() any { return new([]span) }}
 
 // assemble builds the record of n rows that spans take from groups.
 func (r *Reader) assemble(ctx context.Context, groups []arrow.RecordBatch, spans []span, n int64) (arrow.RecordBatch, error) {
