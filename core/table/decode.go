@@ -109,8 +109,9 @@ type columnDecoder struct {
 	dict    []byte   // fixed-width dictionary values, width bytes each
 	dictBin [][]byte // binary dictionary values
 
-	defs, reps []uint8  // levels of the current page
-	idx        []uint32 // dictionary indices of the current page
+	defs, reps []uint8  // levels of the current page, from scratch
+	idx        []uint32 // dictionary indices of the current page, in idxBuf
+	idxBuf     []byte   // from scratch
 
 	values  *memory.Buffer // fixed width: present values, in order
 	nvalues int            // present values decoded so far
@@ -151,6 +152,9 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 	defer func() {
 		if d.values != nil {
 			d.values.Release()
+		}
+		for _, b := range [][]byte{d.defs, d.reps, d.idxBuf} {
+			scratch{}.Free(b)
 		}
 	}()
 	for pr.Next() {
@@ -224,7 +228,7 @@ func levels(data []byte, n int, max int16, dst *[]uint8) error {
 		*dst = (*dst)[:0]
 		return nil
 	}
-	*dst = slices.Grow((*dst)[:0], n)[:n]
+	*dst = growScratch(*dst, n)
 	width := bits.Len16(uint16(max))
 	if err := hybrid(*dst, data, width); err != nil {
 		return err
@@ -513,7 +517,8 @@ func (d *columnDecoder) indexed(data []byte, n int) error {
 	if len(data) < 1 {
 		return errors.New("truncated dictionary indices")
 	}
-	d.idx = slices.Grow(d.idx[:0], n)[:n]
+	d.idxBuf = growScratch(d.idxBuf, 4*n)
+	d.idx = arrow.GetData[uint32](d.idxBuf)
 	if err := hybrid(d.idx, data[1:], int(data[0])); err != nil {
 		return err
 	}

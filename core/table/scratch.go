@@ -52,3 +52,15 @@ func (scratch) Free(b []byte) {
 	b = b[:cap(b)]
 	scratchPools[c].Put(&b)
 }
+
+// growScratch returns b resized to n bytes, trading it for a larger scratch
+// buffer when it is too small; its bytes are not kept. Page decoding keeps
+// its levels and indices in these, so that they are not zeroed and grown
+// anew for every column chunk.
+func growScratch(b []byte, n int) []byte {
+	if n <= cap(b) {
+		return b[:n]
+	}
+	scratch{}.Free(b)
+	return scratch{}.Allocate(n)
+}
