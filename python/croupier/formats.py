@@ -118,14 +118,26 @@ def convert_steps(
         for a, b in bounds:
             yield whole[a:b]
         return
-    packed = [f.name for f in batch.schema if format == "torch" and _is_number_list(f.type)]
+    import torch
+
+    # Packed lists: each step's values and its offsets, rebased to start at 0
+    # (in numpy, where slicing and subtracting cost a tenth of torch's).
+    packed = {
+        f.name: whole[f.name + "_offsets"].numpy()
+        for f in batch.schema
+        if format == "torch" and _is_number_list(f.type)
+    }
+    offsets = {name + "_offsets" for name in packed}
     for a, b in bounds:
-        out = {name: value[a:b] for name, value in whole.items()}
-        for name in packed:  # values and offsets, rebased to start at 0
-            offsets = whole[name + "_offsets"][a : b + 1]
-            start = int(offsets[0])
-            out[name] = whole[name][start : int(offsets[-1])]
-            out[name + "_offsets"] = offsets - start
+        out = {}
+        for key, value in whole.items():
+            if key in packed:
+                step_offsets = packed[key][a : b + 1]
+                start = int(step_offsets[0])
+                out[key] = value[start : int(step_offsets[-1])]
+                out[key + "_offsets"] = torch.from_numpy(step_offsets - start)
+            elif key not in offsets:
+                out[key] = value[a:b]
         yield out
 
 
