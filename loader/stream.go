@@ -65,7 +65,7 @@ type Stream struct {
 
 	rows    atomic.Int64 // rows Next returned
 	stall   atomic.Int64 // nanoseconds Next waited for a batch still being read
-	ready   atomic.Int64 // steps read and not yet taken by Next
+	ready   atomic.Int64 // batches read and not yet taken by Next
 	planned atomic.Int64 // row groups in the planner's window
 
 	rowBytes atomic.Int64 // bytes a row of the last batch read took: sizes coalesced batches

@@ -98,13 +98,17 @@ def convert_steps(
     """
     bounds = [(i * rows, min((i + 1) * rows, batch.num_rows)) for i in range(steps)]
     whole = None
-    # Step by step: padded lists (each step is padded to its own longest list)
-    # and numpy columns with nulls (whose type depends on the step's nulls).
+    # Step by step: padded lists (each step is padded to its own longest list),
+    # and numpy with nulls or nested columns (a column's dtype, or its lists'
+    # values' dtype, depends on whether the step holds a null).
     by_step = (
         steps == 1
         or format == "arrow"
         or (format == "torch" and list_format == "padded")
-        or (format == "numpy" and any(c.null_count for c in batch.columns))
+        or (
+            format == "numpy"
+            and any(c.null_count or pa.types.is_nested(c.type) for c in batch.columns)
+        )
     )
     if not by_step:
         # A step that holds what the format cannot represent raises at that step.

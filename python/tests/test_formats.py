@@ -165,6 +165,8 @@ def plain(value: object) -> object:
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, pa.RecordBatch):
         return value.schema, value.to_pylist()
+    if isinstance(value, np.ndarray) and value.dtype == object:  # e.g. lists: arrays
+        return "object", value.shape, [plain(v) for v in value]
     if isinstance(value, (torch.Tensor, np.ndarray)):
         return str(value.dtype), tuple(value.shape), plain(value.tolist())
     if isinstance(value, list):
@@ -184,9 +186,12 @@ def test_convert_steps_matches_convert(data: st.DataObject) -> None:
     steps = -(-n // rows)
     lists = data.draw(st.lists(st.lists(st.integers(0, 99), max_size=4), min_size=n, max_size=n))
     null_at = data.draw(st.none() | st.integers(0, n - 1))
+    nan_at = data.draw(st.sampled_from([1, 3]))  # 3: a float column without nulls
+    if (null_inside := data.draw(st.none() | st.integers(0, n - 1))) is not None:
+        lists[null_inside] = [*lists[null_inside], None]
     columns = {
         "i": pa.array([None if j == null_at else j for j in range(n)], type=pa.int32()),
-        "f": pa.array([None if j % 3 == 1 else j / 2 for j in range(n)], type=pa.float64()),
+        "f": pa.array([None if j % 3 == nan_at else j / 2 for j in range(n)], type=pa.float64()),
         "b": pa.array([j % 2 == 0 for j in range(n)]),
         "l": pa.array(lists, type=pa.list_(pa.int32())),
         "s": pa.array([f"row {j}" for j in range(n)]),
