@@ -7,8 +7,9 @@ from typing import Any
 
 import torch.utils.data
 
-from .dataset import StreamingDataset
+from .dataset import Steps, StreamingDataset
 from .errors import InvalidArgumentError
+from .formats import convert_steps
 
 __all__ = ["DataLoader"]
 
@@ -27,6 +28,12 @@ class DataLoader(torch.utils.data.DataLoader):
       exact after every batch, with any ``num_workers``.
     - ``persistent_workers=True`` is refused: workers kept across epochs would not
       see ``set_epoch`` or ``load_state_dict``.
+    - workers send their batches in Arrow, small steps several at a time, and
+      this process converts them to the dataset's format: torch hands over each
+      tensor through a shared-memory file of its own, which costs more than
+      making the step. Workers convert batches themselves, as torch's loader
+      does, when the dataset has a ``collate``, a ``collate_fn`` is given or
+      ``pin_memory`` is set.
 
     Other keyword arguments (``pin_memory``, ``prefetch_factor``, ...) go to torch.
     """
@@ -61,15 +68,48 @@ class DataLoader(torch.utils.data.DataLoader):
         dataset._loader_counts = True
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        batches = super().__iter__()
         if self.num_workers == 0:
-            return batches  # the dataset counts what it yields in this process
-        return self._counted(batches)
+            return super().__iter__()  # the dataset counts what it yields in this process
+        return self._counted(self._from_workers())
+
+    def _from_workers(self) -> Iterator[Any]:
+        """torch's iterator over what the workers send.
+
+        Workers send their batches in Arrow, for this process to convert (see
+        croupier.dataset.Steps), unless something must run on converted
+        batches in the workers: the dataset's collate, a collate_fn, pinning.
+        Only the copies of the dataset the workers get are told to.
+        """
+        ds = self.dataset
+        ds._send_arrow = (
+            ds._collate is None
+            and self.collate_fn is torch.utils.data.default_convert
+            and not self.pin_memory
+        )
+        try:
+            return super().__iter__()  # starts the workers: they get the dataset now
+        finally:
+            ds._send_arrow = False
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        ds = self.dataset
+        pending: dict[int, Iterator[Any]] = {}  # step -> the conversion that yields it
         for batch in batches:
-            self.dataset._count_delivered()
-            yield batch
+            if not isinstance(batch, Steps):
+                ds._count_delivered()
+                yield batch
+                continue
+            # Workers take turns, so the steps of one batch interleave with the
+            # other workers'; each batch is converted once, its steps in order.
+            outs = convert_steps(
+                batch.batch, batch.steps, ds.rank_batch_size, ds._format, ds._list_format
+            )
+            for t in batch.step_numbers():
+                pending[t] = outs
+            while (outs := pending.pop(ds.steps_consumed, None)) is not None:
+                out = self.collate_fn(next(outs))
+                ds._count_delivered()
+                yield out
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's checkpoint (SPEC §4), exact after every delivered batch."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
+import pyarrow as pa
 import pytest
 import torch.utils.data
 
 import croupier as cr
+from croupier.dataset import Steps
 
 G, S = 16, 8
 
@@ -87,3 +90,64 @@ def test_fork_after_load_raises_and_never_hangs(table_uri: str) -> None:
     assert done.stdout.startswith("ForkError")
     assert "fork" in done.stdout
     assert "spawn" in done.stdout
+
+
+def plain(batch: object) -> object:
+    """A batch as comparable Python values."""
+    if isinstance(batch, dict):
+        return {k: plain(v) for k, v in batch.items()}
+    if isinstance(batch, pa.RecordBatch):
+        return batch.to_pylist()
+    if hasattr(batch, "tolist"):
+        return str(batch.dtype), plain(batch.tolist())  # type: ignore[attr-defined]
+    if isinstance(batch, list):
+        return [plain(v) for v in batch]
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("format", "list_format"),
+    [("torch", "packed"), ("torch", "padded"), ("numpy", "packed"), ("arrow", "packed"),
+     ("python", "packed")],
+)  # fmt: skip
+def test_workers_send_arrow_and_the_loader_converts(
+    table_uri: str, format: str, list_format: str
+) -> None:
+    """With croupier.DataLoader, workers send their batches in Arrow, several steps
+    at once, and the main process converts them: the batches are those of
+    num_workers=0, in every format."""
+    columns = ["id", "tokens", "reward", "flag", "text"]
+
+    def make() -> cr.StreamingDataset:
+        return cr.StreamingDataset(cr.open_table(table_uri), global_batch_size=G, num_splits=S,
+                                   columns=columns, drop_last=False, format=format,
+                                   list_format=list_format)  # fmt: skip
+
+    want = [plain(b) for b in cr.DataLoader(make())]
+    ds = make()
+    loader = cr.DataLoader(ds, num_workers=2)
+    assert [plain(b) for b in loader] == want
+    # what crosses from the workers: Arrow batches covering every step once
+    sent = list(loader._from_workers())
+    assert all(isinstance(s, Steps) for s in sent)
+    assert not ds._send_arrow  # the dataset here stays as it was
+    steps = sorted(t for s in sent for t in s.step_numbers())
+    assert steps == list(range(ds.steps_per_epoch))
+    assert max(s.steps for s in sent) > 1
+
+
+def rows(batch: dict[str, Any]) -> dict[str, Any]:
+    """A collate that needs a converted batch (picklable for spawn workers)."""
+    assert isinstance(batch, dict)
+    return {"id": batch["id"], "rows": len(batch["id"])}
+
+
+def test_workers_convert_when_a_collate_must_see_batches(table_uri: str) -> None:
+    """A dataset collate or a collate_fn runs in the workers on converted batches."""
+    expected = ids(dataset(table_uri))
+    for loader in (
+        cr.DataLoader(dataset(table_uri, collate=rows), num_workers=2),
+        cr.DataLoader(dataset(table_uri), num_workers=2, collate_fn=rows),
+    ):
+        assert ids(loader) == expected
+        assert all(isinstance(b, dict) and "rows" in b for b in loader._from_workers())
