@@ -158,14 +158,15 @@ def test_keyboard_interrupt_in_the_loop(table_uri: str, start: Usage) -> None:
 
     def train(ds: cr.StreamingDataset) -> bool:
         """One epoch of training; False if a KeyboardInterrupt stopped it."""
-        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.008))
         try:
-            for batch in ds:
-                batch["id"].sum()  # the training step
-        except KeyboardInterrupt:
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.008))
+            try:
+                for batch in ds:
+                    batch["id"].sum()  # the training step
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except KeyboardInterrupt:  # also one that lands as the timer is disarmed
             return False
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         return True
 
     rng = random.Random(5)
