@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 # A factory: write_table(folder, file_sizes, start_id=0) -> file:// URI of the folder.
 WriteTable = Callable[..., str]
@@ -70,3 +71,20 @@ def table_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def num_rows() -> int:
     return 1003
+
+
+def plain(value: object) -> object:
+    """A converted batch as comparable Python values (NaN as a string)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, pa.RecordBatch):
+        return value.schema, value.to_pylist()
+    if isinstance(value, np.ndarray) and value.dtype == object:  # e.g. lists: arrays
+        return "object", value.shape, [plain(v) for v in value]
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return str(value.dtype), tuple(value.shape), plain(value.tolist())
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and np.isnan(value):
+        return "nan"
+    return value

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from conftest import plain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -157,23 +158,6 @@ def test_lists_round_trip(lists: list[list[int]], data: st.DataObject) -> None:
     rows, lengths = padded["x"].tolist(), padded["x_lengths"].tolist()
     assert [row[:n] for row, n in zip(rows, lengths, strict=True)] == want
     assert all(v == 0 for row, n in zip(rows, lengths, strict=True) for v in row[n:])
-
-
-def plain(value: object) -> object:
-    """A converted batch as comparable Python values (NaN as a string)."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, pa.RecordBatch):
-        return value.schema, value.to_pylist()
-    if isinstance(value, np.ndarray) and value.dtype == object:  # e.g. lists: arrays
-        return "object", value.shape, [plain(v) for v in value]
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        return str(value.dtype), tuple(value.shape), plain(value.tolist())
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, float) and np.isnan(value):
-        return "nan"
-    return value
 
 
 @settings(max_examples=40, deadline=None)

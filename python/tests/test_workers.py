@@ -7,9 +7,9 @@ import sys
 import textwrap
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import torch.utils.data
+from conftest import plain
 
 import croupier as cr
 from croupier.dataset import Steps
@@ -90,19 +90,6 @@ def test_fork_after_load_raises_and_never_hangs(table_uri: str) -> None:
     assert done.stdout.startswith("ForkError")
     assert "fork" in done.stdout
     assert "spawn" in done.stdout
-
-
-def plain(batch: object) -> object:
-    """A batch as comparable Python values."""
-    if isinstance(batch, dict):
-        return {k: plain(v) for k, v in batch.items()}
-    if isinstance(batch, pa.RecordBatch):
-        return batch.to_pylist()
-    if hasattr(batch, "tolist"):
-        return str(batch.dtype), plain(batch.tolist())  # type: ignore[attr-defined]
-    if isinstance(batch, list):
-        return [plain(v) for v in batch]
-    return batch
 
 
 @pytest.mark.parametrize(
