@@ -9,7 +9,6 @@ import torch.utils.data
 
 from .dataset import Steps, StreamingDataset
 from .errors import InvalidArgumentError
-from .formats import convert_steps
 
 __all__ = ["DataLoader"]
 
@@ -101,9 +100,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 continue
             # Workers take turns, so the steps of one batch interleave with the
             # other workers'; each batch is converted once, its steps in order.
-            outs = convert_steps(
-                batch.batch, batch.steps, ds.rank_batch_size, ds._format, ds._list_format
-            )
+            outs = ds._convert(batch)
             for t in batch.step_numbers():
                 pending[t] = outs
             while (outs := pending.pop(ds.steps_consumed, None)) is not None:

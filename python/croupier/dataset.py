@@ -318,26 +318,24 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             epoch, start = epoch + 1, start - self.steps_per_epoch
         options = {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers}
         stream = _lib.stream_open(self._handle(), {**options, "coalesce_bytes": _COALESCE_BYTES})
-        rows = self.rank_batch_size
         try:
             self._stream = weakref.ref(stream)
             schema = None
             while (item := _lib.stream_next(stream.value, schema)) is not None:
                 first, steps, batch = item
                 schema = batch.schema
-                if self._send_arrow and worker is not None:
-                    del item
-                    self._set_position(epoch, first + (steps - 1) * stride - k + stride)
-                    yield Steps(first, steps, stride, batch)
-                    continue
-                outs = convert_steps(batch, steps, rows, self._format, self._list_format)
+                sent = Steps(first, steps, stride, batch)
                 del item, batch
-                for i, out in enumerate(outs):
+                # Worker k of K yields start+k, start+k+K, ...: after step t, an
+                # iteration from t - k + K continues exactly where this one stopped.
+                if self._send_arrow and worker is not None:
+                    self._set_position(epoch, sent.step_numbers()[-1] - k + stride)
+                    yield sent
+                    continue
+                for t, out in zip(sent.step_numbers(), self._convert(sent), strict=True):
                     if self._collate is not None:
                         out = self._collate(out)
-                    # Worker k of K yields start+k, start+k+K, ...: after step t, an
-                    # iteration from t - k + K continues exactly where this one stopped.
-                    self._set_position(epoch, first + i * stride - k + stride)
+                    self._set_position(epoch, t - k + stride)
                     self._worker_position = worker is not None
                     yield out
         finally:
@@ -346,6 +344,12 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                     self._stats = _lib.stream_stats(stream.value)
             finally:
                 stream.close()
+
+    def _convert(self, sent: Steps) -> Iterator[Any]:
+        """Each step of ``sent`` in the dataset's format."""
+        return convert_steps(
+            sent.batch, sent.steps, self.rank_batch_size, self._format, self._list_format
+        )
 
     def stats(self) -> dict[str, int]:
         """Counters of the iteration running in this process, or of the last one.
