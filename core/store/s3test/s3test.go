@@ -37,6 +37,8 @@ type Server struct {
 	seen     map[uint64]uint64 // identical requests seen since SetFaults, by request hash
 	injected map[Kind]int64
 	total    atomic.Int64
+	inFlight atomic.Int64
+	peak     atomic.Int64 // most requests in flight at once since ResetCounts
 
 	closing   chan struct{} // closed by Close, to end stalls
 	closeOnce sync.Once
@@ -55,6 +57,13 @@ func Start(buckets ...string) (*Server, error) {
 	h := gofakes3.New(backend).Server()
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.total.Add(1)
+		n := s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
+		for p := s.peak.Load(); n > p; p = s.peak.Load() {
+			if s.peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
 		s.mu.Lock()
 		s.counts[r.Method+" "+r.URL.Path]++
 		s.mu.Unlock()
@@ -81,6 +90,11 @@ func (s *Server) Put(bucket, key string, data []byte) error {
 // Requests returns how many requests the server has answered.
 func (s *Server) Requests() int64 { return s.total.Load() }
 
+// PeakInFlight returns the most requests the server was serving at once
+// since it started or since ResetCounts: how much a client overlaps its
+// requests, which is what hides a store's latency.
+func (s *Server) PeakInFlight() int64 { return s.peak.Load() }
+
 // Count returns how many requests with the method had a path ending in suffix
 // (path-style paths are /bucket/key).
 func (s *Server) Count(method, suffix string) int64 {
@@ -95,13 +109,15 @@ func (s *Server) Count(method, suffix string) int64 {
 	return n
 }
 
-// ResetCounts zeroes the request counters and the counts of injected faults.
+// ResetCounts zeroes the request counters and the counts of injected faults,
+// and restarts the peak of requests in flight from those in flight now.
 func (s *Server) ResetCounts() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.counts = map[string]int64{}
 	s.injected = map[Kind]int64{}
 	s.total.Store(0)
+	s.peak.Store(s.inFlight.Load())
 }
 
 // Close stops the server, ending stalled requests first.
