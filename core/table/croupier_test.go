@@ -555,6 +555,83 @@ func TestReopenReadsNoFooter(t *testing.T) {
 	}
 }
 
+// TestPinnedOpenOverlapsRequests reopens a plain dataset from its pin on a
+// store with 20 ms to the first byte, as a permutation opens the table it
+// orders. Verify reads each footer while it stats the file; first uses of a
+// footer asked for at once share one read; and a batch that needs many row
+// groups has their requests in flight together, not a round trip for every
+// core's worth of them.
+func TestPinnedOpenOverlapsRequests(t *testing.T) {
+	const files, groups = 4, 8 // row groups per file
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "plain")
+	for i := range int64(files) {
+		if err := s.Put("bkt", fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, i*groups*10, groups*10, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pin := open(t, uri).Pin()
+	s.SetFaults(s3test.Faults{FirstByte: 20 * time.Millisecond})
+
+	// Concurrent first uses of each footer: one read each.
+	tb, err := table.OpenPin(ctx, pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ResetCounts()
+	var wg sync.WaitGroup
+	for i := range 8 * files {
+		wg.Go(func() {
+			if _, err := tb.Footer(ctx, i%files); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := s.Count("GET", ".parquet"); n != files {
+		t.Errorf("%d concurrent first uses of %d footers made %d reads, want %d", 8*files, files, n, files)
+	}
+	tb.Close()
+
+	// Verify: a stat and a footer read per file, all at once.
+	tb, err = table.OpenPin(ctx, pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	s.ResetCounts()
+	if err := tb.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h, g, p := s.Count("HEAD", ".parquet"), s.Count("GET", ".parquet"), s.PeakInFlight(); h != files || g != files || p < files+1 {
+		t.Errorf("Verify made %d stats and %d reads, at most %d at once; want %d, %d, more than %d", h, g, p, files, files, files)
+	}
+
+	// A batch of one row from every row group: their reads overlap.
+	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ids []uint64
+	for g := range uint64(files * groups) {
+		ids = append(ids, g*10+g%10)
+	}
+	s.ResetCounts()
+	rec, err := r.Read(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	if rec.NumRows() != int64(len(ids)) {
+		t.Fatalf("%d rows, want %d", rec.NumRows(), len(ids))
+	}
+	if n, p := s.Count("GET", ".parquet"), s.PeakInFlight(); n != files*groups || p < 8 {
+		t.Errorf("reading %d row groups made %d requests, at most %d at once; want %d, at least 8", files*groups, n, p, files*groups)
+	}
+}
+
 func TestCatalogCachesManifests(t *testing.T) {
 	ctx := context.Background()
 	s := startS3(t)

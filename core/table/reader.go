@@ -178,7 +178,11 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 		}
 	}()
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(runtime.GOMAXPROCS(0))
+	// Requests and decoding have bounds of their own (r.reads, r.decoding):
+	// this one bounds the row groups fetched and waiting for a core. It is
+	// not the number of cores, or a batch that needs many row groups from a
+	// distant store would wait a round trip for every two of them.
+	g.SetLimit(cap(r.reads))
 	for i, key := range keys {
 		g.Go(func() (err error) {
 			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[key.File].Key))
@@ -293,6 +297,28 @@ func (r *Reader) Prefetch(ctx context.Context, g GroupRef) (err error) {
 	}
 	rec.Release()
 	return nil
+}
+
+// GuessBytes guesses the decoded size of row group g from its footer, before
+// any is decoded: twice the uncompressed bytes of its projected column chunks,
+// since dictionary-encoded values decode to up to about twice their encoded
+// size (1.85 for token ids; 0.9–1.1 for plainer columns).
+func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (int64, error) {
+	md, err := r.t.Footer(ctx, g.File)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, leaves := range r.leaves {
+		for _, leaf := range leaves {
+			col, err := md.RowGroup(g.Group).ColumnChunk(leaf)
+			if err != nil {
+				return 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+			}
+			n += col.TotalUncompressedSize()
+		}
+	}
+	return 2 * n, nil
 }
 
 // CacheBytes returns the bytes of decoded row groups cached, and the mean size

@@ -123,6 +123,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
@@ -167,8 +168,9 @@ type Table struct {
 
 	refs atomic.Int32 // Close releases the store connection when this reaches 0
 
-	mu      sync.Mutex
-	footers []*metadata.FileMetaData // loaded lazily by OpenPin, eagerly by Open
+	mu          sync.Mutex
+	footers     []*metadata.FileMetaData // loaded lazily by OpenPin, eagerly by Open
+	footerReads singleflight.Group       // by file index: one read of a footer at a time
 }
 
 // Kinds of table, as Pin.Kind records them.
@@ -598,18 +600,41 @@ func (t *Table) searchGroup(id int64, lo, hi int) int {
 }
 
 // Footer returns file i's parsed Parquet footer, reading it on first use.
+// Concurrent first uses share one read: the first steps of a shuffle ask for
+// most files' footers at once.
 func (t *Table) Footer(ctx context.Context, i int) (*metadata.FileMetaData, error) {
-	t.mu.Lock()
-	md := t.footers[i]
-	t.mu.Unlock()
-	if md != nil {
-		return md, nil
+	for {
+		t.mu.Lock()
+		md := t.footers[i]
+		t.mu.Unlock()
+		if md != nil {
+			return md, nil
+		}
+		ch := t.footerReads.DoChan(strconv.Itoa(i), func() (any, error) { return t.readFooter(ctx, i) })
+		select {
+		case res := <-ch:
+			// A read canceled by the caller that started it is retried by
+			// the others.
+			if res.Err != nil && errcode.Of(res.Err) == errcode.Canceled && ctx.Err() == nil {
+				continue
+			}
+			if res.Err != nil {
+				return nil, res.Err
+			}
+			return res.Val.(*metadata.FileMetaData), nil
+		case <-ctx.Done():
+			return nil, errcode.Wrap(ctx.Err(), errcode.Canceled, "read footer", t.loc.ObjectURI(t.pin.Files[i].Key))
+		}
 	}
+}
+
+// readFooter reads file i's footer, checks it against the pin and keeps it.
+func (t *Table) readFooter(ctx context.Context, i int) (*metadata.FileMetaData, error) {
 	mds, err := readFooters(ctx, t.loc, t.cat, []store.Object{t.pin.Files[i].Object}, nil)
 	if err != nil {
 		return nil, err
 	}
-	md = mds[0]
+	md := mds[0]
 	if got := describe(t.pin.Files[i].Object, md); !equalLayout(got, t.pin.Files[i]) {
 		return nil, errcode.New(errcode.Changed, "read footer", t.loc.ObjectURI(t.pin.Files[i].Key),
 			"row layout differs from the pin (%d rows in %d row groups; pinned %d in %d)",
@@ -635,7 +660,9 @@ func equalLayout(a, b File) bool {
 
 // Verify checks that the pinned version still exists (for a croupier table,
 // its manifest) and that every file of it is still the pinned one, and fails
-// with errcode.Changed naming the first that is not.
+// with errcode.Changed naming the first that is not. It reads the footers not
+// read yet while it stats their files, since a reader needs them next: on a
+// distant store that saves a round trip before the first batch.
 func (t *Table) Verify(ctx context.Context) error {
 	if t.pin.Kind == KindCroupier {
 		v, err := strconv.ParseInt(t.pin.Version, 10, 64)
@@ -654,11 +681,18 @@ func (t *Table) Verify(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for _, f := range t.pin.Files {
+	for i, f := range t.pin.Files {
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "verify pinned version "+t.pin.Version, t.loc.ObjectURI(f.Key))
 			where := t.loc.ObjectURI(f.Key)
+			var footer errgroup.Group
+			footer.Go(func() (err error) {
+				defer errcode.Recover(&err, errcode.Internal, "read footer", where)
+				_, _ = t.Footer(gctx, i) // a reader meets any error again
+				return nil
+			})
 			obj, err := t.loc.Stat(gctx, f.Key)
+			footer.Wait()
 			if errcode.Of(err) == errcode.NotFound {
 				return errcode.New(errcode.Changed, "verify pinned version "+t.pin.Version, where, "pinned file vanished")
 			}
