@@ -3,6 +3,7 @@ package loader_test
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,54 @@ func checkBound(t *testing.T, what string, err error, object string, took, bound
 	}
 	if took > bound {
 		t.Errorf("%s failed after %s, more than %s", what, took, bound)
+	}
+}
+
+// TestPlannerFillsItsWindowAtOnce streams a table from a store with 200 ms to
+// the first byte. Before any row group is decoded, the planner already has as
+// many in flight as it may (MaxReads), guessing their size from the footers:
+// waiting for one to decode before planning more would cost a round trip at
+// the start of every stream.
+func TestPlannerFillsItsWindowAtOnce(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	ctx := context.Background()
+	s, uri := s3Permutation(t)
+	perms, err := permutation.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer perms.Close()
+	const maxReads = 8
+	l, err := loader.New(perms.Table(), permutation.Identity{N: perms.Table().NumRows()},
+		loader.Options{GlobalBatchSize: 25, NumSplits: 1, MaxReads: maxReads}) // a row group a step
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s.SetFaults(s3test.Faults{FirstByte: 200 * time.Millisecond})
+	st, err := l.Stream(ctx, loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var planned int64
+	for start := time.Now(); time.Since(start) < 150*time.Millisecond; time.Sleep(time.Millisecond) {
+		if stats := st.Stats(); stats.DecodedBytes == 0 {
+			planned = max(planned, stats.Planned)
+		}
+	}
+	if planned < maxReads {
+		t.Errorf("before the first row group was decoded the planner held %d, want at least %d", planned, maxReads)
+	}
+	var rows int64
+	for b, err := range st.All(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows += b.Record.NumRows()
+		b.Record.Release()
+	}
+	if rows != perms.Table().NumRows() {
+		t.Errorf("%d rows, want %d", rows, perms.Table().NumRows())
 	}
 }

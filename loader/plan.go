@@ -2,7 +2,6 @@ package loader
 
 import (
 	"context"
-	"runtime"
 	"sync"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -17,8 +16,9 @@ import (
 // decode them into its cache, with up to MaxReads row groups in flight (the
 // reader bounds requests and decoding threads itself). It keeps at most a
 // window of row groups planned for steps the consumer has not reached: as many
-// as fill half the memory budget at the mean decoded size seen so far (one
-// per core before the first is decoded). The cache drops the least recently
+// as fill half the memory budget at the mean decoded size seen so far (before
+// the first is decoded, at a size guessed from the footer: waiting for one to
+// decode first would cost a distant store a round trip at the start). The cache drops the least recently
 // used row group first, and the planner loads row groups in the order they
 // will be used.
 
@@ -77,6 +77,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 			uses = uses[1:]
 		}
 	}
+	var guess int64 // decoded bytes of a row group, guessed from the first one's footer
 	for i, t := range steps {
 		ids, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
 		if err != nil {
@@ -85,6 +86,11 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 		groups, err := s.reader.Groups(ids)
 		if err != nil {
 			return nil
+		}
+		if guess == 0 && len(groups) > 0 {
+			if guess, err = s.reader.GuessBytes(ctx, groups[0]); err != nil {
+				return nil
+			}
 		}
 		drop()
 		for _, g := range groups {
@@ -95,7 +101,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 			if inWindow {
 				continue
 			}
-			for len(last) > s.window(l.opts.MemoryBudget) { // wait for room
+			for len(last) > s.window(l.opts.MemoryBudget, guess) { // wait for room
 				select {
 				case <-s.progress.moved:
 				case <-ctx.Done():
@@ -122,11 +128,11 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 
 // window is how many row groups the planner may hold for steps ahead of the
 // consumer: as many as fill half the memory budget at the mean decoded size
-// seen so far, and one per core before the first is decoded.
-func (s *Stream) window(budget int64) int {
+// seen so far, or at guess before the first is decoded.
+func (s *Stream) window(budget, guess int64) int {
 	_, mean := s.reader.CacheBytes()
 	if mean == 0 {
-		return runtime.GOMAXPROCS(0)
+		mean = max(guess, 1)
 	}
 	return max(1, int(budget/2/mean))
 }
