@@ -632,6 +632,49 @@ func TestPinnedOpenOverlapsRequests(t *testing.T) {
 	}
 }
 
+// TestCanceledFooterReadIsRetried cancels the caller whose first use of a
+// footer started the read that another caller waits on: that one gets the
+// footer, from a read of its own.
+func TestCanceledFooterReadIsRetried(t *testing.T) {
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "plain")
+	if err := s.Put("bkt", "plain/part-0.parquet", tabletest.Encode(t, 0, 100, 10)); err != nil {
+		t.Fatal(err)
+	}
+	pin := open(t, uri).Pin()
+	tb, err := table.OpenPin(ctx, pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	s.SetFaults(s3test.Faults{FirstByte: 200 * time.Millisecond})
+	s.ResetCounts()
+	first, cancel := context.WithCancel(ctx)
+	canceled := make(chan error, 1)
+	go func() {
+		_, err := tb.Footer(first, 0)
+		canceled <- err
+	}()
+	for s.Count("GET", ".parquet") == 0 { // the first caller's read is on its way
+		time.Sleep(time.Millisecond)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond) // the second caller waits on it
+		cancel()
+	}()
+	md, err := tb.Footer(ctx, 0)
+	if err != nil || md.NumRows != 100 {
+		t.Fatalf("the caller left waiting: %v", err)
+	}
+	if err := <-canceled; errcode.Of(err) != errcode.Canceled {
+		t.Errorf("the canceled caller: %v, want Canceled", err)
+	}
+	if n := s.Count("GET", ".parquet"); n != 2 {
+		t.Errorf("%d footer reads, want 2 (the canceled one, and its retry)", n)
+	}
+}
+
 func TestCatalogCachesManifests(t *testing.T) {
 	ctx := context.Background()
 	s := startS3(t)
