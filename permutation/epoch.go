@@ -90,13 +90,29 @@ func (o *epochOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64, e
 		b   int64
 		bij Bijection
 	}{b: -1}
+	// A block's positions lie in at most two chunks of the stored order, so
+	// the last two chunks used are kept here: asking the split's chunk cache
+	// (a lock and an LRU update) for every position was most of the cost of
+	// dealing a shuffled epoch after the first.
+	var held [2]struct {
+		c   int64
+		ids []uint64
+	}
+	held[0].c, held[1].c = -1, -1
 	for i := range out {
 		q := o.position(start+int64(i), inner)
-		ids, err := o.split.chunk(ctx, q/ChunkIDs)
-		if err != nil {
-			return nil, err
+		c := q / ChunkIDs
+		if held[0].c != c {
+			if held[1].c != c {
+				ids, err := o.split.chunk(ctx, c)
+				if err != nil {
+					return nil, err
+				}
+				held[1].c, held[1].ids = c, ids
+			}
+			held[0], held[1] = held[1], held[0]
 		}
-		out[i] = ids[q%ChunkIDs]
+		out[i] = held[0].ids[q%ChunkIDs]
 	}
 	return out, nil
 }
