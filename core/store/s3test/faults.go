@@ -199,7 +199,7 @@ func (s *Server) wait(r *http.Request, d time.Duration) bool {
 
 // reset hijacks the connection and closes it with a TCP RST.
 func reset(w http.ResponseWriter) {
-	conn, _, err := w.(http.Hijacker).Hijack()
+	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return
 	}
@@ -213,7 +213,7 @@ func reset(w http.ResponseWriter) {
 // the first half of its body (or of its headers, when it has no body), then
 // closes the connection.
 func truncate(w http.ResponseWriter, r *http.Request, rec *httptest.ResponseRecorder) {
-	conn, buf, err := w.(http.Hijacker).Hijack()
+	conn, buf, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return
 	}

@@ -127,3 +127,50 @@ func TestFaultsDeterministic(t *testing.T) {
 		t.Errorf("%d of 200 requests faulty at rate 0.3", len(a))
 	}
 }
+
+// TestCountsWhatItServes checks the byte and in-flight counters with plain
+// HTTP requests: ranged GETs held by a first-byte latency, all at once.
+func TestCountsWhatItServes(t *testing.T) {
+	s, body := start(t)
+	s.SetFaults(s3test.Faults{FirstByte: 100 * time.Millisecond})
+	s.ResetCounts()
+	const requests, n = 4, 100
+	obj := objectURL(t, s, "obj")
+	errs := make(chan error, requests)
+	for i := range requests {
+		go func() {
+			req, err := http.NewRequest(http.MethodGet, obj, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			req.Header.Set("Range", "bytes="+strconv.Itoa(i*n)+"-"+strconv.Itoa(i*n+n-1))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && !bytes.Equal(got, body[i*n:i*n+n]) {
+				err = errors.New("wrong bytes for range " + req.Header.Get("Range"))
+			}
+			errs <- err
+		}()
+	}
+	for range requests {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.BytesServed(); got != requests*n {
+		t.Errorf("BytesServed = %d, want %d", got, requests*n)
+	}
+	if got := s.PeakInFlight(); got != requests {
+		t.Errorf("PeakInFlight = %d, want %d (each waited 100 ms for its first byte)", got, requests)
+	}
+	s.ResetCounts()
+	if s.BytesServed() != 0 || s.PeakInFlight() != 0 || s.Requests() != 0 {
+		t.Errorf("after ResetCounts: %d bytes, peak %d, %d requests", s.BytesServed(), s.PeakInFlight(), s.Requests())
+	}
+}

@@ -39,6 +39,7 @@ type Server struct {
 	total    atomic.Int64
 	inFlight atomic.Int64
 	peak     atomic.Int64 // most requests in flight at once since ResetCounts
+	served   atomic.Int64 // response body bytes sent since ResetCounts
 
 	closing   chan struct{} // closed by Close, to end stalls
 	closeOnce sync.Once
@@ -67,7 +68,7 @@ func Start(buckets ...string) (*Server, error) {
 		s.mu.Lock()
 		s.counts[r.Method+" "+r.URL.Path]++
 		s.mu.Unlock()
-		s.serveFaulty(w, r, h)
+		s.serveFaulty(&countingWriter{ResponseWriter: w, n: &s.served}, r, h)
 	}))
 	return s, nil
 }
@@ -95,6 +96,10 @@ func (s *Server) Requests() int64 { return s.total.Load() }
 // requests, which is what hides a store's latency.
 func (s *Server) PeakInFlight() int64 { return s.peak.Load() }
 
+// BytesServed returns the response body bytes the server has sent since it
+// started or since ResetCounts: what its clients fetched.
+func (s *Server) BytesServed() int64 { return s.served.Load() }
+
 // Count returns how many requests with the method had a path ending in suffix
 // (path-style paths are /bucket/key).
 func (s *Server) Count(method, suffix string) int64 {
@@ -117,8 +122,24 @@ func (s *Server) ResetCounts() {
 	s.counts = map[string]int64{}
 	s.injected = map[Kind]int64{}
 	s.total.Store(0)
+	s.served.Store(0)
 	s.peak.Store(s.inFlight.Load())
 }
+
+// countingWriter counts the body bytes written through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the writer below (Flush, Hijack).
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // Close stops the server, ending stalled requests first.
 func (s *Server) Close() {
