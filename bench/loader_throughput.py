@@ -89,7 +89,7 @@ class Run:
 
     @property
     def delay_ms(self) -> float:
-        """The S3 proxy's delay before each request's first byte."""
+        """The S3 server's delay before each request's first byte."""
         if not self.storage.startswith("s3+"):
             return 0.0
         return float(self.storage.removeprefix("s3+").removesuffix("ms"))
@@ -138,8 +138,8 @@ def child(payload: dict[str, Any]) -> None:
     """Build one reader, measure a pass and a resume, write the figures as JSON."""
     spec = readers.Spec(**payload["spec"])
     data = workloads.Data(workloads.WORKLOADS[spec.workload], Path(spec.data_folder), spec.rows)
-    if payload["proxy"]:
-        bytes_read = measure.proxy_bytes_read(payload["proxy"])
+    if payload["control"]:
+        bytes_read = measure.server_bytes_read(payload["control"])
     else:
         bytes_read = measure.local_bytes_read
     out: dict[str, Any] = {}
@@ -166,13 +166,18 @@ def child(payload: dict[str, Any]) -> None:
     Path(payload["result"]).write_text(json.dumps(out))
 
 
-def run_child(spec: readers.Spec, seconds: float, proxy: str | None) -> dict[str, Any]:
+def run_child(spec: readers.Spec, seconds: float, control: str | None) -> dict[str, Any]:
     """Measure ``spec`` in a fresh process; add the peak RSS of its process tree."""
     with tempfile.TemporaryDirectory(prefix="croupier-bench-") as tmp:
         result = Path(tmp) / "result.json"
         workers = Path(tmp) / "workers"
         workers.mkdir()
-        payload = {"spec": asdict(spec), "seconds": seconds, "proxy": proxy, "result": str(result)}
+        payload = {
+            "spec": asdict(spec),
+            "seconds": seconds,
+            "control": control,
+            "result": str(result),
+        }
         env = {**os.environ, measure.WORKER_IO_ENV: str(workers)}
         cmd = [sys.executable, __file__, "--child", json.dumps(payload)]
         log = Path(tmp) / "stderr"
@@ -195,10 +200,10 @@ def run_child(spec: readers.Spec, seconds: float, proxy: str | None) -> dict[str
 
 @dataclass
 class S3Server:
-    """The local S3-compatible server behind the latency proxy (``bench/s3serve``)."""
+    """The local S3-compatible server (``bench/s3serve``) and its control URL."""
 
     proc: subprocess.Popen[str]
-    proxy: str
+    control: str
     uris: dict[str, str]
 
     @classmethod
@@ -215,7 +220,7 @@ class S3Server:
             proc.wait()
             raise RuntimeError(f"bench/s3serve exited with status {proc.returncode}")
         info = json.loads(line)
-        return cls(proc, info["proxy"], info["uris"])
+        return cls(proc, info["control"], info["uris"])
 
     def close(self) -> None:
         """Closing its standard input stops the server."""
@@ -344,7 +349,7 @@ def setup_lines(
         " batch over the time from building the reader to its last batch, so work done before"
         ' the first batch counts. "read ÷ delivered" is the bytes read (local files: `rchar`'
         " of `/proc/<pid>/io` of the process and its DataLoader workers, less the workers'"
-        " start-up; S3: the body bytes the proxy served) over the Arrow bytes of the projected"
+        " start-up; S3: the body bytes the server sent) over the Arrow bytes of the projected"
         " columns delivered. Peak RSS is summed over the process tree, torch and the libraries"
         ' included. "resume" is the time from building the reader to its first batch when it'
         " starts at 90 % of the epoch through its own resume mechanism (— where it has none;"
@@ -370,8 +375,9 @@ def setup_lines(
         " random order), or with `take` of `RandomSampler` batches; MosaicML `StreamingDataset`"
         " reads an MDS conversion (uncompressed, default shard size) with `shuffle=True`"
         " (py1e). Conversions are made once and cached, outside the timed part. S3: the"
-        " local S3-compatible server (`core/store/s3test`, in memory) behind `bench/s3serve`'s"
-        f" proxy, with 0 and {args.s3_latency:g} ms before each request's first byte.",
+        " local S3-compatible server (`core/store/s3test`, in memory, run by `bench/s3serve`),"
+        f" waiting 0 and {args.s3_latency:g} ms before it serves each request, as a distant store"
+        " delays the first byte.",
     ]
     return lines
 
@@ -514,12 +520,12 @@ def run_all(
                     workers=r.workers,
                     seed=args.seed,
                 )
-                proxy = None
+                control = None
                 if server and r.storage != "local":
-                    proxy = server.proxy
-                    measure.set_proxy_delay(proxy, r.delay_ms)
+                    control = server.control
+                    measure.set_server_delay(control, r.delay_ms)
                 started = time.perf_counter()
-                res.update(run_child(spec, args.seconds, proxy))
+                res.update(run_child(spec, args.seconds, control))
                 res["wall_s"] = time.perf_counter() - started
                 if "error" in res:
                     res["note"] = "failed: " + res.pop("error").strip().splitlines()[-1]

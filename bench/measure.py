@@ -1,5 +1,5 @@
 """One measurement loop for every reader, and the engine-independent counters
-it reads: bytes read from ``/proc/<pid>/io`` or from the S3 proxy, resident
+it reads: bytes read from ``/proc/<pid>/io`` or from the S3 server, resident
 memory of a process tree from ``/proc/<pid>/status``.
 
 Bytes read from local files are ``rchar`` of ``/proc/self/io``: every byte
@@ -10,8 +10,7 @@ DataLoader's worker processes have been joined they are in the parent's
 figure; what each worker read while it started (imports) is recorded by
 :func:`record_worker_start` and taken off. Nothing is taken off for the
 measuring process: it has done its imports before it starts counting. Over S3
-the figure is the body bytes the latency proxy in front of the server sent back
-(``bench/internal/latency``).
+the figure is the response body bytes the server sent (``bench/s3serve``).
 """
 
 from __future__ import annotations
@@ -64,19 +63,19 @@ def local_bytes_read() -> int:
     return rchar() - worker_start_bytes()
 
 
-def proxy_bytes_read(proxy: str) -> Callable[[], int]:
-    """A counter of the body bytes the S3 latency proxy at ``proxy`` has served."""
+def server_bytes_read(control: str) -> Callable[[], int]:
+    """A counter of the body bytes the S3 server with control URL ``control`` has sent."""
 
     def read() -> int:
-        with urllib.request.urlopen(proxy + "/_bench/stats") as r:
+        with urllib.request.urlopen(control + "/stats") as r:
             return int(json.load(r)["bytes"])
 
     return read
 
 
-def set_proxy_delay(proxy: str, ms: float) -> None:
-    """Set the first-byte delay of the S3 latency proxy."""
-    req = urllib.request.Request(f"{proxy}/_bench/delay?ms={ms}", method="POST")
+def set_server_delay(control: str, ms: float) -> None:
+    """Set the first-byte delay of the S3 server with control URL ``control``."""
+    req = urllib.request.Request(f"{control}/delay?ms={ms}", method="POST")
     urllib.request.urlopen(req).close()
 
 

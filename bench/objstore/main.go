@@ -13,9 +13,9 @@
 //     cost of the store layer and the system calls, not of a disk);
 //   - mem: a process-wide in-memory bucket;
 //   - s3: the local S3-compatible server (core/store/s3test) on a loopback port;
-//   - s3+Nms: the same server behind a proxy that waits N ms before forwarding
-//     each request (bench/internal/latency), as a distant store delays the
-//     first byte;
+//   - s3+Nms: the same server waiting N ms before it serves each request
+//     (s3test's first-byte latency), as a distant store delays the first
+//     byte;
 //   - real buckets named by CROUPIER_BENCH_S3_URI and CROUPIER_BENCH_GCS_URI
 //     (any URI croupier opens, e.g. s3://bucket/prefix?region=us-east-1, with
 //     credentials from the environment as for any croupier URI): the object
@@ -39,7 +39,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -49,7 +48,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/croupier-data/croupier/bench/internal/latency"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/store/s3test"
 )
@@ -90,7 +88,7 @@ func main() {
 	object := flag.String("object", "64MiB", "size of the object read")
 	concFlag := flag.String("concurrency", "1,4,16,64", "readers in flight")
 	rangesFlag := flag.String("ranges", "64KiB,1MiB,8MiB", "bytes per read")
-	latFlag := flag.String("latency", "20ms,50ms,100ms", "first-byte delays of the proxied S3 stores")
+	latFlag := flag.String("latency", "20ms,50ms,100ms", "first-byte delays of the delayed S3 stores")
 	duration := flag.Duration("duration", time.Second, "time each cell reads for")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	flag.Parse()
@@ -118,7 +116,7 @@ func writeJSON(path string, rep *Report) error {
 // target is a store to measure: a URI of a prefix the object is written under.
 type target struct {
 	name, uri string
-	delay     time.Duration // the proxy's delay, for the proxied stores
+	delay     time.Duration // the server's first-byte delay
 	real      bool          // a bucket of the user's: delete the object after
 	skipped   string
 }
@@ -152,19 +150,6 @@ func run(ctx context.Context, objectFlag, concFlag, rangesFlag, latFlag string, 
 	}
 	defer srv.Close()
 	s3uri := srv.URI("bench", "objstore")
-	u, err := url.Parse(s3uri)
-	if err != nil {
-		return nil, err
-	}
-	proxy, err := latency.Start(u.Query().Get("endpoint"))
-	if err != nil {
-		return nil, err
-	}
-	defer proxy.Close()
-	proxied, err := proxy.Endpoint(s3uri)
-	if err != nil {
-		return nil, err
-	}
 
 	targets := []target{
 		{name: "file", uri: "file://" + dir},
@@ -172,7 +157,7 @@ func run(ctx context.Context, objectFlag, concFlag, rangesFlag, latFlag string, 
 		{name: "s3", uri: s3uri},
 	}
 	for _, dl := range delays {
-		targets = append(targets, target{name: fmt.Sprintf("s3+%dms", dl.Milliseconds()), uri: proxied, delay: dl})
+		targets = append(targets, target{name: fmt.Sprintf("s3+%dms", dl.Milliseconds()), uri: s3uri, delay: dl})
 	}
 	for _, env := range []string{"CROUPIER_BENCH_S3_URI", "CROUPIER_BENCH_GCS_URI"} {
 		t := target{name: strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(env, "CROUPIER_BENCH_"), "_URI")) + " (real)", real: true}
@@ -191,7 +176,7 @@ func run(ctx context.Context, objectFlag, concFlag, rangesFlag, latFlag string, 
 			fmt.Fprintf(out, "%-12s skipped: %s\n", t.name, t.skipped)
 			continue
 		}
-		proxy.SetDelay(t.delay)
+		srv.SetFaults(s3test.Faults{FirstByte: t.delay})
 		cells, err := measureStore(ctx, t, size, concs, ranges, d, out)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)

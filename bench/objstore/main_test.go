@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// The benchmark runs end to end on every local store, with the proxy's delay
-// in every latency of the proxied store.
+// The benchmark runs end to end on every local store, with the server's delay
+// in every latency of the delayed store.
 func TestRun(t *testing.T) {
 	t.Setenv("CROUPIER_BENCH_S3_URI", "")
 	t.Setenv("CROUPIER_BENCH_GCS_URI", "")

@@ -1,21 +1,29 @@
-// Command s3serve runs the local S3-compatible server (core/store/s3test)
-// behind a latency proxy (bench/internal/latency), loads folders of files
-// into it, prints where they are, and serves until its standard input closes
-// or it is interrupted. The Python loader benchmark starts it to read tables
-// over S3.
+// Command s3serve runs the local S3-compatible server (core/store/s3test),
+// loads folders of files into it, prints where they are, and serves until its
+// standard input closes or it is interrupted. The Python loader benchmark
+// starts it to read tables over S3.
 //
 //	go run ./bench/s3serve [-bucket bench] [-delay 0ms] NAME=FOLDER ...
 //
 // Each file of FOLDER (not its subfolders) is stored as NAME/<file name> in the
 // bucket. Once they are in, one JSON line goes to stdout:
 //
-//	{"proxy": "http://127.0.0.1:PORT", "uris": {"NAME": "s3://bench/NAME?endpoint=…"}}
+//	{"control": "http://127.0.0.1:PORT", "uris": {"NAME": "s3://bench/NAME?endpoint=…"}}
 //
-// The URIs are anonymous, path-style requests to the proxy, as croupier opens
+// The URIs are anonymous, path-style requests to the server, as croupier opens
 // them (gocloud.dev s3blob parameters endpoint, use_path_style, region,
-// anonymous, disable_https). The proxy's delay and byte counters are set and
-// read over HTTP at PROXY/_bench/ (see bench/internal/latency). Exiting when
-// standard input closes means the server never outlives the process that
+// anonymous, disable_https). The server waits -delay before it serves each
+// request, as a distant store delays the first byte (s3test's first-byte
+// latency: in the server, so that no proxy copies every byte once more on the
+// machine being measured). The control URL sets the delay and reads the
+// counters:
+//
+//	GET  CONTROL/stats        {"requests": N, "bytes": N, "delay_ms": N}
+//	POST CONTROL/delay?ms=50  sets the delay
+//	POST CONTROL/reset        zeroes the counters
+//
+// "bytes" counts the response bodies sent: what the readers fetched. Exiting
+// when standard input closes means the server never outlives the process that
 // started it with a pipe.
 package main
 
@@ -25,21 +33,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/croupier-data/croupier/bench/internal/latency"
 	"github.com/croupier-data/croupier/core/store/s3test"
 )
 
 func main() {
 	bucket := flag.String("bucket", "bench", "bucket to create")
-	delay := flag.Duration("delay", 0, "first-byte delay of the proxy")
+	delay := flag.Duration("delay", 0, "first-byte delay of every request")
 	flag.Parse()
 	if err := run(*bucket, *delay, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "s3serve:", err)
@@ -56,16 +66,6 @@ func run(bucket string, delay time.Duration, folders []string) error {
 		return err
 	}
 	defer srv.Close()
-	u, err := url.Parse(srv.URI(bucket, ""))
-	if err != nil {
-		return err
-	}
-	proxy, err := latency.Start(u.Query().Get("endpoint"))
-	if err != nil {
-		return err
-	}
-	defer proxy.Close()
-	proxy.SetDelay(delay)
 	uris := map[string]string{}
 	for _, arg := range folders {
 		name, folder, ok := strings.Cut(arg, "=")
@@ -75,13 +75,15 @@ func run(bucket string, delay time.Duration, folders []string) error {
 		if err := upload(srv, bucket, name, folder); err != nil {
 			return err
 		}
-		if uris[name], err = proxy.Endpoint(srv.URI(bucket, name)); err != nil {
-			return err
-		}
+		uris[name] = srv.URI(bucket, name)
 	}
+	ctl := newControl(srv, delay)
+	web := httptest.NewServer(ctl)
+	defer web.Close()
+	srv.ResetCounts() // the uploads are not reads
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetEscapeHTML(false) // keep the URIs' "&" readable
-	if err := enc.Encode(map[string]any{"proxy": proxy.URL(), "uris": uris}); err != nil {
+	if err := enc.Encode(map[string]any{"control": web.URL, "uris": uris}); err != nil {
 		return err
 	}
 
@@ -93,6 +95,43 @@ func run(bucket string, delay time.Duration, folders []string) error {
 	}()
 	<-ctx.Done()
 	return nil
+}
+
+// control serves the delay and the counters of the server over HTTP.
+type control struct {
+	srv   *s3test.Server
+	delay atomic.Int64 // nanoseconds
+}
+
+func newControl(srv *s3test.Server, delay time.Duration) *control {
+	c := &control{srv: srv}
+	c.setDelay(delay)
+	return c
+}
+
+func (c *control) setDelay(d time.Duration) {
+	c.delay.Store(int64(d))
+	c.srv.SetFaults(s3test.Faults{FirstByte: d})
+}
+
+func (c *control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]int64{"requests": c.srv.Requests(), "bytes": c.srv.BytesServed(),
+			"delay_ms": time.Duration(c.delay.Load()).Milliseconds()})
+	case r.URL.Path == "/delay" && r.Method == http.MethodPost:
+		ms, err := strconv.ParseFloat(r.URL.Query().Get("ms"), 64)
+		if err != nil || ms < 0 {
+			http.Error(w, "POST /delay?ms=N with N >= 0", http.StatusBadRequest)
+			return
+		}
+		c.setDelay(time.Duration(ms * float64(time.Millisecond)))
+	case r.URL.Path == "/reset" && r.Method == http.MethodPost:
+		c.srv.ResetCounts()
+	default:
+		http.Error(w, "GET /stats, POST /delay?ms=N or POST /reset", http.StatusNotFound)
+	}
 }
 
 // upload stores the files of folder as name/<file> in bucket.
