@@ -317,6 +317,35 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def s3_lines(rows: list[dict[str, Any]], latency: float) -> list[str]:
+    """A markdown table of croupier over S3 against its local-file rate, per
+    workload and order: over the whole measurement (start-up included, as in
+    the tables above), and from the first batch on."""
+    lines = [
+        "| workload | order | local (samples/s) | S3 ÷ local | S3"
+        f" +{latency:g} ms ÷ local | from the first batch on: S3 ÷ local | S3 +{latency:g} ms"
+        " ÷ local |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    runs = {
+        (r["workload"], r["order"], r["storage"]): r
+        for r in rows
+        if r["kind"] == "croupier" and not r["workers"] and "note" not in r
+    }
+    for (workload, order, storage), local in runs.items():
+        remote = [runs.get((workload, order, s)) for s in ("s3", f"s3+{latency:g}ms")]
+        if storage != "local" or None in remote:
+            continue
+        ratios = [fmt(r["samples_per_s"] / local["samples_per_s"], ".2f") for r in remote]
+        ratios += [fmt(r["after_first_per_s"] / local["after_first_per_s"], ".2f") for r in remote]
+        lines.append(
+            f"| {workload} | {ORDER_LABELS[order]} | {local['samples_per_s']:,.0f} | "
+            + " | ".join(ratios)
+            + " |"
+        )
+    return lines
+
+
 def setup_lines(
     args: argparse.Namespace, datas: dict[str, workloads.Data], load: tuple[float, float]
 ) -> list[str]:
@@ -392,6 +421,19 @@ def report(
     for name in datas:
         lines += ["", f"### {name}", ""]
         lines += table_lines([r for r in results_ if r["workload"] == name])
+    s3 = s3_lines(results_, args.s3_latency)
+    if len(s3) > 2:
+        lines += [
+            "",
+            "### Over S3",
+            "",
+            "croupier's rate over the local S3 server against its own rate on local files, in"
+            " the same run: over the whole measurement as above, where opening the table and"
+            " the first batch count, and from the first batch to the last. Opening a plain"
+            " Parquet table takes two round trips and the first batch a third.",
+            "",
+            *s3,
+        ]
     return lines
 
 

@@ -114,6 +114,7 @@ class Measurement:
     seconds: float = 0.0  # from the first batch to the last
     first_batch_s: float = 0.0  # from building the reader to its first batch
     samples_per_s: float = 0.0  # from make() to the last batch
+    after_first_per_s: float = 0.0  # from the first batch to the last, its samples left out
     delivered_bytes: int = 0  # Arrow bytes of the projected columns delivered
     read_bytes: int = 0  # bytes read from files or the object store, start-up included
     position_corr: float = 0.0  # Pearson correlation of position in the pass and row id
@@ -170,6 +171,8 @@ def measure(
     m.seconds = last - first
     if last > start:
         m.samples_per_s = m.samples / (last - start)
+    if last > first:
+        m.after_first_per_s = (m.samples - len(ids[0])) / (last - first)
     m.delivered_bytes = int(row_bytes[order].sum())
     m.read_bytes = read
     if len(order) > 1:
