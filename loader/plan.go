@@ -18,9 +18,9 @@ import (
 // window of row groups planned for steps the consumer has not reached: as many
 // as fill half the memory budget at the mean decoded size seen so far (before
 // the first is decoded, at a size guessed from the footer: waiting for one to
-// decode first would cost a distant store a round trip at the start). The cache drops the least recently
-// used row group first, and the planner loads row groups in the order they
-// will be used.
+// decode first would cost a distant store a round trip at the start). The
+// cache drops the least recently used row group first, and the planner loads
+// row groups in the order they will be used.
 
 // progress tells the planner how far the consumer is.
 type progress struct {
