@@ -58,7 +58,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	var pr *progress
 	if !*quiet {
 		pr = newProgress(e.stderr)
-		opts.Progress = pr.update
+		opts.Progress = func(p permutation.Progress) { pr.update(p.Phase, p.Done, p.Total) }
 	}
 	p, err := permutation.Build(ctx, t, spec, permURI, opts)
 	if pr != nil {

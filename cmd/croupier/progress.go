@@ -5,12 +5,10 @@ import (
 	"io"
 	"os"
 	"time"
-
-	"github.com/croupier-data/croupier/permutation"
 )
 
-// progress reports a build's progress on w: a line redrawn in place on a
-// terminal, else a plain line per phase and per tenth of the work.
+// progress reports a long command's progress on w: a line redrawn in place on
+// a terminal, else a plain line per phase and per tenth of the work.
 type progress struct {
 	w        io.Writer
 	terminal bool
@@ -29,22 +27,22 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
-// update is a permutation.BuildOptions.Progress callback.
-func (p *progress) update(pr permutation.Progress) {
-	newPhase := pr.Phase != p.phase
+// update reports that done of the total units of work of phase are done.
+func (p *progress) update(phase string, done, total int64) {
+	newPhase := phase != p.phase
 	if newPhase && p.phase != "" && p.terminal {
 		fmt.Fprintln(p.w)
 	}
 	if newPhase {
-		p.phase, p.tenth = pr.Phase, -1
+		p.phase, p.tenth = phase, -1
 	}
 	pct := int64(100)
-	if pr.Total > 0 {
-		pct = pr.Done * 100 / pr.Total
+	if total > 0 {
+		pct = done * 100 / total
 	}
 	if p.terminal {
 		now := time.Now()
-		if !newPhase && pr.Done < pr.Total && now.Sub(p.last) < 100*time.Millisecond {
+		if !newPhase && done < total && now.Sub(p.last) < 100*time.Millisecond {
 			return
 		}
 		p.last = now
@@ -57,12 +55,12 @@ func (p *progress) update(pr permutation.Progress) {
 				bar[i] = '='
 			}
 		}
-		fmt.Fprintf(p.w, "\r%-5s [%s] %3d%% %d/%d", pr.Phase, bar, pct, pr.Done, pr.Total)
+		fmt.Fprintf(p.w, "\r%-5s [%s] %3d%% %d/%d", phase, bar, pct, done, total)
 		return
 	}
 	if t := pct / 10; t > p.tenth {
 		p.tenth = t
-		fmt.Fprintf(p.w, "%s: %d/%d (%d%%)\n", pr.Phase, pr.Done, pr.Total, pct)
+		fmt.Fprintf(p.w, "%s: %d/%d (%d%%)\n", phase, done, total, pct)
 	}
 }
 
