@@ -9,6 +9,9 @@
 //	croupier tables inspect URI [--version N]         # schema, rows, files, row groups
 //	croupier tables cleanup URI --keep-last N [--grace 24h]
 //
+//	croupier rewrite SRC DST [--columns a,b] [--row-group-rows N] [--page-bytes N]
+//	    [--version N] [--quiet]
+//
 //	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
 //	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
@@ -32,6 +35,14 @@
 // value has a fraction (0.9,0.1), row counts when all are integers (900,100),
 // or splits of --split-fixed N rows each when the value is "fixed".
 // --shuffle-seed, --clump or --window turns on the shuffle.
+//
+// rewrite copies the rows of SRC, a plain Parquet dataset (an export written
+// by pyarrow or Spark in large row groups, say) or a croupier table, in row id
+// order into a new croupier table at DST, in row groups of --row-group-rows
+// (4,096 by default) with a page index, for shuffled reads; --columns keeps
+// only those columns. It reads one row group of SRC at a time and prints its
+// progress in rows on stderr. DST gets its one version only once every row is
+// written: an interrupted rewrite leaves none, and may be run again.
 //
 // deal prints the row ids each rank gets at global step T of epoch E (every
 // rank unless --rank), as the loader deals them: the same set of rows makes

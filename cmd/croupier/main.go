@@ -29,6 +29,7 @@ Commands:
   tables versions URI                    list the committed versions
   tables inspect URI [--version N]       schema, rows, files and row groups of a version
   tables cleanup URI --keep-last N       delete old versions and unreferenced files
+  rewrite SRC DST [flags]                rewrite a table as a croupier table for shuffled reads
   permute TABLE_URI PERM_URI [flags]     build and persist a permutation
   permute show PERM_URI                  provenance and split sizes of a permutation
   deal (--perm URI | --table URI | --checkpoint FILE) [flags]
@@ -85,6 +86,8 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		return nil
 	case "tables":
 		return tablesCmd(ctx, e, rest)
+	case "rewrite":
+		return rewriteCmd(ctx, e, rest)
 	case "permute":
 		if len(rest) > 0 && rest[0] == "show" {
 			return permuteShowCmd(ctx, e, rest[1:])
