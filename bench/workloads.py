@@ -1,5 +1,6 @@
-"""The loader benchmark's data: one generator per workload, written once as
-Parquet, converted once to Lance and MDS for the peers, all cached.
+"""The benchmarks' data: one generator per workload, written once as Parquet,
+converted once to Lance and MDS for the peers and to a croupier table, all
+cached.
 
 Workloads:
 
@@ -14,6 +15,12 @@ Workloads:
     ``advantage``.
 ``scalar``
     small rows of 8 fixed-width columns (43 bytes); every column is read.
+``rollout``
+    narrow RL rollouts: ``id``, ``output_tokens`` list<int32> of 128-640 token
+    ids, ``output_logprobs`` list<float32> of the same length, ``reward``
+    (about 3 KB a row), in row groups of 16,384 rows with pyarrow's default
+    pages (1 MiB) and no page index (pyarrow's default too). Every column is
+    read.
 
 Rows are generated one row group at a time from ``(seed, row group)``, so a
 table is the same bytes on every machine. Row ids are consecutive from 0 in file
@@ -61,6 +68,8 @@ class Workload:
     batch: int  # global batch size
     columns: tuple[str, ...]  # projected columns; "id" is always read as well
     generate: Generator  # (rng, first id, rows) -> one row group
+    page_index: bool = True  # the Parquet files have a page index
+    page_bytes: int | None = None  # Parquet data page size (None: pyarrow's default)
 
     def read_columns(self) -> list[str]:
         """The columns every reader reads: ``id`` and the projection."""
@@ -104,6 +113,15 @@ def _text(rng: np.random.Generator, n: int, low: int, high: int) -> pa.Array:
     )
 
 
+def _tokens_and_logprobs(
+    rng: np.random.Generator, lengths: np.ndarray
+) -> tuple[pa.ListArray, pa.ListArray]:
+    """Sampled token ids and their log-probs, ``lengths[i]`` of each in row i."""
+    tokens = _lists(lengths, rng.integers(0, VOCAB, lengths.sum(), np.int32))
+    logprobs = _lists(lengths, rng.normal(-2, 1, lengths.sum()).astype(np.float32))
+    return tokens, logprobs
+
+
 def rl_rows(rng: np.random.Generator, first: int, n: int) -> pa.Table:
     """RL rollouts: ``examples/rl_learner.py``'s columns, ``id`` and 18 more."""
     ids = np.arange(first, first + n, dtype=np.int64)
@@ -112,6 +130,7 @@ def rl_rows(rng: np.random.Generator, first: int, n: int) -> pa.Table:
     in_len = rng.integers(128, 513, n)
     rewards = rng.random(n, dtype=np.float32)
     finish = np.where(rng.random(n) < 0.9, "stop", "length")
+    output_tokens, output_logprobs = _tokens_and_logprobs(rng, out_len)
     values = {
         "rollout_id": pa.array(
             [f"p{p}-{i % 8}" for p, i in zip(problem.tolist(), ids.tolist(), strict=True)]
@@ -119,8 +138,8 @@ def rl_rows(rng: np.random.Generator, first: int, n: int) -> pa.Table:
         "problem_id": pa.array(problem),
         "sequence_order": pa.array(np.ones(n, dtype=np.int32)),
         "role": pa.array(["assistant"] * n),
-        "output_tokens": _lists(out_len, rng.integers(0, VOCAB, out_len.sum(), np.int32)),
-        "output_logprobs": _lists(out_len, rng.normal(-2, 1, out_len.sum()).astype(np.float32)),
+        "output_tokens": output_tokens,
+        "output_logprobs": output_logprobs,
         "reward": pa.array(rewards),
         "advantage": pa.array(rewards - np.float32(0.5)),
         "include_in_training": pa.array(finish == "stop"),
@@ -152,6 +171,19 @@ def rl_rows(rng: np.random.Generator, first: int, n: int) -> pa.Table:
         [("id", pa.int64()), *ROLLOUT_SCHEMA, *[(k, v.type) for k, v in extra.items()]]
     )
     return pa.table({"id": pa.array(ids), **values, **extra}, schema=schema)
+
+
+def rollout_rows(rng: np.random.Generator, first: int, n: int) -> pa.Table:
+    """Narrow RL rollouts: ``id``, 128-640 token ids and their log-probs, ``reward``."""
+    tokens, logprobs = _tokens_and_logprobs(rng, rng.integers(128, 641, n))
+    return pa.table(
+        {
+            "id": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            "output_tokens": tokens,
+            "output_logprobs": logprobs,
+            "reward": pa.array(rng.random(n, dtype=np.float32)),
+        }
+    )
 
 
 def scalar_rows(rng: np.random.Generator, first: int, n: int) -> pa.Table:
@@ -207,6 +239,19 @@ WORKLOADS: dict[str, Workload] = {
             columns=("user_id", "ts", "label", "score", "weight", "bucket", "flag"),
             generate=scalar_rows,
         ),
+        Workload(
+            "rollout",
+            "narrow RL rollouts: id int64, output_tokens list<int32> of 128-640, output_logprobs"
+            " list<float32> of the same length, reward float32 (about 3 KB a row)",
+            rows=163_840,
+            row_group_rows=16_384,
+            files=2,
+            batch=64,
+            columns=("output_tokens", "output_logprobs", "reward"),
+            generate=rollout_rows,
+            page_index=False,
+            page_bytes=2**20,
+        ),
     )
 }
 
@@ -257,6 +302,11 @@ class Data:
         return self.folder / "mds"
 
     @property
+    def croupier(self) -> Path:
+        """A croupier table holding the same rows in the same order."""
+        return self.folder / "croupier"
+
+    @property
     def meta(self) -> dict[str, float]:
         return json.loads((self.folder / "meta.json").read_text())
 
@@ -269,7 +319,7 @@ def prepare(workload: Workload, rows: int, cache: Path, seed: int = 1) -> Data:
     per_file = workload.files * workload.row_group_rows
     rows = max(per_file, rows // per_file * per_file)
     key = f"{workload.name}|{rows}|{workload.row_group_rows}|{workload.files}|{seed}"
-    key += f"|{GENERATOR_VERSION}"
+    key += f"|{workload.page_index}|{workload.page_bytes}|{GENERATOR_VERSION}"
     folder = cache / f"{workload.name}-{rows}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
     data = Data(workload, folder, rows)
     if (folder / "meta.json").exists():
@@ -288,7 +338,13 @@ def prepare(workload: Workload, rows: int, cache: Path, seed: int = 1) -> Data:
             if writer is not None:
                 writer.close()
             path = data.parquet / f"part-{g // per_file_groups:05d}.parquet"
-            writer = pq.ParquetWriter(path, t.schema, compression="zstd", write_page_index=True)
+            writer = pq.ParquetWriter(
+                path,
+                t.schema,
+                compression="zstd",
+                write_page_index=workload.page_index,
+                data_page_size=workload.page_bytes,
+            )
         assert writer is not None
         writer.write_table(t, row_group_size=workload.row_group_rows)
         arrow_bytes += t.nbytes
@@ -324,6 +380,21 @@ def to_lance(data: Data) -> Path:
         lance.write_dataset(pa.RecordBatchReader.from_batches(schema, _batches(data)), data.lance)
         done.touch()
     return data.lance
+
+
+def to_croupier(data: Data) -> str:
+    """Write the rows into a croupier table (``create_table``'s defaults), once;
+    returns its URI."""
+    import croupier as cr
+
+    done = data.folder / "croupier.done"  # beside the table, which holds only its own files
+    if not done.exists():
+        shutil.rmtree(data.croupier, ignore_errors=True)
+        schema = pq.read_schema(data.files[0])
+        reader = pa.RecordBatchReader.from_batches(schema, _batches(data))
+        cr.create_table("file://" + str(data.croupier), reader).close()
+        done.touch()
+    return "file://" + str(data.croupier)
 
 
 def _mds_encoding(type_: pa.DataType) -> str:
