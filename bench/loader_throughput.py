@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,8 @@ ORDER_LABELS = {
     "py1e": "py1e shuffle",
 }
 PEERS = ("lancedb", "torch-map", "hf", "lance-batch", "lance-take", "mosaic")
+# The workloads of this part; "rollout" is the larger-than-memory and ranks parts'.
+WORKLOADS = ("lm", "rl", "scalar")
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,15 @@ def matrix(args: argparse.Namespace) -> list[Run]:
 
 
 def child(payload: dict[str, Any]) -> None:
-    """Build one reader, measure a pass and a resume, write the figures as JSON."""
+    """Build one reader, measure a pass and a resume, write the figures as JSON.
+
+    Beside the spec and the time limit the payload may ask for: no resume
+    (``"resume": False``); the resident bytes once everything is imported
+    (``"import_rss": True``: croupier's library is loaded first in every
+    reader's process, as peers import theirs when built, so that its runtime
+    counts as an import); a start line shared with other reader processes
+    (``"barrier"``: the folder of :func:`measure.await_start`, and ``"name"``).
+    """
     spec = readers.Spec(**payload["spec"])
     data = workloads.Data(workloads.WORKLOADS[spec.workload], Path(spec.data_folder), spec.rows)
     if payload["control"]:
@@ -146,6 +157,13 @@ def child(payload: dict[str, Any]) -> None:
     try:
         reader = readers.build(spec)
         readers.warm_up()
+        if payload.get("import_rss"):
+            import croupier
+
+            croupier.version()
+            out["import_rss"] = measure.tree_rss(os.getpid())
+        if payload.get("barrier"):
+            measure.await_start(payload["barrier"], payload["name"])
         m, ids = measure.measure(
             reader.make,
             row_bytes=data.row_bytes(),
@@ -154,7 +172,9 @@ def child(payload: dict[str, Any]) -> None:
             seconds=payload["seconds"],
         )
         out.update(m.as_dict(), steps=reader.steps)
-        if reader.resume is not None and not spec.workers:
+        if reader.stats is not None:
+            out["stats"] = reader.stats()
+        if payload.get("resume", True) and reader.resume is not None and not spec.workers:
             step = int(reader.steps * 0.9)
             resume = reader.resume
             out["resume_s"], resumed = measure.first_batch(lambda: resume(step))
@@ -163,16 +183,30 @@ def child(payload: dict[str, Any]) -> None:
                 out["resume_exact"] = bool(np.array_equal(ids[step], resumed))
     except Exception:
         out["error"] = traceback.format_exc()
+    out["peak_rss_self"] = measure.peak_rss()
     Path(payload["result"]).write_text(json.dumps(out))
 
 
-def run_child(spec: readers.Spec, seconds: float, control: str | None) -> dict[str, Any]:
-    """Measure ``spec`` in a fresh process; add the peak RSS of its process tree."""
+def run_child(
+    spec: readers.Spec,
+    seconds: float,
+    control: str | None,
+    *,
+    timeout: float | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Measure ``spec`` in a fresh process; add the peak RSS of its process tree.
+
+    ``options`` go to :func:`child` in its payload. A process still running
+    after ``timeout`` seconds is killed with its DataLoader workers, and the
+    result says so.
+    """
     with tempfile.TemporaryDirectory(prefix="croupier-bench-") as tmp:
         result = Path(tmp) / "result.json"
         workers = Path(tmp) / "workers"
         workers.mkdir()
         payload = {
+            **options,
             "spec": asdict(spec),
             "seconds": seconds,
             "control": control,
@@ -181,12 +215,24 @@ def run_child(spec: readers.Spec, seconds: float, control: str | None) -> dict[s
         env = {**os.environ, measure.WORKER_IO_ENV: str(workers)}
         cmd = [sys.executable, __file__, "--child", json.dumps(payload)]
         log = Path(tmp) / "stderr"
+        deadline = time.monotonic() + timeout if timeout else float("inf")
         with log.open("wb") as stderr:  # a file, not a pipe nobody reads until the end
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+            # its own process group, so that a timeout also ends its workers
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+            )
             peak = 0
-            while proc.poll() is None:
-                peak = max(peak, measure.tree_rss(proc.pid))
-                time.sleep(0.05)
+            try:
+                while proc.poll() is None and time.monotonic() < deadline:
+                    peak = max(peak, measure.tree_rss(proc.pid))
+                    time.sleep(0.05)
+            finally:  # past the deadline, or interrupted
+                killed = proc.poll() is None
+                if killed:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        if killed:
+            return {"error": f"still running after {timeout:g} s: killed"}
         if not result.exists():
             tail = log.read_text(errors="replace")[-2000:]
             return {"error": f"exit status {proc.returncode}: {tail}"}
@@ -230,25 +276,29 @@ class S3Server:
 
 
 def build_permutations(
-    table_uri: str, row_group: int, folder: Path, args: argparse.Namespace
+    table_uri: str, folder: Path, orders: list[str], *, seed: int, clump: int, window: int
 ) -> dict[str, str]:
-    """Persist the permutation of each shuffled order of a table; returns their URIs."""
+    """Persist the permutation of each shuffled order of a table; returns their URIs.
+
+    clumped is ``shuffle(seed, clump_size=clump)``, window ``shuffle(seed,
+    window=window)`` (clumps of one row), full ``shuffle(seed)``.
+    """
     import croupier as cr
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     table = cr.open_table(table_uri)
     uris = {}
-    for order in args.orders:
+    for order in orders:
         if order == "sequential":
             continue  # the table itself
         b = cr.PermutationBuilder(table)
         if order == "clumped":
-            b.shuffle(seed=args.seed, clump_size=args.clump)
+            b.shuffle(seed=seed, clump_size=clump)
         elif order == "window":
-            b.shuffle(seed=args.seed, window=row_group)
+            b.shuffle(seed=seed, window=window)
         else:
-            b.shuffle(seed=args.seed)
+            b.shuffle(seed=seed)
         uri = "file://" + str(folder / order)
         b.persist(uri, progress=False).close()
         uris[order] = uri
@@ -445,7 +495,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     csv = lambda s: [x for x in s.split(",") if x]  # noqa: E731
-    ap.add_argument("--workloads", type=csv, default=list(workloads.WORKLOADS))
+    ap.add_argument("--workloads", type=csv, default=list(WORKLOADS))
     ap.add_argument(
         "--readers", type=csv, default=list(readers.KINDS), help="of: " + ", ".join(readers.KINDS)
     )
@@ -537,7 +587,10 @@ def run_all(
                     uri = server.uris[r.workload]
                 folder = args.cache / "perms" / f"{r.workload}-{'s3' if key[1] else 'local'}"
                 rg = datas[r.workload].workload.row_group_rows
-                perms[key] = {"table": uri, **build_permutations(uri, rg, folder, args)}
+                built = build_permutations(
+                    uri, folder, args.orders, seed=args.seed, clump=args.clump, window=rg
+                )
+                perms[key] = {"table": uri, **built}
         for r in runs:
             res: dict[str, Any] = {
                 **asdict(r),

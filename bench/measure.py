@@ -1,6 +1,7 @@
-"""One measurement loop for every reader, and the engine-independent counters
-it reads: bytes read from ``/proc/<pid>/io`` or from the S3 server, resident
-memory of a process tree from ``/proc/<pid>/status``.
+"""One measurement loop for every reader, the engine-independent counters it
+reads: bytes read from ``/proc/<pid>/io`` or from the S3 server, resident
+memory of a process tree from ``/proc/<pid>/status``, and a start line for
+reader processes that must start together (the ranks of a cluster).
 
 Bytes read from local files are ``rchar`` of ``/proc/self/io``: every byte
 ``read()``/``pread()`` returned to the process, whichever library asked, page
@@ -89,20 +90,49 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _status_bytes(pid: int | str, field: str) -> int:
+    """A size field (``VmRSS``, ``VmHWM``) of ``/proc/<pid>/status`` in bytes; 0 if gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of a process and all its descendants (summed VmRSS)."""
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-        except OSError:
-            continue
+        total += _status_bytes(p, "VmRSS")
         todo += _children(p)
     return total
+
+
+def peak_rss() -> int:
+    """The most resident bytes this process has held (VmHWM), which a parent
+    sampling :func:`tree_rss` can miss between two samples."""
+    return _status_bytes("self", "VmHWM")
+
+
+def await_start(folder: str, name: str) -> None:
+    """In one of several reader processes: say ``name`` is ready, then wait until
+    :func:`give_start` lets them all start together."""
+    Path(folder, f"ready-{name}").touch()
+    while not Path(folder, "go").exists():
+        time.sleep(0.01)
+
+
+def ready_count(folder: str) -> int:
+    """How many reader processes wait in :func:`await_start` on ``folder``."""
+    return sum(1 for _ in Path(folder).glob("ready-*"))
+
+
+def give_start(folder: str) -> None:
+    """Let every reader process waiting in :func:`await_start` on ``folder`` start."""
+    Path(folder, "go").touch()
 
 
 @dataclass
@@ -111,6 +141,7 @@ class Measurement:
 
     samples: int = 0
     batches: int = 0
+    started: float = 0.0  # perf_counter() at make(): CLOCK_MONOTONIC, one clock for all processes
     seconds: float = 0.0  # from the first batch to the last
     first_batch_s: float = 0.0  # from building the reader to its first batch
     samples_per_s: float = 0.0  # from make() to the last batch
@@ -162,7 +193,7 @@ def measure(
     del batches  # stops and joins the workers, if any, before the bytes are counted
     gc.collect()
     read = bytes_read() - before
-    m = Measurement(batches=len(ids), complete=complete)
+    m = Measurement(batches=len(ids), started=start, complete=complete)
     if not ids:
         return m, ids
     order = np.concatenate(ids)

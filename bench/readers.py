@@ -90,6 +90,9 @@ class Spec:
     clump: int
     workers: int
     seed: int
+    memory_budget: int | None = None  # croupier: each stream's memory_budget (None: default)
+    rank: int = 0  # croupier: this process's rank of world_size
+    world_size: int = 1
 
 
 @dataclass
@@ -99,6 +102,7 @@ class Reader:
     make: Callable[[], Batches]
     resume: Callable[[int], Batches] | None
     steps: int  # global steps in the epoch
+    stats: Callable[[], dict[str, int]] | None = None  # the reader's own counters of its pass
 
 
 def to_torch(data: pa.Table | pa.RecordBatch) -> dict[str, Any]:
@@ -136,18 +140,24 @@ def _croupier(spec: Spec, data: Data) -> Reader:
     import croupier as cr
 
     g = data.workload.batch
+    opened: list[cr.StreamingDataset] = []
 
     def dataset() -> cr.StreamingDataset:
         if spec.perm_uri is None:
             source: cr.Table | cr.Permutation = cr.open_table(spec.table_uri)
         else:
             source = cr.open_permutations(spec.perm_uri)[0]
-        return cr.StreamingDataset(
+        ds = cr.StreamingDataset(
             source,
             global_batch_size=g,
             num_splits=spec.num_splits,
             columns=data.workload.read_columns(),
+            memory_budget=spec.memory_budget,
+            rank=spec.rank,
+            world_size=spec.world_size,
         )
+        opened.append(ds)
+        return ds
 
     def loader(ds: cr.StreamingDataset) -> Batches:
         if not spec.workers:
@@ -159,7 +169,11 @@ def _croupier(spec: Spec, data: Data) -> Reader:
         ds.load_state_dict({**ds.state_dict(), "steps_consumed": step})
         return loader(ds)
 
-    return Reader(lambda: loader(dataset()), resume, data.rows // g)
+    def stats() -> dict[str, int]:
+        """``stats()`` of the first pass's dataset (empty with workers: theirs)."""
+        return opened[0].stats() if opened else {}
+
+    return Reader(lambda: loader(dataset()), resume, data.rows // g, stats)
 
 
 def _parquet_batches(data: Data, first_row: int = 0) -> Iterator[dict[str, Any]]:
