@@ -1,0 +1,258 @@
+"""Ranks: a cluster of croupier ranks, each a process of its own, reading the
+larger-than-memory table of ``bench/beyond_memory.py`` together.
+
+For each shuffled order (window, clumped with clumps aligned to row groups,
+full), each world size W of ``--worlds`` and each ``--workers`` count K, W
+processes each build ``cr.StreamingDataset(rank=r, world_size=W)`` over the
+same persisted permutation, with a memory budget the projected columns are
+``--ratio`` times, and read it through ``cr.DataLoader(ds, num_workers=K)``.
+The processes import everything first and then start together; each reads
+for up to ``--seconds`` after its own first batch.
+
+Figures, for the cluster: rows/s of all ranks together from the start to the
+last batch of any rank, and from the first batch of any rank on; bytes read
+(``rchar`` of every rank and its workers) ÷ Arrow bytes delivered, summed over
+the ranks; the ratio to a sequential pyarrow scan measured in the same run;
+and, per order and world size, the rate after the first batch with 2 workers
+÷ the rate with none.
+
+``bench/run.py`` runs this as its ``ranks`` part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import beyond_memory
+import loader_throughput
+import measure
+import results
+
+ORDERS = ("window", "clumped", "full")
+fmt = loader_throughput.fmt
+
+
+def run_cluster(
+    args: argparse.Namespace, tables: beyond_memory.Tables, order: str, world: int, workers: int
+) -> dict[str, Any]:
+    """Measure ``world`` ranks of ``workers`` workers each in ``order``, started
+    together; their figures summed, or a note why there are none."""
+    specs = [
+        tables.spec(
+            args,
+            "croupier",
+            order,
+            args.form,
+            memory_budget=tables.budget(args.ratio),
+            rank=r,
+            world_size=world,
+            workers=workers,
+        )
+        for r in range(world)
+    ]
+    started = time.perf_counter()
+    with (
+        tempfile.TemporaryDirectory(prefix="croupier-ranks-") as start,
+        ThreadPoolExecutor(world) as pool,
+    ):
+        futures = [
+            pool.submit(
+                loader_throughput.run_child,
+                spec,
+                args.seconds,
+                None,
+                timeout=args.timeout,
+                resume=False,
+                import_rss=True,
+                barrier=start,
+                name=str(spec.rank),
+            )
+            for spec in specs
+        ]
+        # a rank that failed before the start line must not hold the others there
+        while measure.ready_count(start) < world and not any(f.done() for f in futures):
+            time.sleep(0.05)
+        measure.give_start(start)
+        ranks = [f.result() for f in futures]
+    res: dict[str, Any] = {"wall_s": time.perf_counter() - started}
+    if failed := [r["error"] for r in ranks if "error" in r]:
+        return {**res, "note": beyond_memory.failure(failed[0])}
+    if not all(r["samples"] for r in ranks):
+        return {**res, "note": "a rank delivered no batch"}
+    begin = min(r["started"] for r in ranks)
+    firsts = [r["started"] + r["first_batch_s"] for r in ranks]
+    end = max(f + r["seconds"] for f, r in zip(firsts, ranks, strict=True))
+    after_first = sum(r["after_first_per_s"] * r["seconds"] for r in ranks)
+    return {
+        **res,
+        "samples": sum(r["samples"] for r in ranks),
+        "samples_per_s": sum(r["samples"] for r in ranks) / (end - begin),
+        "after_first_per_s": after_first / (end - min(firsts)) if end > min(firsts) else None,
+        "read_bytes": sum(r["read_bytes"] for r in ranks),
+        "delivered_bytes": sum(r["delivered_bytes"] for r in ranks),
+        "first_batch_s": max(r["first_batch_s"] for r in ranks),
+    }
+
+
+# -- report ----------------------------------------------------------------------
+
+
+def table_lines(rows: list[dict[str, Any]], base: float | None, total: int) -> list[str]:
+    """The markdown table of every cluster, and the long notes of its rows."""
+    notes: list[str] = []
+    lines = [
+        "| order | ranks | workers per rank | rows/s | vs baseline | rows/s from the first"
+        " batch on | read ÷ delivered | first batch, slowest rank (ms) | epoch read |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        head = f"| {r['order_label']} | {r['world']} | {r['workers']} |"
+        if "note" in r:
+            lines.append(head + f" {beyond_memory.note_cell(r['note'], notes)} |" + " |" * 5)
+            continue
+        cells = [
+            fmt(r["samples_per_s"], ",.0f"),
+            fmt(r["samples_per_s"] / base if base else None, ".2f"),
+            fmt(r["after_first_per_s"], ",.0f"),
+            fmt(r["read_bytes"] / r["delivered_bytes"], ".2f"),
+            fmt(r["first_batch_s"] * 1e3, ",.0f"),
+            f"{r['samples'] / total:.0%}",
+        ]
+        lines.append(head + "".join(f" {c} |" for c in cells))
+    return lines + beyond_memory.notes_lines(notes)
+
+
+def workers_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """Per order and world size: the rate from the first batch on with 2 workers
+    per rank ÷ the rate with none."""
+    rate = {
+        (r["order"], r["world"], r["workers"]): r.get("after_first_per_s")
+        for r in rows
+        if "note" not in r
+    }
+    lines = [
+        "| order | "
+        + " | ".join(f"{w} {'rank' if w == 1 else 'ranks'}" for w in args.worlds)
+        + " |",
+        "|---|" + "---:|" * len(args.worlds),
+    ]
+    for order in args.orders:
+        ratios = []
+        for w in args.worlds:
+            two, none = rate.get((order, w, 2)), rate.get((order, w, 0))
+            ratios.append(fmt(two / none if two and none else None, ".2f"))
+        lines.append(f"| {loader_throughput.ORDER_LABELS[order]} | " + " | ".join(ratios) + " |")
+    return lines
+
+
+def setup_lines(
+    args: argparse.Namespace,
+    tables: beyond_memory.Tables,
+    base: dict[str, Any],
+    load: tuple[float, float],
+) -> list[str]:
+    """The setup paragraphs of the section."""
+    return [
+        f"Generated by `{args.command}`, run on {results.machine(load)}",
+        "",
+        "Versions: " + results.versions(["torch", "pyarrow"]) + ".",
+        "",
+        beyond_memory.data_text(tables) + f" Read here: the {beyond_memory.FORMS[args.form]}.",
+        "",
+        "Method: for each order, world size W and number of DataLoader workers K, W processes"
+        f" each read rank r of W: `cr.StreamingDataset(permutation, global_batch_size="
+        f"{tables.data.workload.batch}, num_splits={args.num_splits}, rank=r, world_size=W,"
+        f" memory_budget={tables.budget(args.ratio) / beyond_memory.MiB:,.1f} MiB)` (the"
+        f" projected columns are {args.ratio} times the budget; each stream, that of a rank or"
+        " of each of its workers, has the budget) through `cr.DataLoader(ds, num_workers=K)`."
+        " The processes import torch and croupier first, then start together; each reads from"
+        f" the start of the epoch for up to {args.seconds:g} s after its own first batch. rows/s"
+        " is the rows all ranks delivered over the time from the start to the last batch of"
+        ' any rank; "from the first batch on" counts the rows after each rank\'s first batch'
+        ' over the time from the first batch of any rank to the last. "read ÷ delivered" is'
+        " the `rchar` of every rank and its workers (less the workers' start-up) over the"
+        " Arrow bytes of the projected columns delivered, both summed over the ranks. The"
+        f" baseline, a pyarrow `iter_batches` scan of the plain Parquet files in one process,"
+        f" read {fmt(base.get('samples_per_s'), ',.0f')} rows/s in the same run.",
+        "",
+        beyond_memory.order_text(args, tables, [args.form]),
+    ]
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    beyond_memory.common_args(ap, seconds=3.0, timeout=240.0)
+
+    def ints(s: str) -> list[int]:
+        return [int(x) for x in beyond_memory.csv(s)]
+
+    ap.add_argument("--worlds", type=ints, default=[1, 4, 8], help="world sizes")
+    ap.add_argument("--workers", type=ints, default=[0, 2], help="DataLoader workers per rank")
+    ap.add_argument("--orders", type=beyond_memory.csv, default=list(ORDERS))
+    ap.add_argument("--ratio", type=int, default=4, help="projected bytes ÷ memory budget")
+    ap.add_argument("--form", choices=list(beyond_memory.FORMS), default="croupier")
+    args = ap.parse_args(argv)
+    if unknown := set(args.orders) - set(ORDERS):
+        ap.error(f"unknown orders: {', '.join(sorted(unknown))}")
+    if bad := [w for w in args.worlds if args.num_splits % w]:
+        ap.error(f"world sizes {bad} do not divide --num-splits {args.num_splits}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the part; returns 1 when a cluster failed, else 0."""
+    args = parse_args(argv)
+    load = os.getloadavg()[0]
+    tables = beyond_memory.prepare(args, lance=False)
+    base = beyond_memory.run(args, tables.spec(args, "pyarrow", "sequential"))
+    print(f"baseline: {fmt(base.get('samples_per_s'), ',.0f')} rows/s", flush=True)
+    out = []
+    for order in args.orders:
+        for world in args.worlds:
+            for workers in args.workers:
+                res = {
+                    "order": order,
+                    "order_label": loader_throughput.ORDER_LABELS[order],
+                    "world": world,
+                    "workers": workers,
+                    **run_cluster(args, tables, order, world, workers),
+                }
+                out.append(res)
+                about = res.get("note") or (
+                    f"{res['samples_per_s']:9,.0f} rows/s  read/delivered"
+                    f" {res['read_bytes'] / res['delivered_bytes']:6.2f}"
+                )
+                print(
+                    f"{res['order_label']:16s} {world} ranks, {workers} workers  {about}"
+                    f"  ({res['wall_s']:.0f} s)",
+                    flush=True,
+                )
+    lines = setup_lines(args, tables, base, (load, os.getloadavg()[0]))
+    lines += ["", *table_lines(out, base.get("samples_per_s"), tables.data.rows)]
+    if 0 in args.workers and 2 in args.workers:
+        lines += [
+            "",
+            "Rate from the first batch on with 2 DataLoader workers per rank ÷ the rate with"
+            " none, same order and world size:",
+            "",
+            *workers_lines(out, args),
+        ]
+    results.update_section(args.out, "Ranks", lines)
+    print(f"wrote the Ranks section of {args.out}")
+    failed = "note" in base or any(r.get("note", "").startswith("failed") for r in out)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
