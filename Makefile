@@ -58,9 +58,10 @@ clean:
 	rm -rf build $(LIB) python/croupier/libcroupier.h
 
 # The benchmark harness (bench/run.py): object store, loader and peers,
-# permutation build, commits. Its peers' libraries and matplotlib are installed
-# here only; `make test` and CI never need them. BENCH_FLAGS=--quick is a smoke
-# run of about a minute that leaves bench/RESULTS.md alone.
+# permutation build, commits, larger than memory, ranks. Its peers' libraries
+# and matplotlib are installed here only; `make test` and CI never need them.
+# BENCH_FLAGS=--quick is a smoke run at tiny sizes that leaves bench/RESULTS.md
+# alone; BENCH_FLAGS="--only memory,ranks" runs only the parts named.
 BENCH_FLAGS ?=
 
 .venv/.bench: .venv/.requirements bench/requirements.txt bench/requirements-nodeps.txt

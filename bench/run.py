@@ -15,13 +15,20 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
 ``commits``
     append commits per second with concurrent writers (``go run ./bench/commits``),
     printed only.
+``memory``
+    croupier reading a table 4 and 32 times its memory budget, against pyarrow
+    and peers (``bench/beyond_memory.py``).
+``ranks``
+    1, 4 and 8 croupier ranks as separate processes reading that table together
+    (``bench/ranks.py``).
 
 Each part prints its tables, regenerates its section of ``--out`` (by default
 ``bench/RESULTS.md``) with the setup it ran with, and writes its plots under
 ``--plots`` (``bench/plots``). ``--quick`` is a smoke run of about a minute at
 tiny sizes that writes to ``build/bench/quick/`` instead, so it never replaces
 the committed figures. Arguments this script does not know go to
-``loader_throughput.py`` (e.g. ``--workloads lm --seconds 3``).
+``loader_throughput.py`` (e.g. ``--workloads lm --seconds 3``); the memory and
+ranks parts run with their defaults (``--help`` of their scripts lists them).
 """
 
 from __future__ import annotations
@@ -29,18 +36,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import beyond_memory
 import loader_throughput
+import ranks
 import results
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-PARTS = ("objstore", "loader", "permutation", "commits")
+PARTS = ("objstore", "loader", "permutation", "commits", "memory", "ranks")
 
 # Arguments of each part in a --quick run.
 QUICK = {
@@ -49,6 +59,8 @@ QUICK = {
     " --storage s3+latency",
     "permutation": "--rows 200000",
     "commits": "-appends 3 -writers 1,4",
+    "memory": "--rows 32768 --seconds 1 --orders full --ratios 2 --peers lancedb",
+    "ranks": "--rows 32768 --seconds 1 --ratio 2 --worlds 2 --workers 0,2 --orders full",
 }
 
 
@@ -152,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     quick_dir = ROOT / "build" / "bench" / "quick"
     args.out = args.out or (quick_dir / "RESULTS.md" if args.quick else BENCH / "RESULTS.md")
     args.plots = args.plots or (quick_dir / "plots" if args.quick else BENCH / "plots")
-    args.command = "make bench BENCH_FLAGS=--quick" if args.quick else "make bench"
+    flags = shlex.join(sys.argv[1:] if argv is None else argv)
+    args.command = f"make bench BENCH_FLAGS={shlex.quote(flags)}" if flags else "make bench"
     parts = [p for p in args.only.split(",") if p]
     if unknown := set(parts) - set(PARTS):
         ap.error(f"unknown parts: {', '.join(sorted(unknown))}")
@@ -186,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.out),
                 ]
             ).returncode
+        elif part in ("memory", "ranks"):
+            run_part = beyond_memory.main if part == "memory" else ranks.main
+            rc = run_part([*quick[part], "--out", str(args.out), "--command", args.command])
         else:
             rc = subprocess.run(["go", "run", "./bench/commits", *quick[part]], cwd=ROOT).returncode
         if rc:
