@@ -24,8 +24,8 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
 
 Each part prints its tables, regenerates its section of ``--out`` (by default
 ``bench/RESULTS.md``) with the setup it ran with, and writes its plots under
-``--plots`` (``bench/plots``). ``--quick`` is a smoke run of about a minute at
-tiny sizes that writes to ``build/bench/quick/`` instead, so it never replaces
+``--plots`` (``bench/plots``). ``--quick`` is a smoke run of about a minute a part
+at tiny sizes that writes to ``build/bench/quick/`` instead, so it never replaces
 the committed figures. Arguments this script does not know go to
 ``loader_throughput.py`` (e.g. ``--workloads lm --seconds 3``); the memory and
 ranks parts run with their defaults (``--help`` of their scripts lists them).
@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="a smoke run at tiny sizes (~1 min)")
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run at tiny sizes (~1 min a part)"
+    )
     ap.add_argument("--only", default=",".join(PARTS), help="parts to run: " + ", ".join(PARTS))
     ap.add_argument("--out", type=Path, help="results file (default bench/RESULTS.md)")
     ap.add_argument("--plots", type=Path, help="plots folder (default bench/plots)")
