@@ -20,36 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _progress
 from .errors import ClosedError, InvalidArgumentError
 from .table import Table
 
 __all__ = ["Permutation", "PermutationBuilder", "Permutations", "open_permutations"]
 
 ProgressCallback = Callable[[str, int, int], None]
-
-
-def _progress_bar() -> tuple[ProgressCallback, Callable[[], None]] | None:
-    """A tqdm progress callback when stderr is a terminal and tqdm is installed."""
-    if not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    bars: dict[str, Any] = {}
-
-    def update(phase: str, done: int, total: int) -> None:
-        bar = bars.get(phase)
-        if bar is None:
-            bar = bars[phase] = tqdm(total=total, desc=phase, unit="rows", unit_scale=True)
-        bar.update(done - bar.n)
-
-    def close() -> None:
-        for bar in bars.values():
-            bar.close()
-
-    return update, close
 
 
 class PermutationBuilder:
@@ -200,7 +177,7 @@ class PermutationBuilder:
                 and written; ``None`` shows a tqdm bar when attached to a
                 terminal; ``False`` reports nothing.
         """
-        bar = _progress_bar() if progress is None else None
+        bar = _progress.tqdm_bars() if progress is None and sys.stderr.isatty() else None
         callback = bar[0] if bar else (progress if callable(progress) else None)
         try:
             handle = _lib.permutation_build(self._table._handle(), self._spec, uri, callback)
