@@ -55,6 +55,13 @@ typedef void (*croupier_progress)(const char* phase, int64_t done, int64_t total
 static void croupier_call_progress(croupier_progress fn, const char* phase, int64_t done, int64_t total) {
   fn(phase, done, total);
 }
+
+typedef int (*croupier_rewrite_progress)(int64_t rows, int64_t total_rows, int64_t bytes, int64_t total_bytes);
+
+static int croupier_call_rewrite_progress(croupier_rewrite_progress fn, int64_t rows, int64_t total_rows,
+                                          int64_t bytes, int64_t total_bytes) {
+  return fn(rows, total_rows, bytes, total_bytes);
+}
 */
 import "C"
 
@@ -275,6 +282,31 @@ func croupier_table_append(uri *C.char, stream *C.struct_ArrowArrayStream, optio
 		}
 		*outVersion = C.int64_t(v)
 		return nil
+	})
+}
+
+//export croupier_table_rewrite
+func croupier_table_rewrite(th C.uint64_t, uri, optionsJSON *C.char, progress C.croupier_rewrite_progress, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(th))
+		if err != nil {
+			return err
+		}
+		var opts table.RewriteOptions
+		if err := decodeJSON(optionsJSON, &opts, "rewrite options"); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if progress != nil {
+			opts.Progress = func(p table.RewriteProgress) {
+				if C.croupier_call_rewrite_progress(progress, C.int64_t(p.Rows), C.int64_t(p.TotalRows),
+					C.int64_t(p.Bytes), C.int64_t(p.TotalBytes)) != 0 {
+					cancel()
+				}
+			}
+		}
+		return handleOut[*table.Table](out)(table.Rewrite(ctx, t, C.GoString(uri), opts))
 	})
 }
 

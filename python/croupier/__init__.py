@@ -37,7 +37,7 @@ from .errors import (
     UnavailableError,
 )
 from .permutation import Permutation, PermutationBuilder, Permutations, open_permutations
-from .table import Table, cleanup, create_table, lookup, open_table, register
+from .table import Table, cleanup, create_table, lookup, open_table, register, rewrite
 
 if TYPE_CHECKING:
     from .dataloader import DataLoader
@@ -72,6 +72,7 @@ __all__ = [
     "open_permutations",
     "open_table",
     "register",
+    "rewrite",
     "version",
 ]
 

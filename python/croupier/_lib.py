@@ -111,6 +111,12 @@ _INT = ctypes.c_int
 # void (*croupier_progress)(const char* phase, int64_t done, int64_t total)
 PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64)
 
+# int (*croupier_rewrite_progress)(int64_t rows, int64_t total_rows, int64_t bytes,
+#                                  int64_t total_bytes): nonzero cancels the rewrite
+REWRITE_PROGRESS = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
+)
+
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_version": ([], ctypes.c_char_p),
@@ -128,6 +134,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         [_STR, ctypes.POINTER(ArrowArrayStream), _STR, ctypes.POINTER(ctypes.c_int64), _ERR],
         _INT,
     ),
+    "croupier_table_rewrite": ([_HANDLE, _STR, _STR, REWRITE_PROGRESS, _HANDLE_OUT, _ERR], _INT),
     "croupier_table_versions": ([_STR, _STR_OUT, _ERR], _INT),
     "croupier_table_cleanup": ([_STR, _STR, _STR_OUT, _ERR], _INT),
     "croupier_catalog_register": ([_STR, _STR, _STR, _ERR], _INT),
@@ -430,6 +437,42 @@ def table_append(uri: str, reader: pa.RecordBatchReader, options: dict[str, Any]
         ctypes.byref(version),
     )
     return version.value
+
+
+def table_rewrite(
+    table: int,
+    uri: str,
+    options: dict[str, Any],
+    progress: Callable[[int, int, int, int], None],
+) -> Handle:
+    """Rewrite an open table as a croupier table at ``uri``; returns the handle of version 1.
+
+    ``progress(rows, total_rows, bytes, total_bytes)`` is called after each row
+    group of the source. An exception it raises cancels the rewrite, which
+    then leaves no version at ``uri``, and is raised here. That is also how
+    Ctrl-C stops a rewrite: Python runs its signal handler only in a callback.
+    """
+    raised: list[BaseException] = []
+
+    def report(rows: int, total_rows: int, done_bytes: int, total_bytes: int) -> int:
+        try:
+            progress(rows, total_rows, done_bytes, total_bytes)
+        except BaseException as exc:  # KeyboardInterrupt too: Go cannot raise it
+            raised.append(exc)
+            return 1
+        return 0
+
+    try:
+        return _handle_out(
+            "croupier_table_rewrite",
+            table,
+            _encode(uri),
+            _encode(options),
+            REWRITE_PROGRESS(report),
+        )
+    finally:
+        if raised:
+            raise raised[0]
 
 
 def table_versions(uri: str) -> list[int]:

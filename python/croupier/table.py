@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from . import _lib
+from . import _lib, _progress
 from .errors import ClosedError, InvalidArgumentError
 
-__all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register"]
+__all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
 
 
 TableData = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
@@ -105,6 +105,76 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
             f"{table.version!r}; older versions of a plain Parquet dataset cannot be opened"
         )
     return table
+
+
+RewriteProgress = Callable[[int, int, int, int], None]
+
+
+def rewrite(
+    src: str | Table,
+    dst_uri: str,
+    *,
+    columns: Sequence[str] | None = None,
+    row_group_rows: int | None = None,
+    page_bytes: int | None = None,
+    progress: RewriteProgress | bool | None = None,
+) -> Table:
+    """Rewrite a table as a croupier table at ``dst_uri``, laid out for shuffled reads.
+
+    A shuffled read decodes a whole row group for each row it takes, so the
+    large row groups that pyarrow, Spark or a Hugging Face export write make
+    every random row expensive. This copies the rows of ``src``, in row id
+    order, into row groups of ``row_group_rows`` rows (default 4,096) and pages
+    of ``page_bytes`` (default 64 KiB) with a page index, zstd-compressed. It
+    reads one row group of ``src`` at a time, so memory holds about one row
+    group of each table, however large ``src`` is.
+
+    ``dst_uri`` gets its version 1 only once every row is written: a rewrite
+    that fails or is interrupted (Ctrl-C, or an exception raised by
+    ``progress``) leaves no version there and may be run again.
+
+    Args:
+        src: a URI (a plain Parquet dataset, or a croupier table at its latest
+            version) or an open :class:`Table` (its pinned version).
+        dst_uri: where to create the new table.
+        columns: the columns to keep, in that order; ``None`` keeps them all.
+        row_group_rows: most rows in one row group.
+        page_bytes: target size of one data page.
+        progress: ``callable(rows, total_rows, bytes, total_bytes)``, called
+            after each row group of ``src`` (bytes: compressed bytes of the
+            kept columns, as ``src``'s footers record them); ``True`` shows a
+            tqdm bar on stderr when tqdm is installed, else a line per tenth of
+            the rows; ``None`` or ``False`` shows nothing.
+
+    Returns:
+        The new table, at version 1.
+
+    Raises:
+        AlreadyExistsError: a croupier table already exists at ``dst_uri``.
+        InvalidArgumentError: a column is not in ``src``.
+    """
+    if isinstance(columns, str):
+        raise TypeError(f"rewrite: columns is a sequence of names, not the string {columns!r}")
+    options = _write_options(row_group_rows, page_bytes, None)
+    if columns is not None:
+        options["columns"] = [str(c) for c in columns]
+    display = (_progress.tqdm_bars() or _progress.stderr_lines()) if progress is True else None
+
+    def report(rows: int, total_rows: int, done_bytes: int, total_bytes: int) -> None:
+        if display is not None:
+            display[0]("rewrite", rows, total_rows)
+        elif callable(progress):
+            progress(rows, total_rows, done_bytes, total_bytes)
+
+    table = open_table(src) if isinstance(src, str) else src
+    try:
+        handle = _lib.table_rewrite(table._handle(), dst_uri, options, report)
+    finally:
+        if display is not None:
+            display[1]()
+        if table is not src:
+            table.close()
+    return Table._from_handle(handle)
 
 
 def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str, Any]:

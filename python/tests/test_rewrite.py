@@ -1,0 +1,103 @@
+"""Rewriting a plain Parquet dataset into a croupier table laid out for shuffled reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import rows, uri
+
+import croupier as cr
+
+
+def export(folder: Path, file_sizes: list[int]) -> str:
+    """A dataset as pyarrow writes an export: row groups of 16,384 rows, no page index."""
+    folder.mkdir()
+    start = 0
+    for i, n in enumerate(file_sizes):
+        name = f"train-{i:05d}-of-{len(file_sizes):05d}.parquet"
+        pq.write_table(rows(start, n), folder / name, row_group_size=16384)
+        start += n
+    return uri(folder)
+
+
+def data_file(table_dir: Path) -> pq.ParquetFile:
+    """The one data file a rewrite writes."""
+    (path,) = (table_dir / "data").glob("*.parquet")
+    return pq.ParquetFile(path)
+
+
+def test_rewrite(tmp_path: Path) -> None:
+    src = export(tmp_path / "export", [17000, 5000])
+    calls: list[tuple[int, int, int, int]] = []
+    tbl = cr.rewrite(
+        src,
+        uri(tmp_path / "tbl"),
+        row_group_rows=4096,
+        page_bytes=8192,
+        progress=lambda *p: calls.append(p),
+    )
+    assert (tbl.version, tbl.num_rows, tbl.num_files) == (1, 22000, 1)
+
+    f = data_file(tmp_path / "tbl")
+    assert f.read().equals(pq.read_table(tmp_path / "export"))  # same rows, in row id order
+    md = f.metadata
+    assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [4096] * 5 + [1520]
+    for g in range(md.num_row_groups):
+        for c in range(md.num_columns):
+            col = md.row_group(g).column(c)
+            assert col.has_offset_index
+            assert col.has_column_index
+            assert col.compression == "ZSTD"
+
+    # One report per source row group (16,384 + 616 rows, then 5,000), growing to the totals.
+    assert [c[0] for c in calls] == [16384, 17000, 22000]
+    assert all(c[1] == 22000 for c in calls)
+    done_bytes = [c[2] for c in calls]
+    assert done_bytes == sorted(done_bytes)
+    assert len(set(done_bytes)) == 3
+    assert done_bytes[-1] == calls[0][3] > 0
+
+    # A projection, and a croupier table as the source.
+    projected = cr.rewrite(tbl, uri(tmp_path / "projected"), columns=["text", "id"])
+    assert projected.schema.names == ["text", "id"]
+    want = pq.read_table(tmp_path / "export", columns=["text", "id"])
+    assert data_file(tmp_path / "projected").read().equals(want)
+
+    with pytest.raises(cr.AlreadyExistsError, match="exists"):
+        cr.rewrite(src, tbl.uri)
+    with pytest.raises(cr.InvalidArgumentError, match='"nope"'):
+        cr.rewrite(src, uri(tmp_path / "bad"), columns=["id", "nope"])
+
+
+def test_progress_display(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``progress=True`` shows the rows done on stderr (tqdm when installed)."""
+    src = export(tmp_path / "export", [17000])
+    cr.rewrite(src, uri(tmp_path / "tbl"), progress=True)
+    err = capsys.readouterr().err
+    assert "rewrite" in err
+    assert "17000/17000" in err or "17.0k/17.0k" in err
+
+
+def test_interrupted_rewrite_leaves_no_version(tmp_path: Path) -> None:
+    src = export(tmp_path / "export", [20000])
+    dst = uri(tmp_path / "tbl")
+
+    def interrupt(rows: int, total_rows: int, done_bytes: int, total_bytes: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cr.rewrite(src, dst, progress=interrupt)
+    assert cr.open_table(src).num_rows == 20000  # the source is untouched
+    with pytest.raises(cr.NotFoundError, match="no committed version"):
+        cr.open_table(dst)
+    assert not list((tmp_path / "tbl" / "data").glob("*"))
+
+    # The destination takes a rewrite that runs to the end.
+    assert cr.rewrite(src, dst).num_rows == 20000
+
+
+def test_columns_must_be_a_sequence(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="sequence of names"):
+        cr.rewrite(uri(tmp_path), uri(tmp_path / "tbl"), columns="id")
