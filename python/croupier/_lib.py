@@ -457,10 +457,10 @@ def table_rewrite(
     def report(rows: int, total_rows: int, done_bytes: int, total_bytes: int) -> int:
         try:
             progress(rows, total_rows, done_bytes, total_bytes)
+            return 0
         except BaseException as exc:  # KeyboardInterrupt too: Go cannot raise it
             raised.append(exc)
             return 1
-        return 0
 
     try:
         return _handle_out(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -96,6 +98,20 @@ def test_interrupted_rewrite_leaves_no_version(tmp_path: Path) -> None:
 
     # The destination takes a rewrite that runs to the end.
     assert cr.rewrite(src, dst).num_rows == 20000
+
+
+def test_ctrl_c_stops_a_rewrite(tmp_path: Path) -> None:
+    """SIGINT during a rewrite raises KeyboardInterrupt in the caller and leaves no version."""
+    src = export(tmp_path / "export", [20000])
+    dst = uri(tmp_path / "tbl")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cr.rewrite(src, dst, progress=lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    with pytest.raises(cr.NotFoundError, match="no committed version"):
+        cr.open_table(dst)
 
 
 def test_columns_must_be_a_sequence(tmp_path: Path) -> None:
