@@ -98,3 +98,29 @@ func ExampleTable_NewReader() {
 	// Output:
 	// reward [4.2 0.7 9.9]
 }
+
+func ExampleRewrite() {
+	ctx := context.Background()
+	// A table in row groups of 10,000 rows, too large for shuffled reads.
+	src, err := table.Create(ctx, "mem://example-rewrite/export", exampleRows(0, 10000), table.WriteOptions{RowGroupRows: 10000})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close()
+
+	// Its id column again, in row groups of 4,096 rows with a page index.
+	t, err := table.Rewrite(ctx, src, "mem://example-rewrite/rollouts", table.RewriteOptions{
+		WriteOptions: table.WriteOptions{RowGroupRows: 4096},
+		Columns:      []string{"id"},
+		Progress:     func(p table.RewriteProgress) { fmt.Printf("%d of %d rows\n", p.Rows, p.TotalRows) },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+
+	fmt.Println(t.Schema().Field(0).Name, t.Files()[0].RowGroups)
+	// Output:
+	// 10000 of 10000 rows
+	// id [4096 4096 1808]
+}
