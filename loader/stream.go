@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,41 +57,48 @@ type result struct {
 // also after an early stop.
 type Stream struct {
 	cancel   context.CancelFunc
+	uri      string // of the table, for errors
 	reader   *table.Reader
-	progress *progress
-	pending  chan chan result // one per step being read, in step order
+	budget   *table.Budget    // of the rows kept for horizons
+	horizons chan *horizon    // planned, in step order
+	pending  chan chan result // one per batch being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
 	wg       sync.WaitGroup
 	err      error // sticky: after an error or the end, Next keeps returning it
 
+	mu    sync.Mutex
+	kepts []*table.Kept // of horizons not closed yet, for Close
+
+	steps   atomic.Int64 // steps Next returned
 	rows    atomic.Int64 // rows Next returned
 	stall   atomic.Int64 // nanoseconds Next waited for a batch still being read
 	ready   atomic.Int64 // batches read and not yet taken by Next
-	planned atomic.Int64 // row groups in the planner's window
-
-	rowBytes atomic.Int64 // bytes a row of the last batch read took: sizes coalesced batches
+	horizon atomic.Int64 // steps in the horizon planned last
 }
 
 // Stats describe what a stream has done so far, for monitoring and tuning.
 type Stats struct {
 	table.ReaderStats
-	Steps     int64         `json:"steps"`    // steps Next returned
-	Rows      int64         `json:"rows"`     // rows in them
-	StallTime time.Duration `json:"stall_ns"` // time Next waited for a batch still being read
-	Ready     int64         `json:"ready"`    // batches read ahead, waiting for Next
-	Planned   int64         `json:"planned"`  // row groups the planner holds for steps ahead
+	Steps        int64         `json:"steps"`         // steps Next returned
+	Rows         int64         `json:"rows"`          // rows in them
+	StallTime    time.Duration `json:"stall_ns"`      // time Next waited for a batch still being read
+	Ready        int64         `json:"ready"`         // batches read ahead, waiting for Next
+	HeldBytes    int64         `json:"held_bytes"`    // bytes of rows kept now for steps ahead
+	HorizonSteps int64         `json:"horizon_steps"` // steps in the horizon planned last
 }
 
 // Stats returns the stream's counters. It is safe to call at any time, also
 // concurrently with Next.
 func (s *Stream) Stats() Stats {
-	return Stats{ReaderStats: s.reader.Stats(), Steps: int64(s.progress.steps()), Rows: s.rows.Load(),
-		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), Planned: s.planned.Load()}
+	return Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
+		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: s.budget.Used(),
+		HorizonSteps: s.horizon.Load()}
 }
 
 // Stream starts producing the batches of worker so.Worker: steps
 // so.StartStep + so.Worker, + so.NumWorkers, … up to the end of the epoch.
-// The stream stops when ctx is canceled or Close is called.
+// The stream stops when ctx is canceled or Close is called. It fails when
+// the memory budget cannot hold one step (see Loader.Memory).
 func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) {
 	const op = "open stream"
 	k := max(so.NumWorkers, 1)
@@ -104,38 +112,135 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 			so.StartStep, so.Worker, -so.Worker, l.StepsPerEpoch())
 	case so.Epoch < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "epoch %d is negative", so.Epoch)
+	case so.CoalesceBytes < 0:
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "coalesce_bytes %d is negative", so.CoalesceBytes)
 	}
-	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns,
-		CacheBytes: l.opts.MemoryBudget, Allocator: l.opts.Allocator, MaxReads: l.opts.MaxReads})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, reader: r, progress: newProgress(),
-		pending: make(chan chan result, l.opts.ReadAhead)}
 	var steps []int64
 	for t := so.StartStep + int64(so.Worker); t < l.StepsPerEpoch(); t += int64(k) {
 		steps = append(steps, t)
 	}
 	order := l.EpochOrder(so.Epoch)
+	var first uint64
+	if len(steps) > 0 {
+		ids, err := l.deal.Batch(ctx, order, steps[0], l.opts.Rank)
+		if err != nil {
+			return nil, err
+		}
+		first = ids[0]
+	}
+	m, err := l.shares(ctx, first, so.CoalesceBytes)
+	if err != nil {
+		return nil, err
+	}
+	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns, Allocator: l.opts.Allocator,
+		MaxReads: l.opts.MaxReads, FetchBytes: m.Fetch, Decoders: m.Decoders})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: table.NewBudget(m.Kept),
+		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
-	go s.produce(ctx, l, order, steps, so.CoalesceBytes)
-	go s.plan(ctx, l, order, steps)
+	go s.plan(ctx, l, order, steps, so.CoalesceBytes)
+	go s.produce(ctx)
 	return s, nil
 }
 
+// batch is one batch of a horizon: steps, whose rows are positions
+// [from, to) of the horizon's kept rows.
+type batch struct {
+	steps    []int64
+	from, to int
+}
+
+// horizon is a run of the worker's steps and the rows kept for them; it is
+// closed once its last batch has been read.
+type horizon struct {
+	kept    *table.Kept
+	batches []batch
+	left    atomic.Int64 // batches not read yet
+	err     error        // the planner's, in place of any batch
+}
+
+// plan lays out the worker's steps as horizons, each as many steps as the
+// memory budget keeps rows for, keeps their rows (table.Reader.Keep) and
+// hands them to produce in order. It plans a horizon as soon as produce has
+// taken the one before, so that the next horizon's rows are decoded while
+// the one before is read, as fast as the budget frees room for them.
+func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, steps []int64, coalesce int64) (err error) {
+	defer func() {
+		if err != nil {
+			select {
+			case s.horizons <- &horizon{err: err}:
+			case <-ctx.Done():
+			}
+		}
+		close(s.horizons)
+		s.wg.Done()
+	}()
+	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
+	rank := l.RankBatchSize()
+	for len(steps) > 0 {
+		ids, err := l.deal.Batch(ctx, order, steps[0], l.opts.Rank)
+		if err != nil {
+			return err
+		}
+		groups, err := s.reader.Groups(ids[:1])
+		if err != nil {
+			return err
+		}
+		rowBytes, err := s.reader.GuessRowBytes(ctx, groups[0])
+		if err != nil {
+			return err
+		}
+		stepBytes := rowBytes * rank
+		n := int(min(max(s.budget.Limit()/stepBytes, 1), int64(len(steps))))
+		for _, t := range steps[1:n] {
+			more, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, more...)
+		}
+		kept, err := s.reader.Keep(ctx, ids, s.budget)
+		if err != nil {
+			return err
+		}
+		h := &horizon{kept: kept}
+		s.mu.Lock()
+		s.kepts = append(s.kepts, kept)
+		s.mu.Unlock()
+		// Batches: one step each, or as many as fit coalesce bytes.
+		per := 1
+		if coalesce > 0 {
+			per = int(min(max(coalesce/stepBytes, 1), MaxCoalescedSteps))
+		}
+		for i := 0; i < n; i += per {
+			j := min(i+per, n)
+			// The last step of an epoch may be partial.
+			h.batches = append(h.batches, batch{steps: steps[i:j], from: i * int(rank), to: min(j*int(rank), len(ids))})
+		}
+		h.left.Store(int64(len(h.batches)))
+		select {
+		case s.horizons <- h:
+		case <-ctx.Done():
+			return nil
+		}
+		s.horizon.Store(int64(n))
+		steps = steps[n:]
+	}
+	return nil
+}
+
 // produce starts one read per batch, at most ReadAhead at a time (the
-// capacity of pending), and hands them to Next in step order. Should it
-// panic, Next gets the error in place of the next batch.
-//
-// A batch is one step unless coalesce is positive: then it takes as many
-// steps as fit in coalesce bytes at the size of a row of the last batch read
-// (one step until a batch has been read).
-func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order, steps []int64, coalesce int64) (err error) {
+// capacity of pending), and hands them to Next in step order. The planner's
+// error, or a panic here, takes the place of the next batch.
+func (s *Stream) produce(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			ch := make(chan result, 1)
 			ch <- result{err: err}
+			s.ready.Add(1)
 			select {
 			case s.pending <- ch:
 			case <-ctx.Done():
@@ -144,53 +249,55 @@ func (s *Stream) produce(ctx context.Context, l *Loader, order permutation.Order
 		close(s.pending)
 		s.wg.Done()
 	}()
-	defer errcode.Recover(&err, errcode.Internal, "read ahead", l.table.URI())
-	for len(steps) > 0 {
-		ch := make(chan result, 1)
-		select {
-		case s.pending <- ch:
-		case <-ctx.Done():
-			return nil
+	defer errcode.Recover(&err, errcode.Internal, "read ahead", s.uri)
+	for h := range s.horizons {
+		if h.err != nil {
+			return h.err
 		}
-		n := 1
-		if rb := s.rowBytes.Load(); coalesce > 0 && rb > 0 {
-			n = int(min(max(coalesce/(rb*l.RankBatchSize()), 1), MaxCoalescedSteps, int64(len(steps))))
+		for _, b := range h.batches {
+			ch := make(chan result, 1)
+			select {
+			case s.pending <- ch:
+			case <-ctx.Done():
+				return nil
+			}
+			s.wg.Add(1)
+			go s.read(ctx, h, b, ch)
 		}
-		s.wg.Add(1)
-		go s.read(ctx, l, order, steps[:n], ch)
-		steps = steps[n:]
 	}
 	return nil
 }
 
-// read makes the batch of steps and sends it on ch (and returns it); a panic
-// becomes the result's error.
-func (s *Stream) read(ctx context.Context, l *Loader, order permutation.Order, steps []int64, ch chan<- result) (res result) {
+// read makes batch b of h and sends it on ch; a panic becomes the result's
+// error. The last batch of a horizon closes it.
+func (s *Stream) read(ctx context.Context, h *horizon, b batch, ch chan<- result) (res result) {
 	defer func() {
 		s.ready.Add(1)
 		ch <- res
+		if h.left.Add(-1) == 0 {
+			s.closeKept(h.kept)
+		}
 		s.wg.Done()
 	}()
-	defer errcode.Recover(&res.err, errcode.Internal, fmt.Sprintf("read step %d of", steps[0]), l.table.URI())
-	var ids []uint64
-	for _, t := range steps {
-		step, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
-		if err != nil {
-			return result{err: err}
-		}
-		if ids == nil {
-			ids = make([]uint64, 0, len(step)*len(steps))
-		}
-		ids = append(ids, step...)
-	}
-	rec, err := s.reader.Read(ctx, ids)
+	defer errcode.Recover(&res.err, errcode.Internal, fmt.Sprintf("read step %d of", b.steps[0]), s.uri)
+	rec, err := h.kept.Read(ctx, b.from, b.to)
 	if err != nil {
 		return result{err: err}
 	}
-	if n := rec.NumRows(); n > 0 {
-		s.rowBytes.Store(max(table.RecordBytes(rec)/n, 1))
+	return result{batch: Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec}}
+}
+
+// closeKept closes a horizon's kept rows once.
+func (s *Stream) closeKept(k *table.Kept) {
+	s.mu.Lock()
+	i := slices.Index(s.kepts, k)
+	if i >= 0 {
+		s.kepts = slices.Delete(s.kepts, i, i+1)
 	}
-	return result{batch: Batch{Step: steps[0], Steps: len(steps), Record: rec}}
+	s.mu.Unlock()
+	if i >= 0 {
+		k.Close()
+	}
 }
 
 // Next returns the next batch, or io.EOF after the last one. If ctx ends
@@ -235,7 +342,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 		return res.batch, res.err
 	}
 	s.rows.Add(res.batch.Record.NumRows())
-	s.progress.advance(res.batch.Steps)
+	s.steps.Add(int64(res.batch.Steps))
 	return res.batch, nil
 }
 
@@ -271,6 +378,9 @@ func (s *Stream) Close() error {
 		}
 	}
 	s.wg.Wait()
+	for _, k := range slices.Clone(s.kepts) {
+		s.closeKept(k)
+	}
 	if s.err == nil {
 		s.err = errcode.New(errcode.Closed, "next", "", "stream is closed")
 	}

@@ -121,7 +121,7 @@ func stores(t *testing.T) map[string]string {
 // allIDs reads every row of tb and returns the id column.
 func allIDs(t *testing.T, tb *table.Table) []int64 {
 	t.Helper()
-	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id"}, CacheBytes: 1 << 20})
+	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestCreateAppendTimeTravel(t *testing.T) {
 
 func checkRowsOf(t *testing.T, tb *table.Table, ids []uint64) {
 	t.Helper()
-	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	r, err := tb.NewReader(table.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func checkConsistent(t *testing.T, uri string) {
 		t.Errorf("reader: version %d has %d rows, want %d", v, tb.NumRows(), want)
 		return
 	}
-	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	r, err := tb.NewReader(table.ReaderOptions{})
 	if err != nil {
 		t.Error(err)
 		return
@@ -493,7 +493,7 @@ func TestPinnedParquetOnS3(t *testing.T) {
 		t.Fatalf("kind %s version %s", tb.Kind(), tb.Version())
 	}
 	checkRowsOf(t, tb, []uint64{150, 3})
-	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	r, err := tb.NewReader(table.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,7 +609,7 @@ func TestPinnedOpenOverlapsRequests(t *testing.T) {
 	}
 
 	// A batch of one row from every row group: their reads overlap.
-	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 30})
+	r, err := tb.NewReader(table.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

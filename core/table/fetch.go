@@ -138,15 +138,15 @@ func (f *fetched) release() {
 type ReaderStats struct {
 	BytesRead    int64         `json:"bytes_read"`    // bytes received from the store
 	Requests     int64         `json:"requests"`      // range requests made
-	CacheHits    int64         `json:"cache_hits"`    // row-group lookups served decoded from the cache
-	CacheMisses  int64         `json:"cache_misses"`  // row groups fetched and decoded
-	CacheBytes   int64         `json:"cache_bytes"`   // decoded bytes cached now
+	RowGroups    int64         `json:"row_groups"`    // row groups fetched and decoded
 	FetchTime    time.Duration `json:"fetch_ns"`      // summed over requests running in parallel
 	DecodeTime   time.Duration `json:"decode_ns"`     // summed over row groups decoded in parallel
 	DecodedBytes int64         `json:"decoded_bytes"` // bytes of the row groups decoded
+	KeptRows     int64         `json:"kept_rows"`     // rows copied out of decoded row groups to be read
+	KeptBytes    int64         `json:"kept_bytes"`    // their bytes
 }
 
 // readerStats is the live, atomic form of ReaderStats.
 type readerStats struct {
-	bytesRead, requests, misses, fetchNanos, decodeNanos, decoded atomic.Int64
+	bytesRead, requests, groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
 }

@@ -74,7 +74,7 @@ func BenchmarkRandomRows(b *testing.B) {
 				rng := rand.New(rand.NewPCG(7, 7))
 				b.ResetTimer()
 				for b.Loop() {
-					r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 0})
+					r, err := tb.NewReader(table.ReaderOptions{})
 					if err != nil {
 						b.Fatal(err)
 					}

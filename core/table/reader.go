@@ -19,7 +19,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -28,29 +28,34 @@ import (
 type ReaderOptions struct {
 	// Columns to read, in output order; nil reads every column.
 	Columns []string
-	// CacheBytes bounds the decoded row groups kept for later reads.
-	CacheBytes int64
 	// Allocator for every Arrow buffer the reader creates. Memory that leaves
 	// through the C Data Interface must come from a C allocator (mallocator).
 	Allocator memory.Allocator
 	// MaxReads bounds the range requests in flight; 0 means DefaultMaxReads.
 	MaxReads int
+	// FetchBytes bounds the bytes fetched from the store and not yet decoded
+	// (a row group larger than that is fetched alone); 0 means no bound.
+	FetchBytes int64
+	// Decoders bounds the row groups decoded at once, each held whole while
+	// it decodes; 0 means one per core (GOMAXPROCS).
+	Decoders int
 }
 
 // Reader reads rows of a table by row id with a column projection. It is safe
-// for concurrent use; Close it to free its cache.
+// for concurrent use.
 type Reader struct {
 	t      *Table
 	schema *arrow.Schema // projected, in output order
 	fields []int         // table field index of each output column
 	leaves [][]int       // Parquet leaf columns of each output column
 	mem    memory.Allocator
-	cache  *groupCache
 
-	reads    chan struct{} // one slot per range request in flight
-	decoding *slots        // one slot per row group being decoded
-	planned  atomic.Int64  // Prefetch calls so far: the priority of the next
-	stats    readerStats
+	reads      chan struct{}       // one slot per range request in flight
+	fetching   *semaphore.Weighted // bytes fetched and not yet decoded; nil: no bound
+	fetchLimit int64               // its size
+	decoding   *slots              // one slot per row group being decoded
+	planned    atomic.Int64        // row groups Keep asked for so far: the priority of the next
+	stats      readerStats
 }
 
 // NewReader returns a reader of the given columns.
@@ -76,9 +81,15 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	if opts.MaxReads <= 0 {
 		opts.MaxReads = DefaultMaxReads
 	}
-	return &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
-		mem: mem, cache: newGroupCache(opts.CacheBytes),
-		reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(runtime.GOMAXPROCS(0))}, nil
+	if opts.Decoders <= 0 {
+		opts.Decoders = runtime.GOMAXPROCS(0)
+	}
+	r := &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
+		mem: mem, reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(opts.Decoders)}
+	if opts.FetchBytes > 0 {
+		r.fetching, r.fetchLimit = semaphore.NewWeighted(opts.FetchBytes), opts.FetchBytes
+	}
+	return r, nil
 }
 
 // fieldIndices resolves column names to field indices; nil means all.
@@ -151,49 +162,21 @@ func countLeaves(t arrow.DataType) int {
 // Schema returns the schema of the records Read returns.
 func (r *Reader) Schema() *arrow.Schema { return r.schema }
 
-// Close frees the decoded row groups the reader caches.
-func (r *Reader) Close() error {
-	r.cache.close()
-	return nil
-}
+// Close releases nothing: a Reader holds no memory between calls. It is kept
+// so that a Reader can be used where an io.Closer is expected.
+func (r *Reader) Close() error { return nil }
 
 // Read returns the rows with the given ids, in that order, as one record. The
 // caller releases it. Ids may repeat; an id outside the table is an error.
+// Each row group the ids touch is decoded once, and only the rows they name
+// are kept until the record is assembled.
 func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, error) {
-	spans := spanLists.Get().(*[]span)
-	defer func() {
-		*spans = (*spans)[:0]
-		spanLists.Put(spans)
-	}()
-	keys, err := r.locate(ids, spans)
+	k, err := r.Keep(ctx, ids, nil)
 	if err != nil {
 		return nil, err
 	}
-	groups := make([]arrow.RecordBatch, len(keys))
-	defer func() {
-		for _, g := range groups {
-			if g != nil {
-				g.Release()
-			}
-		}
-	}()
-	g, gctx := errgroup.WithContext(ctx)
-	// Requests and decoding have bounds of their own (r.reads, r.decoding):
-	// this one bounds the row groups fetched and waiting for a core. It is
-	// not the number of cores, or a batch that needs many row groups from a
-	// distant store would wait a round trip for every two of them.
-	g.SetLimit(cap(r.reads))
-	for i, key := range keys {
-		g.Go(func() (err error) {
-			defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[key.File].Key))
-			groups[i], err = r.group(gctx, key, 0) // needed now: before any prefetch
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return r.assemble(ctx, groups, *spans, int64(len(ids)))
+	defer k.Close()
+	return k.Read(ctx, 0, len(ids))
 }
 
 // spanLists recycles the span lists of Read: a shuffled batch has a span per
@@ -280,25 +263,6 @@ func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
 	return r.locate(ids, nil)
 }
 
-// group returns the decoded row group key from the cache, decoding it there
-// first when it is absent. The caller releases it.
-func (r *Reader) group(ctx context.Context, key GroupRef, prio int64) (arrow.RecordBatch, error) {
-	return r.cache.get(ctx, key, func() (arrow.RecordBatch, error) { return r.decode(ctx, key, prio) })
-}
-
-// Prefetch decodes row group g into the cache, unless it is there already,
-// so that a later Read finds it decoded. Row groups decode in the order of
-// the Prefetch calls that asked for them, after those Read needs.
-func (r *Reader) Prefetch(ctx context.Context, g GroupRef) (err error) {
-	defer recoverTo(&err, "prefetch", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
-	rec, err := r.group(ctx, g, r.planned.Add(1))
-	if err != nil {
-		return err
-	}
-	rec.Release()
-	return nil
-}
-
 // GuessBytes guesses the decoded size of row group g from its footer, before
 // any is decoded: twice the uncompressed bytes of its projected column chunks,
 // since dictionary-encoded values decode to up to about twice their encoded
@@ -321,25 +285,17 @@ func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (int64, error) {
 	return 2 * n, nil
 }
 
-// CacheBytes returns the bytes of decoded row groups cached, and the mean size
-// of one (0 before the first).
-func (r *Reader) CacheBytes() (used, mean int64) {
-	used, mean, _ = r.cache.stats()
-	return used, mean
-}
-
 // Stats returns what the reader has done so far.
 func (r *Reader) Stats() ReaderStats {
-	used, _, hits := r.cache.stats()
 	return ReaderStats{
 		BytesRead:    r.stats.bytesRead.Load(),
 		Requests:     r.stats.requests.Load(),
-		CacheHits:    hits,
-		CacheMisses:  r.stats.misses.Load(),
-		CacheBytes:   used,
+		RowGroups:    r.stats.groups.Load(),
 		FetchTime:    time.Duration(r.stats.fetchNanos.Load()),
 		DecodeTime:   time.Duration(r.stats.decodeNanos.Load()),
 		DecodedBytes: r.stats.decoded.Load(),
+		KeptRows:     r.stats.keptRows.Load(),
+		KeptBytes:    r.stats.keptBytes.Load(),
 	}
 }
 
@@ -396,6 +352,18 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64) (_ arrow.
 	if err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
+	if r.fetching != nil {
+		var n int64
+		for _, rg := range ranges {
+			n += rg.n
+		}
+		// A row group larger than the bound is fetched alone.
+		n = min(n, r.fetchLimit)
+		if err := r.fetching.Acquire(ctx, n); err != nil {
+			return nil, errcode.Wrap(err, errcode.Canceled, "read", where)
+		}
+		defer r.fetching.Release(n)
+	}
 	src, err := fetch(ctx, r.t.loc.NewReaderAt(ctx, f.Object), ranges, r.reads, &r.stats, where)
 	if err != nil {
 		return nil, err
@@ -409,7 +377,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64) (_ arrow.
 	rec, err := r.decodeFrom(ctx, src, md, key, where)
 	if err == nil {
 		r.stats.decodeNanos.Add(int64(time.Since(start)))
-		r.stats.misses.Add(1)
+		r.stats.groups.Add(1)
 		r.stats.decoded.Add(RecordBytes(rec))
 	}
 	return rec, err

@@ -93,8 +93,8 @@
 // directly (parquet-go has no Arrow interop), and it decodes a whole row group's
 // projected columns at ≈10 M rows/s on two cores. Its per-row SeekToRow is slow and
 // unreliable on list columns, so the Reader never seeks to rows: it decodes each
-// row group it touches once, keeps it in a cache bounded in bytes, and gathers the
-// requested rows from it with compute.Take.
+// row group a read touches once, copies out the rows the read names (Keep, see
+// keep.go) and drops the rest, and assembles the requested rows from those copies.
 //
 // # Catalog
 //

@@ -139,7 +139,7 @@ func TestReadRowsAnyOrder(t *testing.T) {
 	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
 	defer mem.AssertSize(t, 0)
 	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"meta", "id", "tokens", "text"},
-		CacheBytes: 1 << 20, Allocator: mem})
+		Allocator: mem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestConcurrentReads(t *testing.T) {
 	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
 	defer mem.AssertSize(t, 0)
 	// A budget below one row group forces constant eviction under contention.
-	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id", "tokens", "text", "meta"}, CacheBytes: 1, Allocator: mem})
+	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id", "tokens", "text", "meta"}, Allocator: mem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestPinRoundTrip(t *testing.T) {
 	if tb2.Version() != tb.Version() || tb2.NumRows() != tb.NumRows() || !tb2.Schema().Equal(tb.Schema()) {
 		t.Fatalf("reopened pin differs: %s/%d vs %s/%d", tb2.Version(), tb2.NumRows(), tb.Version(), tb.NumRows())
 	}
-	r, err := tb2.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	r, err := tb2.NewReader(table.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestMemStore(t *testing.T) {
 	if tb.NumRows() != 80 {
 		t.Fatalf("NumRows = %d, want 80", tb.NumRows())
 	}
-	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	r, err := tb.NewReader(table.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func wantErr(t *testing.T, err error, code errcode.Code, parts ...string) {
 func TestPinnedFileChanged(t *testing.T) {
 	dir, _ := writeDir(t, 100, 100)
 	tb := open(t, "file://"+dir)
-	r, err := tb.NewReader(table.ReaderOptions{CacheBytes: 1 << 20})
+	r, err := tb.NewReader(table.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestReaderFetchesRowGroupsWhole(t *testing.T) {
 			}
 		}
 	}
-	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"reward", "id", "tokens"}, CacheBytes: 1 << 30})
+	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"reward", "id", "tokens"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,21 +399,19 @@ func TestReaderFetchesRowGroupsWhole(t *testing.T) {
 	for i := range ids {
 		ids[i] = uint64(n) - 1 - uint64(i)
 	}
-	for range 2 {
-		rec, err := r.Read(ctx, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec.Release()
+	rec, err := r.Read(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
 	}
+	rec.Release()
 	st := r.Stats()
-	if st.Requests != groups || st.CacheMisses != groups {
-		t.Errorf("requests = %d, row groups decoded = %d; want %d each", st.Requests, st.CacheMisses, groups)
+	if st.Requests != groups || st.RowGroups != groups {
+		t.Errorf("requests = %d, row groups decoded = %d; want %d each", st.Requests, st.RowGroups, groups)
 	}
 	if st.BytesRead < projected || st.BytesRead > projected+groups*8<<10 {
 		t.Errorf("read %d bytes; the projected column chunks hold %d", st.BytesRead, projected)
 	}
-	if st.CacheHits != groups {
-		t.Errorf("cache hits = %d, want %d (the second read)", st.CacheHits, groups)
+	if st.KeptRows != int64(n) {
+		t.Errorf("kept %d rows, want %d", st.KeptRows, n)
 	}
 }

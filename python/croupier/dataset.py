@@ -356,11 +356,12 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
 
         Keys: ``steps`` and ``rows`` delivered; ``stall_ns``, the time spent
         waiting for a batch still being read (the loader was the bottleneck);
-        ``ready``, batches read ahead; ``planned``, row groups held for steps
-        ahead; ``bytes_read`` and ``requests`` made to the store;
-        ``cache_hits`` and ``cache_misses`` (row groups decoded), ``cache_bytes``,
-        ``decoded_bytes``; ``fetch_ns`` and ``decode_ns``, summed over parallel
-        work. With DataLoader workers, each worker process has its own counters.
+        ``ready``, batches read ahead; ``held_bytes``, rows kept now for steps
+        ahead, and ``horizon_steps``, the steps they were kept for;
+        ``bytes_read`` and ``requests`` made to the store; ``row_groups``
+        decoded and their ``decoded_bytes``; ``kept_rows`` and ``kept_bytes``
+        copied out of them for the steps; ``fetch_ns`` and ``decode_ns``,
+        summed over parallel work. With DataLoader workers, each worker process has its own counters.
         Empty before the first iteration.
         """
         stream = self._stream() if self._stream is not None else None

@@ -91,8 +91,8 @@ def test_stats(write_table: WriteTable) -> None:
     it = iter(ds)
     next(it)
     live = ds.stats()
-    assert live["steps"] == 1
-    assert live["rows"] == 20
+    assert live["steps"] >= 1  # small steps cross from Go several at a time
+    assert live["rows"] == 20 * live["steps"]
     assert live["requests"] >= 1
     assert live["bytes_read"] > 0
     for _ in it:
@@ -100,6 +100,7 @@ def test_stats(write_table: WriteTable) -> None:
     done = ds.stats()  # kept after the stream closed
     assert done["steps"] == ds.steps_per_epoch
     assert done["rows"] == 500
-    assert done["cache_misses"] == done["requests"] >= 2  # one request per row group
+    assert done["row_groups"] == done["requests"] >= 2  # one request per row group
+    assert done["kept_rows"] == 500
     assert done["decoded_bytes"] > 0
     assert done["stall_ns"] >= 0

@@ -1,0 +1,470 @@
+package table
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/croupier-data/croupier/core/errcode"
+)
+
+// Keeping rows, not row groups.
+//
+// A row group is the smallest unit the reader decodes. A reader that kept
+// whole decoded row groups around until their rows were dealt could hold a
+// table that fits its memory, and no more: once the table is N times larger,
+// a shuffled order evicts each row group long before its next row comes up,
+// and every row costs the decode of a whole row group. But the order is
+// known in advance. Keep takes the row ids of a horizon (the next steps a
+// stream will deal, as many as its memory allows), decodes each row group
+// they touch once, copies out just the rows the horizon names (a piece), and
+// drops the rest of the group at once. A full shuffle of a table N times the
+// memory given to kept rows then decodes each row group about N times an
+// epoch, instead of once per row it holds.
+//
+// Pieces are built in the order their rows are first needed, so the first
+// positions of a horizon can be read before the whole horizon is decoded,
+// and each piece is freed as soon as every position that takes a row from it
+// has been read.
+
+// Kept holds, for a list of row ids, the rows of each row group they touch,
+// as Keep decodes them. Read hands out rows by position in that list; each
+// position once. It is safe for concurrent use; Close it when done.
+type Kept struct {
+	r       *Reader
+	budget  *Budget
+	seq     uint64 // in budget: Kepts made earlier have lower numbers
+	loc     []rowLoc
+	pieces  []*piece
+	started int // pieces build has started; build's own
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu sync.Mutex // guards pieces' rec, bytes and left after they are built
+}
+
+// rowLoc is where the row at one position is kept: row row of piece piece.
+type rowLoc struct{ piece, row int32 }
+
+// piece is the kept rows of one row group.
+type piece struct {
+	key  GroupRef
+	sel  []uint64 // row offsets in the group << 32 | position, ascending; nil once built
+	done chan struct{}
+	rec  arrow.RecordBatch // the rows of sel, in that order; nil once freed
+	err  error
+	// bytes charged to the budget: guessed when admitted, the record's once
+	// built, 0 once freed.
+	bytes int64
+	left  int // positions that take a row from the piece and are not read yet
+}
+
+// maxKeep bounds the ids of one Keep: positions and rows in a row group are
+// packed into 32 bits each.
+const maxKeep = 1<<31 - 1
+
+// Keep starts decoding the row groups that hold ids, keeping of each only the
+// rows ids name, and returns at once. Row groups are decoded in the order ids
+// first need them, with as many fetched ahead as the reader allows. When
+// budget is not nil, each piece is admitted to it before its row group is
+// fetched (see Budget). An id outside the table is an error.
+func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept, error) {
+	if len(ids) > maxKeep {
+		return nil, errcode.New(errcode.InvalidArgument, "read", r.t.pin.URI, "%d row ids in one read; at most %d", len(ids), maxKeep)
+	}
+	spans := spanLists.Get().(*[]span)
+	defer func() {
+		*spans = (*spans)[:0]
+		spanLists.Put(spans)
+	}()
+	keys, err := r.locate(ids, spans)
+	if err != nil {
+		return nil, err
+	}
+	// Bucket the positions by piece (a counting sort), then order each
+	// piece's rows by their offset in the group so that building a piece
+	// copies runs of rows.
+	start := make([]int, len(keys)+1)
+	for _, s := range *spans {
+		start[s.src+1] += int(s.n)
+	}
+	for k := range keys {
+		start[k+1] += start[k]
+	}
+	sel := make([]uint64, len(ids))
+	fill := slices.Clone(start[:len(keys)])
+	pos := uint64(0)
+	for _, s := range *spans {
+		if s.off+s.n > 1<<32 {
+			return nil, errcode.New(errcode.Corrupt, "read", r.t.pin.URI, "row group %d of file %d holds more than 2^32 rows", keys[s.src].Group, keys[s.src].File)
+		}
+		for i := range s.n {
+			sel[fill[s.src]] = uint64(s.off+i)<<32 | pos
+			fill[s.src]++
+			pos++
+		}
+	}
+	k := &Kept{r: r, budget: budget, loc: make([]rowLoc, len(ids)), pieces: make([]*piece, len(keys))}
+	for i, key := range keys {
+		p := &piece{key: key, sel: sel[start[i]:start[i+1]], done: make(chan struct{})}
+		slices.Sort(p.sel)
+		for j, v := range p.sel {
+			k.loc[uint32(v)] = rowLoc{int32(i), int32(j)}
+		}
+		p.left = len(p.sel)
+		k.pieces[i] = p
+	}
+	if budget != nil {
+		k.seq = budget.join()
+	}
+	ctx, k.cancel = context.WithCancel(ctx)
+	k.wg.Add(1)
+	go k.build(ctx)
+	return k, nil
+}
+
+// Len is the number of positions.
+func (k *Kept) Len() int { return len(k.loc) }
+
+// build decodes the pieces in order, at most cap(r.reads) row groups fetched
+// or waiting for a core at a time: requests and decoding have bounds of their
+// own, and a batch that needs many row groups from a distant store must not
+// wait a round trip for every two of them. Should it stop early, the pieces
+// it has not started end with its error.
+func (k *Kept) build(ctx context.Context) (err error) {
+	defer k.wg.Done()
+	defer func() {
+		if err != nil {
+			k.fail(k.pieces[k.started:], err)
+		}
+	}()
+	defer recoverTo(&err, "read", k.r.t.pin.URI)
+	r := k.r
+	prio := r.planned.Add(int64(len(k.pieces))) - int64(len(k.pieces))
+	sem := make(chan struct{}, cap(r.reads))
+	for i, p := range k.pieces {
+		if k.budget != nil {
+			guess, err := r.GuessRowBytes(ctx, p.key)
+			if err != nil {
+				return err
+			}
+			if err := k.budget.admit(ctx, k.seq, guess*int64(len(p.sel))); err != nil {
+				return err
+			}
+			p.bytes = guess * int64(len(p.sel))
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", r.t.pin.URI)
+		}
+		k.started = i + 1
+		k.wg.Add(1)
+		go k.buildPiece(ctx, p, prio+int64(i), sem)
+	}
+	return nil
+}
+
+// fail ends the pieces not started with err, giving back what they were
+// charged.
+func (k *Kept) fail(pieces []*piece, err error) {
+	for _, p := range pieces {
+		k.finish(p, nil, err)
+	}
+}
+
+// buildPiece decodes p's row group and copies out p's rows, then frees a
+// slot of sem.
+func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan struct{}) (rec arrow.RecordBatch, err error) {
+	defer k.wg.Done()
+	defer func() { <-sem }()
+	defer func() { k.finish(p, rec, err) }()
+	defer recoverTo(&err, "read", k.r.t.loc.ObjectURI(k.r.t.pin.Files[p.key.File].Key))
+	group, err := k.r.decode(ctx, p.key, prio)
+	if err != nil {
+		return nil, err
+	}
+	defer group.Release()
+	if whole(p.sel, group.NumRows()) {
+		group.Retain()
+		return group, nil
+	}
+	spans := make([]span, 0, 16)
+	for _, v := range p.sel {
+		spans = appendSpan(spans, 0, int64(v>>32), 1)
+	}
+	return k.r.assemble(ctx, []arrow.RecordBatch{group}, spans, int64(len(p.sel)))
+}
+
+// finish records the outcome of p's build (its rows, or err), corrects what
+// it was charged, and wakes its readers.
+func (k *Kept) finish(p *piece, rec arrow.RecordBatch, err error) {
+	k.mu.Lock()
+	charged := p.bytes
+	p.sel = nil
+	if err != nil {
+		if rec != nil {
+			rec.Release()
+		}
+		p.err, p.bytes = err, 0
+	} else {
+		p.rec, p.bytes = rec, RecordBytes(rec)
+		k.r.stats.keptRows.Add(rec.NumRows())
+		k.r.stats.keptBytes.Add(p.bytes)
+	}
+	if k.budget != nil {
+		k.budget.adjust(k.seq, p.bytes-charged)
+	}
+	k.mu.Unlock()
+	close(p.done)
+}
+
+// whole reports whether sel takes each of a group's n rows once, in order.
+func whole(sel []uint64, n int64) bool {
+	if int64(len(sel)) != n {
+		return false
+	}
+	for i, v := range sel {
+		if v>>32 != uint64(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// Read returns the rows at positions [from, to) as one record, waiting for
+// the pieces that hold them. The caller releases it. Each position is read
+// once: a piece is freed when the last position that takes a row from it
+// has been read.
+func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error) {
+	if from < 0 || to > len(k.loc) || from > to {
+		return nil, errcode.New(errcode.InvalidArgument, "read", k.r.t.pin.URI, "positions [%d, %d) outside [0, %d)", from, to, len(k.loc))
+	}
+	var (
+		used   []int32 // pieces, in order of first use
+		counts []int   // positions taken from each
+		index  = map[int32]int{}
+		spans  = make([]span, 0, 16)
+	)
+	last, src := int32(-1), 0
+	for _, l := range k.loc[from:to] {
+		if l.piece != last {
+			i, ok := index[l.piece]
+			if !ok {
+				i = len(used)
+				index[l.piece] = i
+				used = append(used, l.piece)
+				counts = append(counts, 0)
+			}
+			last, src = l.piece, i
+		}
+		counts[src]++
+		spans = appendSpan(spans, src, int64(l.row), 1)
+	}
+	recs := make([]arrow.RecordBatch, len(used))
+	defer func() {
+		for _, rec := range recs {
+			if rec != nil {
+				rec.Release()
+			}
+		}
+	}()
+	for i, pi := range used {
+		p := k.pieces[pi]
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", k.r.t.pin.URI)
+		}
+		if p.err != nil {
+			return nil, p.err
+		}
+		k.mu.Lock()
+		if p.rec == nil {
+			k.mu.Unlock()
+			return nil, errcode.New(errcode.Internal, "read", k.r.t.pin.URI, "positions [%d, %d): row group %d of file %d was freed before all its rows were read", from, to, p.key.Group, p.key.File)
+		}
+		recs[i] = p.rec
+		recs[i].Retain()
+		k.mu.Unlock()
+	}
+	out, err := k.r.assemble(ctx, recs, spans, int64(to-from))
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, pi := range used {
+		p := k.pieces[pi]
+		if p.left -= counts[i]; p.left <= 0 {
+			k.freeLocked(p)
+		}
+	}
+	return out, nil
+}
+
+// freeLocked frees a built piece's rows and gives back its bytes.
+func (k *Kept) freeLocked(p *piece) {
+	if p.rec != nil {
+		p.rec.Release()
+		p.rec = nil
+	}
+	if k.budget != nil && p.bytes > 0 {
+		k.budget.release(k.seq, p.bytes)
+	}
+	p.bytes = 0
+}
+
+// Close stops the decoding still to do and frees every piece. Records Read
+// returned stay valid.
+func (k *Kept) Close() error {
+	k.cancel()
+	k.wg.Wait()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, p := range k.pieces {
+		k.freeLocked(p)
+	}
+	if k.budget != nil {
+		k.budget.leave(k.seq)
+	}
+	return nil
+}
+
+// GuessRowBytes guesses the bytes a kept row of row group g takes: the
+// mean of the rows kept so far, or before any, GuessBytes per row.
+func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
+	if rows := r.stats.keptRows.Load(); rows > 0 {
+		return max(r.stats.keptBytes.Load()/rows, 1), nil
+	}
+	n, err := r.GuessBytes(ctx, g)
+	if err != nil {
+		return 0, err
+	}
+	return max(n/max(r.t.pin.Files[g.File].RowGroups[g.Group], 1), 1), nil
+}
+
+// Budget bounds the bytes of rows that the Kept sets sharing it hold. A
+// stream keeps rows for its next horizon while the one before is still being
+// read, so pieces are admitted one by one, in the order their Kept sets were
+// made: a piece waits until the budget has room for it, or until no Kept set
+// made earlier holds anything. A Kept set never waits on pieces of its own or
+// of later sets, whose rows are read after its own: the wait always ends.
+//
+// Sizes are guessed when a piece is admitted and corrected once it is built,
+// so the budget can be exceeded by the error of the guess; the guess is the
+// mean bytes of the rows kept so far.
+type Budget struct {
+	limit int64
+
+	mu      sync.Mutex
+	used    int64
+	held    map[uint64]int64 // bytes held by each Kept set still open
+	next    uint64
+	changed chan struct{} // closed and replaced whenever bytes are given back
+}
+
+// NewBudget returns a budget of limit bytes.
+func NewBudget(limit int64) *Budget {
+	return &Budget{limit: limit, held: map[uint64]int64{}, changed: make(chan struct{})}
+}
+
+// Limit is the budget's size in bytes.
+func (b *Budget) Limit() int64 { return b.limit }
+
+// Used returns the bytes held now.
+func (b *Budget) Used() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+func (b *Budget) join() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.next++
+	b.held[b.next] = 0
+	return b.next
+}
+
+func (b *Budget) leave(seq uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= b.held[seq]
+	delete(b.held, seq)
+	b.signalLocked()
+}
+
+// admit waits until n more bytes of set seq fit.
+func (b *Budget) admit(ctx context.Context, seq uint64, n int64) error {
+	for {
+		b.mu.Lock()
+		if b.used+n <= b.limit || !b.earlierHoldLocked(seq) {
+			b.used += n
+			b.held[seq] += n
+			b.mu.Unlock()
+			return nil
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", "")
+		}
+	}
+}
+
+// earlierHoldLocked reports whether a set made before seq holds bytes.
+func (b *Budget) earlierHoldLocked(seq uint64) bool {
+	for s, n := range b.held {
+		if s < seq && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *Budget) adjust(seq uint64, delta int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used += delta
+	b.held[seq] += delta
+	if delta < 0 {
+		b.signalLocked()
+	}
+}
+
+func (b *Budget) release(seq uint64, n int64) { b.adjust(seq, -n) }
+
+func (b *Budget) signalLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// RecordBytes is the size of a record's buffers, children included.
+func RecordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, col := range rec.Columns() {
+		n += dataBytes(col.Data())
+	}
+	return n
+}
+
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY {
+		n += dataBytes(d.Dictionary())
+	}
+	return n
+}

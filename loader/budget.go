@@ -1,0 +1,81 @@
+package loader
+
+import (
+	"context"
+	"runtime"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+)
+
+// A stream's memory budget (Options.MemoryBudget) bounds everything the
+// stream holds, not only the rows it keeps for steps ahead:
+//
+//   - compressed column chunks fetched from the store and not yet decoded:
+//     a quarter of the budget;
+//   - row groups being decoded, each whole while it decodes: as many at once
+//     as fit another quarter (at least one, at most one per core), at a size
+//     guessed from the footer;
+//   - batches read ahead: ReadAhead of them, at the size of one step's rows
+//     (or of CoalesceBytes when steps are coalesced);
+//   - rows kept for the steps ahead (table.Keep): all the rest. A stream
+//     keeps rows for a horizon of as many steps as that holds, so this is
+//     what decides how often a row group is decoded in a shuffled epoch:
+//     about (bytes of the epoch's rows) ÷ (this part) times.
+//
+// Arrow memory comes from a C allocator the Go runtime does not see, and
+// batches handed to the caller are the caller's: a stream can only bound what
+// it holds itself. A budget that cannot hold one step after the other parts
+// is an error that gives the numbers.
+
+// budgetShares is how a stream divides its budget; the sizes are guesses made from
+// the footer of the row group that holds the stream's first row.
+type budgetShares struct {
+	Fetch     int64 // compressed bytes fetched and not yet decoded
+	Decoders  int   // row groups decoded at once
+	Decoding  int64 // bytes they hold
+	ReadAhead int64 // bytes of the batches read ahead
+	Kept      int64 // bytes of rows kept for the steps ahead
+	StepBytes int64 // bytes of one step of this rank's rows
+}
+
+// shares divides the budget for a stream whose first row is first.
+func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budgetShares, error) {
+	const op = "open stream"
+	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns})
+	if err != nil {
+		return budgetShares{}, err
+	}
+	defer r.Close()
+	groups, err := r.Groups([]uint64{first})
+	if err != nil {
+		return budgetShares{}, err
+	}
+	group, err := r.GuessBytes(ctx, groups[0])
+	if err != nil {
+		return budgetShares{}, err
+	}
+	row, err := r.GuessRowBytes(ctx, groups[0])
+	if err != nil {
+		return budgetShares{}, err
+	}
+	budget := l.opts.MemoryBudget
+	m := budgetShares{Fetch: budget / 4, StepBytes: row * l.RankBatchSize()}
+	m.Decoders = int(min(max(budget/4/max(group, 1), 1), int64(runtime.GOMAXPROCS(0))))
+	m.Decoding = int64(m.Decoders) * group
+	batch := m.StepBytes
+	if coalesce > 0 {
+		batch = max(batch, min(coalesce, MaxCoalescedSteps*m.StepBytes))
+	}
+	m.ReadAhead = int64(l.opts.ReadAhead) * batch
+	m.Kept = budget - m.Fetch - m.Decoding - m.ReadAhead
+	if m.Kept < m.StepBytes {
+		need := (m.StepBytes + group + m.ReadAhead) * 4 / 3
+		return budgetShares{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			"memory_budget %d bytes cannot hold one step: a step of this rank is about %d bytes (%d rows of about %d bytes),"+
+				" decoding a row group holds about %d, reads from the store may hold %d and %d batches read ahead about %d;"+
+				" raise memory_budget to at least %d, or read fewer columns, smaller steps or less ahead",
+			budget, m.StepBytes, l.RankBatchSize(), row, group, m.Fetch, l.opts.ReadAhead, m.ReadAhead, need)
+	}
+	return m, nil
+}
