@@ -23,8 +23,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/permutation"
@@ -39,10 +39,11 @@ const (
 	MaxReadsLimit  = 1024 // range requests in flight per stream
 )
 
-// DefaultAllocator allocates batch memory with C malloc, which the C Data
+// DefaultAllocator allocates batch memory outside the Go heap (core/cmem:
+// large buffers mapped on their own, small ones from C malloc), which the C Data
 // Interface may hold on to after a call returns. It is invisible to the Go
 // garbage collector and GOMEMLIMIT: the loader bounds it itself.
-var DefaultAllocator = mallocator.NewMallocator()
+var DefaultAllocator = cmem.New()
 
 // Options configure a Loader. JSON names match the Python keyword arguments.
 type Options struct {
