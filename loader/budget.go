@@ -13,9 +13,9 @@ import (
 //
 //   - compressed column chunks fetched from the store and not yet decoded:
 //     a quarter of the budget;
-//   - row groups being decoded, each whole while it decodes: as many at once
-//     as fit another quarter (at least one, at most one per core), at a size
-//     guessed from the footer;
+//   - row groups being decoded, a column at a time: as many at once as
+//     their largest decoded column fits another quarter (at least one, at
+//     most one per core), at a size guessed from the footer;
 //   - batches read ahead: ReadAhead of them, at the size of one step's rows
 //     (or of CoalesceBytes when steps are coalesced);
 //   - rows kept for the steps ahead (table.Keep): all the rest. A stream
@@ -51,7 +51,7 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 	if err != nil {
 		return budgetShares{}, err
 	}
-	group, err := r.GuessBytes(ctx, groups[0])
+	_, column, err := r.GuessBytes(ctx, groups[0])
 	if err != nil {
 		return budgetShares{}, err
 	}
@@ -61,8 +61,8 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 	}
 	budget := l.opts.MemoryBudget
 	m := budgetShares{Fetch: budget / 4, StepBytes: row * l.RankBatchSize()}
-	m.Decoders = int(min(max(budget/4/max(group, 1), 1), int64(runtime.GOMAXPROCS(0))))
-	m.Decoding = int64(m.Decoders) * group
+	m.Decoders = int(min(max(budget/4/max(column, 1), 1), int64(runtime.GOMAXPROCS(0))))
+	m.Decoding = int64(m.Decoders) * column
 	batch := m.StepBytes
 	if coalesce > 0 {
 		batch = max(batch, min(coalesce, MaxCoalescedSteps*m.StepBytes))
@@ -70,12 +70,12 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 	m.ReadAhead = int64(l.opts.ReadAhead) * batch
 	m.Kept = budget - m.Fetch - m.Decoding - m.ReadAhead
 	if m.Kept < m.StepBytes {
-		need := (m.StepBytes + group + m.ReadAhead) * 4 / 3
+		need := (m.StepBytes + column + m.ReadAhead) * 4 / 3
 		return budgetShares{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
 			"memory_budget %d bytes cannot hold one step: a step of this rank is about %d bytes (%d rows of about %d bytes),"+
-				" decoding a row group holds about %d, reads from the store may hold %d and %d batches read ahead about %d;"+
+				" decoding a column of a row group holds about %d, reads from the store may hold %d and %d batches read ahead about %d;"+
 				" raise memory_budget to at least %d, or read fewer columns, smaller steps or less ahead",
-			budget, m.StepBytes, l.RankBatchSize(), row, group, m.Fetch, l.opts.ReadAhead, m.ReadAhead, need)
+			budget, m.StepBytes, l.RankBatchSize(), row, column, m.Fetch, l.opts.ReadAhead, m.ReadAhead, need)
 	}
 	return m, nil
 }

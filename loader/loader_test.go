@@ -265,7 +265,7 @@ func TestFileVanishesMidEpoch(t *testing.T) {
 	defer tb.Close()
 	// A budget that keeps rows for a few steps: part-001 (from step 12 on)
 	// is read after the first step.
-	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 8, ReadAhead: 1, MemoryBudget: 10 << 10})
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 8, ReadAhead: 1, MemoryBudget: 5 << 10})
 	s, err := l.Stream(context.Background(), loader.StreamOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -84,14 +84,16 @@ type Stats struct {
 	StallTime    time.Duration `json:"stall_ns"`      // time Next waited for a batch still being read
 	Ready        int64         `json:"ready"`         // batches read ahead, waiting for Next
 	HeldBytes    int64         `json:"held_bytes"`    // bytes of rows kept now for steps ahead
+	HeldPeak     int64         `json:"held_peak"`     // the most bytes of rows kept at any time
 	HorizonSteps int64         `json:"horizon_steps"` // steps in the horizon planned last
 }
 
 // Stats returns the stream's counters. It is safe to call at any time, also
 // concurrently with Next.
 func (s *Stream) Stats() Stats {
+	held, peak := s.budget.Used()
 	return Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
-		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: s.budget.Used(),
+		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak,
 		HorizonSteps: s.horizon.Load()}
 }
 

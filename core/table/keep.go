@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -139,6 +140,9 @@ func (k *Kept) build(ctx context.Context) (err error) {
 		if err != nil {
 			k.fail(k.pieces[k.started:], err)
 		}
+		if k.budget != nil {
+			k.budget.admitted(k.seq)
+		}
 	}()
 	defer recoverTo(&err, "read", k.r.t.pin.URI)
 	r := k.r
@@ -175,27 +179,43 @@ func (k *Kept) fail(pieces []*piece, err error) {
 	}
 }
 
-// buildPiece decodes p's row group and copies out p's rows, then frees a
-// slot of sem.
+// buildPiece decodes p's row group column by column, copying out p's rows
+// of each column before the next is decoded, then frees a slot of sem.
 func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan struct{}) (rec arrow.RecordBatch, err error) {
 	defer k.wg.Done()
 	defer func() { <-sem }()
 	defer func() { k.finish(p, rec, err) }()
 	defer recoverTo(&err, "read", k.r.t.loc.ObjectURI(k.r.t.pin.Files[p.key.File].Key))
-	group, err := k.r.decode(ctx, p.key, prio)
+	r := k.r
+	rows := r.t.pin.Files[p.key.File].RowGroups[p.key.Group]
+	all := whole(p.sel, rows)
+	var spans []span
+	if !all {
+		for _, v := range p.sel {
+			spans = appendSpan(spans, 0, int64(v>>32), 1)
+		}
+	}
+	cols := make([]arrow.Array, r.schema.NumFields())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	err = r.decode(ctx, p.key, prio, func(c int, col arrow.Array) (err error) {
+		if all {
+			col.Retain()
+			cols[c] = col
+			return nil
+		}
+		cols[c], err = r.gatherColumn(ctx, c, []arrow.Array{col}, spans)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer group.Release()
-	if whole(p.sel, group.NumRows()) {
-		group.Retain()
-		return group, nil
-	}
-	spans := make([]span, 0, 16)
-	for _, v := range p.sel {
-		spans = appendSpan(spans, 0, int64(v>>32), 1)
-	}
-	return k.r.assemble(ctx, []arrow.RecordBatch{group}, spans, int64(len(p.sel)))
+	return array.NewRecordBatch(r.schema, cols, int64(len(p.sel))), nil
 }
 
 // finish records the outcome of p's build (its rows, or err), corrects what
@@ -339,7 +359,7 @@ func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
 	if rows := r.stats.keptRows.Load(); rows > 0 {
 		return max(r.stats.keptBytes.Load()/rows, 1), nil
 	}
-	n, err := r.GuessBytes(ctx, g)
+	n, _, err := r.GuessBytes(ctx, g)
 	if err != nil {
 		return 0, err
 	}
@@ -348,10 +368,11 @@ func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
 
 // Budget bounds the bytes of rows that the Kept sets sharing it hold. A
 // stream keeps rows for its next horizon while the one before is still being
-// read, so pieces are admitted one by one, in the order their Kept sets were
-// made: a piece waits until the budget has room for it, or until no Kept set
-// made earlier holds anything. A Kept set never waits on pieces of its own or
-// of later sets, whose rows are read after its own: the wait always ends.
+// read, so pieces are admitted one by one: all of one Kept set's pieces
+// before any of the next set's (sets in the order they were made), each when
+// the budget has room for it or when no set made earlier holds anything. A
+// set never waits on pieces of its own or of later sets, whose rows are read
+// after its own: the wait always ends.
 //
 // Sizes are guessed when a piece is admitted and corrected once it is built,
 // so the budget can be exceeded by the error of the guess; the guess is the
@@ -361,24 +382,26 @@ type Budget struct {
 
 	mu      sync.Mutex
 	used    int64
+	peak    int64            // the most used at any time
 	held    map[uint64]int64 // bytes held by each Kept set still open
-	next    uint64
-	changed chan struct{} // closed and replaced whenever bytes are given back
+	next    uint64           // the number of the last set made
+	turn    uint64           // the set whose pieces are being admitted
+	changed chan struct{}    // closed and replaced whenever used falls or turn moves
 }
 
 // NewBudget returns a budget of limit bytes.
 func NewBudget(limit int64) *Budget {
-	return &Budget{limit: limit, held: map[uint64]int64{}, changed: make(chan struct{})}
+	return &Budget{limit: limit, held: map[uint64]int64{}, turn: 1, changed: make(chan struct{})}
 }
 
 // Limit is the budget's size in bytes.
 func (b *Budget) Limit() int64 { return b.limit }
 
-// Used returns the bytes held now.
-func (b *Budget) Used() int64 {
+// Used returns the bytes held now, and the most held at any time.
+func (b *Budget) Used() (now, peak int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.used
+	return b.used, b.peak
 }
 
 func (b *Budget) join() uint64 {
@@ -389,6 +412,7 @@ func (b *Budget) join() uint64 {
 	return b.next
 }
 
+// leave gives back what set seq holds, for good.
 func (b *Budget) leave(seq uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -401,9 +425,8 @@ func (b *Budget) leave(seq uint64) {
 func (b *Budget) admit(ctx context.Context, seq uint64, n int64) error {
 	for {
 		b.mu.Lock()
-		if b.used+n <= b.limit || !b.earlierHoldLocked(seq) {
-			b.used += n
-			b.held[seq] += n
+		if b.turn == seq && (b.used+n <= b.limit || !b.earlierHoldLocked(seq)) {
+			b.addLocked(seq, n)
 			b.mu.Unlock()
 			return nil
 		}
@@ -414,6 +437,16 @@ func (b *Budget) admit(ctx context.Context, seq uint64, n int64) error {
 		case <-ctx.Done():
 			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", "")
 		}
+	}
+}
+
+// admitted records that set seq admits no more pieces: the next set's turn.
+func (b *Budget) admitted(seq uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.turn == seq {
+		b.turn++
+		b.signalLocked()
 	}
 }
 
@@ -430,11 +463,16 @@ func (b *Budget) earlierHoldLocked(seq uint64) bool {
 func (b *Budget) adjust(seq uint64, delta int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.used += delta
-	b.held[seq] += delta
+	b.addLocked(seq, delta)
 	if delta < 0 {
 		b.signalLocked()
 	}
+}
+
+func (b *Budget) addLocked(seq uint64, n int64) {
+	b.used += n
+	b.held[seq] += n
+	b.peak = max(b.peak, b.used)
 }
 
 func (b *Budget) release(seq uint64, n int64) { b.adjust(seq, -n) }

@@ -194,22 +194,34 @@ func (r *Reader) assemble(ctx context.Context, groups []arrow.RecordBatch, spans
 			}
 		}
 	}()
-	for c, field := range r.schema.Fields() {
-		srcs := make([]arrow.Array, len(groups))
+	srcs := make([]arrow.Array, len(groups))
+	for c := range r.schema.Fields() {
 		for i, g := range groups {
 			srcs[i] = g.Column(c)
 		}
 		var err error
-		if gatherable(field.Type) {
-			cols[c], err = r.gather(field.Type, srcs, spans)
-		} else {
-			cols[c], err = r.take(ctx, srcs, spans)
-		}
-		if err != nil {
-			return nil, errcode.Wrap(fmt.Errorf("column %q: %w", field.Name, err), errcode.Internal, "read", r.t.pin.URI)
+		if cols[c], err = r.gatherColumn(ctx, c, srcs, spans); err != nil {
+			return nil, err
 		}
 	}
 	return array.NewRecordBatch(r.schema, cols, n), nil
+}
+
+// gatherColumn returns the rows spans take from srcs, arrays of output
+// column c.
+func (r *Reader) gatherColumn(ctx context.Context, c int, srcs []arrow.Array, spans []span) (arrow.Array, error) {
+	field := r.schema.Field(c)
+	var out arrow.Array
+	var err error
+	if gatherable(field.Type) {
+		out, err = r.gather(field.Type, srcs, spans)
+	} else {
+		out, err = r.take(ctx, srcs, spans)
+	}
+	if err != nil {
+		return nil, errcode.Wrap(fmt.Errorf("column %q: %w", field.Name, err), errcode.Internal, "read", r.t.pin.URI)
+	}
+	return out, nil
 }
 
 // gather copies the rows spans take from srcs into a new array.
@@ -263,26 +275,57 @@ func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
 	return r.locate(ids, nil)
 }
 
-// GuessBytes guesses the decoded size of row group g from its footer, before
-// any is decoded: twice the uncompressed bytes of its projected column chunks,
-// since dictionary-encoded values decode to up to about twice their encoded
-// size (1.85 for token ids; 0.9–1.1 for plainer columns).
-func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (int64, error) {
+// GuessBytes guesses, from its footer and before any is decoded, the decoded
+// size of row group g's projected columns, and that of the largest of them
+// (a row group is decoded a column at a time). A column chunk decodes to
+// about its uncompressed size plus 4 bytes of offsets a row (lists, strings),
+// or, dictionary-encoded, up to about twice that (1.85 for token ids).
+func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, widest int64, err error) {
 	md, err := r.t.Footer(ctx, g.File)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var n int64
+	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
 	for _, leaves := range r.leaves {
+		var n int64
 		for _, leaf := range leaves {
 			col, err := md.RowGroup(g.Group).ColumnChunk(leaf)
 			if err != nil {
-				return 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+				return 0, 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
 			}
-			n += col.TotalUncompressedSize()
+			size := col.TotalUncompressedSize()
+			if dictionaryEncoded(col) {
+				size *= 2
+			}
+			n += size + 4*rows
+		}
+		group += n
+		widest = max(widest, n)
+	}
+	return group, widest, nil
+}
+
+// dictionaryEncoded reports whether every data page of col is dictionary
+// encoded. A writer whose dictionary grew too large falls back to PLAIN for
+// the pages after: such a chunk decodes to about its uncompressed size.
+func dictionaryEncoded(col *metadata.ColumnChunkMetaData) bool {
+	stats := col.EncodingStats()
+	if len(stats) == 0 {
+		return col.HasDictionaryPage()
+	}
+	dict := false
+	for _, st := range stats {
+		if st.PageType.String() == "DICTIONARY_PAGE" {
+			continue
+		}
+		switch st.Encoding {
+		case parquet.Encodings.RLEDict, parquet.Encodings.PlainDict:
+			dict = true
+		default:
+			return false
 		}
 	}
-	return 2 * n, nil
+	return dict
 }
 
 // Stats returns what the reader has done so far.
@@ -339,18 +382,20 @@ func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error
 	return keys, nil
 }
 
-// decode fetches and decodes the projected columns of one row group.
-func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64) (_ arrow.RecordBatch, err error) {
+// decode fetches the projected columns of one row group and decodes them one
+// after the other, handing each to each, which may retain it: a row group is
+// never decoded whole at once unless each keeps every column.
+func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, each func(c int, col arrow.Array) error) (err error) {
 	f := r.t.pin.Files[key.File]
 	where := r.t.loc.ObjectURI(f.Key)
 	defer errcode.Recover(&err, errcode.Corrupt, fmt.Sprintf("decode row group %d of", key.Group), where)
 	md, err := r.t.Footer(ctx, key.File)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ranges, err := chunkRanges(md, key.Group, slices.Concat(r.leaves...))
 	if err != nil {
-		return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
+		return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
 	if r.fetching != nil {
 		var n int64
@@ -360,31 +405,32 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64) (_ arrow.
 		// A row group larger than the bound is fetched alone.
 		n = min(n, r.fetchLimit)
 		if err := r.fetching.Acquire(ctx, n); err != nil {
-			return nil, errcode.Wrap(err, errcode.Canceled, "read", where)
+			return errcode.Wrap(err, errcode.Canceled, "read", where)
 		}
 		defer r.fetching.Release(n)
 	}
 	src, err := fetch(ctx, r.t.loc.NewReaderAt(ctx, f.Object), ranges, r.reads, &r.stats, where)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer src.release()
 	if err := r.decoding.acquire(ctx, prio); err != nil {
-		return nil, errcode.Wrap(err, errcode.Canceled, "decode", where)
+		return errcode.Wrap(err, errcode.Canceled, "decode", where)
 	}
 	defer r.decoding.release()
 	start := time.Now()
-	rec, err := r.decodeFrom(ctx, src, md, key, where)
-	if err == nil {
-		r.stats.decodeNanos.Add(int64(time.Since(start)))
-		r.stats.groups.Add(1)
-		r.stats.decoded.Add(RecordBytes(rec))
+	if err := r.decodeFrom(ctx, src, md, key, where, each); err != nil {
+		return err
 	}
-	return rec, err
+	r.stats.decodeNanos.Add(int64(time.Since(start)))
+	r.stats.groups.Add(1)
+	return nil
 }
 
-// decodeFrom decodes row group key of the file src reads.
-func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key GroupRef, where string) (arrow.RecordBatch, error) {
+// decodeFrom decodes the projected columns of row group key of the file src
+// reads, one after the other, and hands each to each.
+func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key GroupRef, where string,
+	each func(c int, col arrow.Array) error) error {
 	// The page decoder copies what it keeps out of the pages, so their
 	// buffers are scratch; pqarrow's arrays may hold memory of the reader's
 	// allocator, so it gets r.mem.
@@ -402,45 +448,42 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 	}
 	pf, err := open(scratch{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer pf.Close()
-	rg := pf.RowGroup(key.Group)
-	cols := make([]arrow.Array, len(r.fields))
+	var slow *file.Reader // for the columns left to pqarrow, opened once needed
 	defer func() {
-		for _, c := range cols {
-			if c != nil {
-				c.Release()
-			}
+		if slow != nil {
+			slow.Close()
 		}
 	}()
-	var slow []int // leaves of the columns left to pqarrow
-	for i, field := range r.schema.Fields() {
-		if cols[i], err = r.decodeFast(rg, md, field, r.leaves[i]); err != nil {
-			return nil, errcode.Wrap(fmt.Errorf("row group %d, column %q: %w", key.Group, field.Name, err), errcode.Corrupt, "decode", where)
-		}
-		if cols[i] == nil {
-			slow = append(slow, r.leaves[i]...)
-		}
-	}
-	if len(slow) > 0 {
-		pf, err := open(r.mem)
-		if err != nil {
-			return nil, err
-		}
-		defer pf.Close()
-		if err := r.decodeSlow(ctx, pf, key.Group, slow, cols); err != nil {
-			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
-		}
-	}
 	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
-	for i, c := range cols {
-		if int64(c.Len()) != rows {
-			return nil, errcode.New(errcode.Corrupt, "decode", where, "row group %d, column %q: %d values, the row group holds %d",
-				key.Group, r.schema.Field(i).Name, c.Len(), rows)
+	for i, field := range r.schema.Fields() {
+		col, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i])
+		if err == nil && col == nil {
+			if slow == nil {
+				if slow, err = open(r.mem); err != nil {
+					return err
+				}
+			}
+			col, err = r.decodeSlow(ctx, slow, key.Group, i)
+		}
+		if err != nil {
+			return errcode.Wrap(fmt.Errorf("row group %d, column %q: %w", key.Group, field.Name, err), errcode.Corrupt, "decode", where)
+		}
+		if int64(col.Len()) != rows {
+			col.Release()
+			return errcode.New(errcode.Corrupt, "decode", where, "row group %d, column %q: %d values, the row group holds %d",
+				key.Group, field.Name, col.Len(), rows)
+		}
+		r.stats.decoded.Add(dataBytes(col.Data()))
+		err = each(i, col)
+		col.Release()
+		if err != nil {
+			return err
 		}
 	}
-	return array.NewRecordBatch(r.schema, cols, rows), nil
+	return nil
 }
 
 // decodeFast decodes one column with decodeColumn, or returns nil when
@@ -466,52 +509,58 @@ func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, 
 	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows())
 }
 
-// decodeSlow decodes the given leaves of row group g with pqarrow into the
-// columns of cols still nil.
-func (r *Reader) decodeSlow(ctx context.Context, pf *file.Reader, g int, leaves []int, cols []arrow.Array) error {
+// decodeSlow decodes output column c of row group g with pqarrow.
+func (r *Reader) decodeSlow(ctx context.Context, pf *file.Reader, g, c int) (arrow.Array, error) {
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, r.mem)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	slices.Sort(leaves)
-	tbl, err := fr.ReadRowGroups(ctx, leaves, []int{g})
+	tbl, err := fr.ReadRowGroups(ctx, r.leaves[c], []int{g})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tbl.Release()
-	for i, field := range r.schema.Fields() {
-		if cols[i] != nil {
-			continue
-		}
-		found := tbl.Schema().FieldIndices(field.Name)
-		if len(found) == 0 {
-			return fmt.Errorf("no column %q", field.Name)
-		}
-		chunks := tbl.Column(found[0]).Data().Chunks()
-		// A damaged page can decode to inconsistent buffers without an
-		// error; gather would then read out of bounds or copy wrong rows.
-		for _, c := range chunks {
-			if err := array.ValidateFull(c); err != nil {
-				return fmt.Errorf("column %q: %w", field.Name, err)
-			}
-		}
-		if len(chunks) == 1 {
-			chunks[0].Retain()
-			cols[i] = chunks[0]
-			continue
-		}
-		if cols[i], err = array.Concatenate(chunks, r.mem); err != nil {
-			return err
+	name := r.schema.Field(c).Name
+	found := tbl.Schema().FieldIndices(name)
+	if len(found) == 0 {
+		return nil, fmt.Errorf("no column %q", name)
+	}
+	chunks := tbl.Column(found[0]).Data().Chunks()
+	// A damaged page can decode to inconsistent buffers without an error;
+	// gather would then read out of bounds or copy wrong rows.
+	for _, c := range chunks {
+		if err := array.ValidateFull(c); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	if len(chunks) == 1 {
+		chunks[0].Retain()
+		return chunks[0], nil
+	}
+	return array.Concatenate(chunks, r.mem)
 }
 
-// ReadGroup decodes the projected columns of one whole row group, bypassing
-// the cache: for scans that visit each row group once.
+// ReadGroup decodes the projected columns of one whole row group: for scans
+// that visit each row group once.
 func (r *Reader) ReadGroup(ctx context.Context, file, group int) (rec arrow.RecordBatch, err error) {
 	defer recoverTo(&err, "read", r.t.loc.ObjectURI(r.t.pin.Files[file].Key))
-	return r.decode(ctx, GroupRef{file, group}, 0)
+	cols := make([]arrow.Array, r.schema.NumFields())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	err = r.decode(ctx, GroupRef{file, group}, 0, func(c int, col arrow.Array) error {
+		col.Retain()
+		cols[c] = col
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return array.NewRecordBatch(r.schema, cols, r.t.pin.Files[file].RowGroups[group]), nil
 }
 
 // recoverTo turns a panic in a decoding goroutine into an error: a panic in a
