@@ -417,3 +417,70 @@ func TestOptionBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetSmallerThanTheTable deals a full shuffle of a table many times
+// larger than the memory budget's share for kept rows: the batches are those
+// of a budget that holds the whole table, the rows kept never exceed the share
+// by more than the error of its size guesses (a quarter here), and row groups
+// are decoded once per horizon that needs them, not once per row. A budget
+// that cannot hold one step is an error that names it.
+func TestBudgetSmallerThanTheTable(t *testing.T) {
+	ctx := context.Background()
+	tb := openTable(t, 900, 700) // 26 row groups of 64 rows
+	perms, err := permutation.Build(ctx, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 3}},
+		"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer perms.Close()
+	deal := func(budget int64) ([][]int64, loader.Stats) {
+		l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 16, NumSplits: 8,
+			ReadAhead: 2, MemoryBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		s, err := l.Stream(ctx, loader.StreamOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var steps [][]int64
+		for b, err := range s.All(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, slices.Clone(b.Record.Column(0).(*array.Int64).Int64Values()))
+			b.Record.Release()
+		}
+		return steps, s.Stats()
+	}
+	want, whole := deal(256 << 20)
+	if whole.RowGroups != 26 {
+		t.Fatalf("an ample budget decoded %d row groups, want each of the 26 once", whole.RowGroups)
+	}
+	got, small := deal(18 << 10)
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatal("a small budget dealt other batches than an ample one")
+	}
+	if small.HeldLimit*8 > whole.KeptBytes {
+		t.Fatalf("the share for kept rows is %d bytes, the epoch's rows %d: not a table many times the budget",
+			small.HeldLimit, whole.KeptBytes)
+	}
+	if small.HeldPeak > small.HeldLimit*5/4 {
+		t.Errorf("kept rows peaked at %d bytes, the share is %d", small.HeldPeak, small.HeldLimit)
+	}
+	horizons := (whole.KeptBytes + small.HeldLimit - 1) / small.HeldLimit
+	if small.RowGroups < 2*26 || small.RowGroups > 26*(horizons+1) {
+		t.Errorf("decoded %d row groups in about %d horizons of 26 row groups", small.RowGroups, horizons)
+	}
+	l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 16, NumSplits: 8, MemoryBudget: 2 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Stream(ctx, loader.StreamOptions{}); !errors.Is(err, errcode.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "memory_budget 2048 bytes cannot hold one step") {
+		t.Fatalf("a budget too small for a step: %v", err)
+	}
+}

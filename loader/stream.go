@@ -25,6 +25,16 @@ type StreamOptions struct {
 	Worker     int `json:"worker"`      // this worker's index in [0, NumWorkers)
 	NumWorkers int `json:"num_workers"` // 0 behaves as 1
 
+	// Run, when above 1, has the workers take turns at runs of Run
+	// consecutive steps instead of single steps: worker k deals steps
+	// StartStep + (k + j·K)·Run + i for i in [0, Run) and j = 0, 1, …, up to
+	// the end of the epoch (K = NumWorkers). A worker reading consecutive
+	// steps touches fewer row groups in orders with locality. Torch's
+	// DataLoader takes one batch from each worker in turn and needs 0 or 1,
+	// single steps; a consumer that orders the workers' steps itself may
+	// ask for runs. 0 behaves as 1.
+	Run int `json:"run"`
+
 	// CoalesceBytes, when positive, lets one Batch hold several of the
 	// worker's consecutive steps, as many as fit in about this many bytes (at
 	// most MaxCoalescedSteps). Each step that crosses into Python or C costs
@@ -37,8 +47,9 @@ type StreamOptions struct {
 const MaxCoalescedSteps = 64
 
 // Batch is one rank's share of one global step, or of Steps consecutive
-// steps of the worker when the stream coalesces them: Step, Step+K, …
-// (K = the stream's NumWorkers), in that order in Record. Every step of an
+// steps of the worker when the stream coalesces them: Step and the worker's
+// steps after it (Step+K, … with single-step turns; see StreamOptions.Run),
+// in that order in Record. Every step of an
 // epoch has the rank's batch size in rows (Loader.RankBatchSize) except its
 // last, which may have fewer when DropLast is false.
 type Batch struct {
@@ -85,6 +96,7 @@ type Stats struct {
 	Ready        int64         `json:"ready"`         // batches read ahead, waiting for Next
 	HeldBytes    int64         `json:"held_bytes"`    // bytes of rows kept now for steps ahead
 	HeldPeak     int64         `json:"held_peak"`     // the most bytes of rows kept at any time
+	HeldLimit    int64         `json:"held_limit"`    // the share of the memory budget for kept rows
 	HorizonSteps int64         `json:"horizon_steps"` // steps in the horizon planned last
 }
 
@@ -93,12 +105,13 @@ type Stats struct {
 func (s *Stream) Stats() Stats {
 	held, peak := s.budget.Used()
 	return Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
-		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak,
+		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak, HeldLimit: s.budget.Limit(),
 		HorizonSteps: s.horizon.Load()}
 }
 
 // Stream starts producing the batches of worker so.Worker: steps
-// so.StartStep + so.Worker, + so.NumWorkers, … up to the end of the epoch.
+// so.StartStep + so.Worker, + so.NumWorkers, … up to the end of the epoch,
+// or runs of so.Run consecutive steps taken in the same turns.
 // The stream stops when ctx is canceled or Close is called. It fails when
 // the memory budget cannot hold one step (see Loader.Memory).
 func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) {
@@ -116,11 +129,10 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "epoch %d is negative", so.Epoch)
 	case so.CoalesceBytes < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "coalesce_bytes %d is negative", so.CoalesceBytes)
+	case so.Run < 0:
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "run %d is negative", so.Run)
 	}
-	var steps []int64
-	for t := so.StartStep + int64(so.Worker); t < l.StepsPerEpoch(); t += int64(k) {
-		steps = append(steps, t)
-	}
+	steps := workerSteps(so.StartStep, l.StepsPerEpoch(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
 	order := l.EpochOrder(so.Epoch)
 	var first uint64
 	if len(steps) > 0 {

@@ -70,7 +70,8 @@ const maxKeep = 1<<31 - 1
 // rows ids name, and returns at once. Row groups are decoded in the order ids
 // first need them, with as many fetched ahead as the reader allows. When
 // budget is not nil, each piece is admitted to it before its row group is
-// fetched (see Budget). An id outside the table is an error.
+// fetched (see Budget); sets sharing a budget must be read in the order they
+// were made. An id outside the table is an error.
 func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept, error) {
 	if len(ids) > maxKeep {
 		return nil, errcode.New(errcode.InvalidArgument, "read", r.t.pin.URI, "%d row ids in one read; at most %d", len(ids), maxKeep)
