@@ -116,7 +116,10 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         collate: optional callable applied to each converted batch.
         read_ahead: batches the Go core reads ahead (None: its default); a batch
             is one step, or several consecutive ones when they are small.
-        memory_budget: bytes of decoded data the Go core may hold (None: its default).
+        memory_budget: bytes the Go core's stream may hold: data fetched and being
+            decoded, batches read ahead and the rows kept for the steps ahead
+            (None: its default, 512 MiB). Too small a budget for one step
+            raises InvalidArgumentError naming the sizes.
         max_reads: range requests to the store kept in flight (None: its default,
             16); raise it for stores with high latency.
         list_format: ``"packed"`` (values + ``_offsets``) or ``"padded"``
@@ -357,7 +360,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         Keys: ``steps`` and ``rows`` delivered; ``stall_ns``, the time spent
         waiting for a batch still being read (the loader was the bottleneck);
         ``ready``, batches read ahead; ``held_bytes``, rows kept now for steps
-        ahead, and ``horizon_steps``, the steps they were kept for;
+        ahead, ``held_peak`` the most kept at once, ``held_limit`` the share of
+        ``memory_budget`` for them, and ``horizon_steps``, the steps of the
+        last horizon;
         ``bytes_read`` and ``requests`` made to the store; ``row_groups``
         decoded and their ``decoded_bytes``; ``kept_rows`` and ``kept_bytes``
         copied out of them for the steps; ``fetch_ns`` and ``decode_ns``,
