@@ -9,8 +9,9 @@
 // run resumed at step t on another topology continues exactly.
 //
 // A Stream produces one rank's batches for an epoch, for one of K worker
-// processes (worker k makes steps t0+k, t0+k+K, …), reading ahead a bounded
-// number of steps on Go threads. Batches are Arrow record batches whose memory
+// processes (worker k makes steps t0+k, t0+k+K, …, or runs of R
+// consecutive steps in the same turns: see StreamOptions.Run), reading ahead
+// a bounded number of steps on Go threads. Batches are Arrow record batches whose memory
 // comes from Options.Allocator, so they can leave through the C Data Interface
 // without copying.
 package loader
@@ -33,7 +34,7 @@ import (
 // Defaults for Options fields left zero, and the largest values allowed.
 const (
 	DefaultReadAhead    = 4         // batches in flight per stream
-	DefaultMemoryBudget = 512 << 20 // bytes of decoded row groups cached per stream
+	DefaultMemoryBudget = 512 << 20 // bytes a stream may hold (see budget.go)
 
 	ReadAheadLimit = 4096 // batches: each holds a channel slot and, once read, its record
 	MaxReadsLimit  = 1024 // range requests in flight per stream

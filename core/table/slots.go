@@ -10,11 +10,11 @@ import (
 // priority value first, and among equals to the first to come.
 //
 // Decoding is bounded to one row group per core, and which fetched row group
-// decodes next decides how long the consumer waits: the planner fetches up
-// to MaxReads row groups at once, and from a distant store they arrive in
-// any order. Granting decoding slots in the order the groups will be used
-// (the order the planner asked for them; a read's own groups before all)
-// keeps the next group needed from queueing behind groups needed later.
+// decodes next decides how long the consumer waits: Keep fetches up to
+// MaxReads row groups at once, and from a distant store they arrive in any
+// order. Granting decoding slots in the order the groups will be used (the
+// order Keep calls asked for them) keeps the next group needed from queueing
+// behind groups needed later.
 type slots struct {
 	mu    sync.Mutex
 	free  int
