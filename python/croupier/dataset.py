@@ -366,8 +366,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         ``bytes_read`` and ``requests`` made to the store; ``row_groups``
         decoded and their ``decoded_bytes``; ``kept_rows`` and ``kept_bytes``
         copied out of them for the steps; ``fetch_ns`` and ``decode_ns``,
-        summed over parallel work. With DataLoader workers, each worker process has its own counters.
-        Empty before the first iteration.
+        summed over parallel work. With DataLoader workers, each worker process
+        has its own counters. Empty before the first iteration.
         """
         stream = self._stream() if self._stream is not None else None
         if stream is not None and not stream.closed:
