@@ -2,7 +2,6 @@ package table_test
 
 import (
 	"context"
-	"flag"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -11,18 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/seedtest"
 )
-
-var seedFlag = flag.Uint64("seed", 0, "seed of the property tests (0: from the clock)")
-
-func seed(t *testing.T) uint64 {
-	s := *seedFlag
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -seed %d)", s, s)
-	return s
-}
 
 // TestKeepReadsEveryPositionOnce: for random lists of row ids (repeats, runs
 // and scattered rows over row groups of three files), kept sets of them read
@@ -32,7 +21,7 @@ func seed(t *testing.T) uint64 {
 func TestKeepReadsEveryPositionOnce(t *testing.T) {
 	dir, n := writeDir(t, 150, 70, 200) // row groups of 64 rows
 	tb := open(t, "file://"+dir)
-	rng := rand.New(rand.NewPCG(seed(t), 0))
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 0))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for trial := range 40 {

@@ -2,13 +2,11 @@ package expr_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -16,19 +14,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/croupier-data/croupier/internal/seedtest"
 	"github.com/croupier-data/croupier/permutation/expr"
 )
-
-var seedFlag = flag.Uint64("seed", 0, "seed of the property tests (0: from the clock)")
-
-func testSeed(t *testing.T) uint64 {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -seed %d)", seed, seed)
-	return seed
-}
 
 // The property tests compare Eval with this file's reference evaluator,
 // which works row by row on Go values, following SQL's rules as plainly as
@@ -708,7 +696,7 @@ func sameVal(a, b val) bool {
 }
 
 func TestEvalMatchesReference(t *testing.T) {
-	g := gen{rand.New(rand.NewPCG(testSeed(t), 1))}
+	g := gen{rand.New(rand.NewPCG(seedtest.Seed(t), 1))}
 	mem := checkedMem(t)
 	const nrows = 48
 	for range 40 {
@@ -767,7 +755,7 @@ func statsOf(rows []row, name string) expr.Stats {
 }
 
 func TestMayMatchNeverSkipsAMatch(t *testing.T) {
-	g := gen{rand.New(rand.NewPCG(testSeed(t), 2))}
+	g := gen{rand.New(rand.NewPCG(seedtest.Seed(t), 2))}
 	const nrows, group = 64, 8
 	var groups, skipped int
 	for range 30 {
