@@ -27,6 +27,10 @@ class DataLoader(torch.utils.data.DataLoader):
       exact after every batch, with any ``num_workers``.
     - ``persistent_workers=True`` is refused: workers kept across epochs would not
       see ``set_epoch`` or ``load_state_dict``.
+    - each of the K workers gets ``memory_budget // K`` of the dataset's memory
+      budget (its default when the dataset has none), so that the workers
+      together hold what one process would; ``divide_budget=False`` gives each
+      worker all of it.
     - workers send their batches in Arrow, small steps several at a time, and
       this process converts them to the dataset's format: torch hands over each
       tensor through a shared-memory file of its own, which costs more than
@@ -34,12 +38,25 @@ class DataLoader(torch.utils.data.DataLoader):
       does, when the dataset has a ``collate``, a ``collate_fn`` is given or
       ``pin_memory`` is set.
 
-    Other keyword arguments (``pin_memory``, ``prefetch_factor``, ...) go to torch.
+    Args:
+        dataset: the dataset to load.
+        num_workers: worker processes (0: the batches are made in this process).
+        divide_budget: give each worker ``memory_budget // num_workers`` of the
+            dataset's memory budget (True), or all of it (False).
+        kwargs: other arguments of :class:`torch.utils.data.DataLoader`
+            (``pin_memory``, ``prefetch_factor``, ...).
     """
 
     dataset: StreamingDataset
 
-    def __init__(self, dataset: StreamingDataset, num_workers: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        num_workers: int = 0,
+        *,
+        divide_budget: bool = True,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(
                 f"croupier.DataLoader needs a croupier.StreamingDataset, got "
@@ -64,6 +81,7 @@ class DataLoader(torch.utils.data.DataLoader):
                     'the Go core does not survive fork(); use "spawn" or "forkserver"'
                 )
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self.divide_budget = bool(divide_budget)
         dataset._loader_counts = True
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -77,6 +95,7 @@ class DataLoader(torch.utils.data.DataLoader):
         Workers send their batches in Arrow, for this process to convert (see
         croupier.dataset.Steps), unless something must run on converted
         batches in the workers: the dataset's collate, a collate_fn, pinning.
+        They divide the dataset's memory budget unless divide_budget is False.
         Only the copies of the dataset the workers get are told to.
         """
         ds = self.dataset
@@ -85,10 +104,11 @@ class DataLoader(torch.utils.data.DataLoader):
             and self.collate_fn is torch.utils.data.default_convert
             and not self.pin_memory
         )
+        ds._divide_budget = self.divide_budget
         try:
             return super().__iter__()  # starts the workers: they get the dataset now
         finally:
-            ds._send_arrow = False
+            ds._send_arrow = ds._divide_budget = False
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         ds = self.dataset

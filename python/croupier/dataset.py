@@ -119,7 +119,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         memory_budget: bytes the Go core's stream may hold: data fetched and being
             decoded, batches read ahead and the rows kept for the steps ahead
             (None: its default, 512 MiB). Too small a budget for one step
-            raises InvalidArgumentError naming the sizes.
+            raises InvalidArgumentError naming the sizes. :class:`croupier.DataLoader`
+            gives each of its K worker processes ``memory_budget // K`` unless
+            ``divide_budget=False``.
         max_reads: range requests to the store kept in flight (None: its default,
             16); raise it for stores with high latency.
         list_format: ``"packed"`` (values + ``_offsets``) or ``"padded"``
@@ -185,6 +187,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._collate = collate
         if isinstance(source, Table):
             source._pin_json()  # cached now, so that copies in workers reopen this very version
+        # Set by croupier.DataLoader on the copies its workers get: each of K
+        # workers opens its Go dataset with the budget divided by K.
+        self._divide_budget = False
         self._go: _lib.Handle | None = self._open_go()
         self._closed = False
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
@@ -207,11 +212,23 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
     # -- lifetime ------------------------------------------------------------------
 
     def _open_go(self) -> _lib.Handle:
-        """Open the Go dataset over the source."""
+        """Open the Go dataset over the source, with this worker's share of the budget."""
+        options = self._options
+        if (budget := self._worker_budget()) is not None:
+            options = {**options, "memory_budget": budget}
         if isinstance(self._source, Permutation):
             perms = self._source.permutations
-            return _lib.dataset_open_split(perms._handle(), self._source.index, self._options)
-        return _lib.dataset_open(self._source._handle(), self._options)
+            return _lib.dataset_open_split(perms._handle(), self._source.index, options)
+        return _lib.dataset_open(self._source._handle(), options)
+
+    def _worker_budget(self) -> int | None:
+        """The memory budget of this copy when croupier.DataLoader divides the
+        dataset's among its workers and this is one of them, else None."""
+        worker = torch.utils.data.get_worker_info()
+        if not self._divide_budget or worker is None:
+            return None
+        # At least one byte: 0 would mean the default to Go.
+        return max(int(self._info["memory_budget"]) // worker.num_workers, 1)
 
     def _handle(self) -> int:
         """The Go dataset handle, reopened on first use in a worker process."""
@@ -320,7 +337,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             # in-order round robin reaches it (start + k - steps_per_epoch).
             epoch, start = epoch + 1, start - self.steps_per_epoch
         options = {"epoch": epoch, "start_step": start, "worker": k, "num_workers": num_workers}
-        stream = _lib.stream_open(self._handle(), {**options, "coalesce_bytes": _COALESCE_BYTES})
+        stream = self._open_stream({**options, "coalesce_bytes": _COALESCE_BYTES})
         try:
             self._stream = weakref.ref(stream)
             schema = None
@@ -347,6 +364,20 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                     self._stats = _lib.stream_stats(stream.value)
             finally:
                 stream.close()
+
+    def _open_stream(self, options: dict[str, Any]) -> _lib.Handle:
+        """Open a Go stream; in a worker whose budget was divided, errors say so."""
+        try:
+            return _lib.stream_open(self._handle(), options)
+        except InvalidArgumentError as exc:
+            if (budget := self._worker_budget()) is None:
+                raise
+            raise InvalidArgumentError(
+                f"{exc} (in DataLoader worker {options['worker']} of {options['num_workers']}: "
+                f"croupier.DataLoader divides the dataset's memory_budget "
+                f"{self._info['memory_budget']} among its workers, {budget} bytes each; "
+                "raise memory_budget, or pass divide_budget=False to give each worker all of it)"
+            ) from exc
 
     def _convert(self, sent: Steps) -> Iterator[Any]:
         """Each step of ``sent`` in the dataset's format."""

@@ -59,6 +59,24 @@ def test_croupier_dataloader_refuses_fork(table_uri: str) -> None:
         cr.DataLoader(dataset(table_uri), batch_size=4)
 
 
+def test_workers_divide_the_memory_budget(table_uri: str) -> None:
+    """Each of K workers gets memory_budget // K: a budget that holds a step in one
+    process but not halved fails in the workers, with an error that says why,
+    unless divide_budget=False."""
+    budget = 240_000  # a step needs about 124 kB here, with anything from 1 to 26 decoders
+    expected = ids(dataset(table_uri, memory_budget=budget))
+    assert len(expected) == dataset(table_uri).steps_per_epoch
+    with pytest.raises(cr.InvalidArgumentError, match="memory_budget 120000 bytes") as info:
+        ids(cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2))
+    assert "divides the dataset's memory_budget 240000 among its workers" in str(info.value)
+    assert "divide_budget=False" in str(info.value)
+    loader = cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2,
+                           divide_budget=False)  # fmt: skip
+    assert ids(loader) == expected
+    # With no budget set, the workers divide Go's default, which the dataset reports.
+    assert dataset(table_uri)._info["memory_budget"] == 512 << 20
+
+
 FORK_SCRIPT = textwrap.dedent(
     """
     import sys
@@ -118,6 +136,7 @@ def test_workers_send_arrow_and_the_loader_converts(
     sent = list(loader._from_workers())
     assert all(isinstance(s, Steps) for s in sent)
     assert not ds._send_arrow  # the dataset here stays as it was
+    assert not ds._divide_budget
     steps = sorted(t for s in sent for t in s.step_numbers())
     assert steps == list(range(ds.steps_per_epoch))
     assert max(s.steps for s in sent) > 1
