@@ -8,7 +8,7 @@ from typing import Any
 import torch.utils.data
 
 from .dataset import Steps, StreamingDataset
-from .errors import InvalidArgumentError
+from .errors import InternalError, InvalidArgumentError
 
 __all__ = ["DataLoader"]
 
@@ -25,18 +25,22 @@ class DataLoader(torch.utils.data.DataLoader):
     - it counts each batch it hands to the training loop, so
       ``loader.state_dict()`` (the same dict as ``dataset.state_dict()``) is
       exact after every batch, with any ``num_workers``.
-    - ``persistent_workers=True`` is refused: workers kept across epochs would not
-      see ``set_epoch`` or ``load_state_dict``.
+    - ``persistent_workers=True`` and ``in_order=False`` are refused: workers kept
+      across epochs would not see ``set_epoch`` or ``load_state_dict``, and
+      batches must reach the training loop in step order.
     - each of the K workers gets ``memory_budget // K`` of the dataset's memory
       budget (its default when the dataset has none), so that the workers
       together hold what one process would; ``divide_budget=False`` gives each
       worker all of it.
-    - workers send their batches in Arrow, small steps several at a time, and
-      this process converts them to the dataset's format: torch hands over each
+    - workers deal runs of 16 consecutive steps in turns (worker k makes runs
+      k, k + K, ...), which touch fewer row groups than every K-th step in
+      orders with locality, send each run in Arrow as one item, and this
+      process converts them to the dataset's format: torch hands over each
       tensor through a shared-memory file of its own, which costs more than
-      making the step. Workers convert batches themselves, as torch's loader
-      does, when the dataset has a ``collate``, a ``collate_fn`` is given or
-      ``pin_memory`` is set.
+      making the step. torch takes one item from each worker in turn, so the
+      runs arrive in step order. Workers convert batches themselves and deal
+      single steps in turns, as with torch's loader, when the dataset has a
+      ``collate``, a ``collate_fn`` is given or ``pin_memory`` is set.
 
     Args:
         dataset: the dataset to load.
@@ -72,6 +76,11 @@ class DataLoader(torch.utils.data.DataLoader):
                 "croupier.DataLoader: persistent_workers=True is not supported: workers kept "
                 "across epochs would not see set_epoch() or load_state_dict()"
             )
+        if not kwargs.get("in_order", True):
+            raise InvalidArgumentError(
+                "croupier.DataLoader: in_order=False is not supported: it delivers every "
+                "step in order, and counts them for exact checkpoints"
+            )
         if num_workers > 0:
             context = kwargs.setdefault("multiprocessing_context", "spawn")
             method = context if isinstance(context, str) else context.get_start_method()
@@ -92,14 +101,14 @@ class DataLoader(torch.utils.data.DataLoader):
     def _from_workers(self) -> Iterator[Any]:
         """torch's iterator over what the workers send.
 
-        Workers send their batches in Arrow, for this process to convert (see
-        croupier.dataset.Steps), unless something must run on converted
-        batches in the workers: the dataset's collate, a collate_fn, pinning.
-        They divide the dataset's memory budget unless divide_budget is False.
-        Only the copies of the dataset the workers get are told to.
+        Workers deal runs of steps and send them in Arrow, for this process to
+        convert (see croupier.dataset.Steps), unless something must run on
+        converted batches in the workers: the dataset's collate, a collate_fn,
+        pinning. They divide the dataset's memory budget unless divide_budget
+        is False. Only the copies of the dataset the workers get are told to.
         """
         ds = self.dataset
-        ds._send_arrow = (
+        ds._send_runs = (
             ds._collate is None
             and self.collate_fn is torch.utils.data.default_convert
             and not self.pin_memory
@@ -108,23 +117,25 @@ class DataLoader(torch.utils.data.DataLoader):
         try:
             return super().__iter__()  # starts the workers: they get the dataset now
         finally:
-            ds._send_arrow = ds._divide_budget = False
+            ds._send_runs = ds._divide_budget = False
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         ds = self.dataset
-        pending: dict[int, Iterator[Any]] = {}  # step -> the conversion that yields it
         for batch in batches:
             if not isinstance(batch, Steps):
                 ds._count_delivered()
                 yield batch
                 continue
-            # Workers take turns, so the steps of one batch interleave with the
-            # other workers'; each batch is converted once, its steps in order.
-            outs = ds._convert(batch)
-            for t in batch.step_numbers():
-                pending[t] = outs
-            while (outs := pending.pop(ds.steps_consumed, None)) is not None:
-                out = self.collate_fn(next(outs))
+            # torch takes one item from each worker in turn, and worker k sends
+            # runs k, k + K, ...: each run begins at the next step.
+            if batch.first != ds.steps_consumed:
+                raise InternalError(
+                    f"croupier.DataLoader: a worker sent steps {batch.first} to "
+                    f"{batch.first + batch.steps - 1} of epoch {ds.epoch} when step "
+                    f"{ds.steps_consumed} was next"
+                )
+            for out in ds._convert(batch.batch, batch.steps):
+                out = self.collate_fn(out)
                 ds._count_delivered()
                 yield out
 

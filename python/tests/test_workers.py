@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,8 @@ import torch.utils.data
 from conftest import plain
 
 import croupier as cr
-from croupier.dataset import Steps
+from croupier import _lib
+from croupier.dataset import _RUN_STEPS, Steps, _read
 
 G, S = 16, 8
 
@@ -21,10 +23,11 @@ def ids(loader: object) -> list[list[int]]:
     return [batch["id"].tolist() for batch in loader]  # type: ignore[attr-defined]
 
 
-def dataset(table_uri: str, **kwargs: object) -> cr.StreamingDataset:
-    tbl = cr.open_table(table_uri)
+def dataset(source: str | cr.Permutation, **kwargs: object) -> cr.StreamingDataset:
+    """Over a table URI or a permutation; a partial last step (1003 rows)."""
+    rows = cr.open_table(source) if isinstance(source, str) else source
     return cr.StreamingDataset(
-        tbl, global_batch_size=G, num_splits=S, columns=["id"], drop_last=False, **kwargs
+        rows, global_batch_size=G, num_splits=S, columns=["id"], drop_last=False, **kwargs
     )
 
 
@@ -57,6 +60,8 @@ def test_croupier_dataloader_refuses_fork(table_uri: str) -> None:
         cr.DataLoader(dataset(table_uri), num_workers=1, multiprocessing_context="fork")
     with pytest.raises(cr.InvalidArgumentError, match="batch_size"):
         cr.DataLoader(dataset(table_uri), batch_size=4)
+    with pytest.raises(cr.InvalidArgumentError, match="in_order"):
+        cr.DataLoader(dataset(table_uri), num_workers=2, in_order=False)
 
 
 def test_workers_divide_the_memory_budget(table_uri: str) -> None:
@@ -75,6 +80,82 @@ def test_workers_divide_the_memory_budget(table_uri: str) -> None:
     assert ids(loader) == expected
     # With no budget set, the workers divide Go's default, which the dataset reports.
     assert dataset(table_uri)._info["memory_budget"] == 512 << 20
+
+
+@pytest.mark.parametrize("coalesce", [0, 4 << 10, 1 << 20])
+def test_runs_are_cut_from_the_streams_batches(table_uri: str, coalesce: int) -> None:
+    """A worker's runs, made of batches of one step each, of several steps that
+    end inside a run, or of up to 64 steps that span runs: each holds the rows of
+    its steps, in one compact batch, and the worker's runs come in turn."""
+    want = [batch["id"].tolist() for batch in dataset(table_uri)]
+    end = len(want)
+    ds = dataset(table_uri)
+    for k, start in [(1, 0), (3, 0), (2, 21), (3, end - 20)]:
+        for w in range(k):
+            options = {"epoch": 0, "start_step": start, "worker": w, "num_workers": k,
+                       "run": _RUN_STEPS, "coalesce_bytes": coalesce}  # fmt: skip
+            stream = _lib.stream_open(ds._handle(), options)
+            try:
+                runs = list(ds._runs(_read(stream), start, k))
+            finally:
+                stream.close()
+            firsts = range(start + w * _RUN_STEPS, end, k * _RUN_STEPS)
+            assert [r.first for r in runs] == list(firsts)
+            for r in runs:
+                assert r.steps == min(_RUN_STEPS, end - r.first)
+                rows = [i for t in r.step_numbers() for i in want[t]]
+                assert r.batch.column("id").to_pylist() == rows
+                assert r.batch.get_total_buffer_size() == r.batch.nbytes  # no slice of more
+
+
+@pytest.fixture
+def orders(table_uri: str, tmp_path: Path) -> dict[str, cr.Permutation]:
+    """A sequential and a shuffled permutation of the table."""
+    sequential = cr.PermutationBuilder(cr.open_table(table_uri))
+    shuffled = cr.PermutationBuilder(cr.open_table(table_uri)).shuffle(seed=5)
+    return {
+        name: builder.persist(f"file://{tmp_path / name}", progress=False)["all"]
+        for name, builder in [("sequential", sequential), ("shuffled", shuffled)]
+    }
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+@pytest.mark.parametrize(("order", "num_workers"), [("sequential", 2), ("shuffled", 3)])
+def test_workers_deal_runs_in_step_order(
+    orders: dict[str, cr.Permutation], order: str, num_workers: int
+) -> None:
+    """Under croupier.DataLoader the workers deal runs of steps; every step reaches
+    the training loop once, in order, with the rows num_workers=0 gives it."""
+    expected = ids(dataset(orders[order]))
+    assert len(expected) > num_workers * _RUN_STEPS  # a worker deals more than one run
+    ds = dataset(orders[order])
+    loader = cr.DataLoader(ds, num_workers=num_workers)
+    assert ids(loader) == expected
+    assert (ds.epoch, ds.steps_consumed) == (1, 0)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_resume_runs_at_another_world_size(orders: dict[str, cr.Permutation]) -> None:
+    """Stopped inside a run of worker 1 of 2, a checkpoint resumes on 2 ranks with 3
+    and 1 workers: the rest of the epoch holds exactly the steps not yet trained."""
+    perm = orders["shuffled"]
+    expected = [set(b) for b in ids(dataset(perm))]
+    stop = _RUN_STEPS + 5
+    ds = dataset(perm)
+    first = []
+    for batch in cr.DataLoader(ds, num_workers=2):
+        first.append(set(batch["id"].tolist()))
+        if len(first) == stop:
+            break
+    state = ds.state_dict()
+    assert state["steps_consumed"] == stop
+    per_rank = []
+    for rank, num_workers in [(0, 3), (1, 1)]:
+        resumed = dataset(perm, rank=rank, world_size=2)
+        resumed.load_state_dict(state)
+        per_rank.append([set(b["id"].tolist()) for b in cr.DataLoader(resumed, num_workers)])
+    rest = [a | b for a, b in zip(*per_rank, strict=True)]
+    assert first + rest == expected
 
 
 FORK_SCRIPT = textwrap.dedent(
@@ -132,14 +213,14 @@ def test_workers_send_arrow_and_the_loader_converts(
     ds = make()
     loader = cr.DataLoader(ds, num_workers=2)
     assert [plain(b) for b in loader] == want
-    # what crosses from the workers: Arrow batches covering every step once
+    # what crosses from the workers: runs of steps in Arrow, every step once, in order
     sent = list(loader._from_workers())
     assert all(isinstance(s, Steps) for s in sent)
-    assert not ds._send_arrow  # the dataset here stays as it was
+    assert not ds._send_runs  # the dataset here stays as it was
     assert not ds._divide_budget
-    steps = sorted(t for s in sent for t in s.step_numbers())
+    steps = [t for s in sent for t in s.step_numbers()]
     assert steps == list(range(ds.steps_per_epoch))
-    assert max(s.steps for s in sent) > 1
+    assert max(s.steps for s in sent) == _RUN_STEPS
 
 
 def rows(batch: dict[str, Any]) -> dict[str, Any]:
