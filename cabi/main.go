@@ -462,9 +462,8 @@ func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 			"num_splits": o.NumSplits, "global_batch_size": o.GlobalBatchSize,
 			"rank": o.Rank, "world_size": o.WorldSize, "rank_batch_size": l.RankBatchSize(),
 			"drop_last": o.DropLast, "columns": o.Columns, "shuffle_seed": o.ShuffleSeed,
-			"memory_budget": o.MemoryBudget,
 			"table_uri": l.Table().URI(), "table_version": l.Table().Version(),
-			"permutation_id": l.Order().ID(),
+			"permutation_id": l.Order().ID(), "memory_budget": o.MemoryBudget,
 		}, out)
 	})
 }
