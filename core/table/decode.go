@@ -127,7 +127,7 @@ type columnDecoder struct {
 
 // decodeColumn decodes a column chunk that fastColumn accepted.
 func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind,
-	chunk *metadata.ColumnChunkMetaData, pr file.PageReader, rows int64) (arrow.Array, error) {
+	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64) (arrow.Array, error) {
 	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel()}
 	dt := f.Type
 	if kind == fastList {

@@ -41,6 +41,16 @@ type byteRange struct{ off, n int64 }
 // chunkRanges returns the byte ranges of the given leaf columns of row group
 // g, merged across small holes and split into parts of at most partBytes.
 func chunkRanges(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, error) {
+	chunks, err := leafChunks(md, g, leaves)
+	if err != nil {
+		return nil, err
+	}
+	return mergeRanges(chunks), nil
+}
+
+// leafChunks returns the byte range of each of the given leaf columns of row
+// group g.
+func leafChunks(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, error) {
 	rg := md.RowGroup(g)
 	var chunks []byteRange
 	for _, leaf := range leaves {
@@ -54,6 +64,12 @@ func chunkRanges(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, e
 		}
 		chunks = append(chunks, byteRange{start, col.TotalCompressedSize()})
 	}
+	return chunks, nil
+}
+
+// mergeRanges sorts ranges, merges those separated by small holes, and
+// splits the result into parts of at most partBytes.
+func mergeRanges(chunks []byteRange) []byteRange {
 	slices.SortFunc(chunks, func(a, b byteRange) int { return int(a.off - b.off) })
 	var merged []byteRange
 	for _, c := range chunks {
@@ -69,7 +85,7 @@ func chunkRanges(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, e
 			parts = append(parts, byteRange{off, min(partBytes, m.off+m.n-off)})
 		}
 	}
-	return parts, nil
+	return parts
 }
 
 // fetched serves reads of one object from ranges fetched ahead, and passes
@@ -81,13 +97,21 @@ type fetched struct {
 	stats  *readerStats
 }
 
-// ReadAt copies from a fetched range holding [off, off+len(p)), else reads
-// from the store.
+// ReadAt copies from the fetched ranges holding [off, off+len(p)) (parts of
+// one range lie end to end), else reads from the store.
 func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 	for i, r := range f.ranges {
-		if off >= r.off && off+int64(len(p)) <= r.off+r.n {
-			return copy(p, f.data[i][off-r.off:]), nil
+		if off < r.off || off >= r.off+r.n {
+			continue
 		}
+		n := copy(p, f.data[i][off-r.off:])
+		for j := i + 1; n < len(p) && j < len(f.ranges) && f.ranges[j].off == off+int64(n); j++ {
+			n += copy(p[n:], f.data[j])
+		}
+		if n == len(p) {
+			return n, nil
+		}
+		break
 	}
 	f.stats.requests.Add(1)
 	n, err := f.ReaderAt.ReadAt(p, off)

@@ -180,20 +180,30 @@ func (k *Kept) fail(pieces []*piece, err error) {
 	}
 }
 
-// buildPiece decodes p's row group column by column, copying out p's rows
-// of each column before the next is decoded, then frees a slot of sem.
+// buildPiece decodes p's row group column by column (of each, only the
+// pages that hold p's rows, where the file's offset index locates them),
+// copying out p's rows of each column before the next is decoded, then frees
+// a slot of sem.
 func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan struct{}) (rec arrow.RecordBatch, err error) {
 	defer k.wg.Done()
 	defer func() { <-sem }()
 	defer func() { k.finish(p, rec, err) }()
 	defer recoverTo(&err, "read", k.r.t.loc.ObjectURI(k.r.t.pin.Files[p.key.File].Key))
 	r := k.r
-	rows := r.t.pin.Files[p.key.File].RowGroups[p.key.Group]
-	all := whole(p.sel, rows)
-	var spans []span
+	all := whole(p.sel, r.t.pin.Files[p.key.File].RowGroups[p.key.Group])
+	var (
+		rows  []int64 // p's rows, ascending
+		plans []*pagePlan
+		spans []span // of p's rows in a whole column
+	)
 	if !all {
-		for _, v := range p.sel {
-			spans = appendSpan(spans, 0, int64(v>>32), 1)
+		rows = make([]int64, len(p.sel))
+		for i, v := range p.sel {
+			rows[i] = int64(v >> 32)
+			spans = appendSpan(spans, 0, rows[i], 1)
+		}
+		if plans, err = r.plan(ctx, p.key, rows); err != nil {
+			return nil, err
 		}
 	}
 	cols := make([]arrow.Array, r.schema.NumFields())
@@ -204,13 +214,20 @@ func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan 
 			}
 		}
 	}()
-	err = r.decode(ctx, p.key, prio, func(c int, col arrow.Array) (err error) {
+	err = r.decode(ctx, p.key, prio, plans, func(c int, col arrow.Array) (err error) {
 		if all {
 			col.Retain()
 			cols[c] = col
 			return nil
 		}
-		cols[c], err = r.gatherColumn(ctx, c, []arrow.Array{col}, spans)
+		at := spans
+		if plans != nil && plans[c] != nil { // col holds the rows of the planned pages
+			at = make([]span, 0, len(spans))
+			for _, row := range rows {
+				at = appendSpan(at, 0, plans[c].row(row), 1)
+			}
+		}
+		cols[c], err = r.gatherColumn(ctx, c, []arrow.Array{col}, at)
 		return err
 	})
 	if err != nil {

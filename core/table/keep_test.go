@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
 )
 
@@ -136,5 +139,97 @@ func TestKeepClosedEarly(t *testing.T) {
 	}
 	if _, err := r.Keep(ctx, []uint64{uint64(n)}, budget); err == nil {
 		t.Fatal("Keep of a row id past the table succeeded")
+	}
+}
+
+// TestKeepReadsPages: from a croupier table (with an offset index, pages of
+// a few dozen rows) kept sets read back exactly the rows named, as from files
+// without an index (above), and a read of a few rows fetches the pages that
+// hold them, not their column chunks.
+func TestKeepReadsPages(t *testing.T) {
+	ctx := context.Background()
+	const n = 30000
+	recs := []arrow.RecordBatch{tabletest.Record(0, n/2), tabletest.Record(n/2, n/2)}
+	defer recs[0].Release()
+	defer recs[1].Release()
+	rdr, err := array.NewRecordReader(tabletest.Schema, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdr.Release()
+	tb, err := table.Create(ctx, "file://"+t.TempDir(), rdr, table.WriteOptions{RowGroupRows: 10000, PageBytes: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 1))
+	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	defer mem.AssertSize(t, 0)
+	r, err := tb.NewReader(table.ReaderOptions{Allocator: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		ids := randomIDs(rng, n)
+		k, err := r.Keep(ctx, ids, table.NewBudget(1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for from := 0; from < len(ids); {
+			to := min(len(ids), from+1+rng.IntN(50))
+			rec, err := k.Read(ctx, from, to)
+			if err != nil {
+				t.Fatalf("positions [%d, %d): %v", from, to, err)
+			}
+			checkRows(t, rec, ids[from:to])
+			rec.Release()
+			from = to
+		}
+		k.Close()
+	}
+	// One row of each row group: a page of the token column of each and its
+	// dictionary page (here as large as the values: each token is distinct),
+	// not the chunks.
+	tokens := func() *table.Reader {
+		r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"tokens"}, Allocator: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	whole, sparse := tokens(), tokens()
+	for g := range 3 {
+		rec, err := whole.ReadGroup(ctx, 0, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	rec, err := sparse.Read(ctx, []uint64{10, 15000, 29999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Column(0).(*array.List).ListValues().(*array.Int32).Value(0); got != tabletest.Tokens(10)[0] {
+		t.Errorf("row 10's first token %d, want %d", got, tabletest.Tokens(10)[0])
+	}
+	rec.Release()
+	md, err := tb.Footer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dicts int64
+	for g := range 3 {
+		col, err := md.RowGroup(g).ColumnChunk(1) // the tokens
+		if err != nil {
+			t.Fatal(err)
+		}
+		if col.HasDictionaryPage() {
+			dicts += col.DataPageOffset() - col.DictionaryPageOffset()
+		}
+	}
+	got, chunks := sparse.Stats().BytesRead, whole.Stats().BytesRead
+	if (got-dicts)*4 > chunks-dicts {
+		t.Errorf("three rows read %d bytes besides %d of dictionaries; the data pages of their token chunks hold %d",
+			got-dicts, dicts, chunks-dicts)
 	}
 }

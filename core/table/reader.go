@@ -384,8 +384,10 @@ func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error
 
 // decode fetches the projected columns of one row group and decodes them one
 // after the other, handing each to each, which may retain it: a row group is
-// never decoded whole at once unless each keeps every column.
-func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, each func(c int, col arrow.Array) error) (err error) {
+// never decoded whole at once unless each keeps every column. Of an output
+// column c with plans[c] set (plans may be nil), only the planned pages are
+// fetched and decoded: the column each gets holds their rows.
+func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, plans []*pagePlan, each func(c int, col arrow.Array) error) (err error) {
 	f := r.t.pin.Files[key.File]
 	where := r.t.loc.ObjectURI(f.Key)
 	defer errcode.Recover(&err, errcode.Corrupt, fmt.Sprintf("decode row group %d of", key.Group), where)
@@ -393,7 +395,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, each func
 	if err != nil {
 		return err
 	}
-	ranges, err := chunkRanges(md, key.Group, slices.Concat(r.leaves...))
+	ranges, err := r.ranges(md, key.Group, plans)
 	if err != nil {
 		return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
@@ -419,7 +421,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, each func
 	}
 	defer r.decoding.release()
 	start := time.Now()
-	if err := r.decodeFrom(ctx, src, md, key, where, each); err != nil {
+	if err := r.decodeFrom(ctx, src, md, key, where, plans, each); err != nil {
 		return err
 	}
 	r.stats.decodeNanos.Add(int64(time.Since(start)))
@@ -428,9 +430,10 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, each func
 }
 
 // decodeFrom decodes the projected columns of row group key of the file src
-// reads, one after the other, and hands each to each.
+// reads, one after the other (only the planned pages of those with a plan),
+// and hands each to each.
 func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key GroupRef, where string,
-	each func(c int, col arrow.Array) error) error {
+	plans []*pagePlan, each func(c int, col arrow.Array) error) error {
 	// The page decoder copies what it keeps out of the pages, so their
 	// buffers are scratch; pqarrow's arrays may hold memory of the reader's
 	// allocator, so it gets r.mem.
@@ -457,9 +460,18 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 			slow.Close()
 		}
 	}()
-	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
+	groupRows := r.t.pin.Files[key.File].RowGroups[key.Group]
 	for i, field := range r.schema.Fields() {
-		col, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i])
+		rows := groupRows
+		var pages func(chunk *metadata.ColumnChunkMetaData) pageSource
+		if plans != nil && plans[i] != nil {
+			plan := plans[i]
+			rows = plan.rows
+			pages = func(chunk *metadata.ColumnChunkMetaData) pageSource {
+				return plan.read(src, chunk, scratch{})
+			}
+		}
+		col, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i], rows, pages)
 		if err == nil && col == nil {
 			if slow == nil {
 				if slow, err = open(r.mem); err != nil {
@@ -473,7 +485,7 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 		}
 		if int64(col.Len()) != rows {
 			col.Release()
-			return errcode.New(errcode.Corrupt, "decode", where, "row group %d, column %q: %d values, the row group holds %d",
+			return errcode.New(errcode.Corrupt, "decode", where, "row group %d, column %q: %d values, %d expected",
 				key.Group, field.Name, col.Len(), rows)
 		}
 		r.stats.decoded.Add(dataBytes(col.Data()))
@@ -487,8 +499,10 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 }
 
 // decodeFast decodes one column with decodeColumn, or returns nil when
-// decodeColumn does not handle it.
-func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, field arrow.Field, leaves []int) (arrow.Array, error) {
+// decodeColumn does not handle it. When pages is not nil, it reads the
+// chunk's pages (only rows of them: those of a plan).
+func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, field arrow.Field, leaves []int,
+	rows int64, pages func(*metadata.ColumnChunkMetaData) pageSource) (arrow.Array, error) {
 	if len(leaves) != 1 {
 		return nil, nil
 	}
@@ -501,12 +515,86 @@ func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, 
 	if kind == notFast {
 		return nil, nil
 	}
+	if pages != nil {
+		src := pages(chunk)
+		if c, ok := src.(interface{ Close() }); ok {
+			defer c.Close()
+		}
+		return decodeColumn(r.mem, field, col, kind, chunk, src, rows)
+	}
 	pr, err := rg.GetColumnPageReader(leaves[0])
 	if err != nil {
 		return nil, err
 	}
 	defer pr.Close()
-	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows())
+	return decodeColumn(r.mem, field, col, kind, chunk, pr, rows)
+}
+
+// ranges returns the byte ranges decode fetches of row group g: each output
+// column's chunks, or the sections of its plan.
+func (r *Reader) ranges(md *metadata.FileMetaData, g int, plans []*pagePlan) ([]byteRange, error) {
+	var all []byteRange
+	for c, leaves := range r.leaves {
+		if plans == nil || plans[c] == nil {
+			chunks, err := leafChunks(md, g, leaves)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, chunks...)
+			continue
+		}
+		chunk, err := md.RowGroup(g).ColumnChunk(leaves[0])
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, plans[c].sections(dictionaryOffset(chunk))...)
+	}
+	return mergeRanges(all), nil
+}
+
+// plan returns, for each output column of row group key, the pages that hold
+// the given rows (ascending offsets in the group), or nil where that is all
+// of them, the column has no offset index, or the page decoder does not
+// handle it. It returns nil when no column has a plan.
+func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pagePlan, error) {
+	md, err := r.t.Footer(ctx, key.File)
+	if err != nil {
+		return nil, err
+	}
+	var cols, leaves []int // the columns the page decoder handles, and their leaves
+	for c, field := range r.schema.Fields() {
+		if len(r.leaves[c]) != 1 {
+			continue
+		}
+		chunk, err := md.RowGroup(key.Group).ColumnChunk(r.leaves[c][0])
+		if err != nil {
+			return nil, errcode.Wrap(err, errcode.Corrupt, "plan pages", r.t.loc.ObjectURI(r.t.pin.Files[key.File].Key))
+		}
+		if fastColumn(field, md.Schema.Column(r.leaves[c][0]), chunk) != notFast {
+			cols = append(cols, c)
+			leaves = append(leaves, r.leaves[c][0])
+		}
+	}
+	if len(cols) == 0 {
+		return nil, nil
+	}
+	locs, err := r.t.pages(ctx, key.File, key.Group, leaves)
+	if err != nil {
+		return nil, err
+	}
+	var plans []*pagePlan
+	for i, c := range cols {
+		if locs[i] == nil {
+			continue
+		}
+		if p := planPages(locs[i], rows); p != nil {
+			if plans == nil {
+				plans = make([]*pagePlan, len(r.leaves))
+			}
+			plans[c] = p
+		}
+	}
+	return plans, nil
 }
 
 // decodeSlow decodes output column c of row group g with pqarrow.
@@ -552,7 +640,7 @@ func (r *Reader) ReadGroup(ctx context.Context, file, group int) (rec arrow.Reco
 			}
 		}
 	}()
-	err = r.decode(ctx, GroupRef{file, group}, 0, func(c int, col arrow.Array) error {
+	err = r.decode(ctx, GroupRef{file, group}, 0, nil, func(c int, col arrow.Array) error {
 		col.Retain()
 		cols[c] = col
 		return nil

@@ -171,6 +171,8 @@ type Table struct {
 	mu          sync.Mutex
 	footers     []*metadata.FileMetaData // loaded lazily by OpenPin, eagerly by Open
 	footerReads singleflight.Group       // by file index: one read of a footer at a time
+
+	pageIndex pageIndex // offset indexes read so far
 }
 
 // Kinds of table, as Pin.Kind records them.

@@ -1,0 +1,302 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/croupier-data/croupier/core/errcode"
+)
+
+// Page-level reads.
+//
+// A Parquet page is the smallest unit a reader can decode. When a file has an
+// offset index (croupier's own files always do), it says where each data page
+// of a column chunk lies and which row it starts with: pages of a column
+// begin at row boundaries. Keep then fetches and decodes, of each column
+// croupier's page decoder handles, only the dictionary page and the data
+// pages that hold rows it keeps, so that a horizon that needs a few rows of a
+// row group pays for a few pages, not the whole chunk. Files without an
+// offset index (pyarrow writes none by default) are read a column chunk at a
+// time: rewriting them as a croupier table gives them one.
+
+// pageLocs are the data pages of one column chunk: the first row of each in
+// its row group (first[len(off)] is the row group's row count), and where each
+// lies in the file.
+type pageLocs struct {
+	first     []int64
+	off, size []int64
+}
+
+// pageKey names one column chunk.
+type pageKey struct{ file, group, leaf int }
+
+// pageIndex caches the offset indexes a table has read, by column chunk; nil
+// for a chunk without one.
+type pageIndex struct {
+	m     sync.Map // pageKey -> *pageLocs
+	loads singleflight.Group
+}
+
+// pageIndexSpan bounds one read of offset indexes. A writer puts those of a
+// file together, after its row groups: far fewer bytes.
+const pageIndexSpan = 8 << 20
+
+// pages returns the page locations of the given leaf columns of row group g
+// of file f, nil for a column without an offset index. The first use of a
+// file reads its offset indexes for those columns, in every row group, in
+// one request where they lie together.
+func (t *Table) pages(ctx context.Context, f, g int, leaves []int) ([]*pageLocs, error) {
+	out := make([]*pageLocs, len(leaves))
+	for {
+		missing := false
+		for i, leaf := range leaves {
+			v, ok := t.pageIndex.m.Load(pageKey{f, g, leaf})
+			if !ok {
+				missing = true
+				break
+			}
+			out[i] = v.(*pageLocs)
+		}
+		if !missing {
+			return out, nil
+		}
+		_, err, _ := t.pageIndex.loads.Do(fmt.Sprint(f, leaves), func() (any, error) {
+			return nil, t.loadPages(ctx, f, leaves)
+		})
+		// A load canceled by the caller that started it is retried by the
+		// others.
+		if err != nil && (errcode.Of(err) != errcode.Canceled || ctx.Err() != nil) {
+			return nil, err
+		}
+	}
+}
+
+// loadPages reads the offset indexes of the given leaf columns of every row
+// group of file f.
+func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
+	md, err := t.Footer(ctx, f)
+	if err != nil {
+		return err
+	}
+	where := t.loc.ObjectURI(t.pin.Files[f].Key)
+	type want struct {
+		key       pageKey
+		off, size int64
+	}
+	var wants []want
+	for g := range md.NumRowGroups() {
+		for _, leaf := range leaves {
+			col, err := md.RowGroup(g).ColumnChunk(leaf)
+			if err != nil {
+				return errcode.Wrap(err, errcode.Corrupt, "read page index", where)
+			}
+			loc := col.GetOffsetIndexLocation()
+			if loc == nil || loc.Length <= 0 {
+				t.pageIndex.m.Store(pageKey{f, g, leaf}, (*pageLocs)(nil))
+				continue
+			}
+			if loc.Offset < 0 || loc.Offset+int64(loc.Length) > t.pin.Files[f].Size {
+				return errcode.New(errcode.Corrupt, "read page index", where,
+					"row group %d, column %d: offset index at [%d, +%d) outside the file", g, leaf, loc.Offset, loc.Length)
+			}
+			wants = append(wants, want{pageKey{f, g, leaf}, loc.Offset, int64(loc.Length)})
+		}
+	}
+	slices.SortFunc(wants, func(a, b want) int { return int(a.off - b.off) })
+	ra := t.loc.NewReaderAt(ctx, t.pin.Files[f].Object)
+	for len(wants) > 0 {
+		// One read for the indexes that lie within pageIndexSpan of the first.
+		n, end := 1, wants[0].off+wants[0].size
+		for n < len(wants) && wants[n].off+wants[n].size-wants[0].off <= pageIndexSpan {
+			end = max(end, wants[n].off+wants[n].size)
+			n++
+		}
+		start := wants[0].off
+		buf := make([]byte, end-start)
+		if _, err := ra.ReadAt(buf, start); err != nil {
+			return err
+		}
+		for _, w := range wants[:n] {
+			locs, err := parseOffsetIndex(buf[w.off-start:w.off-start+w.size], t.pin.Files[f].RowGroups[w.key.group], t.pin.Files[f].Size)
+			if err != nil {
+				return errcode.Wrap(fmt.Errorf("row group %d, column %d: %w", w.key.group, w.key.leaf, err), errcode.Corrupt, "read page index", where)
+			}
+			t.pageIndex.m.Store(w.key, locs)
+		}
+		wants = wants[n:]
+	}
+	return nil
+}
+
+// parseOffsetIndex decodes an offset index and checks it against a row group
+// of rows rows in a file of size bytes.
+func parseOffsetIndex(b []byte, rows, size int64) (locs *pageLocs, err error) {
+	defer func() {
+		if p := recover(); p != nil { // arrow-go panics on a malformed index
+			locs, err = nil, fmt.Errorf("malformed offset index: %v", p)
+		}
+	}()
+	pages := metadata.NewOffsetIndex(b, nil, nil).GetPageLocations()
+	if len(pages) == 0 {
+		return nil, fmt.Errorf("offset index lists no page")
+	}
+	locs = &pageLocs{first: make([]int64, len(pages)+1), off: make([]int64, len(pages)), size: make([]int64, len(pages))}
+	for i, p := range pages {
+		locs.first[i], locs.off[i], locs.size[i] = p.FirstRowIndex, p.Offset, int64(p.CompressedPageSize)
+		switch {
+		case i == 0 && p.FirstRowIndex != 0, i > 0 && p.FirstRowIndex <= locs.first[i-1], p.FirstRowIndex >= rows:
+			return nil, fmt.Errorf("page %d starts at row %d (row group of %d rows)", i, p.FirstRowIndex, rows)
+		case p.Offset < 0 || p.CompressedPageSize <= 0 || p.Offset+int64(p.CompressedPageSize) > size,
+			i > 0 && p.Offset < locs.off[i-1]+locs.size[i-1]:
+			return nil, fmt.Errorf("page %d at [%d, +%d) out of place", i, p.Offset, p.CompressedPageSize)
+		}
+	}
+	locs.first[len(pages)] = rows
+	return locs, nil
+}
+
+// pagePlan is the data pages of one column chunk a piece needs, and where
+// its rows land when only those pages are decoded.
+type pagePlan struct {
+	locs  *pageLocs
+	pages []int   // the pages needed, ascending
+	base  []int64 // for each, the rows of the pages before it in pages
+	rows  int64   // rows in them all
+}
+
+// planPages returns the pages of locs that hold rows (ascending offsets in
+// the row group), or nil when that is every page.
+func planPages(locs *pageLocs, rows []int64) *pagePlan {
+	p := &pagePlan{locs: locs}
+	page := -1
+	for _, r := range rows {
+		if page >= 0 && r < locs.first[page+1] {
+			continue
+		}
+		// The page holding r: the last whose first row is ≤ r.
+		page, _ = slices.BinarySearch(locs.first[:len(locs.off)], r+1)
+		page--
+		p.base = append(p.base, p.rows)
+		p.pages = append(p.pages, page)
+		p.rows += locs.first[page+1] - locs.first[page]
+	}
+	if len(p.pages) == len(locs.off) {
+		return nil
+	}
+	return p
+}
+
+// row returns where row r of the row group lies among the rows of the
+// planned pages; r must lie in one of them.
+func (p *pagePlan) row(r int64) int64 {
+	i, _ := slices.BinarySearchFunc(p.pages, r, func(page int, r int64) int {
+		switch {
+		case p.locs.first[page+1] <= r:
+			return -1
+		case p.locs.first[page] > r:
+			return 1
+		}
+		return 0
+	})
+	return p.base[i] + r - p.locs.first[p.pages[i]]
+}
+
+// sections returns the byte ranges the plan reads of a chunk: its dictionary
+// page, if it has one (dict ≥ 0: from dict to the first data page), then each
+// run of consecutive planned pages.
+func (p *pagePlan) sections(dict int64) []byteRange {
+	var out []byteRange
+	if dict >= 0 && dict < p.locs.off[0] {
+		out = append(out, byteRange{dict, p.locs.off[0] - dict})
+	}
+	for i, page := range p.pages {
+		off, n := p.locs.off[page], p.locs.size[page]
+		if k := len(out) - 1; k >= 0 && i > 0 && p.pages[i-1] == page-1 {
+			out[k].n = off + n - out[k].off
+			continue
+		}
+		out = append(out, byteRange{off, n})
+	}
+	return out
+}
+
+// read returns the planned pages of chunk, read from src.
+func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkMetaData, mem memory.Allocator) *plannedPages {
+	props := parquet.NewReaderProperties(mem)
+	props.BufferedStreamEnabled = true
+	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), open: func(s byteRange) (file.PageReader, error) {
+		stream, err := props.GetStream(src, s.off, s.n)
+		if err != nil {
+			return nil, err
+		}
+		// A page reader of a section of pages, which it reads to the end:
+		// the offset index has located them.
+		return file.NewPageReader(stream, math.MaxInt64, chunk.Compression(), mem, nil) //nolint:staticcheck // the reader of a chunk's sections
+	}}
+}
+
+// dictionaryOffset is where chunk's dictionary page starts, or -1.
+func dictionaryOffset(chunk *metadata.ColumnChunkMetaData) int64 {
+	if chunk.HasDictionaryPage() && chunk.DictionaryPageOffset() > 0 && chunk.DictionaryPageOffset() < chunk.DataPageOffset() {
+		return chunk.DictionaryPageOffset()
+	}
+	return -1
+}
+
+// pageSource yields the pages of a column chunk one at a time, as
+// file.PageReader does.
+type pageSource interface {
+	Next() bool
+	Page() file.Page
+	Err() error
+}
+
+// plannedPages yields the pages of a chunk's planned sections (see
+// pagePlan.sections), each read by a page reader of its own.
+type plannedPages struct {
+	sections []byteRange
+	open     func(byteRange) (file.PageReader, error)
+	cur      file.PageReader
+	err      error
+}
+
+func (pp *plannedPages) Next() bool {
+	for pp.err == nil {
+		if pp.cur != nil {
+			if pp.cur.Next() {
+				return true
+			}
+			pp.err = pp.cur.Err()
+			pp.cur.Close()
+			pp.cur = nil
+			continue
+		}
+		if len(pp.sections) == 0 {
+			return false
+		}
+		pp.cur, pp.err = pp.open(pp.sections[0])
+		pp.sections = pp.sections[1:]
+	}
+	return false
+}
+
+func (pp *plannedPages) Page() file.Page { return pp.cur.Page() }
+
+func (pp *plannedPages) Err() error { return pp.err }
+
+// Close closes the page reader of the section being read.
+func (pp *plannedPages) Close() {
+	if pp.cur != nil {
+		pp.cur.Close()
+		pp.cur = nil
+	}
+}
