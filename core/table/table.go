@@ -72,20 +72,23 @@
 //
 // Data files are Parquet written by pqarrow with zstd, a page index (column and
 // offset indexes), the Arrow schema stored, DefaultRowGroupRows rows per row
-// group and DefaultPageBytes pages. The Reader decodes each row group it touches
-// once (see below), so the cost of a random row is the decode of its whole row
-// group: row groups are small. Measured with BenchmarkRandomRows (64 random rows
-// of a 1M-row, 98 MiB zstd file of id, 16–48 int32 tokens, reward, text; cold
-// cache; 2 cores; two runs of 5 reads each):
+// group and DefaultPageBytes pages. The Reader decodes, of each row group a
+// read touches, only the pages that hold its rows (see pages.go), so the cost
+// of a random row is the decode of one page per column. Measured with
+// BenchmarkRandomRows (64 random rows of a 1M-row zstd file of id, 16–48 int32
+// tokens, reward, text, no dictionaries; cold cache; 2 cores shared with other
+// work; 5 reads each), ms per 64 rows:
 //
-//	rows per row group    4,096     16,384       65,536      262,144
-//	ms per 64 rows       280–600  1,160–1,500  1,910–2,590    ≈2,930
+//	rows per row group    4,096   16,384   65,536   262,144
+//	8 KiB pages              15       21       13        20
+//	64 KiB pages             30       37       27        50
+//	1 MiB pages              84      166      117       245
 //
-// Pages of 8 KiB, 64 KiB and 1 MiB gave the same figures within noise, because
-// whole row groups are decoded. Smaller row groups cost footer size and
-// per-group overhead for sequential scans, so 4,096 rows is the default; page
-// size only matters for a page-level reader (the page index is written so that
-// one can use it), and 64 KiB keeps one row's page small without many headers.
+// (280–2,930 ms when whole row groups were decoded.) The file was 99.9, 98.2
+// and 97.4 MiB with 8 KiB, 64 KiB and 1 MiB pages. Row-group size now matters
+// little; 4,096 rows keeps a column chunk, decoded whole when a read needs most
+// of its pages, small. 64 KiB pages are the default; smaller pages halve the
+// cost of sparse reads again, at a cost in scan speed not yet measured.
 //
 // # Decoding
 //
@@ -93,8 +96,10 @@
 // directly (parquet-go has no Arrow interop), and it decodes a whole row group's
 // projected columns at ≈10 M rows/s on two cores. Its per-row SeekToRow is slow and
 // unreliable on list columns, so the Reader never seeks to rows: it decodes each
-// row group a read touches once, copies out the rows the read names (Keep, see
-// keep.go) and drops the rest, and assembles the requested rows from those copies.
+// row group a read touches once, a column at a time (only the pages holding
+// the rows it needs, where the file has an offset index: pages.go), copies out
+// the rows the read names (Keep, see keep.go) and drops the rest, and
+// assembles the requested rows from those copies.
 //
 // # Catalog
 //
