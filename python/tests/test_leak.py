@@ -151,19 +151,24 @@ def test_abandoned_iterators(table_uri: str, perm_uri: str, start: Usage) -> Non
 
 
 def test_keyboard_interrupt_in_the_loop(table_uri: str, start: Usage) -> None:
-    """A KeyboardInterrupt raised at a random moment inside the consuming loop (or
-    inside the iterator) leaks nothing; the dataset iterates again afterwards."""
+    """A KeyboardInterrupt raised at every step of the consuming loop, and at random
+    moments inside the loop or the iterator, leaks nothing; the dataset iterates
+    again afterwards."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    def train(ds: cr.StreamingDataset) -> bool:
-        """One epoch of training; False if a KeyboardInterrupt stopped it."""
+    def train(ds: cr.StreamingDataset, stop: int | None) -> bool:
+        """One epoch of training; False if a KeyboardInterrupt stopped it: the
+        loop's own at step ``stop``, or the timer's, armed when ``stop`` is None."""
         try:
-            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.008))
+            if stop is None:
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.008))
             try:
-                for batch in ds:
+                for step, batch in enumerate(ds):
                     batch["id"].sum()  # the training step
+                    if step == stop:
+                        raise KeyboardInterrupt
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except KeyboardInterrupt:  # also one that lands as the timer is disarmed
@@ -175,14 +180,15 @@ def test_keyboard_interrupt_in_the_loop(table_uri: str, start: Usage) -> None:
     ds = cr.StreamingDataset(tbl, global_batch_size=8, num_splits=8, format="torch")
     full = ds.steps_per_epoch
     previous = signal.signal(signal.SIGALRM, interrupt)
-    interrupted = 0
     try:
-        for _ in range(40):
-            interrupted += not train(ds)
+        for stop in range(full):  # deterministic: at every step of the loop
+            assert not train(ds, stop)
+            ds.set_epoch(ds.epoch + 1)
+        for _ in range(20):  # wherever the timer lands, if it lands
+            train(ds, None)
             ds.set_epoch(ds.epoch + 1)
     finally:
         signal.signal(signal.SIGALRM, previous)
-    assert interrupted > 20, "the timer should fire inside most loops"
     assert len(list(ds)) == full
     ds.close()
     tbl.close()
