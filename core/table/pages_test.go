@@ -1,0 +1,80 @@
+package table
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+)
+
+// offsetIndex encodes an offset index of pages at the given first rows,
+// 100 bytes each from offset 4.
+func offsetIndex(t *testing.T, first ...int64) []byte {
+	t.Helper()
+	b := &metadata.OffsetIndexBuilder{}
+	for i, f := range first {
+		if err := b.AddPage(4+100*int64(i), f, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Finish(0); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := b.WriteTo(&buf, nil); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestOffsetIndexChecked: an offset index that does not describe pages of
+// the row group in order, or does not decode, is an error that says so.
+func TestOffsetIndexChecked(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		index []byte
+		want  string
+	}{
+		{"garbage", []byte{0xff, 0x13, 0x00, 0x42}, "offset index"},
+		{"first page not at row 0", offsetIndex(t, 5, 10), "page 0 starts at row 5"},
+		{"rows going back", offsetIndex(t, 0, 50, 40), "page 2 starts at row 40"},
+		{"past the row group", offsetIndex(t, 0, 100), "page 1 starts at row 100"},
+	} {
+		if _, err := parseOffsetIndex(c.index, 100, 1<<20); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+	if _, err := parseOffsetIndex(offsetIndex(t, 0, 10), 100, 150); err == nil || !strings.Contains(err.Error(), "out of place") {
+		t.Errorf("a page past the end of the file: %v", err)
+	}
+	locs, err := parseOffsetIndex(offsetIndex(t, 0, 10, 40), 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(locs.first, []int64{0, 10, 40, 100}) {
+		t.Fatalf("first rows %v", locs.first)
+	}
+}
+
+// TestPlanPages: a plan holds the pages of the rows asked for, maps each row
+// to its place among those pages' rows, and is nil when every page is needed.
+func TestPlanPages(t *testing.T) {
+	locs := &pageLocs{first: []int64{0, 10, 40, 45, 100}, off: []int64{4, 104, 204, 304}, size: []int64{100, 100, 100, 100}}
+	p := planPages(locs, []int64{3, 7, 41, 44, 99})
+	if p == nil || !slices.Equal(p.pages, []int{0, 2, 3}) || p.rows != 10+5+55 {
+		t.Fatalf("plan %+v", p)
+	}
+	for row, want := range map[int64]int64{3: 3, 7: 7, 41: 11, 44: 14, 45: 15, 99: 69} {
+		if got := p.row(row); got != want {
+			t.Errorf("row %d at %d, want %d", row, got, want)
+		}
+	}
+	if got := p.sections(0); !slices.Equal(got, []byteRange{{0, 4}, {4, 100}, {204, 200}}) { // the dictionary page, then runs of pages
+		t.Errorf("sections %v", got)
+	}
+	if planPages(locs, []int64{0, 10, 40, 45}) != nil {
+		t.Error("a plan of every page")
+	}
+}
