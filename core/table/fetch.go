@@ -38,16 +38,6 @@ const (
 // byteRange is n bytes of an object starting at off.
 type byteRange struct{ off, n int64 }
 
-// chunkRanges returns the byte ranges of the given leaf columns of row group
-// g, merged across small holes and split into parts of at most partBytes.
-func chunkRanges(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, error) {
-	chunks, err := leafChunks(md, g, leaves)
-	if err != nil {
-		return nil, err
-	}
-	return mergeRanges(chunks), nil
-}
-
 // leafChunks returns the byte range of each of the given leaf columns of row
 // group g.
 func leafChunks(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, error) {
