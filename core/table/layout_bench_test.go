@@ -94,3 +94,68 @@ func BenchmarkRandomRows(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLayout measures croupier's own layout (table.Create: row groups of
+// 4,096 rows, zstd, dictionaries, an offset index) at several page sizes: a
+// scan of every row group, and reads of 64 random rows.
+//
+//	go test ./core/table -run '^$' -bench Layout -benchtime 5x
+func BenchmarkLayout(b *testing.B) {
+	const rows = 1 << 18
+	rec := benchRecord(0, rows)
+	defer rec.Release()
+	ctx := context.Background()
+	for _, page := range []int64{8 << 10, 16 << 10, 64 << 10, 1 << 20} {
+		rdr, err := array.NewRecordReader(rec.Schema(), []arrow.RecordBatch{rec})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tb, err := table.Create(ctx, fmt.Sprintf("mem://layout/p%d", page), rdr, table.WriteOptions{PageBytes: page})
+		rdr.Release()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var size int64
+		for _, f := range tb.Pin().Files {
+			size += f.Size
+		}
+		b.Run(fmt.Sprintf("scan/page=%d", page), func(b *testing.B) {
+			for b.Loop() {
+				r, err := tb.NewReader(table.ReaderOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for f, file := range tb.Pin().Files {
+					for g := range file.RowGroups {
+						out, err := r.ReadGroup(ctx, f, g)
+						if err != nil {
+							b.Fatal(err)
+						}
+						out.Release()
+					}
+				}
+			}
+			b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(size)/(1<<20), "MiB")
+		})
+		b.Run(fmt.Sprintf("random/page=%d", page), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, 7))
+			for b.Loop() {
+				r, err := tb.NewReader(table.ReaderOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids := make([]uint64, 64)
+				for i := range ids {
+					ids[i] = uint64(rng.Int64N(rows))
+				}
+				out, err := r.Read(ctx, ids)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out.Release()
+			}
+		})
+		tb.Close()
+	}
+}
