@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -106,8 +105,9 @@ type columnDecoder struct {
 	maxDef  int16
 	maxRep  int16
 
-	dict    []byte   // fixed-width dictionary values, width bytes each
-	dictBin [][]byte // binary dictionary values
+	dict    []byte   // fixed-width dictionary values, width bytes each, in dictBuf
+	dictBin [][]byte // binary dictionary values, in dictBuf
+	dictBuf []byte   // from scratch
 
 	defs, reps []uint8  // levels of the current page, from scratch
 	idx        []uint32 // dictionary indices of the current page, in idxBuf
@@ -153,7 +153,7 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 		if d.values != nil {
 			d.values.Release()
 		}
-		for _, b := range [][]byte{d.defs, d.reps, d.idxBuf} {
+		for _, b := range [][]byte{d.defs, d.reps, d.idxBuf, d.dictBuf} {
 			scratch{}.Free(b)
 		}
 	}()
@@ -344,23 +344,30 @@ func unpack[T uint8 | uint32](dst []T, packed []byte, width int) {
 
 // dictionary records a dictionary page's values.
 func (d *columnDecoder) dictionary(data []byte, n int) error {
+	// The page's buffer is the page reader's: the values are copied into
+	// scratch (a dictionary can be a megabyte, and one is read for every
+	// column chunk decoded), freed with the decoder.
 	if d.width > 0 {
 		if n < 0 || len(data) < n*d.width {
 			return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
 		}
-		d.dict = slices.Clone(data[:n*d.width])
+		d.dictBuf = growScratch(d.dictBuf, n*d.width)
+		d.dict = d.dictBuf[:copy(d.dictBuf, data[:n*d.width])]
 		return nil
 	}
 	if n < 0 || n > len(data)/4 {
 		return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
 	}
+	d.dictBuf = growScratch(d.dictBuf, len(data))
+	copy(d.dictBuf, data)
+	data = d.dictBuf[:len(data)]
 	d.dictBin = make([][]byte, n)
 	for i := range d.dictBin {
 		v, rest, err := plainBinary(data)
 		if err != nil {
 			return err
 		}
-		d.dictBin[i], data = slices.Clone(v), rest
+		d.dictBin[i], data = v, rest
 	}
 	return nil
 }
