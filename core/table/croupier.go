@@ -48,7 +48,7 @@ const (
 // Defaults of WriteOptions; see the package doc for the measurement behind them.
 const (
 	DefaultRowGroupRows = 4096
-	DefaultPageBytes    = 64 << 10
+	DefaultPageBytes    = 16 << 10
 	DefaultMaxAttempts  = 1000
 )
 
@@ -548,12 +548,17 @@ func diffSchema(table, data *arrow.Schema) error {
 }
 
 // writerProps are the Parquet properties of every data file croupier writes.
+// No dictionaries: a read of a few rows would pay a column chunk's whole
+// dictionary page, which for token ids and other mostly distinct values is as
+// large as the values; zstd compresses repeats without one (BenchmarkLayout,
+// see the package doc).
 func writerProps(opts WriteOptions) (*parquet.WriterProperties, pqarrow.ArrowWriterProperties) {
 	return parquet.NewWriterProperties(
 			parquet.WithMaxRowGroupLength(opts.RowGroupRows),
 			parquet.WithDataPageSize(opts.PageBytes),
 			parquet.WithPageIndexEnabled(true),
 			parquet.WithCompression(compress.Codecs.Zstd),
+			parquet.WithDictionaryDefault(false),
 		),
 		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
 }

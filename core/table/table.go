@@ -87,8 +87,24 @@
 // (280–2,930 ms when whole row groups were decoded.) The file was 99.9, 98.2
 // and 97.4 MiB with 8 KiB, 64 KiB and 1 MiB pages. Row-group size now matters
 // little; 4,096 rows keeps a column chunk, decoded whole when a read needs most
-// of its pages, small. 64 KiB pages are the default; smaller pages halve the
-// cost of sparse reads again, at a cost in scan speed not yet measured.
+// of its pages, small.
+//
+// BenchmarkLayout writes croupier's own layout (4,096-row groups, zstd, an
+// offset index) of 256k such rows, with and without dictionaries; a quiet
+// machine, two runs each:
+//
+//	pages                       8 KiB     16 KiB    64 KiB    1 MiB
+//	scan, M rows/s, dictionary   3.2       3.1–3.2   3.4–3.5   3.3–3.6
+//	scan, M rows/s, none         3.0–3.1   3.2       3.5       3.0–3.2
+//	64 random rows, ms, dict.    14        16        16–17     32–34
+//	64 random rows, ms, none     7.6–8.4   7.8–9.0   11.3–11.6 34
+//
+// Files were 28.3–28.8 MiB with dictionaries, 24.4–25.0 without. Every sparse
+// read of a dictionary-encoded chunk pays its whole dictionary page, so
+// croupier writes none, and 16 KiB pages: random rows cost about three
+// quarters of 64 KiB pages' for a tenth less scan speed, and a page holds a
+// few rows of token lists, so a horizon that needs few rows of a row group
+// decodes few pages.
 //
 // # Decoding
 //

@@ -125,7 +125,7 @@ def rewrite(
     large row groups that pyarrow, Spark or a Hugging Face export write make
     every random row expensive. This copies the rows of ``src``, in row id
     order, into row groups of ``row_group_rows`` rows (default 4,096) and pages
-    of ``page_bytes`` (default 64 KiB) with a page index, zstd-compressed. It
+    of ``page_bytes`` (default 16 KiB) with a page index, zstd-compressed. It
     reads one row group of ``src`` at a time, so memory holds about one row
     group of each table, however large ``src`` is.
 
