@@ -71,24 +71,8 @@ func BenchmarkRandomRows(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer tb.Close()
-				rng := rand.New(rand.NewPCG(7, 7))
 				b.ResetTimer()
-				for b.Loop() {
-					r, err := tb.NewReader(table.ReaderOptions{})
-					if err != nil {
-						b.Fatal(err)
-					}
-					ids := make([]uint64, 64)
-					for i := range ids {
-						ids[i] = uint64(rng.Int64N(rows))
-					}
-					out, err := r.Read(ctx, ids)
-					if err != nil {
-						b.Fatal(err)
-					}
-					out.Release()
-					r.Close()
-				}
+				readRandomRows(b, tb)
 				b.ReportMetric(float64(len(data))/(1<<20), "MiB")
 			})
 		}
@@ -138,24 +122,27 @@ func BenchmarkLayout(b *testing.B) {
 			b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 			b.ReportMetric(float64(size)/(1<<20), "MiB")
 		})
-		b.Run(fmt.Sprintf("random/page=%d", page), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, 7))
-			for b.Loop() {
-				r, err := tb.NewReader(table.ReaderOptions{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ids := make([]uint64, 64)
-				for i := range ids {
-					ids[i] = uint64(rng.Int64N(rows))
-				}
-				out, err := r.Read(ctx, ids)
-				if err != nil {
-					b.Fatal(err)
-				}
-				out.Release()
-			}
-		})
+		b.Run(fmt.Sprintf("random/page=%d", page), func(b *testing.B) { readRandomRows(b, tb) })
 		tb.Close()
+	}
+}
+
+// readRandomRows reads 64 random rows of tb with a new reader per loop.
+func readRandomRows(b *testing.B, tb *table.Table) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for b.Loop() {
+		r, err := tb.NewReader(table.ReaderOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]uint64, 64)
+		for i := range ids {
+			ids[i] = uint64(rng.Int64N(tb.NumRows()))
+		}
+		out, err := r.Read(context.Background(), ids)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out.Release()
 	}
 }
