@@ -463,15 +463,11 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 	groupRows := r.t.pin.Files[key.File].RowGroups[key.Group]
 	for i, field := range r.schema.Fields() {
 		rows := groupRows
-		var pages func(chunk *metadata.ColumnChunkMetaData) pageSource
+		var plan *pagePlan // only the columns the page decoder handles have one
 		if plans != nil && plans[i] != nil {
-			plan := plans[i]
-			rows = plan.rows
-			pages = func(chunk *metadata.ColumnChunkMetaData) pageSource {
-				return plan.read(src, chunk, scratch{})
-			}
+			plan, rows = plans[i], plans[i].rows
 		}
-		col, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i], rows, pages)
+		col, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i], src, plan)
 		if err == nil && col == nil {
 			if slow == nil {
 				if slow, err = open(r.mem); err != nil {
@@ -499,10 +495,10 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 }
 
 // decodeFast decodes one column with decodeColumn, or returns nil when
-// decodeColumn does not handle it. When pages is not nil, it reads the
-// chunk's pages (only rows of them: those of a plan).
+// decodeColumn does not handle it. With a plan, it decodes only the planned
+// pages, read from src.
 func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, field arrow.Field, leaves []int,
-	rows int64, pages func(*metadata.ColumnChunkMetaData) pageSource) (arrow.Array, error) {
+	src parquet.ReaderAtSeeker, plan *pagePlan) (arrow.Array, error) {
 	if len(leaves) != 1 {
 		return nil, nil
 	}
@@ -515,19 +511,17 @@ func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, 
 	if kind == notFast {
 		return nil, nil
 	}
-	if pages != nil {
-		src := pages(chunk)
-		if c, ok := src.(interface{ Close() }); ok {
-			defer c.Close()
-		}
-		return decodeColumn(r.mem, field, col, kind, chunk, src, rows)
+	if plan != nil {
+		pages := plan.read(src, chunk, scratch{})
+		defer pages.Close()
+		return decodeColumn(r.mem, field, col, kind, chunk, pages, plan.rows)
 	}
 	pr, err := rg.GetColumnPageReader(leaves[0])
 	if err != nil {
 		return nil, err
 	}
 	defer pr.Close()
-	return decodeColumn(r.mem, field, col, kind, chunk, pr, rows)
+	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows())
 }
 
 // ranges returns the byte ranges decode fetches of row group g: each output
