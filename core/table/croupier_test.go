@@ -121,21 +121,7 @@ func stores(t *testing.T) map[string]string {
 // allIDs reads every row of tb and returns the id column.
 func allIDs(t *testing.T, tb *table.Table) []int64 {
 	t.Helper()
-	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	ids := make([]uint64, tb.NumRows())
-	for i := range ids {
-		ids[i] = uint64(i)
-	}
-	rec, err := r.Read(context.Background(), ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Release()
-	return slices.Clone(rec.Column(0).(*array.Int64).Int64Values())
+	return slices.Clone(readAll(t, tb, []string{"id"}).Column(0).(*array.Int64).Int64Values())
 }
 
 func seq(start, n int64) []int64 {
