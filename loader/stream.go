@@ -113,7 +113,7 @@ func (s *Stream) Stats() Stats {
 // so.StartStep + so.Worker, + so.NumWorkers, … up to the end of the epoch,
 // or runs of so.Run consecutive steps taken in the same turns.
 // The stream stops when ctx is canceled or Close is called. It fails when
-// the memory budget cannot hold one step (see Loader.Memory).
+// the memory budget cannot hold one step (see budget.go).
 func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) {
 	const op = "open stream"
 	k := max(so.NumWorkers, 1)
