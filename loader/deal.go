@@ -8,7 +8,7 @@ import (
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// Deal is the dealing order of one epoch (SPEC §3). An epoch order of M row
+// Deal is the dealing order of one epoch (docs/concepts.md, "The dealing order"). An epoch order of M row
 // ids is cut into S streams of L = ⌊M/S⌋ consecutive positions; the last
 // M − S·L positions are not dealt. Global step t holds cycles
 // [t·G/S, (t+1)·G/S) of every stream, and rank r of W owns streams

@@ -11,7 +11,7 @@ import (
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// reference computes rank r's positions for step t straight from SPEC §3.
+// reference computes rank r's positions for step t straight from docs/concepts.md, "The dealing order".
 func reference(m, s, g, w int64, dropLast bool, t, r int64) []uint64 {
 	l := m / s
 	var out []uint64

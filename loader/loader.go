@@ -74,7 +74,7 @@ type Loader struct {
 }
 
 // New returns a loader dealing order's row ids of t. It validates the
-// dealing parameters (SPEC §3.6) and the column names.
+// dealing parameters (docs/concepts.md, "The dealing order") and the column names.
 func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error) {
 	if opts.NumSplits == 0 {
 		opts.NumSplits = opts.GlobalBatchSize

@@ -12,7 +12,7 @@ type EpochOrderer interface {
 	ForEpoch(seed uint64, e int64) Order
 }
 
-// ForEpoch returns the order split s deals in epoch e (SPEC §3.1).
+// ForEpoch returns the order split s deals in epoch e (docs/concepts.md, "Epoch orders").
 //
 // A split built without a shuffle deals its stored order in every epoch, and
 // every split deals its stored order in epoch 0. A shuffled split's epoch e > 0

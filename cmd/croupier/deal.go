@@ -15,7 +15,7 @@ import (
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// checkpoint is a dataset's state dict (SPEC §4), as Python's
+// checkpoint is a dataset's state dict (docs/concepts.md, "Checkpoints"), as Python's
 // json.dump(ds.state_dict()) writes it.
 type checkpoint struct {
 	Format          int    `json:"format"`

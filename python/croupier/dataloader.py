@@ -140,7 +140,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 yield out
 
     def state_dict(self) -> dict[str, Any]:
-        """The dataset's checkpoint (SPEC §4), exact after every delivered batch."""
+        """The dataset's checkpoint (docs/concepts.md), exact after every delivered batch."""
         return self.dataset.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """``StreamingDataset``: one rank's batches of a deterministic, resumable epoch.
 
-The dealing order (SPEC §3) is computed by the Go core only; this module asks it
+The dealing order (docs/concepts.md) is computed by the Go core only; this module asks it
 for "the batches of rank r, worker k, from step t" and converts them for torch.
 
 Position and checkpoints: the dataset keeps a cursor ``(epoch, steps_consumed)``
@@ -120,7 +120,7 @@ class Steps:
 
 
 class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
-    """Deals one rank's share of every global step of an epoch, in SPEC §3 order.
+    """Deals one rank's share of every global step of an epoch (docs/concepts.md).
 
     Args:
         source: the rows to deal: a :class:`~croupier.Permutation` (one split of a
@@ -474,7 +474,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """The checkpoint of SPEC §4: a small JSON-serialisable dict.
+        """The checkpoint of docs/concepts.md ("Checkpoints"): a small JSON-serialisable dict.
 
         ``steps_consumed`` counts global steps delivered to the training loop.
 

@@ -1,4 +1,4 @@
-"""An independent, plain-Python statement of SPEC §3 (the dealing order and epoch orders).
+"""An independent, plain-Python statement of the dealing order and epoch orders of docs/concepts.md.
 
 Used only by the tests, to check what the Go core deals.
 """
@@ -50,7 +50,7 @@ def rank_batches_from(
 ) -> list[tuple[int, list[int]]]:
     """``(step, batch)`` that worker ``worker`` of ``num_workers`` makes from step ``start``.
 
-    SPEC §3.5: worker k of K makes steps start + k, start + k + K, ...; K = 0
+    Worker k of K makes steps start + k, start + k + K, ... (docs/concepts.md); K = 0
     behaves as one worker.
     """
     batches = rank_batches(order, s, g, w, r, drop_last)
@@ -59,13 +59,13 @@ def rank_batches_from(
 
 
 def dealt_and_left_out(order: Sequence[int], s: int) -> tuple[list[int], list[int]]:
-    """SPEC §3.2: the positions dealt this epoch, and the last ``M - S*L`` that are not."""
+    """The positions dealt this epoch, and the last ``M - S*L`` that are not (docs/concepts.md)."""
     dealt = (len(order) // s) * s
     return list(order[:dealt]), list(order[dealt:])
 
 
 # ---------------------------------------------------------------------------
-# Epoch orders of a shuffled permutation split (SPEC §3.1), written from the
+# Epoch orders of a shuffled permutation split (docs/concepts.md, "Epoch orders"), written from the
 # specification in the doc comments of the Go package ``permutation``
 # (random.go: DeriveKey, SplitMix64, Bijection; epoch.go: ForEpoch), so that the
 # tests check the Go core against a second implementation.
@@ -120,7 +120,7 @@ class Bijection:
 def epoch_order(
     stored: Sequence[int], shuffled: bool, clump_size: int | None, seed: int, epoch: int
 ) -> list[int]:
-    """The row ids a permutation split deals in ``epoch`` (SPEC §3.1).
+    """The row ids a permutation split deals in ``epoch`` (docs/concepts.md, "Epoch orders").
 
     ``stored`` is the persisted order (epoch 0). For a shuffled split's later
     epochs: cut the positions into blocks of ``B = floor(CHUNK_IDS / c) * c``

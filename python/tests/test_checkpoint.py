@@ -1,4 +1,4 @@
-"""Checkpoints (SPEC §4): stop, save, resume at another world size or worker count."""
+"""Checkpoints (docs/concepts.md): stop, save, resume at another world size or worker count."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Elastic determinism (SPEC §3-§4) with shuffled permutations, later epochs,
+"""Elastic determinism (docs/concepts.md) with shuffled permutations, later epochs,
 other world sizes and real DataLoader worker processes.
 
 Everything is compared with spec_reference.py: a plain-Python statement of the
@@ -596,7 +596,7 @@ def test_stateful_dataloader(perms: Perms, num_workers: int) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Errors (SPEC §3.6, §4)
+# Errors (docs/concepts.md: "The dealing order", "Checkpoints")
 
 
 def has_numbers(message: str, *numbers: int) -> bool:

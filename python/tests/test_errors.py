@@ -1,4 +1,4 @@
-"""Bad input gets a clear exception naming what and where (SPEC §6, §3.6)."""
+"""Bad input gets a clear exception naming what and where (docs/python.md, "Errors")."""
 
 from __future__ import annotations
 

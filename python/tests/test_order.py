@@ -1,4 +1,4 @@
-"""The dealing order (SPEC §3) against the plain-Python reference in spec_reference.py."""
+"""The dealing order of docs/concepts.md against the plain-Python reference in spec_reference.py."""
 
 from __future__ import annotations
 
