@@ -11,11 +11,14 @@ import (
 // A stream's memory budget (Options.MemoryBudget) bounds everything the
 // stream holds, not only the rows it keeps for steps ahead:
 //
-//   - compressed column chunks fetched from the store and not yet decoded:
-//     a quarter of the budget;
-//   - row groups being decoded, a column at a time: as many at once as
-//     their largest decoded column fits another quarter (at least one, at
-//     most one per core), at a size guessed from the footer;
+//   - compressed pages fetched from the store and not yet decoded: an
+//     eighth of the budget (a row group larger than that is fetched alone);
+//   - row groups being decoded, a column at a time: up to one per core, as
+//     many as their decoded columns fit a quarter of the budget, at sizes
+//     guessed from the footer (of a column, a decoder holds only the pages
+//     that hold rows it keeps, where the file has an offset index, so a
+//     shuffle decodes on every core however small the budget), and at
+//     least one whole column;
 //   - batches read ahead: ReadAhead of them, at the size of one step's rows
 //     (or of CoalesceBytes when steps are coalesced);
 //   - rows kept for the steps ahead (table.Keep): all the rest. A stream
@@ -32,7 +35,7 @@ import (
 // the footer of the row group that holds the stream's first row.
 type budgetShares struct {
 	Fetch     int64 // compressed bytes fetched and not yet decoded
-	Decoders  int   // row groups decoded at once
+	Decoders  int   // row groups decoded at once, at most
 	Decoding  int64 // bytes they hold
 	ReadAhead int64 // bytes of the batches read ahead
 	Kept      int64 // bytes of rows kept for the steps ahead
@@ -60,9 +63,9 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 		return budgetShares{}, err
 	}
 	budget := l.opts.MemoryBudget
-	m := budgetShares{Fetch: budget / 4, StepBytes: row * l.RankBatchSize()}
-	m.Decoders = int(min(max(budget/4/max(column, 1), 1), int64(runtime.GOMAXPROCS(0))))
-	m.Decoding = int64(m.Decoders) * column
+	m := budgetShares{Fetch: budget / 8, StepBytes: row * l.RankBatchSize()}
+	m.Decoders = runtime.GOMAXPROCS(0)
+	m.Decoding = max(min(budget/4, int64(m.Decoders)*column), column)
 	batch := m.StepBytes
 	if coalesce > 0 {
 		batch = max(batch, min(coalesce, MaxCoalescedSteps*m.StepBytes))

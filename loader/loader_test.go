@@ -459,7 +459,7 @@ func TestBudgetSmallerThanTheTable(t *testing.T) {
 	if whole.RowGroups != 26 {
 		t.Fatalf("an ample budget decoded %d row groups, want each of the 26 once", whole.RowGroups)
 	}
-	got, small := deal(18 << 10)
+	got, small := deal(14 << 10)
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatal("a small budget dealt other batches than an ample one")
 	}
@@ -470,9 +470,10 @@ func TestBudgetSmallerThanTheTable(t *testing.T) {
 	if small.HeldPeak > small.HeldLimit*5/4 {
 		t.Errorf("kept rows peaked at %d bytes, the share is %d", small.HeldPeak, small.HeldLimit)
 	}
-	horizons := (whole.KeptBytes + small.HeldLimit - 1) / small.HeldLimit
+	// Horizons are planned from guessed row sizes: up to a quarter too large.
+	horizons := (whole.KeptBytes + small.HeldLimit*3/4 - 1) / (small.HeldLimit * 3 / 4)
 	if small.RowGroups < 2*26 || small.RowGroups > 26*(horizons+1) {
-		t.Errorf("decoded %d row groups in about %d horizons of 26 row groups", small.RowGroups, horizons)
+		t.Errorf("decoded %d row groups in at most %d horizons of 26 row groups", small.RowGroups, horizons)
 	}
 	l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 16, NumSplits: 8, MemoryBudget: 2 << 10})
 	if err != nil {

@@ -147,7 +147,7 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, err
 	}
 	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns, Allocator: l.opts.Allocator,
-		MaxReads: l.opts.MaxReads, FetchBytes: m.Fetch, Decoders: m.Decoders})
+		MaxReads: l.opts.MaxReads, FetchBytes: m.Fetch, Decoders: m.Decoders, DecodeBytes: m.Decoding})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package table
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -36,9 +37,15 @@ type ReaderOptions struct {
 	// FetchBytes bounds the bytes fetched from the store and not yet decoded
 	// (a row group larger than that is fetched alone); 0 means no bound.
 	FetchBytes int64
-	// Decoders bounds the row groups decoded at once, each held whole while
-	// it decodes; 0 means one per core (GOMAXPROCS).
+	// Decoders bounds the row groups decoded at once; 0 means one per core
+	// (GOMAXPROCS).
 	Decoders int
+	// DecodeBytes bounds the bytes their decoded columns hold at once (a row
+	// group is decoded a column at a time, and of a column only the pages
+	// that hold the rows wanted, where the file's offset index locates them),
+	// at sizes guessed from the footer; a row group larger than that decodes
+	// alone. 0 means no bound.
+	DecodeBytes int64
 }
 
 // Reader reads rows of a table by row id with a column projection. It is safe
@@ -85,7 +92,10 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 		opts.Decoders = runtime.GOMAXPROCS(0)
 	}
 	r := &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
-		mem: mem, reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(opts.Decoders)}
+		mem: mem, reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(opts.Decoders, opts.DecodeBytes)}
+	if opts.DecodeBytes <= 0 {
+		r.decoding = newSlots(opts.Decoders, math.MaxInt64)
+	}
 	if opts.FetchBytes > 0 {
 		r.fetching, r.fetchLimit = semaphore.NewWeighted(opts.FetchBytes), opts.FetchBytes
 	}
@@ -305,6 +315,28 @@ func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, widest int6
 	return group, widest, nil
 }
 
+// decodeGuess guesses the bytes a decoder holds decoding row group key with
+// plans: its widest column, of which only the planned rows where a column has
+// a plan.
+func (r *Reader) decodeGuess(ctx context.Context, key GroupRef, plans []*pagePlan) (int64, error) {
+	_, widest, err := r.GuessBytes(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
+	if rows == 0 || len(plans) == 0 {
+		return widest, nil
+	}
+	var most int64
+	for _, p := range plans {
+		if p == nil {
+			return widest, nil
+		}
+		most = max(most, p.rows)
+	}
+	return widest * most / rows, nil
+}
+
 // dictionaryEncoded reports whether every data page of col is dictionary
 // encoded. A writer whose dictionary grew too large falls back to PLAIN for
 // the pages after: such a chunk decodes to about its uncompressed size.
@@ -416,10 +448,15 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, plans []*
 		return err
 	}
 	defer src.release()
-	if err := r.decoding.acquire(ctx, prio); err != nil {
+	held, err := r.decodeGuess(ctx, key, plans)
+	if err != nil {
+		return err
+	}
+	held, err = r.decoding.acquire(ctx, prio, held)
+	if err != nil {
 		return errcode.Wrap(err, errcode.Canceled, "decode", where)
 	}
-	defer r.decoding.release()
+	defer r.decoding.release(held)
 	start := time.Now()
 	if err := r.decodeFrom(ctx, src, md, key, where, plans, each); err != nil {
 		return err
