@@ -27,6 +27,12 @@ import (
 // integer or float, a string or binary, or a list of those numbers, stored
 // with PLAIN or dictionary encoding; Reader.decode leaves every other column
 // to pqarrow.
+//
+// A shuffle keeps a few rows of each page it decodes. decodeColumn takes the
+// rows to keep and copies only theirs: levels are decoded whole (they say
+// where rows start), values only for the rows kept, so a page costs its
+// decompression and not a copy of every value into a column that is then
+// gathered from.
 
 // fastKind says how decodeColumn decodes a column, or that it does not.
 type fastKind int
@@ -123,12 +129,27 @@ type columnDecoder struct {
 	rows      int     // rows started so far (lists)
 	listOffs  []int32 // lists: the first slot of each row, plus one
 	listValid []bool  // lists: per row; nil until a null list appears
+
+	keep   []int64 // rows to keep, ascending; nil keeps every row
+	next   int     // keep[next] is the next row to keep
+	seen   int64   // rows in the pages decoded so far
+	starts []int   // lists: level entries that start a row, of the current page
+	runs   []run   // level entries and values of the current page to keep
 }
 
-// decodeColumn decodes a column chunk that fastColumn accepted.
+// run is level entries [e0, e1) of a page, whose present values are [v0, v1).
+type run struct{ e0, e1, v0, v1 int }
+
+// decodeColumn decodes a column chunk that fastColumn accepted, whose pages
+// pr reads hold rows rows: of them, the rows in keep (ascending, distinct),
+// or all when keep is nil. It also returns the bytes of the pages it decoded.
 func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind,
-	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64) (arrow.Array, error) {
-	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel()}
+	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64, keep []int64) (arrow.Array, int64, error) {
+	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep}
+	out := rows
+	if keep != nil {
+		out = int64(len(keep))
+	}
 	dt := f.Type
 	if kind == fastList {
 		lt := f.Type.(*arrow.ListType)
@@ -139,7 +160,7 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 			d.slotDef--
 		}
 		d.listDef = d.slotDef - 1
-		d.listOffs = make([]int32, 0, rows+1)
+		d.listOffs = make([]int32, 0, out+1)
 	}
 	if fw, ok := dt.(arrow.FixedWidthDataType); ok {
 		d.width = fw.BitWidth() / 8
@@ -147,7 +168,7 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 		d.values = memory.NewResizableBuffer(mem)
 		d.values.Resize(int(chunk.NumValues()) * d.width)
 	} else {
-		d.binOffs = append(make([]int32, 0, rows+1), 0)
+		d.binOffs = append(make([]int32, 0, out+1), 0)
 	}
 	defer func() {
 		if d.values != nil {
@@ -157,15 +178,22 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 			scratch{}.Free(b)
 		}
 	}()
+	var decoded int64
 	for pr.Next() {
-		if err := d.page(pr.Page()); err != nil {
-			return nil, err
+		p := pr.Page()
+		decoded += int64(len(p.Data()))
+		if err := d.page(p); err != nil {
+			return nil, decoded, err
 		}
 	}
 	if err := pr.Err(); err != nil {
-		return nil, err
+		return nil, decoded, err
 	}
-	return d.finish(mem, f.Type, dt, rows)
+	if d.seen != rows {
+		return nil, decoded, fmt.Errorf("column chunk holds %d rows, %d expected", d.seen, rows)
+	}
+	arr, err := d.finish(mem, f.Type, dt, out)
+	return arr, decoded, err
 }
 
 // page decodes one page.
@@ -384,26 +412,101 @@ func plainBinary(data []byte) (value, rest []byte, err error) {
 	return data[4 : 4+size], data[4+size:], nil
 }
 
-// dataPage takes one data page of n level entries: its rows, slots and
-// nulls from the levels, and its present values from data.
+// dataPage takes one data page of n level entries: the rows it keeps, their
+// slots and nulls from the levels, and their present values from data.
 func (d *columnDecoder) dataPage(data []byte, enc parquet.Encoding, n int) error {
-	present, err := d.shape(n)
-	if err != nil {
+	if enc != parquet.Encodings.Plain && enc != parquet.Encodings.PlainDict && enc != parquet.Encodings.RLEDict {
+		return errFastUnsupported
+	}
+	if err := d.pick(n); err != nil {
 		return err
 	}
-	switch enc {
-	case parquet.Encodings.Plain:
-		return d.plain(data, present)
-	case parquet.Encodings.PlainDict, parquet.Encodings.RLEDict:
-		return d.indexed(data, present)
+	for _, r := range d.runs {
+		d.shape(r.e0, r.e1)
 	}
-	return errFastUnsupported
+	present := d.valueRuns(n)
+	if enc == parquet.Encodings.Plain {
+		return d.plain(data, present)
+	}
+	return d.indexed(data, present)
 }
 
-// allDefined reports whether every level entry of the page holds a value.
+// pick finds the rows of a page of n level entries and sets d.runs to the
+// level entries and values of those it keeps.
+func (d *columnDecoder) pick(n int) error {
+	d.runs = d.runs[:0]
+	// The page's rows start at these level entries.
+	rows := n
+	if d.list {
+		reps := d.reps[:n]
+		if d.seen == 0 && n > 0 && reps[0] != 0 {
+			return errors.New("the column chunk starts inside a list")
+		}
+		d.starts = d.starts[:0]
+		for i := 0; ; i++ {
+			k := bytes.IndexByte(reps[i:], 0)
+			if k < 0 {
+				break
+			}
+			i += k
+			d.starts = append(d.starts, i)
+		}
+		rows = len(d.starts)
+	}
+	start := func(r int) int { // level entry that starts row r of the page (n: the end)
+		switch {
+		case r == rows:
+			return n
+		case d.list:
+			return d.starts[r]
+		}
+		return r
+	}
+	first := d.seen
+	d.seen += int64(rows)
+	if d.keep == nil {
+		if n > 0 {
+			d.runs = append(d.runs, run{e0: 0, e1: n})
+		}
+		return nil
+	}
+	// A page may start inside the last row of the page before: its first
+	// entries are kept if that row is.
+	if start(0) > 0 && d.next > 0 && d.keep[d.next-1] == first-1 {
+		d.runs = append(d.runs, run{e0: 0, e1: start(0)})
+	}
+	for d.next < len(d.keep) && d.keep[d.next] < d.seen {
+		a := d.keep[d.next]
+		if a < first {
+			return fmt.Errorf("row %d to keep is out of order", a)
+		}
+		b := a + 1
+		for d.next++; d.next < len(d.keep) && d.keep[d.next] == b && b < d.seen; d.next++ {
+			b++
+		}
+		d.runs = append(d.runs, run{e0: start(int(a - first)), e1: start(int(b - first))})
+	}
+	return nil
+}
+
+// count returns how many of level entries [from, to) of the page hold a
+// value.
+func (d *columnDecoder) count(from, to int) int {
+	if len(d.defs) == 0 {
+		return to - from
+	}
+	n := 0
+	for _, l := range d.defs[from:to] {
+		if int16(l) == d.maxDef {
+			n++
+		}
+	}
+	return n
+}
+
+// allDefined reports whether every level entry of defs holds a value.
 // It compares eight levels at a time.
-func (d *columnDecoder) allDefined() bool {
-	defs := d.defs
+func (d *columnDecoder) allDefined(defs []uint8) bool {
 	want := uint64(uint8(d.maxDef)) * 0x0101010101010101
 	for len(defs) >= 8 {
 		if binary.LittleEndian.Uint64(defs) != want {
@@ -419,17 +522,14 @@ func (d *columnDecoder) allDefined() bool {
 	return true
 }
 
-// shape takes the rows, slots and nulls of a page's n level entries and
-// returns how many values the page holds.
-func (d *columnDecoder) shape(n int) (present int, err error) {
-	if d.allDefined() { // no nulls, no empty lists: the common case, kept tight
+// shape takes the rows, slots and nulls of level entries [e0, e1) of a
+// page.
+func (d *columnDecoder) shape(e0, e1 int) {
+	if len(d.defs) == 0 || d.allDefined(d.defs[e0:e1]) { // no nulls, no empty lists: the common case, kept tight
 		if d.list {
-			reps := d.reps[:n]
-			if d.rows == 0 && n > 0 && reps[0] != 0 {
-				return 0, errors.New("the column chunk starts inside a list")
-			}
 			// Rows start at the zeros, found with a vectorized search: lists
 			// of training data are hundreds of values long.
+			reps := d.reps[e0:e1]
 			for i := 0; ; i++ {
 				k := bytes.IndexByte(reps[i:], 0)
 				if k < 0 {
@@ -442,37 +542,49 @@ func (d *columnDecoder) shape(n int) (present int, err error) {
 			}
 		}
 		if d.valid != nil {
-			for range n {
+			for range e1 - e0 {
 				d.valid = append(d.valid, true)
 			}
 		}
-		d.slots += n
-		return n, nil
+		d.slots += e1 - e0
+		return
 	}
-	for i := range n {
-		def := d.maxDef
-		if len(d.defs) > 0 {
-			def = int16(d.defs[i])
-		}
+	for i := e0; i < e1; i++ {
+		def := int16(d.defs[i])
 		if d.list {
 			if d.reps[i] == 0 { // a new row
 				d.listOffs = append(d.listOffs, int32(d.slots))
 				appendValid(&d.listValid, d.rows, def >= d.listDef)
 				d.rows++
-			} else if d.rows == 0 {
-				return 0, errors.New("the column chunk starts inside a list")
 			}
 			if def < d.slotDef {
 				continue
 			}
 		}
-		if def == d.maxDef {
-			present++
-		}
 		appendValid(&d.valid, d.slots, def == d.maxDef)
 		d.slots++
 	}
-	return present, nil
+}
+
+// valueRuns sets the values of d.runs, where each run's present values lie
+// among those of the page's n level entries, and returns how many the page
+// holds.
+func (d *columnDecoder) valueRuns(n int) int {
+	if len(d.defs) == 0 || d.allDefined(d.defs[:n]) {
+		for i := range d.runs {
+			d.runs[i].v0, d.runs[i].v1 = d.runs[i].e0, d.runs[i].e1
+		}
+		return n
+	}
+	at, v := 0, 0 // v values before level entry at
+	for i, r := range d.runs {
+		v += d.count(at, r.e0)
+		d.runs[i].v0 = v
+		v += d.count(r.e0, r.e1)
+		d.runs[i].v1 = v
+		at = r.e1
+	}
+	return v + d.count(at, n)
 }
 
 // appendValid records whether item n of a sequence is valid in *flags,
@@ -490,69 +602,86 @@ func appendValid(flags *[]bool, n int, ok bool) {
 	}
 }
 
-// plain decodes n PLAIN values.
+// plain decodes the values of d.runs of a page of n PLAIN values.
 func (d *columnDecoder) plain(data []byte, n int) error {
 	if d.width > 0 {
-		size := n * d.width
-		if len(data) < size {
+		if size := n * d.width; len(data) < size {
 			return fmt.Errorf("page holds %d bytes of values, %d needed", len(data), size)
 		}
-		at := d.nvalues * d.width
-		if at+size > d.values.Len() {
-			return errors.New("more values than the column chunk declares")
+		for _, r := range d.runs {
+			dst, err := d.fixed(r.v1 - r.v0)
+			if err != nil {
+				return err
+			}
+			copy(dst, data[r.v0*d.width:r.v1*d.width])
 		}
-		copy(d.values.Bytes()[at:], data[:size])
-		d.nvalues += n
 		return nil
 	}
-	for range n {
-		v, rest, err := plainBinary(data)
-		if err != nil {
-			return err
+	v := 0
+	for _, r := range d.runs {
+		for ; v < r.v1; v++ {
+			val, rest, err := plainBinary(data)
+			if err != nil {
+				return err
+			}
+			if v >= r.v0 {
+				d.appendBinary(val)
+			}
+			data = rest
 		}
-		d.appendBinary(v)
-		data = rest
 	}
 	return nil
 }
 
-// indexed decodes n dictionary-encoded values.
+// fixed returns the room for the next n fixed-width values, counted as
+// decoded.
+func (d *columnDecoder) fixed(n int) ([]byte, error) {
+	at := d.nvalues * d.width
+	if at+n*d.width > d.values.Len() {
+		return nil, errors.New("more values than the column chunk declares")
+	}
+	d.nvalues += n
+	return d.values.Bytes()[at : at+n*d.width], nil
+}
+
+// indexed decodes the values of d.runs of a page of n dictionary-encoded
+// values.
 func (d *columnDecoder) indexed(data []byte, n int) error {
-	if n == 0 {
+	if n == 0 || len(d.runs) == 0 {
 		return nil
 	}
 	if len(data) < 1 {
 		return errors.New("truncated dictionary indices")
 	}
 	d.idxBuf = growScratch(d.idxBuf, 4*n)
-	d.idx = arrow.GetData[uint32](d.idxBuf)
+	d.idx = arrow.GetData[uint32](d.idxBuf)[:n]
 	if err := hybrid(d.idx, data[1:], int(data[0])); err != nil {
 		return err
 	}
-	if d.width > 0 {
-		at := d.nvalues * d.width
-		if at+n*d.width > d.values.Len() {
-			return errors.New("more values than the column chunk declares")
+	for _, r := range d.runs {
+		idx := d.idx[r.v0:r.v1]
+		if d.width == 0 {
+			for _, i := range idx {
+				if int(i) >= len(d.dictBin) {
+					return indexError(i, len(d.dictBin))
+				}
+				d.appendBinary(d.dictBin[i])
+			}
+			continue
 		}
-		dst := d.values.Bytes()[at:]
-		var err error
+		dst, err := d.fixed(len(idx))
+		if err != nil {
+			return err
+		}
 		switch d.width {
 		case 4:
-			err = lookup(arrow.GetData[uint32](dst), arrow.GetData[uint32](d.dict), d.idx)
+			err = lookup(arrow.GetData[uint32](dst), arrow.GetData[uint32](d.dict), idx)
 		case 8:
-			err = lookup(arrow.GetData[uint64](dst), arrow.GetData[uint64](d.dict), d.idx)
+			err = lookup(arrow.GetData[uint64](dst), arrow.GetData[uint64](d.dict), idx)
 		}
 		if err != nil {
 			return err
 		}
-		d.nvalues += n
-		return nil
-	}
-	for _, i := range d.idx {
-		if int(i) >= len(d.dictBin) {
-			return indexError(i, len(d.dictBin))
-		}
-		d.appendBinary(d.dictBin[i])
 	}
 	return nil
 }

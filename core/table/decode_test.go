@@ -81,7 +81,7 @@ func TestDecodeColumnMatchesPqarrow(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					got, err := decodeColumn(mem, f, col, kind, chunk, pr, rg.NumRows())
+					got, _, err := decodeColumn(mem, f, col, kind, chunk, pr, rg.NumRows(), nil)
 					pr.Close()
 					if err != nil {
 						t.Fatalf("row group %d, column %s: %v", g, f.Name, err)
@@ -169,7 +169,7 @@ func BenchmarkDecodeColumn(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			arr, err := decodeColumn(memory.DefaultAllocator, f, col, fastColumn(f, col, chunk), chunk, pr, rg.NumRows())
+			arr, _, err := decodeColumn(memory.DefaultAllocator, f, col, fastColumn(f, col, chunk), chunk, pr, rg.NumRows(), nil)
 			pr.Close()
 			if err != nil {
 				b.Fatal(err)

@@ -155,7 +155,7 @@ type ReaderStats struct {
 	RowGroups    int64         `json:"row_groups"`    // row groups fetched and decoded
 	FetchTime    time.Duration `json:"fetch_ns"`      // summed over requests running in parallel
 	DecodeTime   time.Duration `json:"decode_ns"`     // summed over row groups decoded in parallel
-	DecodedBytes int64         `json:"decoded_bytes"` // bytes of the row groups decoded
+	DecodedBytes int64         `json:"decoded_bytes"` // bytes of the pages decoded (of the columns, for those pqarrow decodes)
 	KeptRows     int64         `json:"kept_rows"`     // rows copied out of decoded row groups to be read
 	KeptBytes    int64         `json:"kept_bytes"`    // their bytes
 }

@@ -192,17 +192,20 @@ func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan 
 	r := k.r
 	all := whole(p.sel, r.t.pin.Files[p.key.File].RowGroups[p.key.Group])
 	var (
-		rows  []int64 // p's rows, ascending
-		plans []*pagePlan
-		spans []span // of p's rows in a whole column
+		w     wanted // p's rows, each once
+		at    []span // where p's rows lie in a column of w.rows
+		spans []span // where p's rows lie in a whole column
 	)
 	if !all {
-		rows = make([]int64, len(p.sel))
-		for i, v := range p.sel {
-			rows[i] = int64(v >> 32)
-			spans = appendSpan(spans, 0, rows[i], 1)
+		for _, v := range p.sel { // ascending rows, which may repeat
+			row := int64(v >> 32)
+			if n := len(w.rows); n == 0 || w.rows[n-1] != row {
+				w.rows = append(w.rows, row)
+			}
+			at = appendSpan(at, 0, int64(len(w.rows)-1), 1)
+			spans = appendSpan(spans, 0, row, 1)
 		}
-		if plans, err = r.plan(ctx, p.key, rows); err != nil {
+		if w.plans, err = r.plan(ctx, p.key, w.rows); err != nil {
 			return nil, err
 		}
 	}
@@ -214,20 +217,17 @@ func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan 
 			}
 		}
 	}()
-	err = r.decode(ctx, p.key, prio, plans, func(c int, col arrow.Array) (err error) {
-		if all {
+	err = r.decode(ctx, p.key, prio, w, func(c int, col arrow.Array, kept bool) (err error) {
+		if all || kept && len(w.rows) == len(p.sel) { // col is p's rows, in order
 			col.Retain()
 			cols[c] = col
 			return nil
 		}
-		at := spans
-		if plans != nil && plans[c] != nil { // col holds the rows of the planned pages
-			at = make([]span, 0, len(spans))
-			for _, row := range rows {
-				at = appendSpan(at, 0, plans[c].row(row), 1)
-			}
+		from := spans
+		if kept {
+			from = at
 		}
-		cols[c], err = r.gatherColumn(ctx, c, []arrow.Array{col}, at)
+		cols[c], err = r.gatherColumn(ctx, c, []arrow.Array{col}, from)
 		return err
 	})
 	if err != nil {

@@ -97,42 +97,49 @@ func TestPageReadsMatchRows(t *testing.T) {
 			mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
 			defer mem.AssertSize(t, 0)
 			for range 8 {
-				// A random projection in a random order.
-				cols := rng.Perm(len(fields))[:1+rng.IntN(len(fields))]
-				names := make([]string, len(cols))
-				for i, c := range cols {
-					names[i] = fields[c].Name
-				}
-				r, err := tb.NewReader(ReaderOptions{Columns: names, Allocator: mem})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ids := randomRows(rng, n)
-				k, err := r.Keep(ctx, ids, NewBudget(1<<20))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for from := 0; from < len(ids); {
-					to := min(len(ids), from+1+rng.IntN(40))
-					rec, err := k.Read(ctx, from, to)
-					if err != nil {
-						t.Fatalf("positions [%d, %d): %v", from, to, err)
-					}
-					for j, id := range ids[from:to] {
-						for c, f := range cols {
-							if !array.SliceEqual(rec.Column(c), int64(j), int64(j+1), src.Column(f), int64(id), int64(id+1)) {
-								t.Fatalf("seed %d: row %d, column %s: got %v, want %v", seed, id, fields[f].Name,
-									rec.Column(c).GetOneForMarshal(j), src.Column(f).GetOneForMarshal(int(id)))
-							}
-						}
-					}
-					rec.Release()
-					from = to
-				}
-				k.Close()
-				r.Close()
+				readRandomly(t, rng, tb, mem, fields, src)
 			}
 		})
+	}
+}
+
+// readRandomly keeps a random row set of a random projection of tb and
+// checks the rows read against src, the rows written.
+func readRandomly(t *testing.T, rng *rand.Rand, tb *Table, mem memory.Allocator, fields []arrow.Field, src arrow.RecordBatch) {
+	t.Helper()
+	ctx := context.Background()
+	cols := rng.Perm(len(fields))[:1+rng.IntN(len(fields))]
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = fields[c].Name
+	}
+	r, err := tb.NewReader(ReaderOptions{Columns: names, Allocator: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ids := randomRows(rng, src.NumRows())
+	k, err := r.Keep(ctx, ids, NewBudget(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for from := 0; from < len(ids); {
+		to := min(len(ids), from+1+rng.IntN(40))
+		rec, err := k.Read(ctx, from, to)
+		if err != nil {
+			t.Fatalf("positions [%d, %d): %v", from, to, err)
+		}
+		defer rec.Release()
+		for j, id := range ids[from:to] {
+			for c, f := range cols {
+				if !array.SliceEqual(rec.Column(c), int64(j), int64(j+1), src.Column(f), int64(id), int64(id+1)) {
+					t.Fatalf("row %d, column %s: got %v, want %v", id, fields[f].Name,
+						rec.Column(c).GetOneForMarshal(j), src.Column(f).GetOneForMarshal(int(id)))
+				}
+			}
+		}
+		from = to
 	}
 }
 

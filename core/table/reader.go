@@ -414,12 +414,21 @@ func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error
 	return keys, nil
 }
 
+// wanted is what decode keeps of a row group: rows (ascending, distinct), or
+// all of them when rows is nil; of an output column c with plans[c] set
+// (plans may be nil), only the planned pages are fetched and decoded.
+type wanted struct {
+	rows  []int64
+	plans []*pagePlan
+}
+
 // decode fetches the projected columns of one row group and decodes them one
 // after the other, handing each to each, which may retain it: a row group is
-// never decoded whole at once unless each keeps every column. Of an output
-// column c with plans[c] set (plans may be nil), only the planned pages are
-// fetched and decoded: the column each gets holds their rows.
-func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, plans []*pagePlan, each func(c int, col arrow.Array) error) (err error) {
+// never decoded whole at once unless each keeps every column. The columns
+// the page decoder handles hold only the rows w wants (kept is true); the
+// others, all of the group's rows.
+func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted, each func(c int, col arrow.Array, kept bool) error) (err error) {
+	plans := w.plans
 	f := r.t.pin.Files[key.File]
 	where := r.t.loc.ObjectURI(f.Key)
 	defer errcode.Recover(&err, errcode.Corrupt, fmt.Sprintf("decode row group %d of", key.Group), where)
@@ -458,7 +467,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, plans []*
 	}
 	defer r.decoding.release(held)
 	start := time.Now()
-	if err := r.decodeFrom(ctx, src, md, key, where, plans, each); err != nil {
+	if err := r.decodeFrom(ctx, src, md, key, where, w, each); err != nil {
 		return err
 	}
 	r.stats.decodeNanos.Add(int64(time.Since(start)))
@@ -467,10 +476,9 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, plans []*
 }
 
 // decodeFrom decodes the projected columns of row group key of the file src
-// reads, one after the other (only the planned pages of those with a plan),
-// and hands each to each.
+// reads, one after the other, and hands each to each (see decode).
 func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md *metadata.FileMetaData, key GroupRef, where string,
-	plans []*pagePlan, each func(c int, col arrow.Array) error) error {
+	w wanted, each func(c int, col arrow.Array, kept bool) error) error {
 	// The page decoder copies what it keeps out of the pages, so their
 	// buffers are scratch; pqarrow's arrays may hold memory of the reader's
 	// allocator, so it gets r.mem.
@@ -499,30 +507,36 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 	}()
 	groupRows := r.t.pin.Files[key.File].RowGroups[key.Group]
 	for i, field := range r.schema.Fields() {
-		rows := groupRows
 		var plan *pagePlan // only the columns the page decoder handles have one
-		if plans != nil && plans[i] != nil {
-			plan, rows = plans[i], plans[i].rows
+		if w.plans != nil {
+			plan = w.plans[i]
 		}
-		col, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i], src, plan)
+		col, decoded, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i], src, plan, w.rows)
+		kept, rows := w.rows != nil, int64(len(w.rows))
 		if err == nil && col == nil {
 			if slow == nil {
 				if slow, err = open(r.mem); err != nil {
 					return err
 				}
 			}
-			col, err = r.decodeSlow(ctx, slow, key.Group, i)
+			kept = false
+			if col, err = r.decodeSlow(ctx, slow, key.Group, i); err == nil {
+				decoded = dataBytes(col.Data())
+			}
 		}
 		if err != nil {
 			return errcode.Wrap(fmt.Errorf("row group %d, column %q: %w", key.Group, field.Name, err), errcode.Corrupt, "decode", where)
+		}
+		if !kept {
+			rows = groupRows
 		}
 		if int64(col.Len()) != rows {
 			col.Release()
 			return errcode.New(errcode.Corrupt, "decode", where, "row group %d, column %q: %d values, %d expected",
 				key.Group, field.Name, col.Len(), rows)
 		}
-		r.stats.decoded.Add(dataBytes(col.Data()))
-		err = each(i, col)
+		r.stats.decoded.Add(decoded)
+		err = each(i, col, kept)
 		col.Release()
 		if err != nil {
 			return err
@@ -531,34 +545,39 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 	return nil
 }
 
-// decodeFast decodes one column with decodeColumn, or returns nil when
-// decodeColumn does not handle it. With a plan, it decodes only the planned
-// pages, read from src.
+// decodeFast decodes the given rows (nil: all) of one column with
+// decodeColumn, and says how many bytes of pages that decoded; it returns a
+// nil column when decodeColumn does not handle it. With a plan, it decodes
+// only the planned pages, read from src.
 func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, field arrow.Field, leaves []int,
-	src parquet.ReaderAtSeeker, plan *pagePlan) (arrow.Array, error) {
+	src parquet.ReaderAtSeeker, plan *pagePlan, rows []int64) (arrow.Array, int64, error) {
 	if len(leaves) != 1 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	chunk, err := rg.MetaData().ColumnChunk(leaves[0])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	col := md.Schema.Column(leaves[0])
 	kind := fastColumn(field, col, chunk)
 	if kind == notFast {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if plan != nil {
+		keep := make([]int64, len(rows))
+		for i, row := range rows {
+			keep[i] = plan.row(row)
+		}
 		pages := plan.read(src, chunk, scratch{})
 		defer pages.Close()
-		return decodeColumn(r.mem, field, col, kind, chunk, pages, plan.rows)
+		return decodeColumn(r.mem, field, col, kind, chunk, pages, plan.rows, keep)
 	}
 	pr, err := rg.GetColumnPageReader(leaves[0])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer pr.Close()
-	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows())
+	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows(), rows)
 }
 
 // ranges returns the byte ranges decode fetches of row group g: each output
@@ -671,7 +690,7 @@ func (r *Reader) ReadGroup(ctx context.Context, file, group int) (rec arrow.Reco
 			}
 		}
 	}()
-	err = r.decode(ctx, GroupRef{file, group}, 0, nil, func(c int, col arrow.Array) error {
+	err = r.decode(ctx, GroupRef{file, group}, 0, wanted{}, func(c int, col arrow.Array, _ bool) error {
 		col.Retain()
 		cols[c] = col
 		return nil

@@ -450,8 +450,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         ``memory_budget`` for them, and ``horizon_steps``, the steps of the
         last horizon;
         ``bytes_read`` and ``requests`` made to the store; ``row_groups``
-        decoded and their ``decoded_bytes``; ``kept_rows`` and ``kept_bytes``
-        copied out of them for the steps; ``fetch_ns`` and ``decode_ns``,
+        decoded and ``decoded_bytes``, the bytes of the pages they decoded;
+        ``kept_rows`` and ``kept_bytes`` copied out of them for the steps; ``fetch_ns`` and ``decode_ns``,
         summed over parallel work. With DataLoader workers, each worker process
         has its own counters. Empty before the first iteration.
         """
