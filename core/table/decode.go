@@ -104,7 +104,9 @@ func physicalMatches(dt arrow.DataType, pt parquet.Type, allowBinary bool) bool 
 // slotDef or above an element slot exists, and at maxDef it holds a value.
 // For a flat column every entry is a slot (slotDef 0).
 type columnDecoder struct {
-	width   int // bytes of one fixed-width value; 0 for binary
+	outer   arrow.DataType // of the column
+	dt      arrow.DataType // of its values: the list's elements, or outer
+	width   int            // bytes of one fixed-width value; 0 for binary
 	list    bool
 	listDef int16
 	slotDef int16
@@ -145,39 +147,8 @@ type run struct{ e0, e1, v0, v1 int }
 // or all when keep is nil. It also returns the bytes of the pages it decoded.
 func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind,
 	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64, keep []int64) (arrow.Array, int64, error) {
-	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep}
-	out := rows
-	if keep != nil {
-		out = int64(len(keep))
-	}
-	dt := f.Type
-	if kind == fastList {
-		lt := f.Type.(*arrow.ListType)
-		dt = lt.Elem()
-		d.list = true
-		d.slotDef = d.maxDef
-		if lt.ElemField().Nullable {
-			d.slotDef--
-		}
-		d.listDef = d.slotDef - 1
-		d.listOffs = make([]int32, 0, out+1)
-	}
-	if fw, ok := dt.(arrow.FixedWidthDataType); ok {
-		d.width = fw.BitWidth() / 8
-		// Never more values than level entries in the chunk.
-		d.values = memory.NewResizableBuffer(mem)
-		d.values.Resize(int(chunk.NumValues()) * d.width)
-	} else {
-		d.binOffs = append(make([]int32, 0, out+1), 0)
-	}
-	defer func() {
-		if d.values != nil {
-			d.values.Release()
-		}
-		for _, b := range [][]byte{d.defs, d.reps, d.idxBuf, d.dictBuf} {
-			scratch{}.Free(b)
-		}
-	}()
+	d := newColumnDecoder(mem, f, col, kind, chunk.NumValues(), keep, rows)
+	defer d.free()
 	var decoded int64
 	for pr.Next() {
 		p := pr.Page()
@@ -189,11 +160,49 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 	if err := pr.Err(); err != nil {
 		return nil, decoded, err
 	}
-	if d.seen != rows {
-		return nil, decoded, fmt.Errorf("column chunk holds %d rows, %d expected", d.seen, rows)
-	}
-	arr, err := d.finish(mem, f.Type, dt, out)
+	arr, err := d.finish(mem, rows)
 	return arr, decoded, err
+}
+
+// newColumnDecoder returns a decoder of a column of field f, stored as col,
+// of at most values level entries, keeping the rows in keep (nil: all of
+// rows).
+func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind, values int64, keep []int64, rows int64) *columnDecoder {
+	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type}
+	out := rows
+	if keep != nil {
+		out = int64(len(keep))
+	}
+	if kind == fastList {
+		lt := f.Type.(*arrow.ListType)
+		d.dt = lt.Elem()
+		d.list = true
+		d.slotDef = d.maxDef
+		if lt.ElemField().Nullable {
+			d.slotDef--
+		}
+		d.listDef = d.slotDef - 1
+		d.listOffs = make([]int32, 0, out+1)
+	}
+	if fw, ok := d.dt.(arrow.FixedWidthDataType); ok {
+		d.width = fw.BitWidth() / 8
+		// Never more values than level entries in the chunk.
+		d.values = memory.NewResizableBuffer(mem)
+		d.values.Resize(int(values) * d.width)
+	} else {
+		d.binOffs = append(make([]int32, 0, out+1), 0)
+	}
+	return d
+}
+
+// free gives back what the decoder holds.
+func (d *columnDecoder) free() {
+	if d.values != nil {
+		d.values.Release()
+	}
+	for _, b := range [][]byte{d.defs, d.reps, d.idxBuf, d.dictBuf} {
+		scratch{}.Free(b)
+	}
 }
 
 // page decodes one page.
@@ -706,9 +715,16 @@ func (d *columnDecoder) appendBinary(v []byte) {
 	d.binOffs = append(d.binOffs, int32(len(d.binData)))
 }
 
-// finish builds the column's array of type outer (the list type for lists)
-// with values of type dt.
-func (d *columnDecoder) finish(mem memory.Allocator, outer, dt arrow.DataType, rows int64) (arrow.Array, error) {
+// finish builds the column's array, once pages of rows rows have been
+// decoded.
+func (d *columnDecoder) finish(mem memory.Allocator, rows int64) (arrow.Array, error) {
+	if d.seen != rows {
+		return nil, fmt.Errorf("column chunk holds %d rows, %d expected", d.seen, rows)
+	}
+	if d.keep != nil {
+		rows = int64(len(d.keep))
+	}
+	outer, dt := d.outer, d.dt
 	if !d.list && int64(d.slots) != rows {
 		return nil, fmt.Errorf("column chunk holds %d values for %d rows", d.slots, rows)
 	}

@@ -3,6 +3,7 @@ package table
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/seedtest"
 )
 
 // TestDecodeColumnMatchesPqarrow decodes random columns of every layout
@@ -192,4 +194,108 @@ func BenchmarkDecodeColumn(b *testing.B) {
 		}
 		b.ReportMetric(float64(rg.NumRows()*int64(b.N))/b.Elapsed().Seconds(), "rows/s")
 	})
+}
+
+// TestDecoderKeepsRowsAcrossPages feeds the page decoder random rows of a
+// list column (null, empty and long lists, null elements) and of a flat one,
+// in pages cut at random level entries, also inside a row, as writers of
+// V1 pages without an offset index may cut them, and checks that keeping a
+// random set of rows gives those rows of the whole column.
+func TestDecoderKeepsRowsAcrossPages(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 7))
+	fields := []arrow.Field{
+		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+		{Name: "i", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+	}
+	schema := arrow.NewSchema(fields, nil)
+	empty := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	rec := empty.NewRecordBatch()
+	empty.Release()
+	pf, err := file.NewParquetReader(bytes.NewReader(tabletest.EncodeRecord(t, rec)))
+	rec.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for leaf, f := range fields {
+		col := pf.MetaData().Schema.Column(leaf)
+		kind := fastFlat
+		if leaf == 0 {
+			kind = fastList
+		}
+		for range 50 {
+			// Rows as level entries (and the values of the present ones).
+			const rows = 300
+			var reps, defs []uint8
+			var values []byte
+			for range rows {
+				if kind == fastFlat {
+					def := uint8(rng.IntN(4) / 3) // a quarter null
+					reps, defs = append(reps, 0), append(defs, def)
+					if def == 1 {
+						values = binary.LittleEndian.AppendUint64(values, rng.Uint64())
+					}
+					continue
+				}
+				switch k := rng.IntN(12); k { // null list, empty list, or up to 10 elements
+				case 0, 1:
+					reps, defs = append(reps, 0), append(defs, uint8(k))
+				default:
+					for e := range k - 1 {
+						def := uint8(2 + rng.IntN(5)/4) // a fifth of the elements null
+						reps, defs = append(reps, uint8(min(e, 1))), append(defs, def)
+						if def == 3 {
+							values = binary.LittleEndian.AppendUint32(values, rng.Uint32())
+						}
+					}
+				}
+			}
+			keep := []int64{}
+			for r := range int64(rows) {
+				if rng.IntN(4) == 0 {
+					keep = append(keep, r)
+				}
+			}
+			decode := func(keep []int64) arrow.Array {
+				d := newColumnDecoder(memory.DefaultAllocator, f, col, kind, int64(len(defs)), keep, rows)
+				defer d.free()
+				width := 4
+				if kind == fastFlat {
+					width = 8
+				}
+				for e, v := 0, 0; e < len(defs); {
+					n := min(len(defs)-e, 1+rng.IntN(20)) // cut anywhere
+					present := 0
+					for _, def := range defs[e : e+n] {
+						if int16(def) == d.maxDef {
+							present++
+						}
+					}
+					if d.maxRep > 0 {
+						d.reps = append(d.reps[:0], reps[e:e+n]...)
+					}
+					d.defs = append(d.defs[:0], defs[e:e+n]...)
+					if err := d.dataPage(values[v*width:(v+present)*width], parquet.Encodings.Plain, n); err != nil {
+						t.Fatal(err)
+					}
+					e, v = e+n, v+present
+				}
+				arr, err := d.finish(memory.DefaultAllocator, rows)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return arr
+			}
+			whole, kept := decode(nil), decode(keep)
+			if kept.Len() != len(keep) {
+				t.Fatalf("column %s: kept %d rows of %d", f.Name, kept.Len(), len(keep))
+			}
+			for i, r := range keep {
+				if !array.SliceEqual(kept, int64(i), int64(i+1), whole, r, r+1) {
+					t.Fatalf("column %s: row %d kept as %v, is %v", f.Name, r, kept.GetOneForMarshal(i), whole.GetOneForMarshal(int(r)))
+				}
+			}
+			whole.Release()
+			kept.Release()
+		}
+	}
 }
