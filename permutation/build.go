@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"path"
 	"runtime"
 	"slices"
@@ -54,9 +55,18 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		}
 	}
 	if spec.Shuffle != nil {
-		if err := spec.Shuffle.validate(); err != nil {
+		sh := *spec.Shuffle
+		if sh.ClumpSize == AutoClump {
+			rows, err := t.RowsPerPage(ctx)
+			if err != nil {
+				return nil, err
+			}
+			sh.ClumpSize = 1 << (bits.Len64(uint64(max(rows, 1))) - 1)
+		}
+		if err := sh.validate(); err != nil {
 			return nil, err
 		}
+		spec.Shuffle = &sh
 	}
 	b := &builder{t: t, spec: spec, opts: opts}
 	if opts.Allocator == nil {

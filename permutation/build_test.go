@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
@@ -297,6 +300,51 @@ func TestConstantFilters(t *testing.T) {
 		}
 		if m := p.Manifest(); m.RowGroups != 3 || m.RowsScanned != 100 {
 			t.Errorf("filter %q: %d row groups, %d rows scanned", filter, m.RowGroups, m.RowsScanned)
+		}
+	}
+}
+
+// TestAutoClump: AutoClump clumps rows by the largest power of two at most
+// the rows a page of the widest column holds, read from the offset index of
+// a croupier table and estimated for a file without one, records the size
+// chosen, and clumps the order by it.
+func TestAutoClump(t *testing.T) {
+	ctx := context.Background()
+	rec := tabletest.Record(0, 5000)
+	defer rec.Release()
+	rdr, err := array.NewRecordReader(rec.Schema(), []arrow.RecordBatch{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdr.Release()
+	indexed, err := table.Create(ctx, "file://"+t.TempDir(), rdr, table.WriteOptions{RowGroupRows: 2048, PageBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer indexed.Close()
+	plain := openTable(t, t.TempDir(), 1000) // row groups of 50 rows, no offset index, a page each
+	for _, tc := range []struct {
+		name string
+		tb   *table.Table
+	}{{"indexed", indexed}, {"plain", plain}} {
+		rows, err := tc.tb.RowsPerPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows < 2 || rows > 2048 {
+			t.Fatalf("%s: %d rows per page", tc.name, rows)
+		}
+		p := build(t, tc.tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 1, ClumpSize: permutation.AutoClump}})
+		c := p.Manifest().Spec.Shuffle.ClumpSize
+		if c > rows || 2*c <= rows || c&(c-1) != 0 {
+			t.Fatalf("%s: clump size %d for pages of %d rows, want the largest power of two at most that", tc.name, c, rows)
+		}
+		t.Logf("%s: pages of %d rows, clumps of %d", tc.name, rows, c)
+		ids := allIDs(t, p.Splits()[0])
+		for i := 0; i+int(c) <= len(ids); i += int(c) {
+			if ids[i]%uint64(c) != 0 || ids[i+int(c)-1] != ids[i]+uint64(c)-1 {
+				t.Fatalf("%s: clump at %d broken: %v", tc.name, i, ids[i:i+int(c)])
+			}
 		}
 	}
 }

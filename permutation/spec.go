@@ -71,11 +71,22 @@ type SplitSpec struct {
 // each window: a reader going through it touches each row group about once per
 // window instead of once per row, at the price of a local randomness (rows far
 // apart in the table never meet within a window's span).
+//
+// ClumpSize AutoClump asks Build to choose the clump size from the table's
+// layout: the largest power of two at most the rows a page of its widest
+// column holds (table.Table.RowsPerPage). With clumps that size, the rows a
+// stream deals from one page come together, so that with several ranks a
+// page is read by one rank, not by all; a power of two divides row groups of
+// power-of-two sizes, so clumps do not straddle them either. The persisted
+// spec records the size chosen.
 type ShuffleSpec struct {
 	Seed      uint64 `json:"seed"`
 	ClumpSize int64  `json:"clump_size,omitempty"`
 	Window    int64  `json:"window,omitempty"`
 }
+
+// AutoClump is the ClumpSize that has Build derive it from the table's layout.
+const AutoClump = -1
 
 func badSpec(format string, args ...any) error {
 	return errcode.New(errcode.InvalidArgument, "permutation spec", "", format, args...)

@@ -304,3 +304,51 @@ func (pp *plannedPages) Close() {
 		pp.cur = nil
 	}
 }
+
+// defaultPageBytes is the page size writers use unless told otherwise
+// (parquet-mr, Arrow C++ and arrow-go alike): the size RowsPerPage assumes
+// for files without an offset index.
+const defaultPageBytes = 1 << 20
+
+// RowsPerPage says how many rows a data page of the table's widest column
+// holds, in the first row group of its first file that has rows: the median
+// over its pages, where the file has an offset index, else the row group's
+// rows over the pages its uncompressed size makes at the writers' default
+// page size. It is between 1 and that row group's rows; 0 for a table without
+// rows. A shuffle whose clumps hold about this many consecutive rows gives
+// each page to one rank (see permutation.AutoClump).
+func (t *Table) RowsPerPage(ctx context.Context) (int64, error) {
+	f := slices.IndexFunc(t.pin.Files, func(f File) bool { return len(f.RowGroups) > 0 && f.RowGroups[0] > 0 })
+	if f < 0 {
+		return 0, nil
+	}
+	md, err := t.Footer(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	rows := t.pin.Files[f].RowGroups[0]
+	widest, size := 0, int64(-1)
+	for leaf := range md.Schema.NumColumns() {
+		col, err := md.RowGroup(0).ColumnChunk(leaf)
+		if err != nil {
+			return 0, errcode.Wrap(err, errcode.Corrupt, "read footer", t.loc.ObjectURI(t.pin.Files[f].Key))
+		}
+		if n := col.TotalUncompressedSize(); n > size {
+			widest, size = leaf, n
+		}
+	}
+	locs, err := t.pages(ctx, f, 0, []int{widest})
+	if err != nil {
+		return 0, err
+	}
+	if l := locs[0]; l != nil {
+		counts := make([]int64, len(l.off))
+		for i := range counts {
+			counts[i] = l.first[i+1] - l.first[i]
+		}
+		slices.Sort(counts)
+		return counts[len(counts)/2], nil
+	}
+	pages := max(1, (size+defaultPageBytes-1)/defaultPageBytes)
+	return max(1, rows/pages), nil
+}

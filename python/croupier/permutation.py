@@ -16,13 +16,17 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from . import _lib, _progress
 from .errors import ClosedError, InvalidArgumentError
 from .table import Table
+
+# The clump size that has the builder choose one from the table's layout
+# (Go's permutation.AutoClump).
+AUTO_CLUMP = -1
 
 __all__ = ["Permutation", "PermutationBuilder", "Permutations", "open_permutations"]
 
@@ -150,18 +154,27 @@ class PermutationBuilder:
         return self._split("calculated", split_names, expr=str(sql))
 
     def shuffle(
-        self, seed: int, clump_size: int | None = None, window: int | None = None
+        self,
+        seed: int,
+        clump_size: int | Literal["auto"] | None = None,
+        window: int | None = None,
     ) -> PermutationBuilder:
         """Shuffle each split with ``seed``.
 
-        ``clump_size`` keeps runs of that many consecutive rows together.
+        ``clump_size`` keeps runs of that many consecutive rows together;
+        ``"auto"`` chooses it from the table's layout when the permutation is
+        built: the largest power of two at most the rows a page of the widest
+        column holds, so that with several ranks each page is read by one rank
+        (the size chosen is recorded in the permutation's spec).
         ``window`` (in clumps) makes an I/O-friendly window shuffle: the split is
         cut into windows of that many clumps in row id order, and the windows and
         the clumps inside each are permuted, so a reader touches each row group
         about once per window.
         """
         shuffle: dict[str, Any] = {"seed": int(seed)}
-        if clump_size:
+        if clump_size == "auto":
+            shuffle["clump_size"] = AUTO_CLUMP
+        elif clump_size:
             shuffle["clump_size"] = int(clump_size)
         if window:
             shuffle["window"] = int(window)

@@ -466,6 +466,21 @@ def test_shuffle_clumps_and_windows(rollouts_uri: str, perm_uri: Callable[[str],
         assert len(span) == 1
 
 
+def test_auto_clump_size(tmp_path: Path, perm_uri: Callable[[str], str]) -> None:
+    """``clump_size="auto"`` clumps by a power of two that a page of the widest
+    column holds, and the spec records the size chosen."""
+    rows = pa.table({"id": pa.array(range(4000), pa.int64())})
+    tbl = cr.create_table(f"file://{tmp_path}/t", rows)
+    perms = cr.PermutationBuilder(tbl).shuffle(seed=4, clump_size="auto").persist(perm_uri("a"))
+    c = perms.provenance["shuffle"]["clump_size"]
+    assert c == 2048  # croupier's 16 KiB pages hold 2,048 8-byte ids
+    order = perms[0].row_ids().tolist()
+    assert sorted(order) == list(range(4000))
+    for at in range(0, 4000 - c, c):
+        assert order[at : at + c] == list(range(order[at], order[at] + c))
+        assert order[at] % c == 0
+
+
 # -- hash splits across versions and golden values ------------------------------------------
 
 
