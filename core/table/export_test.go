@@ -23,3 +23,7 @@ func WriteOrphan(ctx context.Context, uri string, data array.RecordReader) error
 // SetCommitHook makes every commit in this process call fn at each of its
 // phases (see commitHook); nil removes it.
 func SetCommitHook(fn func(phase string)) { commitHook = fn }
+
+// ForgetProbes forgets which stores passed the check of their exclusive
+// creates in this process, as a new process would.
+func ForgetProbes() { honoured.Clear() }
