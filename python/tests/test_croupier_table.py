@@ -108,3 +108,15 @@ def test_catalog(tmp_path: Path) -> None:
     first = cr.open_table(uri, catalog=catalog)
     again = cr.open_table(uri, catalog=catalog)  # served from the catalog's cache
     assert (first.version, first.num_rows) == (again.version, again.num_rows) == (1, 5)
+
+
+def test_trust_conditional_writes_reaches_the_writer(tmp_path: Path) -> None:
+    """The override of the conditional-write check is accepted by every writer.
+
+    (The refusal itself, on a store that ignores conditional writes, is proved
+    in Go: core/table/TestCommitRefusedWhereConditionalWritesIgnored.)
+    """
+    tbl = cr.create_table(f"file://{tmp_path}/t", rows(0, 10), trust_conditional_writes=True)
+    assert tbl.append(rows(10, 5), trust_conditional_writes=True) == 2
+    copy = cr.rewrite(tbl, f"file://{tmp_path}/c", trust_conditional_writes=True)
+    assert copy.num_rows == 10

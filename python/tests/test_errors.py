@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import re
@@ -143,8 +144,24 @@ def test_manifest_keys_cannot_leave_the_table(tmp_path: Path, key: str) -> None:
     (tmp_path / "outside.parquet").write_bytes(data.read_bytes())
     m = json.loads(manifest.read_text())
     m["files"][0]["key"] = key
-    manifest.write_text(json.dumps(m))
+    manifest.write_bytes(_sealed(m))
     with pytest.raises(cr.CorruptError, match=re.escape(json.dumps(key))):
+        cr.open_table(table_uri)
+
+
+def _sealed(m: dict[str, object]) -> bytes:
+    """Encode manifest ``m`` sealed with its SHA-256, as a writer does (internal/seal)."""
+    body = json.dumps({k: v for k, v in m.items() if k != "sha256"}, separators=(",", ":"))
+    body = body[:-1].encode()
+    return body + b',"sha256":"' + hashlib.sha256(body).hexdigest().encode() + b'"}\n'
+
+
+def test_flipped_manifest_bit(tmp_path: Path) -> None:
+    table_uri, manifest = _manifest(tmp_path)
+    data = bytearray(manifest.read_bytes())
+    data[len(data) // 3] ^= 0x04
+    manifest.write_bytes(bytes(data))
+    with pytest.raises(cr.CorruptError, match="does not match its sha256"):
         cr.open_table(table_uri)
 
 
