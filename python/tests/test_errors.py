@@ -8,6 +8,8 @@ import pickle
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import rows, uri, write_files
 
@@ -96,6 +98,22 @@ def test_truncated_parquet(tmp_path: Path) -> None:
         with pytest.raises(cr.CorruptError, match=r"part-00000\.parquet") as info:
             cr.open_table(uri(path))
         assert info.value.code == StatusCode.CORRUPT
+
+
+def test_page_crc_mismatch(tmp_path: Path) -> None:
+    """A flipped bit in a page of a file written with page CRCs raises CorruptError."""
+    path = tmp_path / "crc.parquet"
+    table = pa.table({"x": pa.array(range(1000), pa.int64())})
+    pq.write_table(
+        table, path, compression="snappy", use_dictionary=False, write_page_checksum=True
+    )
+    col = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    data = bytearray(path.read_bytes())
+    data[col.data_page_offset + col.total_compressed_size // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    ds = cr.StreamingDataset(cr.open_table(uri(path)), global_batch_size=1000, format="arrow")
+    with pytest.raises(cr.CorruptError, match=r"crc\.parquet.*CRC"):
+        list(ds)
 
 
 def test_truncated_data_file_of_a_croupier_table(tmp_path: Path) -> None:
