@@ -17,7 +17,10 @@ require (
 	vitess.io/vitess v0.24.4
 )
 
-require github.com/DataDog/zstd v1.5.7
+require (
+	github.com/DataDog/zstd v1.5.7
+	github.com/apache/thrift v0.24.0
+)
 
 require (
 	cel.dev/expr v0.25.3 // indirect
@@ -37,7 +40,6 @@ require (
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/metric v0.61.0 // indirect
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/internal/resourcemapping v0.61.0 // indirect
 	github.com/andybalholm/brotli v1.2.3 // indirect
-	github.com/apache/thrift v0.24.0 // indirect
 	github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream v1.7.20 // indirect
 	github.com/aws/aws-sdk-go-v2/config v1.33.3 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.3 // indirect

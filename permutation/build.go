@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"crypto/sha256"
-
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -21,6 +19,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/seal"
 	"github.com/croupier-data/croupier/permutation/expr"
 )
 
@@ -513,13 +512,15 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 	m := Manifest{Format: FormatVersion, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
 		RowsScanned: b.stats.rows, RowsKept: b.stats.kept, RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
 	var total int64
-	digest := sha256.New()
 	for i, ids := range b.out {
-		m.Splits = append(m.Splits, SplitInfo{Name: names[i], NumRows: int64(len(ids))})
+		s := SplitInfo{Name: names[i], NumRows: int64(len(ids)), ChunkSHA256: []string{}}
+		forChunks(ids, func(_ int64, chunk []uint64) {
+			s.ChunkSHA256 = append(s.ChunkSHA256, seal.Sum(encodeIDs(chunk, width)))
+		})
+		m.Splits = append(m.Splits, s)
 		total += int64(len(ids))
-		forChunks(ids, func(_ int64, chunk []uint64) { digest.Write(encodeIDs(chunk, width)) })
 	}
-	id, err := contentID(m, digest.Sum(nil))
+	id, err := contentID(m)
 	if err != nil {
 		return Manifest{}, err
 	}

@@ -17,21 +17,32 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // FormatVersion is the version of the builder and of the persisted form. It
 // changes whenever the same inputs would give a different permutation.
-const FormatVersion = 1
+//
+// Version 2 seals the manifest (see internal/seal) and records the SHA-256 of
+// every chunk in it, checked as the chunk is read; the permutation's ID
+// derives from that manifest. Permutations of version 1, which have neither,
+// still open and deal the same rows, unchecked.
+const FormatVersion = 2
+
+// uncheckedFormat is the last format without digests.
+const uncheckedFormat = 1
 
 // ChunkIDs is the number of row ids in each persisted chunk object.
 const ChunkIDs = 1 << 16
 
 // The persisted form, under the permutation URI:
 //
-//	permutation.json          the manifest, written last: its presence commits
+//	permutation.json          the manifest, written last: its presence commits;
+//	                          sealed with its SHA-256
 //	<id>/<i>/<j>.ids          chunk j of split i: ChunkIDs row ids (fewer in the
 //	                          last chunk), each IDWidth bytes little endian;
-//	                          <id> is the permutation's ID
+//	                          <id> is the permutation's ID; the manifest holds
+//	                          its SHA-256
 //	build.json                when the permutation was built and how long it took
 //
 // Every object but build.json is a function of the inputs alone, so two builds
@@ -63,13 +74,21 @@ type Manifest struct {
 	RowsKept         int64 `json:"rows_kept"`
 	RowGroups        int64 `json:"row_groups"`
 	RowGroupsSkipped int64 `json:"row_groups_skipped"`
+	// SHA256 is the manifest's seal, set by decoding.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // SplitInfo describes one split.
 type SplitInfo struct {
 	Name    string `json:"name"`
 	NumRows int64  `json:"num_rows"`
+	// ChunkSHA256 holds the hex SHA-256 of each of the split's chunks, in
+	// order (none in format 1).
+	ChunkSHA256 []string `json:"chunk_sha256,omitempty"`
 }
+
+// numChunks is the number of chunks of a split of n rows.
+func numChunks(n int64) int64 { return (n + ChunkIDs - 1) / ChunkIDs }
 
 func chunkKey(prefix, id string, split int, chunk int64) string {
 	return path.Join(prefix, id, fmt.Sprint(split), fmt.Sprintf("%08d.ids", chunk))
@@ -98,18 +117,17 @@ func decodeIDs(b []byte, width int, out []uint64) {
 	}
 }
 
-// contentID derives the permutation's UUID from its manifest (with ID empty)
-// and chunk digests: equal inputs give equal IDs, different ones differ.
-func contentID(m Manifest, chunkDigest []byte) (string, error) {
+// contentID derives the permutation's UUID from its manifest (with ID empty),
+// which holds the chunks' digests: equal inputs give equal IDs, different
+// ones differ.
+func contentID(m Manifest) (string, error) {
 	m.ID = ""
 	b, err := json.Marshal(m)
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
-	h.Write(b)
-	h.Write(chunkDigest)
-	return uuid.NewSHA1(uuid.NameSpaceURL, h.Sum(nil)).String(), nil
+	sum := sha256.Sum256(b)
+	return uuid.NewSHA1(uuid.NameSpaceURL, sum[:]).String(), nil
 }
 
 // writeManifest makes the permutation visible, atomically. It refuses to
@@ -119,7 +137,7 @@ func writeManifest(ctx context.Context, loc *store.Location, m Manifest) error {
 	if err != nil {
 		return errcode.Wrap(err, errcode.Internal, "write permutation", loc.URI)
 	}
-	err = loc.CreateExclusive(ctx, path.Join(loc.Key, manifestKey), append(b, '\n'))
+	err = loc.CreateExclusive(ctx, path.Join(loc.Key, manifestKey), seal.JSON(b))
 	if errcode.Of(err) == errcode.AlreadyExists {
 		return errcode.New(errcode.AlreadyExists, "write permutation", loc.URI,
 			"a permutation already exists there; permutations are immutable, persist to a new URI")
@@ -138,31 +156,48 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		}
 		return Manifest{}, errcode.Wrap(err, errcode.Unavailable, op, loc.URI)
 	}
+	where := loc.ObjectURI(key)
+	sealed, err := seal.Check(b)
+	if err != nil {
+		return Manifest{}, errcode.Wrap(fmt.Errorf("malformed manifest: %w", err), errcode.Corrupt, op, where)
+	}
 	var m Manifest
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return Manifest{}, errcode.Wrap(fmt.Errorf("malformed manifest: %w", err), errcode.Corrupt, op, loc.ObjectURI(key))
+		return Manifest{}, errcode.Wrap(fmt.Errorf("malformed manifest: %w", err), errcode.Corrupt, op, where)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Manifest{}, errcode.New(errcode.Corrupt, op, loc.ObjectURI(key), "malformed manifest: data after its JSON object")
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "malformed manifest: data after its JSON object")
 	}
 	// The ID names the folder of the row id chunks: only a UUID in its
 	// canonical form keeps them inside the permutation's folder.
 	if u, err := uuid.Parse(m.ID); err != nil || u.String() != m.ID {
-		return Manifest{}, errcode.New(errcode.Corrupt, op, loc.ObjectURI(key), "id %q is not a UUID", m.ID)
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id %q is not a UUID", m.ID)
 	}
 	switch {
-	case m.Format != FormatVersion:
-		return Manifest{}, errcode.New(errcode.InvalidArgument, op, loc.ObjectURI(key), "format %d is not supported (this build reads %d)", m.Format, FormatVersion)
+	case m.Format == FormatVersion && !sealed:
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d without its %s seal at the end", m.Format, seal.Field)
+	case m.Format == uncheckedFormat && sealed:
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, FormatVersion)
+	case m.Format != FormatVersion && m.Format != uncheckedFormat:
+		return Manifest{}, errcode.New(errcode.InvalidArgument, op, where, "format %d is not supported (this build reads %d and %d)",
+			m.Format, uncheckedFormat, FormatVersion)
 	case m.IDWidth != 4 && m.IDWidth != 8:
-		return Manifest{}, errcode.New(errcode.Corrupt, op, loc.ObjectURI(key), "id_width %d is neither 4 nor 8", m.IDWidth)
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id_width %d is neither 4 nor 8", m.IDWidth)
 	case len(m.Splits) == 0:
-		return Manifest{}, errcode.New(errcode.Corrupt, op, loc.ObjectURI(key), "no splits")
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "no splits")
 	}
 	for _, s := range m.Splits {
 		if s.NumRows < 0 {
-			return Manifest{}, errcode.New(errcode.Corrupt, op, loc.ObjectURI(key), "split %q has %d rows", s.Name, s.NumRows)
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d rows", s.Name, s.NumRows)
+		}
+		want := numChunks(s.NumRows)
+		if m.Format == uncheckedFormat {
+			want = 0
+		}
+		if int64(len(s.ChunkSHA256)) != want {
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d chunk digests, want %d", s.Name, len(s.ChunkSHA256), want)
 		}
 	}
 	return m, nil

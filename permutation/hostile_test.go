@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/seal"
+	"github.com/croupier-data/croupier/internal/seedtest"
 	"github.com/croupier-data/croupier/permutation"
 )
 
@@ -135,33 +139,119 @@ func TestCorruptChunks(t *testing.T) {
 	outOfRange := slices.Clone(orig)
 	binary.LittleEndian.PutUint32(outOfRange[8:], 100) // the table has rows 0..99
 	for name, tc := range map[string]struct {
-		chunk []byte
-		want  []string
+		chunk  []byte
+		digest bool // record the chunk's digest in the manifest, as a writer would
+		want   []string
 	}{
-		"one byte short":   {orig[:len(orig)-1], []string{"279 bytes", "70 row ids of 4 bytes"}},
-		"one id too many":  {append(slices.Clone(orig), 0, 0, 0, 0), []string{"284 bytes"}},
-		"empty":            {[]byte{}, []string{"0 bytes"}},
-		"row id too large": {outOfRange, []string{"row id 100", "100 rows"}},
-		"missing":          {nil, []string{"chunk 0", "missing"}},
+		"one byte short":                {orig[:len(orig)-1], false, []string{"279 bytes", "70 row ids of 4 bytes"}},
+		"one id too many":               {append(slices.Clone(orig), 0, 0, 0, 0), false, []string{"284 bytes"}},
+		"empty":                         {[]byte{}, false, []string{"0 bytes"}},
+		"row id too large":              {outOfRange, false, []string{"sha256", "changed after it was written"}},
+		"row id too large, digest kept": {outOfRange, true, []string{"row id 100", "100 rows"}},
+		"missing":                       {nil, false, []string{"chunk 0", "missing"}},
 	} {
+		os.WriteFile(manifest, origManifest, 0o644)
 		if tc.chunk == nil {
 			os.Remove(chunk)
 		} else {
 			os.WriteFile(chunk, tc.chunk, 0o644)
+		}
+		if tc.digest {
+			tabletest.EditJSON(t, manifest, func(m map[string]any) {
+				m["splits"].([]any)[0].(map[string]any)["chunk_sha256"] = []string{seal.Sum(tc.chunk)}
+			})
 		}
 		_, err := readSplit(dir, 0)
 		wantCorrupt(t, name, err, append(tc.want, "00000000.ids")...)
 	}
 	os.WriteFile(chunk, orig, 0o644)
 
-	// Counts in the manifest that disagree with the chunks.
-	for _, n := range []int64{69, 71, 1 << 16, 1<<16 + 1} {
+	// Counts in the manifest that disagree with the chunks, or with the
+	// number of chunk digests.
+	for n, where := range map[int64]string{69: ".ids", 71: ".ids", 1 << 16: ".ids", 1<<16 + 1: "1 chunk digests, want 2"} {
 		os.WriteFile(manifest, origManifest, 0o644)
 		tabletest.EditJSON(t, manifest, func(m map[string]any) { m["splits"].([]any)[0].(map[string]any)["num_rows"] = n })
 		_, err := readSplit(dir, 0)
-		wantCorrupt(t, fmt.Sprintf("num_rows %d", n), err, ".ids")
+		wantCorrupt(t, fmt.Sprintf("num_rows %d", n), err, where)
 	}
+	os.WriteFile(manifest, origManifest, 0o644)
 	tabletest.EditJSON(t, manifest, func(m map[string]any) { m["id_width"] = 8 })
 	_, err := readSplit(dir, 0)
 	wantCorrupt(t, "id_width 8", err, "280 bytes", "8 bytes")
+}
+
+// TestFlippedPermutationBits flips one seeded bit in each byte of the
+// manifest and of every chunk of a permutation in turn: every flip makes
+// opening it or reading its rows fail with Corrupt naming the object flipped,
+// never deal a row twice and another never.
+func TestFlippedPermutationBits(t *testing.T) {
+	dir, manifest, _ := persisted(t)
+	chunks, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*.ids"))
+	if len(chunks) != 2 {
+		t.Fatalf("%d chunks, want one per split", len(chunks))
+	}
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 0))
+	for _, obj := range append(chunks, manifest) {
+		orig, _ := os.ReadFile(obj)
+		for p := range orig {
+			b := slices.Clone(orig)
+			b[p] ^= 1 << rng.IntN(8)
+			os.WriteFile(obj, b, 0o644)
+			_, err0 := readSplit(dir, 0)
+			_, err1 := readSplit(dir, 1)
+			err := errors.Join(err0, err1)
+			if errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), filepath.Base(obj)) {
+				t.Fatalf("bit flipped at byte %d of %s: %v (%s), want Corrupt naming it", p, obj, err, errcode.Of(err))
+			}
+		}
+		os.WriteFile(obj, orig, 0o644)
+	}
+	for i, n := range []int{70, 30} {
+		if ids, err := readSplit(dir, i); err != nil || len(ids) != n {
+			t.Fatalf("split %d restored: %d ids, %v", i, len(ids), err)
+		}
+	}
+}
+
+// TestFormat1Permutations reads a permutation of format 1, persisted before
+// manifests and chunks carried digests: it opens and deals the same rows,
+// unchecked. A manifest of format 2 without its seal or its chunk digests is
+// Corrupt.
+func TestFormat1Permutations(t *testing.T) {
+	dir, manifest, _ := persisted(t)
+	want, err := readSplit(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := os.ReadFile(manifest)
+	rewrite := func(format int, digests bool) {
+		var m map[string]any
+		if err := json.Unmarshal(orig, &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "sha256")
+		m["format"] = format
+		if !digests {
+			for _, s := range m["splits"].([]any) {
+				delete(s.(map[string]any), "chunk_sha256")
+			}
+		}
+		b, _ := json.Marshal(m)
+		os.WriteFile(manifest, b, 0o644)
+	}
+	rewrite(1, false)
+	if got, err := readSplit(dir, 0); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("format 1: %v, %v; want the rows of format 2", got, err)
+	}
+	rewrite(permutation.FormatVersion, true)
+	_, err = readSplit(dir, 0)
+	wantCorrupt(t, "no seal", err, "permutation.json", "without its sha256 seal")
+	os.WriteFile(manifest, orig, 0o644)
+	tabletest.EditJSON(t, manifest, func(m map[string]any) {
+		for _, s := range m["splits"].([]any) {
+			delete(s.(map[string]any), "chunk_sha256")
+		}
+	})
+	_, err = readSplit(dir, 0)
+	wantCorrupt(t, "no chunk digests", err, "permutation.json", "0 chunk digests, want 1")
 }

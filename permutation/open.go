@@ -12,6 +12,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // Permutations is an opened persisted permutation: the splits of one pinned
@@ -168,6 +169,13 @@ func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
 		if int64(len(b)) != n*int64(s.p.m.IDWidth) {
 			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
 				"%d bytes, want %d row ids of %d bytes", len(b), n, s.p.m.IDWidth)
+		}
+		if s.p.m.Format != uncheckedFormat {
+			if got, want := seal.Sum(b), s.info.ChunkSHA256[c]; got != want {
+				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+					"chunk %d of split %q hashes to sha256 %.16s…, the manifest records %.16s…: it changed after it was written",
+					c, s.info.Name, got, want)
+			}
 		}
 		ids := make([]uint64, n)
 		decodeIDs(b, s.p.m.IDWidth, ids)

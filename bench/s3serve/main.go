@@ -3,7 +3,7 @@
 // standard input closes or it is interrupted. The Python loader benchmark
 // starts it to read tables over S3.
 //
-//	go run ./bench/s3serve [-bucket bench] [-delay 0ms] NAME=FOLDER ...
+//	go run ./bench/s3serve [-bucket bench] [-delay 0ms] [-ignore-conditional-writes] NAME=FOLDER ...
 //
 // Each file of FOLDER (not its subfolders) is stored as NAME/<file name> in the
 // bucket. Once they are in, one JSON line goes to stdout:
@@ -50,14 +50,16 @@ import (
 func main() {
 	bucket := flag.String("bucket", "bench", "bucket to create")
 	delay := flag.Duration("delay", 0, "first-byte delay of every request")
+	ignore := flag.Bool("ignore-conditional-writes", false,
+		"ignore If-None-Match on PUTs, as some servers and proxies do (see s3test.Server.IgnoreConditionalWrites)")
 	flag.Parse()
-	if err := run(*bucket, *delay, flag.Args()); err != nil {
+	if err := run(*bucket, *delay, *ignore, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "s3serve:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bucket string, delay time.Duration, folders []string) error {
+func run(bucket string, delay time.Duration, ignoreConditionalWrites bool, folders []string) error {
 	if len(folders) == 0 {
 		return fmt.Errorf("no folders: give NAME=FOLDER arguments")
 	}
@@ -66,6 +68,7 @@ func run(bucket string, delay time.Duration, folders []string) error {
 		return err
 	}
 	defer srv.Close()
+	srv.IgnoreConditionalWrites(ignoreConditionalWrites)
 	uris := map[string]string{}
 	for _, arg := range folders {
 		name, folder, ok := strings.Cut(arg, "=")

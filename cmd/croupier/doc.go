@@ -3,14 +3,14 @@
 //
 // Usage:
 //
-//	croupier tables create URI FILE.parquet... [--row-group-rows N]
-//	croupier tables append URI FILE.parquet...        # prints the new version
+//	croupier tables create URI FILE.parquet... [--row-group-rows N] [--trust-conditional-writes]
+//	croupier tables append URI FILE.parquet... [--trust-conditional-writes]  # prints the new version
 //	croupier tables versions URI
 //	croupier tables inspect URI [--version N]         # schema, rows, files, row groups
 //	croupier tables cleanup URI --keep-last N [--grace 24h]
 //
 //	croupier rewrite SRC DST [--columns a,b] [--row-group-rows N] [--page-bytes N]
-//	    [--version N] [--quiet]
+//	    [--version N] [--quiet] [--trust-conditional-writes]
 //
 //	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
@@ -43,6 +43,11 @@
 // only those columns. It reads one row group of SRC at a time and prints its
 // progress in rows on stderr. DST gets its one version only once every row is
 // written: an interrupted rewrite leaves none, and may be run again.
+//
+// Before its first commit to a store, a command that writes a table checks
+// that the store honours conditional writes and refuses to commit where it
+// does not (concurrent commits there would lose rows);
+// --trust-conditional-writes skips the check (see docs/storage.md).
 //
 // deal prints the row ids each rank gets at global step T of epoch E (every
 // rank unless --rank), as the loader deals them: the same set of rows makes

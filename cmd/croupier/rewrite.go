@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
 	"github.com/croupier-data/croupier/core/table"
@@ -11,12 +12,13 @@ import (
 // table laid out for shuffled reads.
 func rewriteCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "rewrite",
-		"rewrite SRC DST [--columns a,b] [--row-group-rows N] [--page-bytes N] [--version N] [--quiet]")
+		"rewrite SRC DST [--columns a,b] [--row-group-rows N] [--page-bytes N] [--version N] [--quiet] [--trust-conditional-writes]")
 	columns := fs.String("columns", "", "columns to keep, comma-separated, in that order (default: all)")
 	rowGroup := fs.Int64("row-group-rows", 0, "most rows per row group (0: the default)")
 	pageBytes := fs.Int64("page-bytes", 0, "target size of a data page in bytes (0: the default)")
 	version := fs.Int64("version", 0, "version of a croupier table SRC to rewrite (0: the latest)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	trust := trustFlag(fs)
 	pos, err := parse(fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -35,7 +37,7 @@ func rewriteCmd(ctx context.Context, e *env, args []string) error {
 	}
 	defer src.Close()
 	opts := table.RewriteOptions{Columns: splitList(*columns),
-		WriteOptions: table.WriteOptions{RowGroupRows: *rowGroup, PageBytes: *pageBytes}}
+		WriteOptions: table.WriteOptions{RowGroupRows: *rowGroup, PageBytes: *pageBytes, TrustConditionalWrites: *trust}}
 	var pr *progress
 	if !*quiet {
 		pr = newProgress(e.stderr)
@@ -54,4 +56,12 @@ func rewriteCmd(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "rewrote %d rows of %s into %s at version 1\n", t.NumRows(), srcURI, dstURI)
 	return nil
+}
+
+// trustFlag declares --trust-conditional-writes, which sets
+// table.WriteOptions.TrustConditionalWrites.
+func trustFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("trust-conditional-writes", false,
+		"commit without first checking that the store honours conditional writes (If-None-Match: *); "+
+			"only for a store known to honour them or a table one writer commits to")
 }

@@ -42,8 +42,9 @@ func tablesWrite(ctx context.Context, e *env, args []string, create bool) error 
 	if create {
 		name = "tables create"
 	}
-	fs, asJSON := newFlags(e, name, name+" URI FILE.parquet... [--row-group-rows N]")
+	fs, asJSON := newFlags(e, name, name+" URI FILE.parquet... [--row-group-rows N] [--trust-conditional-writes]")
 	rowGroup := fs.Int64("row-group-rows", 0, "most rows per row group (0: the default)")
+	trust := trustFlag(fs)
 	pos, err := parse(fs, args, 2, -1)
 	if err != nil {
 		return err
@@ -57,7 +58,7 @@ func tablesWrite(ctx context.Context, e *env, args []string, create bool) error 
 		return err
 	}
 	defer data.Release()
-	opts := table.WriteOptions{RowGroupRows: *rowGroup}
+	opts := table.WriteOptions{RowGroupRows: *rowGroup, TrustConditionalWrites: *trust}
 	var version int64
 	if create {
 		t, err := table.Create(ctx, uri, data, opts)

@@ -1,6 +1,8 @@
 // Package catalog is croupier's local, per-host catalog: table names → URIs,
-// and a cache of immutable metadata (Parquet footers, version manifests) so that
-// reopening a dataset of thousands of files reads no footer from the store.
+// a cache of immutable metadata (Parquet footers, version manifests) so that
+// reopening a dataset of thousands of files reads no footer from the store,
+// and facts learnt about a store by probing it (that it honours conditional
+// writes), so that each host probes a store once.
 //
 // It is one bbolt file, by default $XDG_CACHE_HOME/croupier/catalog.db (or
 // ~/.cache/croupier/catalog.db). Invariants and caveats:
@@ -179,6 +181,12 @@ type Entry struct {
 func Key(kind, uri string, size int64, modTime time.Time, etag string) string {
 	return kind + "\x00" + uri + "\x00" + strconv.FormatInt(size, 10) + "\x00" +
 		strconv.FormatInt(modTime.UnixNano(), 10) + "\x00" + etag
+}
+
+// FactKey builds the cache key of a fact learnt about the store at storeURI
+// (a URI without a path: scheme, bucket and endpoint).
+func FactKey(fact, storeURI string) string {
+	return "fact\x00" + fact + "\x00" + storeURI
 }
 
 // Get returns the cached values of keys (nil where absent) with one read-only

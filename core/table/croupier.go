@@ -26,6 +26,7 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // Layout of a croupier table under its URI:
@@ -41,8 +42,13 @@ const (
 	// for a plain Parquet dataset.
 	createdMarker = versionsDir + "_croupier"
 	dataDir       = "data/"
-	// ManifestFormat is the version of the manifest encoding.
-	ManifestFormat = 1
+	// ManifestFormat is the version of the manifest encoding. Version 2
+	// manifests are sealed (see internal/seal) and name the commit that wrote
+	// them; version 1 manifests, written before, carry no digest and are read
+	// unchecked (the package doc says what that leaves undetected).
+	ManifestFormat = 2
+	// unsealedManifestFormat is the last format without a digest.
+	unsealedManifestFormat = 1
 )
 
 // Defaults of WriteOptions; see the package doc for the measurement behind them.
@@ -61,8 +67,16 @@ type WriteOptions struct {
 	// MaxAttempts bounds the commit attempts of one Append: a writer that loses
 	// the race for a version retries on the next one.
 	MaxAttempts int `json:"max_attempts,omitempty"`
-	// Catalog caches the manifests the commit reads (may be nil).
+	// Catalog caches the manifests the commit reads, and records the stores
+	// that passed the check of their conditional writes (may be nil).
 	Catalog *catalog.Catalog `json:"-"`
+	// TrustConditionalWrites skips the check, before a process's first
+	// commit to a store, that the store honours exclusive creates (see
+	// store.CreateExclusive): a second create of one key must fail. Set it
+	// only for a store you know honours them, or a table only one writer
+	// ever commits to; on a store that ignores them, concurrent commits
+	// overwrite each other's versions and their rows are lost.
+	TrustConditionalWrites bool `json:"trust_conditional_writes,omitempty"`
 }
 
 func (o WriteOptions) withDefaults() WriteOptions {
@@ -90,6 +104,20 @@ type manifest struct {
 	NumRows   int64     `json:"num_rows"`
 	Files     []File    `json:"files"` // keys relative to the table's folder
 	Added     int       `json:"added"` // the last Added files are new in this version
+	// Writer is a random id of the commit that wrote the manifest: no two
+	// commits write equal manifests, even of equal data at the same instant.
+	Writer string `json:"writer,omitempty"`
+	// SHA256 is the manifest's seal (see internal/seal), set by decoding.
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// encode returns m sealed, as it is stored.
+func (m *manifest) encode() ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return seal.JSON(b), nil
 }
 
 // commitHook, when set, is called as a commit passes each phase:
@@ -265,6 +293,10 @@ func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog
 
 // decodeManifest parses and checks a manifest that should be version v's.
 func decodeManifest(data []byte, v int64) (*manifest, error) {
+	sealed, err := seal.Check(data)
+	if err != nil {
+		return nil, fmt.Errorf("corrupt manifest: %w", err)
+	}
 	var m manifest
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -274,8 +306,13 @@ func decodeManifest(data []byte, v int64) (*manifest, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("corrupt manifest: data after the manifest's JSON object")
 	}
-	if m.Format != ManifestFormat {
-		return nil, fmt.Errorf("unsupported manifest format %d (want %d)", m.Format, ManifestFormat)
+	switch {
+	case m.Format == ManifestFormat && !sealed:
+		return nil, fmt.Errorf("corrupt manifest: format %d without its %s seal at the end", m.Format, seal.Field)
+	case m.Format == unsealedManifestFormat && (sealed || m.Writer != ""):
+		return nil, fmt.Errorf("corrupt manifest: format %d with fields of format %d", m.Format, ManifestFormat)
+	case m.Format != ManifestFormat && m.Format != unsealedManifestFormat:
+		return nil, fmt.Errorf("unsupported manifest format %d (this build reads %d and %d)", m.Format, unsealedManifestFormat, ManifestFormat)
 	}
 	if m.Version != v {
 		return nil, fmt.Errorf("manifest says version %d, its name says %d", m.Version, v)
@@ -374,6 +411,9 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	if err := loc.Bucket.WriteAll(ctx, loc.Join(createdMarker), nil, nil); err != nil {
 		return nil, errcode.Wrap(err, store.Code(err), "create table", loc.ObjectURI(loc.Join(createdMarker)))
 	}
+	if err := checkExclusiveCreate(ctx, loc, opts); err != nil {
+		return nil, err
+	}
 	added, err := writeData(ctx, loc, data, opts)
 	if err != nil {
 		return nil, err
@@ -383,12 +423,7 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	for _, f := range added {
 		m.NumRows += f.NumRows
 	}
-	buf, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	passPhase("manifest")
-	if err := loc.CreateExclusive(ctx, loc.Join(manifestName(1)), buf); err != nil {
+	if err := commitManifest(ctx, loc, m); err != nil {
 		if errcode.Of(err) == errcode.AlreadyExists {
 			removeFiles(ctx, loc, added)
 			return nil, errcode.New(errcode.AlreadyExists, "create table", loc.URI, "a croupier table was created here concurrently")
@@ -397,7 +432,6 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 		// its data in place; if it was not, Cleanup removes the orphans.
 		return nil, err
 	}
-	passPhase("committed")
 	return m.table(loc)
 }
 
@@ -447,6 +481,9 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 	if err := checkSchema(parent, canon, loc, latest); err != nil {
 		return 0, err
 	}
+	if err := checkExclusiveCreate(ctx, loc, opts); err != nil {
+		return 0, err
+	}
 	added, err := writeData(ctx, loc, data, opts)
 	if err != nil {
 		return 0, err
@@ -467,14 +504,8 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 		for _, f := range added {
 			m.NumRows += f.NumRows
 		}
-		buf, err := json.Marshal(m)
-		if err != nil {
-			return 0, errcode.Wrap(err, errcode.Internal, op, loc.URI)
-		}
-		passPhase("manifest")
-		err = loc.CreateExclusive(ctx, loc.Join(manifestName(m.Version)), buf)
+		err := commitManifest(ctx, loc, m)
 		if err == nil {
-			passPhase("committed")
 			return m.Version, nil
 		}
 		if errcode.Of(err) != errcode.AlreadyExists {

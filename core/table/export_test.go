@@ -23,3 +23,23 @@ func WriteOrphan(ctx context.Context, uri string, data array.RecordReader) error
 // SetCommitHook makes every commit in this process call fn at each of its
 // phases (see commitHook); nil removes it.
 func SetCommitHook(fn func(phase string)) { commitHook = fn }
+
+// ForgetProbes forgets which stores passed the check of their exclusive
+// creates in this process, as a new process would.
+func ForgetProbes() { honoured.Clear() }
+
+// PagePayloads returns, for the section [off, off+n) of a Parquet file b
+// that holds whole pages, where each page's bytes after its header lie.
+func PagePayloads(b []byte, off, n int64) ([][2]int64, error) {
+	var out [][2]int64
+	for pos := off; pos < off+n; {
+		h, err := readPageHeader(b[pos : off+n])
+		if err != nil {
+			return nil, err
+		}
+		start := pos + int64(h.headerLen)
+		out = append(out, [2]int64{start, start + h.size})
+		pos = start + h.size
+	}
+	return out, nil
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // fuzzDir stands for the fuzz process's own folder in the committed seeds:
@@ -59,6 +60,7 @@ func fuzzTables(f testing.TB) (dir string, manifest []byte) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	manifest = seal.JSON(manifest)
 	write("tbl/_versions/00000000000000000001.json", manifest)
 	return dir, manifest
 }

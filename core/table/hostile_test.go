@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +23,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/seedtest"
 )
 
 // escapes are keys a tampered manifest or pin could hold to read outside its
@@ -141,9 +143,11 @@ func TestCorruptPin(t *testing.T) {
 		{"files overflow", func(p *table.Pin) {
 			p.Files = append(p.Files, p.Files[0], p.Files[0])
 			for i := range p.Files {
+				p.Files[i].Key = fmt.Sprintf("%s.%d.parquet", p.Files[0].Key, i)
 				p.Files[i].NumRows, p.Files[i].RowGroups = 1<<62, []int64{1 << 62}
 			}
 		}, "overflows"},
+		{"file twice", func(p *table.Pin) { p.Files = append(p.Files, p.Files[0]) }, "listed twice"},
 		{"no size", func(p *table.Pin) { p.Files[0].Size = 0 }, "0 bytes"},
 		{"unknown kind", func(p *table.Pin) { p.Kind = "iceberg" }, "unknown table kind"},
 		{"bad version", func(p *table.Pin) { p.Version = "../2" }, "not a positive integer"},
@@ -424,4 +428,68 @@ func TestFlippedPageBytes(t *testing.T) {
 		got.Release()
 	}
 	t.Logf("%d of %d flips detected, the others touched nothing the rows depend on", detected, end-start)
+}
+
+// TestFlippedManifestBits flips one seeded bit in each byte of a committed
+// manifest in turn: every flip makes opening the table fail with Corrupt
+// naming the manifest.
+func TestFlippedManifestBits(t *testing.T) {
+	_, uri, manifest := croupierTable(t, 25)
+	orig, _ := os.ReadFile(manifest)
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 0))
+	for p := range orig {
+		b := slices.Clone(orig)
+		b[p] ^= 1 << rng.IntN(8)
+		os.WriteFile(manifest, b, 0o644)
+		_, err := table.Open(context.Background(), uri)
+		if errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "00000000000000000001.json") {
+			t.Fatalf("bit flipped at byte %d of %d: %v (%s), want Corrupt naming the manifest", p, len(orig), err, errcode.Of(err))
+		}
+	}
+	os.WriteFile(manifest, orig, 0o644)
+	checkRowsOf(t, open(t, uri), []uint64{0, 24})
+}
+
+// TestManifestListsEachFileOnce lists a data file twice in a manifest whose
+// row counts and seal are made to agree: opening fails with Corrupt naming
+// the manifest and the file, instead of reading its rows twice.
+func TestManifestListsEachFileOnce(t *testing.T) {
+	_, uri, manifest := croupierTable(t, 25)
+	var key string
+	tabletest.EditJSON(t, manifest, func(m map[string]any) {
+		files := m["files"].([]any)
+		key = files[0].(map[string]any)["key"].(string)
+		m["files"] = append(files, files[0])
+		m["num_rows"] = 50
+		m["added"] = 2
+	})
+	_, err := table.Open(context.Background(), uri)
+	wantErr(t, err, errcode.Corrupt, "00000000000000000001.json", fmt.Sprintf("%q is listed twice", key))
+}
+
+// TestUnsealedManifests reads a manifest of format 1, written before
+// manifests were sealed, without a seal; a manifest of a sealed format
+// whose seal is gone is Corrupt.
+func TestUnsealedManifests(t *testing.T) {
+	_, uri, manifest := croupierTable(t, 25)
+	orig, _ := os.ReadFile(manifest)
+	unsealed := func(format int) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(orig, &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "sha256")
+		delete(m, "writer")
+		m["format"] = format
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	os.WriteFile(manifest, unsealed(1), 0o644)
+	checkRowsOf(t, open(t, uri), []uint64{0, 24})
+	os.WriteFile(manifest, unsealed(table.ManifestFormat), 0o644)
+	_, err := table.Open(context.Background(), uri)
+	wantErr(t, err, errcode.Corrupt, "00000000000000000001.json", "without its sha256 seal")
 }

@@ -436,10 +436,11 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 	if err != nil {
 		return err
 	}
-	ranges, err := r.ranges(md, key.Group, plans)
+	sections, err := r.sections(md, key.Group, plans)
 	if err != nil {
 		return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
+	ranges := mergeRanges(slices.Clone(sections))
 	if r.fetching != nil {
 		var n int64
 		for _, rg := range ranges {
@@ -457,6 +458,11 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		return err
 	}
 	defer src.release()
+	for _, s := range sections {
+		if err := checkPageCRCs(src, s); err != nil {
+			return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
+		}
+	}
 	held, err := r.decodeGuess(ctx, key, plans)
 	if err != nil {
 		return err
@@ -580,9 +586,10 @@ func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, 
 	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows(), rows)
 }
 
-// ranges returns the byte ranges decode fetches of row group g: each output
-// column's chunks, or the sections of its plan.
-func (r *Reader) ranges(md *metadata.FileMetaData, g int, plans []*pagePlan) ([]byteRange, error) {
+// sections returns the byte ranges decode reads of row group g: each output
+// column's chunks, or the sections of its plan. Each begins at a page header
+// and holds whole pages.
+func (r *Reader) sections(md *metadata.FileMetaData, g int, plans []*pagePlan) ([]byteRange, error) {
 	var all []byteRange
 	for c, leaves := range r.leaves {
 		if plans == nil || plans[c] == nil {
@@ -599,7 +606,7 @@ func (r *Reader) ranges(md *metadata.FileMetaData, g int, plans []*pagePlan) ([]
 		}
 		all = append(all, plans[c].sections(dictionaryOffset(chunk))...)
 	}
-	return mergeRanges(all), nil
+	return all, nil
 }
 
 // plan returns, for each output column of row group key, the pages that hold

@@ -353,15 +353,29 @@ func DecodePin(data []byte) (Pin, error) {
 	return p, nil
 }
 
+// Bounds of a data file's size that checkFiles accepts: the smallest
+// Parquet file (two magic numbers and a footer length) and more than any
+// object store holds in one object (S3 and GCS: 5 TiB, Azure: 190 TiB).
+const (
+	minFileSize = 12
+	maxFileSize = 1 << 48
+)
+
 // checkFiles checks the data files a manifest or a pin lists: each key passes
-// keyOK, each size is positive, each row count is the sum of its row groups',
-// and nothing overflows. It returns the files' total row count.
+// keyOK and appears once, each size is one a Parquet object can have, each
+// row count is the sum of its row groups', and nothing overflows. It returns
+// the files' total row count.
 func checkFiles(files []File, keyOK func(key string) error) (int64, error) {
 	var rows int64
+	seen := make(map[string]int, len(files))
 	for i, f := range files {
 		if err := keyOK(f.Key); err != nil {
 			return 0, fmt.Errorf("file %d: %w", i, err)
 		}
+		if j, ok := seen[f.Key]; ok {
+			return 0, fmt.Errorf("file %q is listed twice (files %d and %d)", f.Key, j, i)
+		}
+		seen[f.Key] = i
 		var inGroups int64
 		for _, n := range f.RowGroups {
 			if n < 0 || inGroups > math.MaxInt64-n {
@@ -369,7 +383,7 @@ func checkFiles(files []File, keyOK func(key string) error) (int64, error) {
 			}
 			inGroups += n
 		}
-		if inGroups != f.NumRows || f.Size <= 0 {
+		if inGroups != f.NumRows || f.Size < minFileSize || f.Size > maxFileSize {
 			return 0, fmt.Errorf("file %q: %d rows, %d in its row groups, %d bytes", f.Key, f.NumRows, inGroups, f.Size)
 		}
 		if rows > math.MaxInt64-f.NumRows {

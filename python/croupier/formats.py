@@ -6,7 +6,15 @@ Formats:
     the :class:`pyarrow.RecordBatch` itself.
 ``"numpy"``
     ``{name: numpy.ndarray}``; fixed-width columns without nulls share Arrow's
-    memory (read-only arrays), other columns are converted.
+    memory (read-only arrays), other columns are converted. No value changes
+    type on the way: a fixed-width column (integers of every width, unsigned
+    included, floats, booleans, timestamps, dates, durations) with nulls
+    becomes a :class:`numpy.ma.MaskedArray` of its own dtype, null where
+    masked, never a float64 array with NaN (which would round 2**53 + 1 to
+    2**53 and turn a float's NaN into a null); a list column becomes an object
+    array of one array per row (``None`` for a null list) converted the same
+    way; a dictionary-encoded column is decoded first; decimals, strings,
+    binary and structs become object arrays of Python values.
 ``"torch"``
     ``{name: torch.Tensor | list}``:
 
@@ -30,6 +38,13 @@ Formats:
       Python list.
 ``"python"``
     a list of row dicts (:meth:`pyarrow.RecordBatch.to_pylist`).
+
+Every format gives each value exactly, or raises
+:class:`~croupier.InvalidArgumentError` naming the column and the fix: the
+formats that build Python objects (``"python"``, ``"numpy"`` object arrays,
+``"torch"``'s Python lists) raise on a ``time64[ns]`` value that is not a
+whole number of microseconds, as :class:`datetime.time` would drop its
+nanoseconds.
 
 A batch from the Go core may hold several consecutive steps (small steps are
 coalesced, so that crossing into Python and converting are paid once for all
@@ -72,10 +87,12 @@ def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> 
     if format == "arrow":
         return batch
     if format == "python":
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            _python_exact(name, column)
         return batch.to_pylist()
     if format == "numpy":
         return {
-            name: column.to_numpy(zero_copy_only=False)
+            name: _numpy_column(name, column)
             for name, column in zip(batch.schema.names, batch.columns, strict=True)
         }
     if format == "torch":
@@ -146,6 +163,89 @@ def convert_steps(
 
 
 # ---------------------------------------------------------------------------
+# exactness
+
+
+def _python_exact(name: str, column: pa.Array) -> None:
+    """Raise unless every value of ``column`` converts to a Python object exactly.
+
+    pyarrow converts ``time64[ns]`` to :class:`datetime.time`, which holds
+    microseconds: it drops the nanoseconds without a word. Every other type
+    converts exactly (nanosecond timestamps and durations become pandas
+    objects, or pyarrow raises).
+    """
+    type_ = column.type
+    if pa.types.is_dictionary(type_):
+        _python_exact(name, column.dictionary_decode())
+    elif pa.types.is_struct(type_):
+        for i in range(type_.num_fields):
+            _python_exact(f"{name}.{type_.field(i).name}", column.field(i))
+    elif pa.types.is_map(type_):
+        _python_exact(name, column.keys)
+        _python_exact(name, column.items)
+    elif _is_list(type_):
+        _python_exact(name, column.values)
+    elif type_ == pa.time64("ns"):
+        nanos = column.view(pa.int64()).to_numpy(zero_copy_only=False)
+        lost = nanos % 1000 != 0
+        if column.null_count:
+            lost &= column.is_valid().to_numpy(zero_copy_only=False)
+        if lost.any():
+            raise InvalidArgumentError(
+                f'column "{name}" (time64[ns]) holds {int(lost.sum())} value(s) with nanoseconds, '
+                'which datetime.time cannot hold: use format="arrow", or cast the column '
+                '(pyarrow.compute.cast) to int64 nanoseconds or to time64("us")'
+            )
+
+
+def _is_list(type_: pa.DataType) -> bool:
+    return (
+        pa.types.is_list(type_)
+        or pa.types.is_large_list(type_)
+        or pa.types.is_fixed_size_list(type_)
+    )
+
+
+# ---------------------------------------------------------------------------
+# numpy
+
+
+def _numpy_column(name: str, column: pa.Array) -> np.ndarray:
+    """One column as a numpy array that holds every value exactly (see the module doc)."""
+    type_ = column.type
+    if pa.types.is_dictionary(type_):
+        return _numpy_column(name, column.dictionary_decode())
+    if _is_list(type_):
+        return _numpy_lists(name, column)
+    _python_exact(name, column)  # times become datetime.time objects
+    if _is_number(type_) and column.null_count:
+        # The values under the nulls, read as if there were none: the
+        # column's own dtype (datetime64, uint64, bool, ...), then masked.
+        data = pa.Array.from_buffers(
+            type_, len(column), [None, column.buffers()[1]], null_count=0, offset=column.offset
+        )
+        mask = column.is_null().to_numpy(zero_copy_only=False)
+        return np.ma.MaskedArray(data.to_numpy(zero_copy_only=False), mask=mask)
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _numpy_lists(name: str, column: pa.Array) -> np.ndarray:
+    """An object array of one array per row (None for a null list), values converted once."""
+    type_ = column.type
+    if pa.types.is_fixed_size_list(type_):
+        size = type_.list_size
+        starts = (np.arange(len(column) + 1) + column.offset) * size
+    else:
+        starts = column.offsets.to_numpy(zero_copy_only=False)  # a sliced column's own
+    values = _numpy_column(name, column.values)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    out = np.empty(len(column), dtype=object)
+    for i in range(len(column)):
+        out[i] = values[starts[i] : starts[i + 1]] if valid[i] else None
+    return out
+
+
+# ---------------------------------------------------------------------------
 # torch
 
 
@@ -181,6 +281,7 @@ def _torch_column(name: str, column: pa.Array, list_format: str) -> dict[str, An
             return {name: values, name + "_offsets": offsets}
         padded, lengths = _pad(values, offsets)
         return {name: padded, name + "_lengths": lengths}
+    _python_exact(name, column)
     return {name: column.to_pylist()}
 
 

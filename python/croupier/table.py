@@ -37,9 +37,14 @@ def _reader(data: TableData) -> pa.RecordBatchReader:
 
 
 def _write_options(
-    row_group_rows: int | None, page_bytes: int | None, catalog: str | None
+    row_group_rows: int | None,
+    page_bytes: int | None,
+    catalog: str | None,
+    trust_conditional_writes: bool = False,
 ) -> dict[str, Any]:
     options: dict[str, Any] = {}
+    if trust_conditional_writes:
+        options["trust_conditional_writes"] = True
     if row_group_rows:
         options["row_group_rows"] = int(row_group_rows)
     if page_bytes:
@@ -55,6 +60,7 @@ def create_table(
     *,
     row_group_rows: int | None = None,
     page_bytes: int | None = None,
+    trust_conditional_writes: bool = False,
 ) -> Table:
     """Create a croupier table at ``uri`` whose version 1 holds ``data``.
 
@@ -63,11 +69,20 @@ def create_table(
     page index, in row groups of ``row_group_rows`` rows (default 4,096, chosen
     for reads of single rows) and pages of ``page_bytes``.
 
+    Before a process's first commit to a store, croupier checks that the store
+    honours conditional writes (a second exclusive create of one key must
+    fail), and refuses to commit where it does not: concurrent commits there
+    would overwrite each other's versions. ``trust_conditional_writes=True``
+    skips the check, for a store you know honours them or a table only one
+    writer ever commits to (see docs/storage.md).
+
     Raises:
         AlreadyExistsError: a croupier table already exists at ``uri``.
+        InvalidArgumentError: the store ignores conditional writes.
     """
     reader = _reader(data)
-    handle = _lib.table_create(uri, reader, _write_options(row_group_rows, page_bytes, None))
+    options = _write_options(row_group_rows, page_bytes, None, trust_conditional_writes)
+    handle = _lib.table_create(uri, reader, options)
     return Table._from_handle(handle)
 
 
@@ -118,6 +133,7 @@ def rewrite(
     row_group_rows: int | None = None,
     page_bytes: int | None = None,
     progress: RewriteProgress | bool | None = None,
+    trust_conditional_writes: bool = False,
 ) -> Table:
     """Rewrite a table as a croupier table at ``dst_uri``, laid out for shuffled reads.
 
@@ -145,6 +161,8 @@ def rewrite(
             kept columns, as ``src``'s footers record them); ``True`` shows a
             tqdm bar on stderr when tqdm is installed, else a line per tenth of
             the rows; ``None`` or ``False`` shows nothing.
+        trust_conditional_writes: skip the check that the store honours
+            conditional writes (see :func:`create_table`).
 
     Returns:
         The new table, at version 1.
@@ -155,7 +173,7 @@ def rewrite(
     """
     if isinstance(columns, str):
         raise TypeError(f"rewrite: columns is a sequence of names, not the string {columns!r}")
-    options = _write_options(row_group_rows, page_bytes, None)
+    options = _write_options(row_group_rows, page_bytes, None, trust_conditional_writes)
     if columns is not None:
         options["columns"] = [str(c) for c in columns]
     display = (_progress.tqdm_bars() or _progress.stderr_lines()) if progress is True else None
@@ -316,16 +334,30 @@ class Table(_lib.Closeable):
             if self._handle_obj is not None:
                 self._handle_obj.close()
 
-    def append(self, data: TableData, *, row_group_rows: int | None = None) -> int:
+    def append(
+        self,
+        data: TableData,
+        *,
+        row_group_rows: int | None = None,
+        trust_conditional_writes: bool = False,
+    ) -> int:
         """Append ``data`` to this croupier table as a new version; returns its number.
 
         Atomic, and safe from many processes at once: a writer that loses the
         race for a version number retries on the next. The schema must equal
         the table's. This object stays pinned at its own version; open the
-        table again to read the new one.
+        table again to read the new one. ``trust_conditional_writes`` skips
+        the check that the store honours conditional writes (see
+        :func:`create_table`).
+
+        Raises:
+            InvalidArgumentError: the store ignores conditional writes.
+            ChangedError: the store replaced this commit's manifest after
+                accepting it (it ignores conditional writes).
         """
         reader = _reader(data)
-        return _lib.table_append(self.uri, reader, _write_options(row_group_rows, None, None))
+        options = _write_options(row_group_rows, None, None, trust_conditional_writes)
+        return _lib.table_append(self.uri, reader, options)
 
     def versions(self) -> list[int]:
         """The committed versions of this croupier table, ascending."""

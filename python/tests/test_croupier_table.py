@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -108,3 +110,35 @@ def test_catalog(tmp_path: Path) -> None:
     first = cr.open_table(uri, catalog=catalog)
     again = cr.open_table(uri, catalog=catalog)  # served from the catalog's cache
     assert (first.version, first.num_rows) == (again.version, again.num_rows) == (1, 5)
+
+
+def test_store_ignoring_conditional_writes_is_refused(tmp_path: Path) -> None:
+    """On an S3 server that ignores If-None-Match, create_table and append refuse
+    to commit, naming the override, and commit with trust_conditional_writes=True;
+    rewrite takes the override too."""
+    repo = Path(__file__).resolve().parents[2]
+    binary = tmp_path / "s3serve"
+    subprocess.run(["go", "build", "-o", str(binary), "./bench/s3serve"], cwd=repo, check=True)
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.Popen(
+        [str(binary), "-ignore-conditional-writes", f"t={tmp_path / 'empty'}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        table_uri = json.loads(proc.stdout.readline())["uris"]["t"]
+        with pytest.raises(cr.InvalidArgumentError, match="trust_conditional_writes=True"):
+            cr.create_table(table_uri, rows(0, 10))
+        tbl = cr.create_table(table_uri, rows(0, 10), trust_conditional_writes=True)
+        with pytest.raises(cr.InvalidArgumentError, match="ignores conditional writes"):
+            tbl.append(rows(10, 5))
+        assert tbl.append(rows(10, 5), trust_conditional_writes=True) == 2
+        assert cr.open_table(table_uri).num_rows == 15
+        copy = cr.rewrite(tbl, f"file://{tmp_path}/c", trust_conditional_writes=True)
+        assert copy.num_rows == 10
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import rows, uri, write_files
 
@@ -97,6 +100,22 @@ def test_truncated_parquet(tmp_path: Path) -> None:
         assert info.value.code == StatusCode.CORRUPT
 
 
+def test_page_crc_mismatch(tmp_path: Path) -> None:
+    """A flipped bit in a page of a file written with page CRCs raises CorruptError."""
+    path = tmp_path / "crc.parquet"
+    table = pa.table({"x": pa.array(range(1000), pa.int64())})
+    pq.write_table(
+        table, path, compression="snappy", use_dictionary=False, write_page_checksum=True
+    )
+    col = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    data = bytearray(path.read_bytes())
+    data[col.data_page_offset + col.total_compressed_size // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    ds = cr.StreamingDataset(cr.open_table(uri(path)), global_batch_size=1000, format="arrow")
+    with pytest.raises(cr.CorruptError, match=r"crc\.parquet.*CRC"):
+        list(ds)
+
+
 def test_truncated_data_file_of_a_croupier_table(tmp_path: Path) -> None:
     tbl = cr.create_table(f"file://{tmp_path}/t", rows(0, 40))
     (data,) = (tmp_path / "t" / "data").glob("*.parquet")
@@ -143,8 +162,24 @@ def test_manifest_keys_cannot_leave_the_table(tmp_path: Path, key: str) -> None:
     (tmp_path / "outside.parquet").write_bytes(data.read_bytes())
     m = json.loads(manifest.read_text())
     m["files"][0]["key"] = key
-    manifest.write_text(json.dumps(m))
+    manifest.write_bytes(_sealed(m))
     with pytest.raises(cr.CorruptError, match=re.escape(json.dumps(key))):
+        cr.open_table(table_uri)
+
+
+def _sealed(m: dict[str, object]) -> bytes:
+    """Encode manifest ``m`` sealed with its SHA-256, as a writer does (internal/seal)."""
+    body = json.dumps({k: v for k, v in m.items() if k != "sha256"}, separators=(",", ":"))
+    body = body[:-1].encode()
+    return body + b',"sha256":"' + hashlib.sha256(body).hexdigest().encode() + b'"}\n'
+
+
+def test_flipped_manifest_bit(tmp_path: Path) -> None:
+    table_uri, manifest = _manifest(tmp_path)
+    data = bytearray(manifest.read_bytes())
+    data[len(data) // 3] ^= 0x04
+    manifest.write_bytes(bytes(data))
+    with pytest.raises(cr.CorruptError, match="does not match its sha256"):
         cr.open_table(table_uri)
 
 

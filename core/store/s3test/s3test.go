@@ -40,6 +40,8 @@ type Server struct {
 	inFlight atomic.Int64
 	peak     atomic.Int64 // most requests in flight at once since ResetCounts
 	served   atomic.Int64 // response body bytes sent since ResetCounts
+	// ignoreIfNoneMatch drops If-None-Match from PUTs; see IgnoreConditionalWrites.
+	ignoreIfNoneMatch atomic.Bool
 
 	closing   chan struct{} // closed by Close, to end stalls
 	closeOnce sync.Once
@@ -68,6 +70,9 @@ func Start(buckets ...string) (*Server, error) {
 		s.mu.Lock()
 		s.counts[r.Method+" "+r.URL.Path]++
 		s.mu.Unlock()
+		if r.Method == http.MethodPut && s.ignoreIfNoneMatch.Load() {
+			r.Header.Del("If-None-Match")
+		}
 		s.serveFaulty(&countingWriter{ResponseWriter: w, n: &s.served}, r, h)
 	}))
 	return s, nil

@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // Schema of the rows Write makes: an id equal to the row id, a token list whose
@@ -108,17 +110,27 @@ func EditJSON(t testing.TB, file string, edit func(m map[string]any)) {
 	}
 }
 
-// EditedJSON returns the JSON object data with edit applied.
+// EditedJSON returns the JSON object data with edit applied. A sealed object
+// (see internal/seal) is sealed again after the edit, as a writer would, so
+// that the checks behind the seal see the edit.
 func EditedJSON(t testing.TB, data []byte, edit func(m map[string]any)) []byte {
 	t.Helper()
+	sealed, err := seal.Check(data)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var m map[string]any
 	if err := json.Unmarshal(data, &m); err != nil {
 		t.Fatal(err)
 	}
+	delete(m, seal.Field)
 	edit(m)
 	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sealed {
+		return seal.JSON(b)
 	}
 	return b
 }

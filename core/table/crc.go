@@ -1,0 +1,156 @@
+package table
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/apache/thrift/lib/go/thrift"
+)
+
+// Page CRCs.
+//
+// A Parquet page header may carry the CRC-32 (IEEE, as zlib's) of the page's
+// bytes as stored, after the header: pyarrow writes it with
+// write_page_checksum=True, parquet-java with page.write-checksum.enabled.
+// arrow-go (v18.8.0) neither writes nor checks it, so croupier checks it
+// itself, on the bytes it fetched, before any decoder reads them: every
+// section a read fetches (a column chunk, a dictionary page, a run of data
+// pages) begins at a page header and holds whole pages. A chunk whose first
+// page has no CRC is taken for a writer that writes none and is not walked
+// further, so files without CRCs cost one header's parse per chunk.
+//
+// Page headers are Thrift compact structs; they are read with the Apache
+// Thrift library arrow-go itself uses, keeping only the fields needed here.
+
+// Fields of parquet.thrift's PageHeader that checkPageCRCs reads.
+const (
+	pageHeaderCompressedSize = 3
+	pageHeaderCRC            = 4
+)
+
+// pageHeader is what checkPageCRCs needs of one page header.
+type pageHeader struct {
+	headerLen int   // bytes of the header itself
+	size      int64 // bytes of the page after the header
+	crc       uint32
+	hasCRC    bool
+}
+
+// errShortHeader means that b ended inside a page header.
+var errShortHeader = errors.New("page header cut short")
+
+// readPageHeader parses the page header at the start of b.
+func readPageHeader(b []byte) (pageHeader, error) {
+	ctx := context.Background()
+	buf := &thrift.TMemoryBuffer{Buffer: bytes.NewBuffer(b)}
+	p := thrift.NewTCompactProtocolConf(buf, &thrift.TConfiguration{MaxMessageSize: int32(min(len(b), 1<<30))})
+	var h pageHeader
+	fail := func(err error) (pageHeader, error) {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return h, errShortHeader
+		}
+		var te thrift.TTransportException
+		if errors.As(err, &te) && te.TypeId() == thrift.END_OF_FILE {
+			return h, errShortHeader
+		}
+		return h, fmt.Errorf("page header: %w", err)
+	}
+	if _, err := p.ReadStructBegin(ctx); err != nil {
+		return fail(err)
+	}
+	seenSize := false
+	for {
+		_, typ, id, err := p.ReadFieldBegin(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		if typ == thrift.STOP {
+			break
+		}
+		switch {
+		case id == pageHeaderCompressedSize && typ == thrift.I32:
+			v, err := p.ReadI32(ctx)
+			if err != nil {
+				return fail(err)
+			}
+			h.size, seenSize = int64(v), true
+		case id == pageHeaderCRC && typ == thrift.I32:
+			v, err := p.ReadI32(ctx)
+			if err != nil {
+				return fail(err)
+			}
+			h.crc, h.hasCRC = uint32(v), true
+		default:
+			if err := thrift.SkipDefaultDepth(ctx, p, typ); err != nil {
+				return fail(err)
+			}
+		}
+		if err := p.ReadFieldEnd(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	if err := p.ReadStructEnd(ctx); err != nil {
+		return fail(err)
+	}
+	if !seenSize || h.size < 0 {
+		return h, fmt.Errorf("page header: compressed size %d", h.size)
+	}
+	h.headerLen = len(b) - buf.Len()
+	return h, nil
+}
+
+// firstHeaderBytes is how much of a section checkPageCRCs reads first to
+// parse its first page header; a longer header is read again whole.
+const firstHeaderBytes = 1 << 10
+
+// checkPageCRCs checks the CRC of every page in section s of src, which
+// holds whole pages, when its first page has one.
+func checkPageCRCs(src io.ReaderAt, s byteRange) error {
+	var h pageHeader
+	for n := min(s.n, firstHeaderBytes); ; n = min(s.n, 4*n) {
+		buf := scratch{}.Allocate(int(n))
+		_, err := src.ReadAt(buf, s.off)
+		if err == nil {
+			h, err = readPageHeader(buf)
+		}
+		scratch{}.Free(buf)
+		if errors.Is(err, errShortHeader) && n < s.n {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("page at offset %d: %w", s.off, err)
+		}
+		break
+	}
+	if !h.hasCRC {
+		return nil
+	}
+	buf := scratch{}.Allocate(int(s.n))
+	defer scratch{}.Free(buf)
+	if _, err := src.ReadAt(buf, s.off); err != nil {
+		return err
+	}
+	for pos := 0; pos < len(buf); {
+		h, err := readPageHeader(buf[pos:])
+		if err != nil {
+			return fmt.Errorf("page at offset %d: %w", s.off+int64(pos), err)
+		}
+		start := pos + h.headerLen
+		if h.size > int64(len(buf)-start) {
+			return fmt.Errorf("page at offset %d: %d bytes, past the end of its column chunk", s.off+int64(pos), h.size)
+		}
+		end := start + int(h.size)
+		if !h.hasCRC {
+			return fmt.Errorf("page at offset %d has no CRC, the pages before it have one", s.off+int64(pos))
+		}
+		if got := crc32.ChecksumIEEE(buf[start:end]); got != h.crc {
+			return fmt.Errorf("page at offset %d: CRC %08x, its header says %08x", s.off+int64(pos), got, h.crc)
+		}
+		pos = end
+	}
+	return nil
+}
