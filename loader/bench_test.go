@@ -127,3 +127,69 @@ func BenchmarkEpoch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBeyondBudget reads a full shuffle of LM rows written as a croupier
+// table (its default layout) with memory budgets the projected columns are 4
+// and 32 times, beside a sequential read with a budget that holds the table,
+// the baseline of the ratios the package doc gives:
+//
+//	go test ./loader -run '^$' -bench BeyondBudget -benchtime 1x
+func BenchmarkBeyondBudget(b *testing.B) {
+	dir := b.TempDir()
+	writeLM(b, dir, 1, 40_000)
+	ctx := context.Background()
+	src, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	tb, err := table.Rewrite(ctx, src, "file://"+b.TempDir()+"/t", table.RewriteOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tb.Close()
+	n := tb.NumRows()
+	perm := make(shuffled, n)
+	for i, j := range rand.New(rand.NewPCG(2, 2)).Perm(int(n)) {
+		perm[i] = uint64(j)
+	}
+	const projected = 40_000 * (640*4 + 4 + 8) // Arrow bytes of the rows, about
+	for _, bc := range []struct {
+		name   string
+		order  permutation.Order
+		budget int64
+	}{
+		{"sequential", permutation.Identity{N: n}, 2 * projected},
+		{"full-4x", perm, projected / 4},
+		{"full-32x", perm, projected / 32},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, err := loader.New(tb, bc.order, loader.Options{GlobalBatchSize: 64, NumSplits: 8, MemoryBudget: bc.budget})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var rows, delivered, decoded int64
+			cpu0 := cpuTime()
+			for b.Loop() {
+				s, err := l.Stream(ctx, loader.StreamOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for batch, err := range s.All(ctx) {
+					if err != nil {
+						b.Fatal(err)
+					}
+					rows += batch.Record.NumRows()
+					delivered += table.RecordBytes(batch.Record)
+					batch.Record.Release()
+				}
+				decoded += s.Stats().DecodedBytes
+				s.Close()
+			}
+			b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(rows)/(cpuTime()-cpu0).Seconds(), "rows/cpu-s")
+			b.ReportMetric(float64(decoded)/float64(delivered), "decoded/delivered")
+		})
+	}
+}

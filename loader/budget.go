@@ -14,11 +14,11 @@ import (
 //   - compressed pages fetched from the store and not yet decoded: an
 //     eighth of the budget (a row group larger than that is fetched alone);
 //   - row groups being decoded, a column at a time: up to one per core, as
-//     many as their decoded columns fit a quarter of the budget, at sizes
-//     guessed from the footer (of a column, a decoder holds only the pages
-//     that hold rows it keeps, where the file has an offset index, so a
-//     shuffle decodes on every core however small the budget), and at
-//     least one whole column;
+//     many as fit a quarter of the budget, and at least one. The page
+//     decoder copies out only the rows kept (charged to the share below)
+//     and holds a page beside them; a column it does not handle is decoded
+//     whole by pqarrow; a decoder may also copy a piece's rows once. Sizes
+//     are guessed from the footer;
 //   - batches read ahead: ReadAhead of them, at the size of one step's rows
 //     (or of CoalesceBytes when steps are coalesced);
 //   - rows kept for the steps ahead (table.Keep): all the rest. A stream
@@ -54,7 +54,7 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 	if err != nil {
 		return budgetShares{}, err
 	}
-	_, column, err := r.GuessBytes(ctx, groups[0])
+	_, held, err := r.GuessBytes(ctx, groups[0])
 	if err != nil {
 		return budgetShares{}, err
 	}
@@ -65,7 +65,10 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 	budget := l.opts.MemoryBudget
 	m := budgetShares{Fetch: budget / 8, StepBytes: row * l.RankBatchSize()}
 	m.Decoders = runtime.GOMAXPROCS(0)
-	m.Decoding = max(min(budget/4, int64(m.Decoders)*column), column)
+	// A decoder holds a page or, for the columns pqarrow decodes, a column,
+	// and may copy a piece's rows (about a step's) once.
+	decoder := held + m.StepBytes
+	m.Decoding = max(min(budget/4, int64(m.Decoders)*decoder), decoder)
 	batch := m.StepBytes
 	if coalesce > 0 {
 		batch = max(batch, min(coalesce, MaxCoalescedSteps*m.StepBytes))
@@ -73,12 +76,12 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 	m.ReadAhead = int64(l.opts.ReadAhead) * batch
 	m.Kept = budget - m.Fetch - m.Decoding - m.ReadAhead
 	if m.Kept < m.StepBytes {
-		need := (m.StepBytes + column + m.ReadAhead) * 4 / 3
+		need := (m.StepBytes + decoder + m.ReadAhead) * 8 / 7
 		return budgetShares{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
 			"memory_budget %d bytes cannot hold one step: a step of this rank is about %d bytes (%d rows of about %d bytes),"+
-				" decoding a column of a row group holds about %d, reads from the store may hold %d and %d batches read ahead about %d;"+
+				" a decoder holds about %d beside the rows it keeps, reads from the store may hold %d and %d batches read ahead about %d;"+
 				" raise memory_budget to at least %d, or read fewer columns, smaller steps or less ahead",
-			budget, m.StepBytes, l.RankBatchSize(), row, column, m.Fetch, l.opts.ReadAhead, m.ReadAhead, need)
+			budget, m.StepBytes, l.RankBatchSize(), row, decoder, m.Fetch, l.opts.ReadAhead, m.ReadAhead, need)
 	}
 	return m, nil
 }

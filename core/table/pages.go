@@ -305,11 +305,6 @@ func (pp *plannedPages) Close() {
 	}
 }
 
-// defaultPageBytes is the page size writers use unless told otherwise
-// (parquet-mr, Arrow C++ and arrow-go alike): the size RowsPerPage assumes
-// for files without an offset index.
-const defaultPageBytes = 1 << 20
-
 // RowsPerPage says how many rows a data page of the table's widest column
 // holds, in the first row group of its first file that has rows: the median
 // over its pages, where the file has an offset index, else the row group's

@@ -286,55 +286,85 @@ func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
 }
 
 // GuessBytes guesses, from its footer and before any is decoded, the decoded
-// size of row group g's projected columns, and that of the largest of them
-// (a row group is decoded a column at a time). A column chunk decodes to
-// about its uncompressed size plus 4 bytes of offsets a row (lists, strings),
-// or, dictionary-encoded, up to about twice that (1.85 for token ids).
-func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, widest int64, err error) {
+// size of row group g's projected columns, and what a decoder holds beyond
+// the rows it keeps while it decodes them, a column at a time. A column chunk
+// decodes to about its uncompressed size plus 4 bytes of offsets a row
+// (lists, strings), or, dictionary-encoded, up to about twice that (1.85 for
+// token ids). The page decoder copies out only the rows kept and holds a
+// page at a time beside them, compressed and decompressed; pqarrow, which
+// decodes the columns the page decoder does not handle, holds a whole
+// column.
+func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, held int64, err error) {
 	md, err := r.t.Footer(ctx, g.File)
 	if err != nil {
 		return 0, 0, err
 	}
+	where := r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key)
 	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
-	for _, leaves := range r.leaves {
+	for c, leaves := range r.leaves {
 		var n int64
+		fast := len(leaves) == 1
 		for _, leaf := range leaves {
 			col, err := md.RowGroup(g.Group).ColumnChunk(leaf)
 			if err != nil {
-				return 0, 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+				return 0, 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", where)
 			}
 			size := col.TotalUncompressedSize()
 			if dictionaryEncoded(col) {
 				size *= 2
 			}
 			n += size + 4*rows
+			fast = fast && fastColumn(r.schema.Field(c), md.Schema.Column(leaf), col) != notFast
 		}
 		group += n
-		widest = max(widest, n)
+		if fast {
+			page, err := r.largestPage(ctx, g, md, leaves[0])
+			if err != nil {
+				return 0, 0, err
+			}
+			n = min(n, 2*page)
+		}
+		held = max(held, n)
 	}
-	return group, widest, nil
+	return group, held, nil
 }
 
-// decodeGuess guesses the bytes a decoder holds decoding row group key with
-// plans: its widest column, of which only the planned rows where a column has
-// a plan.
-func (r *Reader) decodeGuess(ctx context.Context, key GroupRef, plans []*pagePlan) (int64, error) {
-	_, widest, err := r.GuessBytes(ctx, key)
+// defaultPageBytes is the page size writers use unless told otherwise
+// (parquet-mr, Arrow C++ and arrow-go alike): what a guess assumes of files
+// without an offset index.
+const defaultPageBytes = 1 << 20
+
+// largestPage guesses the uncompressed size of the largest page of a leaf
+// column chunk of row group g: from the offset index, where the file has
+// one, scaled by the chunk's compression ratio, else the writers' default.
+func (r *Reader) largestPage(ctx context.Context, g GroupRef, md *metadata.FileMetaData, leaf int) (int64, error) {
+	col, err := md.RowGroup(g.Group).ColumnChunk(leaf)
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+	}
+	locs, err := r.t.pages(ctx, g.File, g.Group, []int{leaf})
 	if err != nil {
 		return 0, err
 	}
-	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
-	if rows == 0 || len(plans) == 0 {
-		return widest, nil
+	if locs[0] == nil || col.TotalCompressedSize() <= 0 {
+		return min(col.TotalUncompressedSize(), defaultPageBytes), nil
 	}
-	var most int64
-	for _, p := range plans {
-		if p == nil {
-			return widest, nil
-		}
-		most = max(most, p.rows)
+	return slices.Max(locs[0].size) * col.TotalUncompressedSize() / col.TotalCompressedSize(), nil
+}
+
+// decodeGuess guesses the bytes a decoder holds beyond the rows it keeps,
+// decoding n rows of row group key: GuessBytes's, and a copy of the n rows
+// (rows are gathered from a column pqarrow decoded whole, or taken more than
+// once).
+func (r *Reader) decodeGuess(ctx context.Context, key GroupRef, n int64) (int64, error) {
+	group, held, err := r.GuessBytes(ctx, key)
+	if err != nil {
+		return 0, err
 	}
-	return widest * most / rows, nil
+	if rows := r.t.pin.Files[key.File].RowGroups[key.Group]; rows > 0 {
+		held += group * n / rows
+	}
+	return held, nil
 }
 
 // dictionaryEncoded reports whether every data page of col is dictionary
@@ -463,7 +493,11 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 			return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 		}
 	}
-	held, err := r.decodeGuess(ctx, key, plans)
+	n := r.t.pin.Files[key.File].RowGroups[key.Group]
+	if w.rows != nil {
+		n = int64(len(w.rows))
+	}
+	held, err := r.decodeGuess(ctx, key, n)
 	if err != nil {
 		return err
 	}
