@@ -13,7 +13,7 @@ from typing import Any
 import torch.utils.data
 import torch.utils.data._utils.worker
 
-from .dataset import Steps, StreamingDataset
+from .dataset import Steps, StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
 
 __all__ = ["DataLoader"]
@@ -192,11 +192,14 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         ds = self.dataset
+        workers: dict[int, dict[str, int]] = {}  # each worker's counters, as last sent
         for batch in batches:
             if not isinstance(batch, Steps):
                 ds._count_delivered()
                 yield batch
                 continue
+            workers[batch.worker] = batch.stats
+            ds._stats = merge_stats(workers.values())
             # torch takes one item from each worker in turn, and worker k sends
             # runs k, k + K, ...: each run begins at the next step.
             if batch.first != ds.steps_consumed:
@@ -209,6 +212,11 @@ class DataLoader(torch.utils.data.DataLoader):
                 out = self.collate_fn(out)
                 ds._count_delivered()
                 yield out
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields: the steps left in the dataset's epoch
+        (``len(dataset)``), also after a resume."""
+        return len(self.dataset)
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's checkpoint (docs/concepts.md), exact after every delivered batch."""
