@@ -416,11 +416,17 @@ def _encode(value: str | dict[str, Any]) -> bytes:
 # Handles
 
 
-def _release(cell: ctypes.c_uint64, pid: int) -> None:
-    """Release the handle in ``cell`` (if a call filled it), unless this is a
-    forked child (where Go must not be called)."""
-    if cell.value and os.getpid() == pid:
-        _call(_lib().croupier_release, cell.value)
+# The handles alive in this process. A forked child forgets them: it must never
+# release one, as the Go runtime does not survive fork() (see _check_pid).
+_handles: weakref.WeakSet[Handle] = weakref.WeakSet()
+
+
+def _forget_handles() -> None:
+    for handle in list(_handles):
+        handle._finalizer.detach()
+
+
+os.register_at_fork(after_in_child=_forget_handles)
 
 
 _C = TypeVar("_C", bound="Closeable")
@@ -447,20 +453,27 @@ class Closeable:
 class Handle:
     """Owns one Go handle and releases it exactly once.
 
-    Made empty by :func:`_handle_out` and filled by the Go call. Released by
-    :meth:`close`, or by a :func:`weakref.finalize` fallback when the owner is
-    garbage-collected; in a forked child the release is skipped.
+    Made empty by :func:`_handle_out` (after the library is loaded) and filled
+    by the Go call. Released by :meth:`close`, or by a :func:`weakref.finalize`
+    fallback when the owner is garbage-collected; a forked child forgets it.
+    The release is ``croupier_release`` itself, called by the finalizer with
+    the cell: no line of Python runs between the decision to release and the
+    release, where a KeyboardInterrupt would leave the handle open. An empty
+    cell (0) is never a handle, and releasing it does nothing.
     """
 
     __slots__ = ("__weakref__", "_cell", "_finalizer")
 
     def __init__(self) -> None:
+        assert _dll is not None
         self._cell = ctypes.c_uint64(0)
-        self._finalizer = weakref.finalize(self, _release, self._cell, _load_pid)
+        self._finalizer = weakref.finalize(self, _dll.croupier_release, self._cell, None)
+        _handles.add(self)
 
     @property
     def value(self) -> int:
-        """The raw handle; raises ClosedError once released."""
+        """The raw handle; raises ClosedError once released, ForkError in a forked child."""
+        _check_pid()  # before a forked child finds its handles forgotten
         if not self._finalizer.alive:
             raise ClosedError(f"croupier handle {self._cell.value} was already closed")
         return self._cell.value
@@ -470,8 +483,14 @@ class Handle:
         return not self._finalizer.alive
 
     def close(self) -> None:
-        """Release the handle now (idempotent)."""
-        self._finalizer()
+        """Release the handle now (idempotent).
+
+        Raises:
+            CroupierError: closing the Go object failed (its error is not kept).
+        """
+        status = self._finalizer()
+        if status and self._cell.value:
+            raise error_class(status)(f"croupier: closing handle {self._cell.value} failed")
 
 
 # ---------------------------------------------------------------------------
