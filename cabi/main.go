@@ -99,6 +99,7 @@ func guard(errOut **C.char, fn func() error) C.int {
 
 func recovered(fn func() error) (err error) {
 	defer errcode.Recover(&err, errcode.Internal, "croupier", "")
+	defer beginCall()() // see cancel.go
 	return fn()
 }
 
@@ -233,7 +234,7 @@ func croupier_table_open(uri, optionsJSON *C.char, out *C.uint64_t, errOut **C.c
 		if err != nil {
 			return err
 		}
-		return handleOut[*table.Table](out)(table.OpenWith(context.Background(), C.GoString(uri), o.OpenOptions))
+		return handleOut[*table.Table](out)(table.OpenWith(callContext(), C.GoString(uri), o.OpenOptions))
 	})
 }
 
@@ -264,7 +265,7 @@ func croupier_table_create(uri *C.char, stream *C.struct_ArrowArrayStream, optio
 			return err
 		}
 		defer data.Release()
-		return handleOut[*table.Table](out)(table.Create(context.Background(), C.GoString(uri), data, o.WriteOptions))
+		return handleOut[*table.Table](out)(table.Create(callContext(), C.GoString(uri), data, o.WriteOptions))
 	})
 }
 
@@ -276,7 +277,7 @@ func croupier_table_append(uri *C.char, stream *C.struct_ArrowArrayStream, optio
 			return err
 		}
 		defer data.Release()
-		v, err := table.Append(context.Background(), C.GoString(uri), data, o.WriteOptions)
+		v, err := table.Append(callContext(), C.GoString(uri), data, o.WriteOptions)
 		if err != nil {
 			return err
 		}
@@ -296,7 +297,7 @@ func croupier_table_rewrite(th C.uint64_t, uri, optionsJSON *C.char, progress C.
 		if err := decodeJSON(optionsJSON, &opts, "rewrite options"); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(callContext())
 		defer cancel()
 		if progress != nil {
 			opts.Progress = func(p table.RewriteProgress) {
@@ -313,7 +314,7 @@ func croupier_table_rewrite(th C.uint64_t, uri, optionsJSON *C.char, progress C.
 //export croupier_table_versions
 func croupier_table_versions(uri *C.char, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		vs, err := table.Versions(context.Background(), C.GoString(uri))
+		vs, err := table.Versions(callContext(), C.GoString(uri))
 		if err != nil {
 			return err
 		}
@@ -328,7 +329,7 @@ func croupier_table_cleanup(uri, optionsJSON *C.char, out **C.char, errOut **C.c
 		if err := decodeJSON(optionsJSON, &o, "cleanup options"); err != nil {
 			return err
 		}
-		res, err := table.Cleanup(context.Background(), C.GoString(uri), o)
+		res, err := table.Cleanup(callContext(), C.GoString(uri), o)
 		if err != nil {
 			return err
 		}
@@ -362,7 +363,7 @@ func croupier_table_open_pin(pinJSON *C.char, out *C.uint64_t, errOut **C.char) 
 		if err != nil {
 			return err
 		}
-		return handleOut[*table.Table](out)(table.OpenPin(context.Background(), pin))
+		return handleOut[*table.Table](out)(table.OpenPin(callContext(), pin))
 	})
 }
 
@@ -446,7 +447,7 @@ func openStream(l *loader.Loader, options []byte) (*loader.Stream, error) {
 	if err := decodeBytes(options, &so, "stream options"); err != nil {
 		return nil, err
 	}
-	return l.Stream(context.Background(), so)
+	return openStreamForCall(l, so)
 }
 
 //export croupier_dataset_info
@@ -486,7 +487,7 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 		if err != nil {
 			return err
 		}
-		b, err := s.Next(context.Background())
+		b, err := s.Next(callContext())
 		if errors.Is(err, io.EOF) {
 			*outStep = -1
 			return nil
@@ -537,14 +538,14 @@ func croupier_permutation_build(th C.uint64_t, specJSON, uri *C.char, progress C
 				C.croupier_call_progress(progress, phase, C.int64_t(p.Done), C.int64_t(p.Total))
 			}
 		}
-		return handleOut[*permutation.Permutations](out)(permutation.Build(context.Background(), t, spec, C.GoString(uri), opts))
+		return handleOut[*permutation.Permutations](out)(permutation.Build(callContext(), t, spec, C.GoString(uri), opts))
 	})
 }
 
 //export croupier_permutation_open
 func croupier_permutation_open(uri *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		return handleOut[*permutation.Permutations](out)(permutation.Open(context.Background(), C.GoString(uri)))
+		return handleOut[*permutation.Permutations](out)(permutation.Open(callContext(), C.GoString(uri)))
 	})
 }
 
@@ -570,7 +571,7 @@ func croupier_permutation_row_ids(h C.uint64_t, split, start, stop C.int64_t, ds
 		if err != nil {
 			return err
 		}
-		ids, err := s.RowIDs(context.Background(), int64(start), int64(stop))
+		ids, err := s.RowIDs(callContext(), int64(start), int64(stop))
 		if err != nil {
 			return err
 		}

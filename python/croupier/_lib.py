@@ -9,6 +9,10 @@ Everything that calls Go goes through this module. It
   every later call from another process: the Go runtime does not survive
   ``fork()`` and a forked child's first call into it would hang,
 - turns ``(status, char* err)`` into the matching exception and frees the string,
+- keeps the main thread interruptible during calls (:class:`_Interruptible`): an
+  exception a signal handler raises meanwhile, such as Ctrl-C's
+  KeyboardInterrupt, cancels the call in Go (``croupier_cancel``) and is raised
+  as soon as it has returned,
 - imports Arrow data through the Arrow C Data Interface into pyarrow.
 """
 
@@ -18,6 +22,8 @@ import ctypes
 import json
 import operator
 import os
+import queue
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -124,6 +130,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_allocated_bytes": ([], ctypes.c_int64),
     "croupier_goroutines": ([], ctypes.c_int64),
     "croupier_string_free": ([ctypes.c_void_p], None),
+    "croupier_cancel": ([ctypes.c_uint64], ctypes.c_int64),
     "croupier_release": ([_HANDLE, _ERR], _INT),
     "croupier_table_open": ([_STR, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_table_create": (
@@ -179,6 +186,7 @@ _lock = threading.Lock()
 _dll: ctypes.CDLL | None = None
 _load_pid: int | None = None
 _string_free: Callable[[int], None] | None = None
+_cancel: Callable[[int], int] | None = None
 _settings: tuple[int, int] = (0, 0)  # (gomaxprocs, memory_limit) for croupier_init; 0 = as is
 
 
@@ -203,7 +211,7 @@ def _check_pid() -> None:
 
 def _lib() -> ctypes.CDLL:
     """The loaded library, loading it on first use; raises ForkError in a forked child."""
-    global _dll, _load_pid, _string_free
+    global _dll, _load_pid, _string_free, _cancel
     _check_pid()
     if _dll is not None:
         return _dll
@@ -223,6 +231,7 @@ def _lib() -> ctypes.CDLL:
                 fn.restype = restype
             _load_pid = os.getpid()
             _string_free = dll.croupier_string_free
+            _cancel = dll.croupier_cancel
             _call(dll.croupier_init, *_settings)
             _dll = dll
     return _dll
@@ -239,11 +248,124 @@ def _take_string(ptr: ctypes.c_void_p) -> str:
         _string_free(ptr.value)
 
 
+# How long the main thread waits for a call before it checks again for a signal
+# that another thread received, and how often it repeats a cancellation that
+# may have come before the call began in Go.
+_POLL = 0.05
+
+
+class _Call:
+    """One call into Go, made by the helper thread of :class:`_Interruptible`."""
+
+    __slots__ = (
+        "args", "canceled", "done", "error", "finished", "fn", "lock", "result", "started",
+    )  # fmt: skip
+
+    def __init__(self, fn: Callable[..., int], args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+        self.lock = threading.Lock()
+        self.done = threading.Lock()
+        self.done.acquire()  # released once the call has returned, or was skipped
+        # finished tells the waiter the call is over also when a signal handler
+        # raised just after it had taken done.
+        self.started = self.canceled = self.finished = False
+        self.result = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.lock:
+                if self.canceled:
+                    return
+                self.started = True
+            self.result = self.fn(*self.args)
+        except BaseException as exc:  # raised in the calling thread
+            self.error = exc
+        finally:
+            self.finished = True
+            self.done.release()
+
+    def cancel(self) -> bool:
+        """Skip the call if it has not begun; True if it has, and must be waited for."""
+        with self.lock:
+            self.canceled = True
+            return self.started
+
+
+class _Interruptible:
+    """Makes the main thread's calls into Go on a helper thread, so that the main
+    thread waits on a lock, which signals interrupt, instead of inside C, where
+    Python runs no signal handler until the call returns: Ctrl-C would wait for
+    minutes of retries on a stalled store.
+
+    When a signal handler raises while the main thread waits (KeyboardInterrupt,
+    or any exception), the call is canceled (``croupier_cancel`` on the helper
+    thread, repeated until the call returns, in case it came before the call
+    began in Go), waited for, so that whatever it made is owned and released,
+    and the exception is raised. Only the main thread runs signal handlers; other
+    threads, calls made while the main thread already waits for one (by a
+    garbage collection or a signal handler), and calls at interpreter exit go
+    straight to C.
+    """
+
+    def __init__(self) -> None:
+        self._todo: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._ident = 0  # the helper thread's, which is its pthread_self() in Go
+        self._busy = False
+
+    def __call__(self, fn: Callable[..., int], *args: Any) -> int:
+        if (
+            self._busy
+            or threading.current_thread() is not threading.main_thread()
+            or sys.is_finalizing()
+        ):
+            return fn(*args)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="croupier-calls", daemon=True)
+            self._thread.start()
+            self._ident = self._thread.ident or 0
+        call = _Call(fn, args)
+        try:
+            self._busy = True
+            self._todo.put(call)
+            while not call.done.acquire(timeout=_POLL):
+                pass
+        except BaseException:
+            self._cancel(call)
+            raise
+        finally:
+            self._busy = False
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _serve(self) -> None:
+        while True:
+            self._todo.get().run()
+
+    def _cancel(self, call: _Call) -> None:
+        if not call.cancel():
+            return
+        assert _cancel is not None  # a call can only begin once the library is loaded
+        while not call.finished:
+            _cancel(self._ident)
+            try:
+                call.done.acquire(timeout=_POLL)
+            except BaseException:  # another signal: the call must still end first
+                continue
+
+
+_interruptible = _Interruptible()
+
+
 def _call(fn: Callable[..., int], *args: Any) -> None:
     """Call a fallible C function whose last parameter is ``char** err``; raise on failure."""
     err = ctypes.c_void_p()
-    status = fn(*args, ctypes.byref(err))
-    message = _take_string(err)
+    try:
+        status = _interruptible(fn, *args, ctypes.byref(err))
+    finally:
+        message = _take_string(err)
     if status != 0:
         raise error_class(status)(message or f"croupier: status {status} without a message")
 
@@ -294,11 +416,17 @@ def _encode(value: str | dict[str, Any]) -> bytes:
 # Handles
 
 
-def _release(cell: ctypes.c_uint64, pid: int) -> None:
-    """Release the handle in ``cell`` (if a call filled it), unless this is a
-    forked child (where Go must not be called)."""
-    if cell.value and os.getpid() == pid:
-        _call(_lib().croupier_release, cell.value)
+# The handles alive in this process. A forked child forgets them: it must never
+# release one, as the Go runtime does not survive fork() (see _check_pid).
+_handles: weakref.WeakSet[Handle] = weakref.WeakSet()
+
+
+def _forget_handles() -> None:
+    for handle in list(_handles):
+        handle._finalizer.detach()
+
+
+os.register_at_fork(after_in_child=_forget_handles)
 
 
 _C = TypeVar("_C", bound="Closeable")
@@ -325,20 +453,27 @@ class Closeable:
 class Handle:
     """Owns one Go handle and releases it exactly once.
 
-    Made empty by :func:`_handle_out` and filled by the Go call. Released by
-    :meth:`close`, or by a :func:`weakref.finalize` fallback when the owner is
-    garbage-collected; in a forked child the release is skipped.
+    Made empty by :func:`_handle_out` (after the library is loaded) and filled
+    by the Go call. Released by :meth:`close`, or by a :func:`weakref.finalize`
+    fallback when the owner is garbage-collected; a forked child forgets it.
+    The release is ``croupier_release`` itself, called by the finalizer with
+    the cell: no line of Python runs between the decision to release and the
+    release, where a KeyboardInterrupt would leave the handle open. An empty
+    cell (0) is never a handle, and releasing it does nothing.
     """
 
     __slots__ = ("__weakref__", "_cell", "_finalizer")
 
     def __init__(self) -> None:
+        assert _dll is not None
         self._cell = ctypes.c_uint64(0)
-        self._finalizer = weakref.finalize(self, _release, self._cell, _load_pid)
+        self._finalizer = weakref.finalize(self, _dll.croupier_release, self._cell, None)
+        _handles.add(self)
 
     @property
     def value(self) -> int:
-        """The raw handle; raises ClosedError once released."""
+        """The raw handle; raises ClosedError once released, ForkError in a forked child."""
+        _check_pid()  # before a forked child finds its handles forgotten
         if not self._finalizer.alive:
             raise ClosedError(f"croupier handle {self._cell.value} was already closed")
         return self._cell.value
@@ -348,8 +483,14 @@ class Handle:
         return not self._finalizer.alive
 
     def close(self) -> None:
-        """Release the handle now (idempotent)."""
-        self._finalizer()
+        """Release the handle now (idempotent).
+
+        Raises:
+            CroupierError: closing the Go object failed (its error is not kept).
+        """
+        status = self._finalizer()
+        if status and self._cell.value:
+            raise error_class(status)(f"croupier: closing handle {self._cell.value} failed")
 
 
 # ---------------------------------------------------------------------------
@@ -449,8 +590,8 @@ def table_rewrite(
 
     ``progress(rows, total_rows, bytes, total_bytes)`` is called after each row
     group of the source. An exception it raises cancels the rewrite, which
-    then leaves no version at ``uri``, and is raised here. That is also how
-    Ctrl-C stops a rewrite: Python runs its signal handler only in a callback.
+    then leaves no version at ``uri``, and is raised here. (Ctrl-C cancels it
+    as any call, see :class:`_Interruptible`.)
     """
     raised: list[BaseException] = []
 

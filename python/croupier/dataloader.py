@@ -2,15 +2,79 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch.utils.data
+import torch.utils.data._utils.worker
 
-from .dataset import Steps, StreamingDataset
+from .dataset import Steps, StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
 
 __all__ = ["DataLoader"]
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+class _WorkerStart:
+    """The ``worker_init_fn`` of croupier.DataLoader's workers: binds each worker's
+    life to the training process's, then runs the user's ``worker_init_fn``.
+
+    A worker whose trainer is gone (killed, ``os._exit``) must not live on,
+    holding its memory budget and batches. torch's worker loop notices the
+    trainer's death within seconds (its parent process changes) and returns;
+    but at exit the worker's result queue joins its feeder thread, which is
+    blocked writing a pickled batch into a pipe that nobody reads any more, so
+    the worker would wait forever. So, first, the worker drops undelivered
+    batches at exit instead (``cancel_join_thread``): it exits only once the
+    trainer shut it down or is gone, when nobody wants them. Second, on Linux,
+    when the trainer started the worker itself (``spawn``) from its main thread,
+    the worker asks the kernel for SIGKILL when its parent dies
+    (``PR_SET_PDEATHSIG``, which follows the parent *thread*, hence the main
+    thread only), and checks that the trainer was still its parent once it
+    asked, lest it died just before.
+    """
+
+    def __init__(self, init_fn: Callable[[int], None] | None, trainer: int, deathsig: bool) -> None:
+        self.init_fn, self.trainer, self.deathsig = init_fn, trainer, deathsig
+
+    def __call__(self, worker_id: int) -> None:
+        _drop_undelivered_at_exit(sys._getframe(1))
+        if self.deathsig and sys.platform == "linux":
+            _die_with_parent(self.trainer)
+        if self.init_fn is not None:
+            self.init_fn(worker_id)
+
+
+def _drop_undelivered_at_exit(frame: Any) -> None:
+    """Cancel the join of the result queue of the torch worker loop running ``frame``."""
+    loop = torch.utils.data._utils.worker._worker_loop.__code__
+    while frame is not None and frame.f_code is not loop:
+        frame = frame.f_back
+    if frame is None or "data_queue" not in frame.f_locals:
+        raise InternalError(
+            f"croupier.DataLoader: torch {torch.__version__} runs worker_init_fn outside its "
+            "worker loop, or the loop has no data_queue: a worker could outlive its trainer"
+        )
+    frame.f_locals["data_queue"].cancel_join_thread()
+
+
+def _die_with_parent(trainer: int) -> None:
+    """Have the kernel SIGKILL this process when its parent thread ends; exit now
+    if the parent is no longer ``trainer`` (it died before the request)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(
+            err, f"croupier.DataLoader worker: prctl(PR_SET_PDEATHSIG): {os.strerror(err)}"
+        )
+    if os.getppid() != trainer:
+        os._exit(0)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -41,6 +105,8 @@ class DataLoader(torch.utils.data.DataLoader):
       runs arrive in step order. Workers convert batches themselves and deal
       single steps in turns, as with torch's loader, when the dataset has a
       ``collate``, a ``collate_fn`` is given or ``pin_memory`` is set.
+    - workers never outlive the training process: killed, or ended by
+      ``os._exit``, it leaves none behind holding memory (see ``_WorkerStart``).
 
     Args:
         dataset: the dataset to load.
@@ -114,18 +180,26 @@ class DataLoader(torch.utils.data.DataLoader):
             and not self.pin_memory
         )
         ds._divide_budget = self.divide_budget
+        init_fn = self.worker_init_fn
+        spawned = self.multiprocessing_context.get_start_method() == "spawn"
+        main = threading.current_thread() is threading.main_thread()
+        self.worker_init_fn = _WorkerStart(init_fn, os.getpid(), spawned and main)
         try:
             return super().__iter__()  # starts the workers: they get the dataset now
         finally:
             ds._send_runs = ds._divide_budget = False
+            self.worker_init_fn = init_fn
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         ds = self.dataset
+        workers: dict[int, dict[str, int]] = {}  # each worker's counters, as last sent
         for batch in batches:
             if not isinstance(batch, Steps):
                 ds._count_delivered()
                 yield batch
                 continue
+            workers[batch.worker] = batch.stats
+            ds._stats = merge_stats(workers.values())
             # torch takes one item from each worker in turn, and worker k sends
             # runs k, k + K, ...: each run begins at the next step.
             if batch.first != ds.steps_consumed:
@@ -138,6 +212,11 @@ class DataLoader(torch.utils.data.DataLoader):
                 out = self.collate_fn(out)
                 ds._count_delivered()
                 yield out
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields: the steps left in the dataset's epoch
+        (``len(dataset)``), also after a resume."""
+        return len(self.dataset)
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's checkpoint (docs/concepts.md), exact after every delivered batch."""

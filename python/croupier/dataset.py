@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import operator
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -93,6 +93,27 @@ def _read(stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         del item  # not held while the next one is read
 
 
+# Counters of a stream (StreamingDataset.stats) that are the most of any
+# worker when combined: a peak, and a size each worker has on its own. Every
+# other counter is a sum.
+_MOST_STATS = frozenset({"held_peak", "horizon_steps"})
+
+
+def merge_stats(streams: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """The counters of several workers' streams as one: the most of each worker
+    for ``held_peak`` and ``horizon_steps``, the sum for every other key."""
+    out: dict[str, int] = {}
+    for stats in streams:
+        for key, value in stats.items():
+            if key not in out:
+                out[key] = value
+            elif key in _MOST_STATS:
+                out[key] = max(out[key], value)
+            else:
+                out[key] += value
+    return out
+
+
 class Steps:
     """A run of consecutive steps of one DataLoader worker, still in Arrow, on its
     way to :class:`croupier.DataLoader` in the main process, which converts them.
@@ -107,12 +128,19 @@ class Steps:
     run may be shorter), and sends each as one Steps. torch takes one item from
     each worker in turn, so the runs reach the main process in step order: it
     holds no more than the run it is converting.
+
+    Each also carries its worker's index and the counters of its worker's
+    stream when it was sent (:meth:`StreamingDataset.stats`), which the loader
+    adds up over the workers.
     """
 
-    __slots__ = ("batch", "first", "steps")
+    __slots__ = ("batch", "first", "stats", "steps", "worker")
 
-    def __init__(self, first: int, steps: int, batch: pa.RecordBatch) -> None:
+    def __init__(
+        self, first: int, steps: int, batch: pa.RecordBatch, worker: int, stats: dict[str, int]
+    ) -> None:
         self.first, self.steps, self.batch = first, steps, batch
+        self.worker, self.stats = worker, stats
 
     def step_numbers(self) -> range:
         """The global steps the batch holds, in order."""
@@ -331,8 +359,10 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             self._set_position(epoch, 0)
 
     def __len__(self) -> int:
-        """Batches this rank yields in a whole epoch (= :attr:`steps_per_epoch`)."""
-        return self.steps_per_epoch
+        """Batches the next iteration yields: the steps left in :attr:`epoch`,
+        ``steps_per_epoch - steps_consumed`` (all of them unless it was resumed
+        inside the epoch or stopped early)."""
+        return self.steps_per_epoch - self._next_step
 
     # -- iteration -------------------------------------------------------------------
 
@@ -375,7 +405,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         try:
             self._stream = weakref.ref(stream)
             if runs:
-                yield from self._runs(_read(stream), start, stride)
+                yield from self._runs(stream, start, k, stride)
             else:
                 for first, steps, batch in _read(stream):
                     outs = self._convert(batch, steps)
@@ -409,10 +439,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 "raise memory_budget, or pass divide_budget=False to give each worker all of it)"
             ) from exc
 
-    def _runs(
-        self, batches: Iterator[tuple[int, int, pa.RecordBatch]], start: int, workers: int
-    ) -> Iterator[Steps]:
-        """This worker's runs of ``_RUN_STEPS`` steps from ``start``, one Steps each.
+    def _runs(self, stream: _lib.Handle, start: int, worker: int, workers: int) -> Iterator[Steps]:
+        """Worker ``worker``'s runs of ``_RUN_STEPS`` steps from ``start``, one Steps each.
 
         A batch from Go holds consecutive steps of the worker, so it may end one
         run and begin the worker's next, and a run may take several batches. A
@@ -421,7 +449,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         """
         rows, end = self.rank_batch_size, self.steps_per_epoch
         parts: list[pa.RecordBatch] = []
-        for first, steps, batch in batches:
+        for first, steps, batch in _read(stream):
             t, done = first, 0
             while done < steps:
                 run_first = start + (t - start) // _RUN_STEPS * _RUN_STEPS
@@ -433,7 +461,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 if t == run_end:
                     one = parts[0] if len(parts) == 1 and whole else pa.concat_batches(parts)
                     parts = []
-                    yield Steps(run_first, run_end - run_first, one)
+                    stats = _lib.stream_stats(stream.value)
+                    yield Steps(run_first, run_end - run_first, one, worker, stats)
                     t += (workers - 1) * _RUN_STEPS  # the worker's next run
 
     def _convert(self, batch: pa.RecordBatch, steps: int) -> Iterator[Any]:
@@ -451,9 +480,18 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         last horizon;
         ``bytes_read`` and ``requests`` made to the store; ``row_groups``
         decoded and ``decoded_bytes``, the bytes of the pages they decoded;
-        ``kept_rows`` and ``kept_bytes`` copied out of them for the steps; ``fetch_ns`` and ``decode_ns``,
-        summed over parallel work. With DataLoader workers, each worker process
-        has its own counters. Empty before the first iteration.
+        ``kept_rows`` and ``kept_bytes`` copied out of them for the steps;
+        ``fetch_ns`` and ``decode_ns``, summed over parallel work. Empty before
+        the first iteration.
+
+        Under :class:`croupier.DataLoader` with workers that send runs of steps
+        (no ``collate``, ``collate_fn`` or ``pin_memory``), the dataset in the
+        training process has its workers' counters as of the last run each
+        sent, combined (:func:`merge_stats`): ``held_peak`` and
+        ``horizon_steps`` are the most of any worker, every other key the sum
+        over the workers. With other loaders, or workers that convert batches
+        themselves, each worker process has its own counters and this
+        process's stay empty.
         """
         stream = self._stream() if self._stream is not None else None
         if stream is not None and not stream.closed:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +63,24 @@ def cut_log(log: Path, steps: int) -> int:
     return dropped
 
 
-def train(perm: str, work: Path, world_size: int, workers: int, steps: int, report: Any) -> None:
+def train(
+    perm: str,
+    work: Path,
+    world_size: int,
+    workers: int,
+    steps: int,
+    report: Any,
+    columns: Sequence[str] = ("id",),
+) -> None:
     """Train from the last checkpoint in ``work`` up to global step ``steps``.
 
     ``report`` (a multiprocessing Connection) gets ``("resumed", step, dropped)``
-    once, then ``("step", t)`` after each step is logged.
+    once, then ``("step", t)`` after each step is logged. ``columns`` are read
+    (they must include ``id``).
     """
     split = cr.open_permutations(perm)["all"]
     datasets = [
-        cr.StreamingDataset(split, global_batch_size=G, num_splits=S, columns=["id"],
+        cr.StreamingDataset(split, global_batch_size=G, num_splits=S, columns=list(columns),
                             shuffle_seed=SEED, rank=r, world_size=world_size, format="numpy")
         for r in range(world_size)
     ]  # fmt: skip

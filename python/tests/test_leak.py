@@ -10,6 +10,7 @@ import gc
 import os
 import random
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -218,5 +219,73 @@ def test_close_with_reads_in_flight_is_prompt(tmp_path: Path, start: Usage) -> N
     assert closing < 1.0, f"close took {closing:.2f} s (one step took {one_step:.2f} s)"
     ds.close()
     perm.close()
+    tbl.close()
+    assert settle(start) == start
+
+
+STEPS_TRACED = 3  # steps of each iteration interrupted inside croupier's code
+
+
+def iterate_until_interrupted(ds: cr.StreamingDataset, n: int | None) -> int:
+    """Take STEPS_TRACED batches of ``ds``, raising KeyboardInterrupt at the
+    ``n``-th line croupier's own code runs in this thread (none if None); returns
+    how many such lines ran."""
+    package = str(Path(cr.__file__).parent)
+    lines = 0
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal lines
+        if event == "line":
+            lines += 1
+            if lines == n:
+                raise KeyboardInterrupt  # raised in the traced line; tracing stops
+        return local
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename.startswith(package) else None
+
+    sys.settrace(trace)
+    try:
+        for step, batch in enumerate(ds):
+            batch["tokens"].sum()  # the training step
+            if step + 1 == STEPS_TRACED:
+                break
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+def test_keyboard_interrupt_inside_the_iterator(
+    table_uri: str, start: Usage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt raised at every line croupier runs while dealing the
+    first steps of an iteration (opening the stream, each crossing from Go,
+    each conversion, closing it) leaks nothing, and the dataset iterates again.
+
+    One raised while the iterator is finalized, as the loop's ``break`` drops
+    it, cannot reach the loop: Python reports it as ignored."""
+    ignored: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", ignored.append)
+    tbl = cr.open_table(table_uri)
+    ds = cr.StreamingDataset(tbl, global_batch_size=8, num_splits=8, format="torch",
+                             columns=["id", "tokens"], read_ahead=2)  # fmt: skip
+    n = 0
+    while True:  # until an iteration ends before its n-th line: each line had its turn
+        n += 1
+        ds.set_epoch(ds.epoch + 1)
+        ignored.clear()
+        try:
+            ran = iterate_until_interrupted(ds, n)
+        except KeyboardInterrupt:
+            continue
+        if not ignored:
+            assert ran < n
+            break
+        assert [u.exc_type for u in ignored] == [KeyboardInterrupt], n
+        assert "generator" in repr(ignored[0].object), n
+    assert n > 100
+    ds.set_epoch(ds.epoch + 1)
+    assert [int(b["id"].sum()) for b in ds] == [int(b["id"].sum()) for b in ds]
+    ds.close()
     tbl.close()
     assert settle(start) == start

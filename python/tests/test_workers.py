@@ -14,7 +14,7 @@ from conftest import plain
 
 import croupier as cr
 from croupier import _lib
-from croupier.dataset import _RUN_STEPS, Steps, _read
+from croupier.dataset import _RUN_STEPS, Steps, merge_stats
 
 G, S = 16, 8
 
@@ -96,7 +96,7 @@ def test_runs_are_cut_from_the_streams_batches(table_uri: str, coalesce: int) ->
                        "run": _RUN_STEPS, "coalesce_bytes": coalesce}  # fmt: skip
             stream = _lib.stream_open(ds._handle(), options)
             try:
-                runs = list(ds._runs(_read(stream), start, k))
+                runs = list(ds._runs(stream, start, w, k))
             finally:
                 stream.close()
             firsts = range(start + w * _RUN_STEPS, end, k * _RUN_STEPS)
@@ -238,3 +238,36 @@ def test_workers_convert_when_a_collate_must_see_batches(table_uri: str) -> None
     ):
         assert ids(loader) == expected
         assert all(isinstance(b, dict) and "rows" in b for b in loader._from_workers())
+
+
+def test_stats_and_len_of_a_resumed_loader(table_uri: str) -> None:
+    """Resumed inside an epoch, the dataset and croupier.DataLoader say how many
+    batches are left, exactly as many as come; the training process's stats()
+    adds up its workers' streams: every step and row they dealt."""
+    n = dataset(table_uri).steps_per_epoch  # 63 steps: 4 runs of 16, the last short
+    resume = 5
+    for num_workers in (0, 2):
+        ds = dataset(table_uri)
+        ds.load_state_dict({**ds.state_dict(), "steps_consumed": resume})
+        loader = cr.DataLoader(ds, num_workers=num_workers)
+        assert len(ds) == len(loader) == n - resume
+        assert ds.stats() == {}
+        batches = ids(loader)
+        assert len(batches) == n - resume
+        assert len(ds) == len(loader) == n  # the next epoch, whole
+        stats = ds.stats()
+        assert stats["steps"] == n - resume, num_workers
+        assert stats["rows"] == sum(len(b) for b in batches)
+        assert stats["kept_rows"] == stats["rows"]
+        assert 0 < stats["held_peak"] <= stats["held_limit"]
+
+
+def test_merge_stats() -> None:
+    """Counters add up over workers; a peak and a horizon are the most of any worker."""
+    a = {"steps": 3, "rows": 30, "held_peak": 100, "horizon_steps": 4, "held_limit": 500}
+    b = {"steps": 2, "rows": 20, "held_peak": 300, "horizon_steps": 2, "held_limit": 500}
+    assert merge_stats([a, b]) == {
+        "steps": 5, "rows": 50, "held_peak": 300, "horizon_steps": 4, "held_limit": 1000,
+    }  # fmt: skip
+    assert merge_stats([a]) == a
+    assert merge_stats([]) == {}
