@@ -107,13 +107,12 @@ func readPageHeader(b []byte) (pageHeader, error) {
 // parse its first page header; a longer header is read again whole.
 const firstHeaderBytes = 1 << 10
 
-// checkPageCRCs checks the CRC of every page in section s of src, which
-// holds whole pages, when its first page has one.
-func checkPageCRCs(src io.ReaderAt, s byteRange) error {
-	var h pageHeader
+// headerAt parses the page header that starts section s of src.
+func headerAt(src io.ReaderAt, s byteRange) (pageHeader, error) {
 	for n := min(s.n, firstHeaderBytes); ; n = min(s.n, 4*n) {
 		buf := scratch{}.Allocate(int(n))
 		_, err := src.ReadAt(buf, s.off)
+		var h pageHeader
 		if err == nil {
 			h, err = readPageHeader(buf)
 		}
@@ -122,9 +121,18 @@ func checkPageCRCs(src io.ReaderAt, s byteRange) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("page at offset %d: %w", s.off, err)
+			return h, fmt.Errorf("page at offset %d: %w", s.off, err)
 		}
-		break
+		return h, nil
+	}
+}
+
+// checkPageCRCs checks the CRC of every page in section s of src, which
+// holds whole pages, when its first page has one.
+func checkPageCRCs(src io.ReaderAt, s byteRange) error {
+	h, err := headerAt(src, s)
+	if err != nil {
+		return err
 	}
 	if !h.hasCRC {
 		return nil

@@ -132,9 +132,10 @@ type columnDecoder struct {
 	listOffs  []int32 // lists: the first slot of each row, plus one
 	listValid []bool  // lists: per row; nil until a null list appears
 
-	keep   []int64 // rows to keep, ascending; nil keeps every row
-	next   int     // keep[next] is the next row to keep
-	seen   int64   // rows in the pages decoded so far
+	keep     []int64 // rows to keep, ascending; nil keeps every row
+	next     int     // keep[next] is the next row to keep
+	seen     int64   // rows in the pages decoded so far
+	pageRows []int64 // rows of each data page so far; nil once one starts inside a row
 	starts []int   // lists: level entries that start a row, of the current page
 	runs   []run   // level entries and values of the current page to keep
 }
@@ -142,33 +143,43 @@ type columnDecoder struct {
 // run is level entries [e0, e1) of a page, whose present values are [v0, v1).
 type run struct{ e0, e1, v0, v1 int }
 
+// decoded is what decodeColumn did besides its column: the bytes of the
+// pages it decoded, and the rows of each data page, or nil when a page
+// starts inside a row.
+type decoded struct {
+	bytes    int64
+	pageRows []int64
+}
+
 // decodeColumn decodes a column chunk that fastColumn accepted, whose pages
 // pr reads hold rows rows: of them, the rows in keep (ascending, distinct),
-// or all when keep is nil. It also returns the bytes of the pages it decoded.
+// or all when keep is nil.
 func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind,
-	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64, keep []int64) (arrow.Array, int64, error) {
+	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64, keep []int64) (arrow.Array, decoded, error) {
 	d := newColumnDecoder(mem, f, col, kind, chunk.NumValues(), keep, rows)
 	defer d.free()
-	var decoded int64
+	var did decoded
 	for pr.Next() {
 		p := pr.Page()
-		decoded += int64(len(p.Data()))
+		did.bytes += int64(len(p.Data()))
 		if err := d.page(p); err != nil {
-			return nil, decoded, err
+			return nil, did, err
 		}
 	}
 	if err := pr.Err(); err != nil {
-		return nil, decoded, err
+		return nil, did, err
 	}
 	arr, err := d.finish(mem, rows)
-	return arr, decoded, err
+	did.pageRows = d.pageRows
+	return arr, did, err
 }
 
 // newColumnDecoder returns a decoder of a column of field f, stored as col,
 // of at most values level entries, keeping the rows in keep (nil: all of
 // rows).
 func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind, values int64, keep []int64, rows int64) *columnDecoder {
-	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type}
+	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type,
+		pageRows: []int64{}}
 	out := rows
 	if keep != nil {
 		out = int64(len(keep))
@@ -473,6 +484,11 @@ func (d *columnDecoder) pick(n int) error {
 	}
 	first := d.seen
 	d.seen += int64(rows)
+	if n > 0 && start(0) > 0 {
+		d.pageRows = nil // pages that split rows cannot be read alone
+	} else if d.pageRows != nil {
+		d.pageRows = append(d.pageRows, int64(rows))
+	}
 	if d.keep == nil {
 		if n > 0 {
 			d.runs = append(d.runs, run{e0: 0, e1: n})

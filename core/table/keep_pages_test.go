@@ -24,8 +24,9 @@ import (
 // strings, nested types the page decoder leaves to pqarrow), written in
 // pages of a few rows with and without an offset index, PLAIN and
 // dictionary-encoded, V1 and V2 pages, and checks every row read against
-// the rows written: page-level reads (where the offset index allows them)
-// and whole row groups deliver the same values. Nothing stays allocated.
+// the rows written: page-level reads (where an offset index or locations
+// learned from an earlier read allow them) and whole row groups deliver the
+// same values. Nothing stays allocated.
 func TestPageReadsMatchRows(t *testing.T) {
 	fields := []arrow.Field{
 		{Name: "i32", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
@@ -63,6 +64,9 @@ func TestPageReadsMatchRows(t *testing.T) {
 			parquet.WithDataPageVersion(parquet.DataPageV2), parquet.WithCompression(compress.Codecs.Snappy),
 			parquet.WithDataPageSize(80)}},
 		{"no-index-plain", []parquet.WriterProperty{parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(64)}},
+		// V2 pages start at rows: their locations are learned once a chunk is read whole.
+		{"no-index-v2-plain", []parquet.WriterProperty{parquet.WithDataPageVersion(parquet.DataPageV2),
+			parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(64)}},
 		{"no-index-dict-zstd", []parquet.WriterProperty{parquet.WithCompression(compress.Codecs.Zstd),
 			parquet.WithDataPageSize(100)}},
 	} {
@@ -172,4 +176,69 @@ func randomRows(rng *rand.Rand, n int64) []uint64 {
 	}
 	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	return ids
+}
+
+// TestLearnedPages: once a column chunk of a file without an offset index
+// has been decoded whole, a read of a few of its rows fetches their pages,
+// not the chunk, decodes them alone and gets the right rows; a row group not
+// decoded yet is still decoded whole.
+func TestLearnedPages(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 4000 {
+		appendRandom(rng, b.Field(0), false)
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	// V2 pages: a V1 page may start inside a row, and such pages are not
+	// recorded (arrow-go cuts them so; Arrow C++ and pyarrow do not).
+	data := tabletest.EncodeRecord(t, src, parquet.WithMaxRowGroupLength(2000), parquet.WithDictionaryDefault(false),
+		parquet.WithDataPageSize(256), parquet.WithBatchSize(16), parquet.WithDataPageVersion(parquet.DataPageV2))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	md, err := tb.Footer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk, _ := md.RowGroup(0).ColumnChunk(0)
+	read := func(ids ...uint64) int64 { // bytes of pages decoded for ids, checked against src
+		t.Helper()
+		r, err := tb.NewReader(ReaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rec, err := r.Read(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rec.Release()
+		for j, id := range ids {
+			if !array.SliceEqual(rec.Column(0), int64(j), int64(j+1), src.Column(0), int64(id), int64(id+1)) {
+				t.Fatalf("row %d: got %v", id, rec.Column(0).GetOneForMarshal(j))
+			}
+		}
+		return r.Stats().DecodedBytes
+	}
+	whole := chunk.TotalUncompressedSize()
+	// Decoded bytes are the pages' without their headers: most of the chunk.
+	if n := read(5, 900, 1999); n < whole/2 {
+		t.Fatalf("first sparse read of row group 0 decoded %d bytes, want its whole chunk (%d)", n, whole)
+	}
+	if n := read(7, 901, 1500); n >= whole/4 {
+		t.Fatalf("second sparse read of row group 0 decoded %d bytes of a %d-byte chunk, want its pages", n, whole)
+	}
+	if n := read(2005, 3999); n < whole/2 {
+		t.Fatalf("sparse read of row group 1, not decoded before, decoded %d bytes, want its whole chunk", n)
+	}
 }

@@ -3,6 +3,7 @@ package table
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sync"
@@ -101,7 +102,8 @@ func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
 			}
 			loc := col.GetOffsetIndexLocation()
 			if loc == nil || loc.Length <= 0 {
-				t.pageIndex.m.Store(pageKey{f, g, leaf}, (*pageLocs)(nil))
+				// Keep what a decode may have learned (learnPages).
+				t.pageIndex.m.LoadOrStore(pageKey{f, g, leaf}, (*pageLocs)(nil))
 				continue
 			}
 			if loc.Offset < 0 || loc.Offset+int64(loc.Length) > t.pin.Files[f].Size {
@@ -135,6 +137,52 @@ func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
 		wants = wants[n:]
 	}
 	return nil
+}
+
+// learnPages records where the data pages of column chunk key lie, as an
+// offset index would say, once a decode has read the chunk whole from src:
+// its bytes span chunk, its dictionary page first when dict, then data pages
+// of rows[i] rows each, each starting a row. A later read of a few of its
+// rows then fetches and decodes only their pages. Files written without an
+// offset index (pyarrow's default) are read a whole chunk at a time only
+// the first time. Whatever does not add up is not recorded: the chunk is
+// then read whole, as before.
+func (t *Table) learnPages(key pageKey, src io.ReaderAt, chunk byteRange, dict bool, rows []int64) {
+	if v, ok := t.pageIndex.m.Load(key); ok && v.(*pageLocs) != nil {
+		return
+	}
+	locs := &pageLocs{first: make([]int64, 1, len(rows)+1)}
+	off, end := chunk.off, chunk.off+chunk.n
+	for p := range len(rows) + btoi(dict) {
+		if off >= end {
+			return
+		}
+		h, err := headerAt(src, byteRange{off, end - off})
+		size := int64(h.headerLen) + h.size
+		if err != nil || size > end-off {
+			return
+		}
+		if p > 0 || !dict {
+			i := len(locs.off)
+			if rows[i] <= 0 {
+				return
+			}
+			locs.off, locs.size = append(locs.off, off), append(locs.size, size)
+			locs.first = append(locs.first, locs.first[i]+rows[i])
+		}
+		off += size
+	}
+	if off != end || len(locs.off) == 0 {
+		return
+	}
+	t.pageIndex.m.Store(key, locs)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // parseOffsetIndex decodes an offset index and checks it against a row group

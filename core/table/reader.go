@@ -551,7 +551,7 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 		if w.plans != nil {
 			plan = w.plans[i]
 		}
-		col, decoded, err := r.decodeFast(pf.RowGroup(key.Group), md, field, r.leaves[i], src, plan, w.rows)
+		col, decoded, err := r.decodeFast(key, pf.RowGroup(key.Group), md, field, r.leaves[i], src, plan, w.rows)
 		kept, rows := w.rows != nil, int64(len(w.rows))
 		if err == nil && col == nil {
 			if slow == nil {
@@ -585,11 +585,12 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 	return nil
 }
 
-// decodeFast decodes the given rows (nil: all) of one column with
-// decodeColumn, and says how many bytes of pages that decoded; it returns a
-// nil column when decodeColumn does not handle it. With a plan, it decodes
-// only the planned pages, read from src.
-func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, field arrow.Field, leaves []int,
+// decodeFast decodes the given rows (nil: all) of one column of row group
+// key with decodeColumn, and says how many bytes of pages that decoded; it
+// returns a nil column when decodeColumn does not handle it. With a plan, it
+// decodes only the planned pages, read from src. A whole chunk of a file
+// without an offset index teaches the table where its pages lie.
+func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.FileMetaData, field arrow.Field, leaves []int,
 	src parquet.ReaderAtSeeker, plan *pagePlan, rows []int64) (arrow.Array, int64, error) {
 	if len(leaves) != 1 {
 		return nil, 0, nil
@@ -610,14 +611,22 @@ func (r *Reader) decodeFast(rg *file.RowGroupReader, md *metadata.FileMetaData, 
 		}
 		pages := plan.read(src, chunk, scratch{})
 		defer pages.Close()
-		return decodeColumn(r.mem, field, col, kind, chunk, pages, plan.rows, keep)
+		arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pages, plan.rows, keep)
+		return arr, did.bytes, err
 	}
 	pr, err := rg.GetColumnPageReader(leaves[0])
 	if err != nil {
 		return nil, 0, err
 	}
 	defer pr.Close()
-	return decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows(), rows)
+	arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows(), rows)
+	if loc := chunk.GetOffsetIndexLocation(); err == nil && did.pageRows != nil && (loc == nil || loc.Length <= 0) {
+		chunks, err := leafChunks(md, key.Group, leaves)
+		if err == nil {
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, chunks[0], chunk.HasDictionaryPage(), did.pageRows)
+		}
+	}
+	return arr, did.bytes, err
 }
 
 // sections returns the byte ranges decode reads of row group g: each output
