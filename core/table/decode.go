@@ -136,8 +136,8 @@ type columnDecoder struct {
 	next     int     // keep[next] is the next row to keep
 	seen     int64   // rows in the pages decoded so far
 	pageRows []int64 // rows of each data page so far; nil once one starts inside a row
-	starts []int   // lists: level entries that start a row, of the current page
-	runs   []run   // level entries and values of the current page to keep
+	starts   []int   // lists: level entries that start a row, of the current page
+	runs     []run   // level entries and values of the current page to keep
 }
 
 // run is level entries [e0, e1) of a page, whose present values are [v0, v1).
