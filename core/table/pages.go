@@ -27,7 +27,10 @@ import (
 // pages that hold rows it keeps, so that a horizon that needs a few rows of a
 // row group pays for a few pages, not the whole chunk. Files without an
 // offset index (pyarrow writes none by default) are read a column chunk at a
-// time: rewriting them as a croupier table gives them one.
+// time the first time; once decoded whole, a chunk whose pages start at rows
+// has its page locations recorded (learnPages), and later reads of it take
+// only their pages. The locations live as long as the Table; rewriting a
+// dataset as a croupier table gives its files an index.
 
 // pageLocs are the data pages of one column chunk: the first row of each in
 // its row group (first[len(off)] is the row group's row count), and where each
