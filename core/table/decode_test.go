@@ -19,22 +19,25 @@ import (
 	"github.com/croupier-data/croupier/internal/seedtest"
 )
 
+// fastFields are columns of every layout decodeColumn handles.
+var fastFields = []arrow.Field{
+	{Name: "i32", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: "i64", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "f32", Type: arrow.PrimitiveTypes.Float32, Nullable: true},
+	{Name: "f64", Type: arrow.PrimitiveTypes.Float64},
+	{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "b", Type: arrow.BinaryTypes.Binary},
+	{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+	{Name: "lnn", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)},
+	{Name: "l64", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
+}
+
 // TestDecodeColumnMatchesPqarrow decodes random columns of every layout
 // decodeColumn handles, with and without nulls (rows, lists and elements),
 // empty lists, PLAIN and dictionary encodings, V1 and V2 pages and many
 // pages per chunk, and checks each against pqarrow's decoding.
 func TestDecodeColumnMatchesPqarrow(t *testing.T) {
-	fields := []arrow.Field{
-		{Name: "i32", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
-		{Name: "i64", Type: arrow.PrimitiveTypes.Int64},
-		{Name: "f32", Type: arrow.PrimitiveTypes.Float32, Nullable: true},
-		{Name: "f64", Type: arrow.PrimitiveTypes.Float64},
-		{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
-		{Name: "b", Type: arrow.BinaryTypes.Binary},
-		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
-		{Name: "lnn", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)},
-		{Name: "l64", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
-	}
+	fields := fastFields
 	schema := arrow.NewSchema(fields, nil)
 	ctx := context.Background()
 	for _, tc := range []struct {

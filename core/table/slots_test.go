@@ -19,17 +19,7 @@ func TestSlotsGrantLowestPriorityFirst(t *testing.T) {
 	var mu sync.Mutex
 	var order []int64
 	var wg sync.WaitGroup
-	queued := func(n int) { // wait until n waiters queue
-		for {
-			s.mu.Lock()
-			l := len(s.queue)
-			s.mu.Unlock()
-			if l == n {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	queued := func(n int) { waitQueued(s, n) }
 	for i, p := range []int64{7, 3, 9, 3, 0} {
 		wg.Add(1)
 		go func() {
@@ -85,17 +75,7 @@ func TestSlotsShareBytes(t *testing.T) {
 	if a != 60 || b != 40 || s.bytes != 0 {
 		t.Fatalf("took %d and %d, %d bytes left; want 60, 40 and 0", a, b, s.bytes)
 	}
-	queued := func(n int) {
-		for {
-			s.mu.Lock()
-			l := len(s.queue)
-			s.mu.Unlock()
-			if l == n {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	queued := func(n int) { waitQueued(s, n) }
 	big := make(chan int64)
 	go func() { big <- take(2, 1000) }() // larger than the limit: waits for all of it
 	queued(1)
@@ -139,5 +119,18 @@ func TestSlotsShareBytes(t *testing.T) {
 	s.release(1)
 	if s.free != 4 || s.bytes != 100 || len(s.queue) != 0 {
 		t.Fatalf("after all released: %d free slots, %d bytes, %d queued; want 4, 100 and 0", s.free, s.bytes, len(s.queue))
+	}
+}
+
+// waitQueued waits until n waiters queue for s.
+func waitQueued(s *slots, n int) {
+	for {
+		s.mu.Lock()
+		l := len(s.queue)
+		s.mu.Unlock()
+		if l == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
