@@ -16,8 +16,9 @@ import (
 // FuzzDatasetOptions opens a dataset and a stream with JSON options as
 // croupier_dataset_open and croupier_stream_open decode them (Python sends
 // them; seeds: testdata/fuzz/FuzzDatasetOptions), under guard's recover, and
-// takes one batch. Bad options must fail with an error that names its
-// cause, never a panic (which the ABI would report as Internal) or a hang.
+// takes one batch. Bad options must fail with an InvalidArgument error that
+// names its cause in the user's terms (no Go type names), never a panic
+// (which the ABI would report as Internal) or a hang.
 func FuzzDatasetOptions(f *testing.F) {
 	f.Add([]byte(`{"global_batch_size": 8}`), []byte(`{}`))
 	dir := f.TempDir()
@@ -37,6 +38,7 @@ func FuzzDatasetOptions(f *testing.F) {
 			if errcode.Of(err) != errcode.InvalidArgument {
 				t.Fatalf("dataset %s: %v (%s)", options, err, errcode.Of(err))
 			}
+			checkMessage(t, err)
 			return
 		}
 		defer l.Close()
@@ -49,6 +51,7 @@ func FuzzDatasetOptions(f *testing.F) {
 			if errcode.Of(err) != errcode.InvalidArgument {
 				t.Fatalf("stream %s: %v (%s)", stream, err, errcode.Of(err))
 			}
+			checkMessage(t, err)
 			return
 		}
 		defer s.Close()

@@ -140,10 +140,7 @@ func decodeBytes(b []byte, v any, what string) error {
 	if b == nil {
 		return nil
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return errcode.Wrap(err, errcode.InvalidArgument, "decode "+what, "")
-	}
-	return nil
+	return decodeStrict(b, v, what)
 }
 
 func encodeJSON(v any, out **C.char) error {

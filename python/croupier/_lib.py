@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import operator
 import os
 import threading
 import weakref
@@ -27,7 +26,8 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from .errors import ClosedError, ForkError, InvalidArgumentError, error_class
+from . import _args
+from .errors import ClosedError, ForkError, error_class
 
 __all__ = [
     "ArrowArray",
@@ -370,15 +370,11 @@ def init(gomaxprocs: int | None = None, memory_limit: int | None = None) -> None
             Arrow batches live outside Go's heap; bound them with ``memory_budget``.
     """
     global _settings
-    values = []
-    for name, value in (("gomaxprocs", gomaxprocs), ("memory_limit", memory_limit)):
-        if value is None:
-            values.append(0)
-            continue
-        value = operator.index(value)
-        if value <= 0:
-            raise InvalidArgumentError(f"croupier.init: {name} must be positive, got {value}")
-        values.append(value)
+    # Go allocates state for every processor: a huge GOMAXPROCS would exhaust memory.
+    values = [
+        _args.optional_integer("croupier.init: gomaxprocs", gomaxprocs, 1, 4096) or 0,
+        _args.optional_integer("croupier.init: memory_limit", memory_limit) or 0,
+    ]
     with _lock:
         _settings = (values[0], values[1])
     loaded = _dll is not None

@@ -22,7 +22,6 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 
 from __future__ import annotations
 
-import operator
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -31,7 +30,7 @@ import pyarrow as pa
 import torch
 import torch.utils.data
 
-from . import _lib
+from . import _args, _lib
 from .errors import ClosedError, InvalidArgumentError
 from .formats import check_format, convert_steps
 from .permutation import Permutation
@@ -61,15 +60,6 @@ _IDENTITY_FIELDS = (
     "global_batch_size",
     "shuffle_seed",
 )
-
-
-def _as_int(name: str, value: Any) -> int:
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"{name} must be an integer, got {value!r} ({type(value).__name__})"
-        ) from None
 
 
 def _distributed_rank_world() -> tuple[int, int]:
@@ -186,24 +176,24 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 "(open one with croupier.open_table)"
             )
         check_format(format, list_format)
-        if isinstance(columns, str):
-            raise InvalidArgumentError(f"columns must be a list of names, got {columns!r}")
         default_rank, default_world = _distributed_rank_world()
 
-        def optional_int(name: str, value: int | None, default: int = 0) -> int:
-            return default if value is None else _as_int(name, value)
+        def optional(name: str, value: int | None, default: int = 0) -> int:
+            # 0 asks the Go core for its default
+            checked = _args.optional_integer(name, value)
+            return default if checked is None else checked
 
         self._options: dict[str, Any] = {
-            "global_batch_size": _as_int("global_batch_size", global_batch_size),
-            "num_splits": optional_int("num_splits", num_splits),
-            "rank": optional_int("rank", rank, default_rank),
-            "world_size": optional_int("world_size", world_size, default_world),
-            "columns": None if columns is None else [str(c) for c in columns],
-            "shuffle_seed": _as_int("shuffle_seed", shuffle_seed),
+            "global_batch_size": _args.integer("global_batch_size", global_batch_size, 1),
+            "num_splits": optional("num_splits", num_splits),
+            "rank": default_rank if rank is None else _args.integer("rank", rank),
+            "world_size": optional("world_size", world_size, default_world),
+            "columns": None if columns is None else _args.strings("columns", columns),
+            "shuffle_seed": _args.integer("shuffle_seed", shuffle_seed, 0, _args.UINT64_MAX),
             "drop_last": bool(drop_last),
-            "read_ahead": optional_int("read_ahead", read_ahead),
-            "memory_budget": optional_int("memory_budget", memory_budget),
-            "max_reads": optional_int("max_reads", max_reads),
+            "read_ahead": optional("read_ahead", read_ahead),
+            "memory_budget": optional("memory_budget", memory_budget),
+            "max_reads": optional("max_reads", max_reads),
         }
         self._source = source
         self._format = format
@@ -219,7 +209,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
         self._epoch = 0
         self._next_step = 0
-        self._set_position(_as_int("epoch", epoch), 0)
+        self._set_position(_args.integer("epoch", epoch), 0)
         # True in a worker's copy whose position was left by its own iteration
         # (worker k after step t holds t - k + K): see __iter__.
         self._worker_position = False
@@ -326,7 +316,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         Setting the epoch the dataset is already in keeps its position, so a
         ``set_epoch(e)`` at the top of the epoch loop does not undo a resume.
         """
-        epoch = _as_int("epoch", epoch)
+        epoch = _args.integer("epoch", epoch)
         if epoch != self._epoch:
             self._set_position(epoch, 0)
 
@@ -507,10 +497,11 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         workers; the remaining steps are exactly those of the uninterrupted run.
 
         Raises:
-            InvalidArgumentError: the dict's format is unknown, or it describes
+            InvalidArgumentError: the dict's format is unknown, it describes
                 another permutation, table version, ``num_splits``,
                 ``global_batch_size`` or ``shuffle_seed`` (the message names the
-                field and both values).
+                field and both values), or its ``epoch`` is negative or its
+                ``steps_consumed`` outside ``[0, steps_per_epoch]``.
         """
         if not isinstance(state_dict, Mapping):
             raise InvalidArgumentError(
@@ -529,11 +520,23 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                     f"state dict {field} is {state_dict[field]!r} but this dataset's {field} "
                     f"is {mine!r}"
                 )
+        worker_position = bool(state_dict.get("worker_position", False))
+        # A position past the end of the epoch is refused, not carried into the
+        # next one: it comes from another dataset or was edited. Only a worker's
+        # own position (see __iter__) runs up to K - 1 steps past the end.
+        worker = torch.utils.data.get_worker_info()
+        slack = worker.num_workers - 1 if worker_position and worker is not None else 0
+        spe = self.steps_per_epoch
         self._set_position(
-            _as_int("epoch", state_dict.get("epoch")),
-            _as_int("steps_consumed", state_dict.get("steps_consumed")),
+            _args.integer("state dict epoch", state_dict.get("epoch")),
+            _args.integer(
+                f"state dict steps_consumed (of an epoch of {spe} steps)",
+                state_dict.get("steps_consumed"),
+                0,
+                spe + slack,
+            ),
         )
-        self._worker_position = bool(state_dict.get("worker_position", False))
+        self._worker_position = worker_position
 
     def __repr__(self) -> str:
         return (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import _lib, _progress
+from . import _args, _lib, _progress
 from .errors import ClosedError, InvalidArgumentError
 
 __all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
@@ -39,14 +39,12 @@ def _reader(data: TableData) -> pa.RecordBatchReader:
 def _write_options(
     row_group_rows: int | None, page_bytes: int | None, catalog: str | None
 ) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if row_group_rows:
-        options["row_group_rows"] = int(row_group_rows)
-    if page_bytes:
-        options["page_bytes"] = int(page_bytes)
-    if catalog:
-        options["catalog"] = str(catalog)
-    return options
+    options = {
+        "row_group_rows": _args.optional_integer("row_group_rows", row_group_rows),
+        "page_bytes": _args.optional_integer("page_bytes", page_bytes),
+        "catalog": None if catalog is None else _args.text("catalog", catalog),
+    }
+    return {k: v for k, v in options.items() if v}
 
 
 def create_table(
@@ -186,10 +184,11 @@ def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str
     must take less than ``grace``. Returns
     ``{"deleted_versions": [...], "deleted_files": [...]}``.
     """
-    options: dict[str, Any] = {"keep_last": int(keep_last)}
+    options: dict[str, Any] = {"keep_last": _args.integer("keep_last", keep_last, 1)}
     if grace is not None:
         # Go's time.Duration in nanoseconds, where 0 would mean the default
-        options["grace"] = max(int(grace * 1e9), 1)
+        seconds = _args.number("grace", grace, 0.0, 9e9)  # within int64 nanoseconds
+        options["grace"] = max(int(seconds * 1e9), 1)
     return _lib.table_cleanup(uri, options)
 
 
