@@ -3,8 +3,8 @@ package permutation_test
 import (
 	"bytes"
 	"context"
-	"math"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
