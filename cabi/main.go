@@ -77,6 +77,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 
+	"github.com/croupier-data/croupier"
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
@@ -84,10 +85,13 @@ import (
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// version is the library version; croupier_version returns it.
-const version = "0.1.0"
+// abiVersion numbers this C ABI: the functions, their signatures and the JSON
+// they take and give. It grows by one with every change a caller could
+// notice, and callers refuse a library whose number is not theirs
+// (python/croupier/_lib.py, ABI_VERSION).
+const abiVersion = 1
 
-var cVersion = C.CString(version) // allocated once, never freed
+var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
 func main() {}
 
@@ -154,6 +158,9 @@ func encodeJSON(v any, out **C.char) error {
 
 //export croupier_version
 func croupier_version() *C.char { return cVersion }
+
+//export croupier_abi_version
+func croupier_abi_version() C.int64_t { return abiVersion }
 
 //export croupier_init
 func croupier_init(gomaxprocs, memoryLimit C.int64_t, errOut **C.char) C.int {

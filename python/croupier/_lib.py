@@ -117,9 +117,14 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
 )
 
+# The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
+# library must export the same, or its functions may take other arguments.
+ABI_VERSION = 1
+
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_version": ([], ctypes.c_char_p),
+    "croupier_abi_version": ([], ctypes.c_int64),
     "croupier_init": ([ctypes.c_int64, ctypes.c_int64, _ERR], _INT),
     "croupier_allocated_bytes": ([], ctypes.c_int64),
     "croupier_goroutines": ([], ctypes.c_int64),
@@ -217,6 +222,7 @@ def _lib() -> ctypes.CDLL:
                     f"cannot load the croupier library {path}: {exc} (build it with `make build`, "
                     f"or set {LIBRARY_ENV} to its path)"
                 ) from exc
+            _check_abi(dll, path)
             for name, (argtypes, restype) in _SIGNATURES.items():
                 fn = getattr(dll, name)
                 fn.argtypes = argtypes
@@ -226,6 +232,21 @@ def _lib() -> ctypes.CDLL:
             _call(dll.croupier_init, *_settings)
             _dll = dll
     return _dll
+
+
+def _check_abi(dll: ctypes.CDLL, path: str) -> None:
+    """Refuse a library built for another version of this module."""
+    fn = getattr(dll, "croupier_abi_version", None)
+    found = "none (it predates ABI versions)"
+    if fn is not None:
+        fn.argtypes, fn.restype = [], ctypes.c_int64
+        found = str(fn())
+    if found != str(ABI_VERSION):
+        raise ImportError(
+            f"the croupier library {path} speaks C ABI version {found}, but this croupier "
+            f"package speaks version {ABI_VERSION}: rebuild it with `make build`, or set "
+            f"{LIBRARY_ENV} to a library of this version"
+        )
 
 
 def _take_string(ptr: ctypes.c_void_p) -> str:
