@@ -466,7 +466,7 @@ func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 			"num_splits": o.NumSplits, "global_batch_size": o.GlobalBatchSize,
 			"rank": o.Rank, "world_size": o.WorldSize, "rank_batch_size": l.RankBatchSize(),
 			"drop_last": o.DropLast, "columns": o.Columns, "shuffle_seed": o.ShuffleSeed,
-			"table_uri": l.Table().URI(), "table_version": l.Table().Version(),
+			"table_uri": l.Table().URI(), "table_version": l.Table().Version(), "table_id": l.Table().ID(),
 			"permutation_id": l.Order().ID(), "memory_budget": o.MemoryBudget,
 		}, out)
 	})

@@ -38,7 +38,7 @@ from .table import Table
 
 __all__ = ["STATE_FORMAT", "StreamingDataset"]
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 # Steps smaller than this many bytes come from the Go core several at a time:
 # each crossing and conversion costs tens of microseconds, however small the
 # step (see croupier.formats.convert_steps).
@@ -51,15 +51,9 @@ _COALESCE_BYTES = 1 << 20
 # the steps it would with single steps. Steps under 64 KiB already crossed up
 # to 1 MiB at a time (see _COALESCE_BYTES), so for them a run holds no more.
 _RUN_STEPS = 16
-# Fields of a state dict that must match the dataset it is loaded into.
-_IDENTITY_FIELDS = (
-    "permutation_id",
-    "table_uri",
-    "table_version",
-    "num_splits",
-    "global_batch_size",
-    "shuffle_seed",
-)
+# State dict formats load_state_dict reads: 1 has no table_id and no
+# permutation_uri, and binds its table by URI.
+_READ_FORMATS = (1, STATE_FORMAT)
 
 
 def _distributed_rank_world() -> tuple[int, int]:
@@ -453,15 +447,23 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
     # -- checkpoints -----------------------------------------------------------------
 
     def _identity(self) -> dict[str, Any]:
+        """The fields of a state dict that must match the dataset it is loaded into."""
         info = self._info
         return {
             "permutation_id": info["permutation_id"],
+            "table_id": info["table_id"],
             "table_uri": info["table_uri"],
             "table_version": info["table_version"],
             "num_splits": info["num_splits"],
             "global_batch_size": info["global_batch_size"],
             "shuffle_seed": self._options["shuffle_seed"],
         }
+
+    def _permutation_uri(self) -> str | None:
+        """Where the dealt permutation lives; None for a table dealt directly."""
+        if isinstance(self._source, Permutation):
+            return self._source.permutations.uri
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint of docs/concepts.md ("Checkpoints"): a small JSON-serialisable dict.
@@ -485,16 +487,29 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         return {
             "format": STATE_FORMAT,
             **self._identity(),
+            "permutation_uri": self._permutation_uri(),
             "epoch": self._epoch,
             "steps_consumed": self._next_step,
             **({"worker_position": True} if self._worker_position else {}),
         }
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], *, table_moved: bool = False) -> None:
         """Continue from a checkpoint: the next iteration starts at its position.
 
         The dict may come from a run with any world size and any number of
         workers; the remaining steps are exactly those of the uninterrupted run.
+        Its table is recognised by ``table_id`` (the pinned files, see
+        docs/spec.md), so another spelling of the table's URI, or a copy of a
+        croupier table elsewhere, resumes; ``table_version`` may be an int or a
+        string. A dict of format 1, which has no ``table_id``, must name the
+        table by the same URI.
+
+        Args:
+            state_dict: a dict from :meth:`state_dict`.
+            table_moved: the table was moved or copied on purpose: do not compare
+                ``table_uri`` and ``table_version`` (a copy of a plain dataset has
+                new modification times, so a new version). ``table_id``, when the
+                dict has one, must still match: the same files, sizes and rows.
 
         Raises:
             InvalidArgumentError: the dict's format is unknown, it describes
@@ -507,18 +522,28 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             raise InvalidArgumentError(
                 f"state dict must be a mapping, got {type(state_dict).__name__}"
             )
-        if state_dict.get("format") != STATE_FORMAT:
+        if state_dict.get("format") not in _READ_FORMATS:
             raise InvalidArgumentError(
                 f"state dict format is {state_dict.get('format')!r}, "
-                f"this version of croupier reads format {STATE_FORMAT}"
+                f"this version of croupier reads formats {', '.join(map(str, _READ_FORMATS))}"
             )
+        skip = {"table_id"} if state_dict["format"] == 1 else {"table_uri"}
+        if table_moved:
+            skip |= {"table_uri", "table_version"}
         for field, mine in self._identity().items():
+            if field in skip:
+                continue
             if field not in state_dict:
                 raise InvalidArgumentError(f"state dict has no {field!r} field")
-            if state_dict[field] != mine:
+            theirs = state_dict[field]
+            if field == "table_version":  # "3" and 3 name the same version
+                theirs, mine = str(theirs), str(mine)
+            if theirs != mine:
+                hint = ""
+                if field in ("table_uri", "table_version"):
+                    hint = " (a table moved or copied on purpose: pass table_moved=True)"
                 raise InvalidArgumentError(
-                    f"state dict {field} is {state_dict[field]!r} but this dataset's {field} "
-                    f"is {mine!r}"
+                    f"state dict {field} is {theirs!r} but this dataset's {field} is {mine!r}{hint}"
                 )
         worker_position = bool(state_dict.get("worker_position", False))
         # A position past the end of the epoch is refused, not carried into the

@@ -80,7 +80,8 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
             open: every file's path, size, modification time and ETag is
             recorded and later reads check them.
         version: ``None`` for the latest version; for a croupier table, a
-            version number (see :meth:`Table.versions`). A plain Parquet dataset
+            version number (see :meth:`Table.versions`), as an int or a string
+            (``3`` or ``"3"``, as checkpoints hold it). A plain Parquet dataset
             has only the version it has now, so any other value must equal that
             version's string.
         catalog: path of a local catalog file caching Parquet footers and
@@ -93,8 +94,10 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
         InvalidArgumentError: ``version`` is not one of the table's.
     """
     options: dict[str, Any] = _write_options(None, None, catalog)
-    if isinstance(version, int) and not isinstance(version, bool):
-        options["version"] = version
+    if isinstance(version, str) and version.isdecimal():
+        version = int(version)  # a croupier table's version, as checkpoints write it
+    if version is not None and not isinstance(version, str):
+        options["version"] = _args.integer("version", version, 1)
     table = Table._from_handle(_lib.table_open(uri, options))
     if isinstance(version, str) and version != table.version:
         table.close()
