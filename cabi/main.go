@@ -81,6 +81,7 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -144,7 +145,7 @@ func decodeBytes(b []byte, v any, what string) error {
 	if b == nil {
 		return nil
 	}
-	return decodeStrict(b, v, what)
+	return jsonargs.Decode(b, v, true, "decode "+what, "")
 }
 
 func encodeJSON(v any, out **C.char) error {

@@ -1,4 +1,9 @@
-package main
+// Package jsonargs decodes JSON arguments given from outside (options at the
+// C ABI, checkpoints given to the croupier command) with errors that speak of
+// JSON keys and values, never of Go types, and, when asked, refuses keys that
+// name no field: a misspelt option would otherwise be dropped without a word
+// and its default used.
+package jsonargs
 
 import (
 	"encoding/json"
@@ -16,25 +21,27 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
-// decodeStrict decodes the JSON object b into v, a pointer to a struct. Every
-// key must be one of v's fields, at every level of nesting: a misspelt option
-// would otherwise be dropped without a word and its default used. Errors are
-// InvalidArgument and speak of keys and JSON values, never of Go types.
-func decodeStrict(b []byte, v any, what string) error {
+// Decode decodes the JSON object b into v, a pointer to a struct. With
+// strict, every key must be one of v's fields, at every level of nesting, and
+// an unknown one is refused naming the nearest valid key. Errors are
+// InvalidArgument, on op and path, and speak of keys and JSON values.
+func Decode(b []byte, v any, strict bool, op, path string) error {
 	bad := func(format string, args ...any) error {
-		return errcode.New(errcode.InvalidArgument, "decode "+what, "", format, args...)
+		return errcode.New(errcode.InvalidArgument, op, path, format, args...)
 	}
 	var raw any
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return bad("%v", err)
 	}
-	if err := checkKeys(raw, reflect.TypeOf(v).Elem(), ""); err != nil {
-		return bad("%v", err)
+	if strict {
+		if err := checkKeys(raw, reflect.TypeOf(v).Elem(), ""); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field == "" {
-			return bad("the options are %s, but they must be an object", te.Value)
+			return bad("the JSON is %s, but it must be an object", te.Value)
 		}
 		if errors.As(err, &te) {
 			return bad("%q is %s, but it must be %s", te.Field, te.Value, describe(te.Type))
