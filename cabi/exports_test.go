@@ -13,6 +13,7 @@ import (
 // unguarded are the exports that run no Go code that could panic, and why.
 var unguarded = map[string]string{
 	"croupier_version":     "returns a C string made at load",
+	"croupier_abi_version": "returns a constant",
 	"croupier_string_free": "calls C free only",
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -16,8 +17,9 @@ import (
 // FuzzDatasetOptions opens a dataset and a stream with JSON options as
 // croupier_dataset_open and croupier_stream_open decode them (Python sends
 // them; seeds: testdata/fuzz/FuzzDatasetOptions), under guard's recover, and
-// takes one batch. Bad options must fail with an error that names its
-// cause, never a panic (which the ABI would report as Internal) or a hang.
+// takes one batch. Bad options must fail with an InvalidArgument error that
+// names its cause in the user's terms (no Go type names), never a panic
+// (which the ABI would report as Internal) or a hang.
 func FuzzDatasetOptions(f *testing.F) {
 	f.Add([]byte(`{"global_batch_size": 8}`), []byte(`{}`))
 	dir := f.TempDir()
@@ -37,6 +39,9 @@ func FuzzDatasetOptions(f *testing.F) {
 			if errcode.Of(err) != errcode.InvalidArgument {
 				t.Fatalf("dataset %s: %v (%s)", options, err, errcode.Of(err))
 			}
+			if m := jsonargs.GoWords.FindString(err.Error()); m != "" {
+				t.Fatalf("message %q holds %q", err, m)
+			}
 			return
 		}
 		defer l.Close()
@@ -48,6 +53,9 @@ func FuzzDatasetOptions(f *testing.F) {
 		if err != nil {
 			if errcode.Of(err) != errcode.InvalidArgument {
 				t.Fatalf("stream %s: %v (%s)", stream, err, errcode.Of(err))
+			}
+			if m := jsonargs.GoWords.FindString(err.Error()); m != "" {
+				t.Fatalf("message %q holds %q", err, m)
 			}
 			return
 		}

@@ -1,10 +1,12 @@
 package main
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
 )
 
 // handles maps the uint64 handles given to C to Go objects. 0 is never used,
@@ -31,7 +33,7 @@ func lookup[T any](h uint64) (T, error) {
 	t, isT := v.(T)
 	if !ok || !isT {
 		var zero T
-		return zero, errcode.New(errcode.Closed, "lookup", "", "handle %d is not an open %s (released or never opened)", h, typeName[T]())
+		return zero, errcode.New(errcode.Closed, "lookup", "", "handle %d is not an open %s (released or never opened)", h, kindName(zero))
 	}
 	return t, nil
 }
@@ -48,7 +50,17 @@ func release(h uint64) (any, error) {
 	return v, nil
 }
 
-func typeName[T any]() string {
-	var p *T
-	return fmt.Sprintf("%T", p)[1:]
+// kindName names the kind of object a handle stands for as the ABI does.
+func kindName(v any) string {
+	switch v.(type) {
+	case *table.Table:
+		return "table"
+	case *permutation.Permutations:
+		return "permutation"
+	case *loader.Loader:
+		return "dataset"
+	case *loader.Stream:
+		return "stream"
+	}
+	return "object"
 }

@@ -77,17 +77,22 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 
+	"github.com/croupier-data/croupier"
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// version is the library version; croupier_version returns it.
-const version = "0.1.0"
+// abiVersion numbers this C ABI: the functions, their signatures and the JSON
+// they take and give. It grows by one with every change a caller could
+// notice, and callers refuse a library whose number is not theirs
+// (python/croupier/_lib.py, ABI_VERSION).
+const abiVersion = 1
 
-var cVersion = C.CString(version) // allocated once, never freed
+var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
 func main() {}
 
@@ -141,10 +146,7 @@ func decodeBytes(b []byte, v any, what string) error {
 	if b == nil {
 		return nil
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return errcode.Wrap(err, errcode.InvalidArgument, "decode "+what, "")
-	}
-	return nil
+	return jsonargs.Decode(b, v, true, "decode "+what, "")
 }
 
 func encodeJSON(v any, out **C.char) error {
@@ -158,6 +160,9 @@ func encodeJSON(v any, out **C.char) error {
 
 //export croupier_version
 func croupier_version() *C.char { return cVersion }
+
+//export croupier_abi_version
+func croupier_abi_version() C.int64_t { return abiVersion }
 
 //export croupier_init
 func croupier_init(gomaxprocs, memoryLimit C.int64_t, errOut **C.char) C.int {
@@ -463,7 +468,7 @@ func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 			"num_splits": o.NumSplits, "global_batch_size": o.GlobalBatchSize,
 			"rank": o.Rank, "world_size": o.WorldSize, "rank_batch_size": l.RankBatchSize(),
 			"drop_last": o.DropLast, "columns": o.Columns, "shuffle_seed": o.ShuffleSeed,
-			"table_uri": l.Table().URI(), "table_version": l.Table().Version(),
+			"table_uri": l.Table().URI(), "table_version": l.Table().Version(), "table_id": l.Table().ID(),
 			"permutation_id": l.Order().ID(), "memory_budget": o.MemoryBudget,
 		}, out)
 	})

@@ -76,6 +76,17 @@ type Loader struct {
 // New returns a loader dealing order's row ids of t. It validates the
 // dealing parameters (docs/concepts.md, "The dealing order") and the column names.
 func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error) {
+	// Zero asks for the default; a negative number is a mistake, not a default.
+	for _, o := range []struct {
+		name string
+		v    int64
+	}{{"num_splits", opts.NumSplits}, {"world_size", opts.WorldSize}, {"read_ahead", int64(opts.ReadAhead)},
+		{"memory_budget", opts.MemoryBudget}, {"max_reads", int64(opts.MaxReads)}} {
+		if o.v < 0 {
+			return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(),
+				"%s is %d; it must be positive (0 for the default)", o.name, o.v)
+		}
+	}
 	if opts.NumSplits == 0 {
 		opts.NumSplits = opts.GlobalBatchSize
 	}

@@ -408,12 +408,19 @@ func TestOpenSplit(t *testing.T) {
 
 func TestOptionBounds(t *testing.T) {
 	tb := openTable(t, 100)
-	for _, opts := range []loader.Options{
-		{GlobalBatchSize: 10, ReadAhead: 1 << 40},
-		{GlobalBatchSize: 10, MaxReads: 1 << 20},
+	for opts, want := range map[*loader.Options]string{
+		{GlobalBatchSize: 10, ReadAhead: 1 << 40}:    "read_ahead 1099511627776 or max_reads 16 too large",
+		{GlobalBatchSize: 10, MaxReads: 1 << 20}:     "max_reads 1048576 too large",
+		{GlobalBatchSize: 10, ReadAhead: -1}:         "read_ahead is -1; it must be positive",
+		{GlobalBatchSize: 10, MemoryBudget: -5}:      "memory_budget is -5; it must be positive",
+		{GlobalBatchSize: 10, MaxReads: -1}:          "max_reads is -1",
+		{GlobalBatchSize: 10, NumSplits: -2}:         "num_splits is -2",
+		{GlobalBatchSize: 10, WorldSize: -1}:         "world_size is -1",
+		{GlobalBatchSize: 10, WorldSize: 2, Rank: 2}: "rank 2 out of range [0, 2)",
 	} {
-		if _, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, opts); !errors.Is(err, errcode.ErrInvalidArgument) {
-			t.Errorf("%+v: %v, want an InvalidArgument error", opts, err)
+		_, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, *opts)
+		if !errors.Is(err, errcode.ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v, want an InvalidArgument error with %q", *opts, err, want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -283,6 +284,12 @@ func TestSpecErrors(t *testing.T) {
 		{permutation.Spec{Filter: "nope > 1"}, "nope"},
 		{permutation.Spec{Filter: "id + 1"}, "not a boolean"},
 		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "sequential", Fixed: 30, Names: []string{"a", "b"}}}, "2 split names for 3 splits"},
+		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"id"}, Weights: []int64{0, 0}}}, "weights [0 0] sum to 0: they are integer shares"},
+		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"id"}, Weights: []int64{0}, DiscardWeight: 5}}, "weights [0] sum to 0"},
+		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"id"}, Weights: []int64{math.MaxInt64, 1}}}, "sum beyond"},
+		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"id"}, Weights: []int64{1}, DiscardWeight: -1}}, "discard_weight is negative"},
+		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "random", Counts: []int64{math.MaxInt64, math.MaxInt64}}}, "sum beyond"},
+		{permutation.Spec{Split: &permutation.SplitSpec{Kind: "random", Ratios: make([]float64, permutation.MaxSplits+1)}}, "65537 splits, more than the 65536 allowed"},
 	} {
 		_, err := permutation.Build(context.Background(), tb, tc.spec, "file://"+t.TempDir(), permutation.BuildOptions{})
 		if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), tc.msg) {

@@ -3,6 +3,7 @@ package permutation
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -88,6 +89,10 @@ type ShuffleSpec struct {
 // AutoClump is the ClumpSize that has Build derive it from the table's layout.
 const AutoClump = -1
 
+// MaxSplits bounds the number of splits a permutation has: each is named
+// and listed in the manifest.
+const MaxSplits = 1 << 16
+
 func badSpec(format string, args ...any) error {
 	return errcode.New(errcode.InvalidArgument, "permutation spec", "", format, args...)
 }
@@ -142,10 +147,15 @@ func (s *SplitSpec) validate() error {
 		if sum > 1+1e-9 {
 			return badSpec("ratios sum to %v, more than 1", sum)
 		}
+		var total int64
 		for i, c := range s.Counts {
 			if c < 0 {
 				return badSpec("count %d is negative (%d)", i, c)
 			}
+			if total > math.MaxInt64-c {
+				return badSpec("counts %v sum beyond %d", s.Counts, int64(math.MaxInt64))
+			}
+			total += c
 		}
 		if s.Fixed < 0 {
 			return badSpec("fixed is negative (%d)", s.Fixed)
@@ -160,13 +170,19 @@ func (s *SplitSpec) validate() error {
 		if len(s.Weights) == 0 {
 			return badSpec("split_hash needs weights")
 		}
-		for i, w := range s.Weights {
-			if w < 0 {
+		var total int64
+		for i, w := range append(slices.Clone(s.Weights), s.DiscardWeight) {
+			switch {
+			case w < 0 && i == len(s.Weights):
+				return badSpec("discard_weight is negative (%d)", w)
+			case w < 0:
 				return badSpec("weight %d is negative (%d)", i, w)
+			case total > math.MaxInt64-w:
+				return badSpec("weights %v and discard_weight %d sum beyond %d", s.Weights, s.DiscardWeight, int64(math.MaxInt64))
+			case i == len(s.Weights) && total == 0:
+				return badSpec("split_hash weights %v sum to 0: they are integer shares, e.g. [95, 5] for 95 %% and 5 %%", s.Weights)
 			}
-		}
-		if s.DiscardWeight < 0 {
-			return badSpec("discard_weight is negative (%d)", s.DiscardWeight)
+			total += w
 		}
 	case SplitCalculated:
 		if s.Expr == "" {
@@ -177,6 +193,9 @@ func (s *SplitSpec) validate() error {
 		}
 	default:
 		return badSpec("unknown split kind %q (want random, sequential, hash or calculated)", s.Kind)
+	}
+	if n := max(len(s.Ratios), len(s.Counts), len(s.Weights), len(s.Names)); n > MaxSplits {
+		return badSpec("%d splits, more than the %d allowed", n, MaxSplits)
 	}
 	if len(s.Names) > 0 && s.Fixed == 0 {
 		if n := s.numSplits(0); s.Kind != SplitCalculated && n != len(s.Names) {
@@ -209,6 +228,9 @@ func (s *SplitSpec) sizes(m int64) ([]int64, error) {
 		n := m / s.Fixed
 		if n == 0 {
 			return nil, badSpec("fixed split size %d exceeds the %d rows kept", s.Fixed, m)
+		}
+		if n > MaxSplits {
+			return nil, badSpec("fixed split size %d makes %d splits of the %d rows kept, more than the %d allowed", s.Fixed, n, m, MaxSplits)
 		}
 		out := make([]int64, n)
 		for i := range out {

@@ -7,30 +7,49 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// checkpoint is a dataset's state dict (docs/concepts.md, "Checkpoints"), as Python's
-// json.dump(ds.state_dict()) writes it.
+// checkpoint is a dataset's state dict (docs/spec.md, "Checkpoints"), as Python's
+// json.dump(ds.state_dict()) writes it. Format 1 has no PermutationURI and
+// no TableID.
 type checkpoint struct {
-	Format          int    `json:"format"`
-	PermutationID   string `json:"permutation_id"`
-	TableURI        string `json:"table_uri"`
-	TableVersion    string `json:"table_version"`
-	NumSplits       int64  `json:"num_splits"`
-	GlobalBatchSize int64  `json:"global_batch_size"`
-	ShuffleSeed     uint64 `json:"shuffle_seed"`
-	Epoch           int64  `json:"epoch"`
-	StepsConsumed   int64  `json:"steps_consumed"`
+	Format          int         `json:"format"`
+	PermutationID   string      `json:"permutation_id"`
+	PermutationURI  string      `json:"permutation_uri"` // "" (null) for a table dealt directly
+	TableID         string      `json:"table_id"`
+	TableURI        string      `json:"table_uri"`
+	TableVersion    versionName `json:"table_version"`
+	NumSplits       int64       `json:"num_splits"`
+	GlobalBatchSize int64       `json:"global_batch_size"`
+	ShuffleSeed     uint64      `json:"shuffle_seed"`
+	Epoch           int64       `json:"epoch"`
+	StepsConsumed   int64       `json:"steps_consumed"`
+	WorkerPosition  bool        `json:"worker_position"`
 }
 
-// stateFormat is the state dict format this command reads.
-const stateFormat = 1
+// versionName is a table version written as a string ("3", "p…") or, for a
+// croupier table, as a number (3).
+type versionName string
+
+func (v *versionName) UnmarshalJSON(b []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err == nil {
+		*v = versionName(n.String())
+		return nil
+	}
+	return json.Unmarshal(b, (*string)(v))
+}
+
+// stateFormats are the state dict formats this command reads.
+var stateFormats = []int{1, 2}
 
 func readCheckpoint(path string) (checkpoint, error) {
 	var c checkpoint
@@ -38,12 +57,12 @@ func readCheckpoint(path string) (checkpoint, error) {
 	if err != nil {
 		return c, errcode.Wrap(err, errcode.NotFound, "read checkpoint", path)
 	}
-	if err := json.Unmarshal(data, &c); err != nil {
-		return c, errcode.Wrap(err, errcode.InvalidArgument, "read checkpoint", path)
+	if err := jsonargs.Decode(data, &c, false, "read checkpoint", path); err != nil {
+		return c, err
 	}
-	if c.Format != stateFormat {
+	if !slices.Contains(stateFormats, c.Format) {
 		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
-			"state dict format is %d, this croupier reads format %d", c.Format, stateFormat)
+			"state dict format is %d, this croupier reads formats %v", c.Format, stateFormats)
 	}
 	if c.GlobalBatchSize <= 0 || c.Epoch < 0 || c.StepsConsumed < 0 {
 		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
@@ -112,10 +131,18 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		ckpt = &c
 		*g, *s, *seed, *epoch = c.GlobalBatchSize, c.NumSplits, c.ShuffleSeed, c.Epoch
 		if *permURI == "" && *tableURI == "" {
-			if c.PermutationID != (permutation.Identity{}).ID() {
-				return usagef("deal: checkpoint %s deals permutation %s: give its --perm URI", *ckptPath, c.PermutationID)
+			switch {
+			case c.PermutationID == (permutation.Identity{}).ID():
+				*tableURI = c.TableURI
+			case c.PermutationURI != "":
+				*permURI = c.PermutationURI
+				if *splitName == "" {
+					_, *splitName, _ = strings.Cut(c.PermutationID, "/")
+				}
+			default:
+				return usagef("deal: checkpoint %s deals permutation %s and does not record where it lives (format 1): give its --perm URI",
+					*ckptPath, c.PermutationID)
 			}
-			*tableURI = c.TableURI
 		}
 	} else {
 		if !set["global-batch-size"] {
@@ -133,6 +160,18 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	}
 	if *version != 0 && *tableURI == "" {
 		return usagef("deal: --version needs --table")
+	}
+
+	for _, f := range []struct {
+		name     string
+		v, least int64
+	}{{"global-batch-size", *g, 1}, {"num-splits", *s, 0}, {"world-size", *w, 1}, {"epoch", *epoch, 0}} {
+		if f.v < f.least {
+			return usagef("deal: --%s is %d; it must be at least %d", f.name, f.v, f.least)
+		}
+	}
+	if *rank >= *w {
+		return usagef("deal: --rank %d is not in [0, %d): --world-size is %d", *rank, *w, *w)
 	}
 
 	// Open the order and its table.
@@ -177,9 +216,13 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
 				"checkpoint permutation_id is %q but the order opened is %q", ckpt.PermutationID, order.ID())
 		}
-		if ckpt.TableVersion != "" && ckpt.TableVersion != t.Version() {
+		if ckpt.TableVersion != "" && string(ckpt.TableVersion) != t.Version() {
 			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
 				"checkpoint table_version is %q but %s is at version %q", ckpt.TableVersion, t.URI(), t.Version())
+		}
+		if ckpt.TableID != "" && ckpt.TableID != t.ID() {
+			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
+				"checkpoint table_id is %q but %s is %q: another table", ckpt.TableID, t.URI(), t.ID())
 		}
 	}
 
@@ -191,9 +234,14 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	defer l0.Close()
 	steps := l0.StepsPerEpoch()
 	if ckpt != nil {
-		// The next step after the checkpoint; past the end of an epoch it
-		// is step 0 of the next.
+		// The next step after the checkpoint; at the end of an epoch it is
+		// step 0 of the next. A worker's own position (worker_position) may
+		// run past the end by fewer steps than there are workers, unknown here.
 		*step = ckpt.StepsConsumed
+		if *step > steps && !ckpt.WorkerPosition {
+			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
+				"checkpoint steps_consumed is %d, past the end of an epoch of %d steps", *step, steps)
+		}
 		if *step >= steps {
 			if *epoch == math.MaxInt64 {
 				return errcode.New(errcode.InvalidArgument, "deal", *ckptPath, "checkpoint ends epoch %d, the last there is", *epoch)

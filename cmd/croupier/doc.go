@@ -31,9 +31,12 @@
 // plain path is taken as a local file:// URI. Flags may come before or after
 // the positional arguments.
 //
-// Split sizes for --split-random and --split-sequential are ratios when any
-// value has a fraction (0.9,0.1), row counts when all are integers (900,100),
-// or splits of --split-fixed N rows each when the value is "fixed".
+// Split sizes for --split-random and --split-sequential are fractions of the
+// kept rows when any value has a fraction or a percent sign (0.9,0.1 or
+// 90%,10%), row counts when all are integers (900,100), or splits of
+// --split-fixed N rows each when the value is "fixed". Since 95,5 could have
+// been meant as percentages, permute says on stderr when it reads integers as
+// row counts, and prints the sizes of the splits it built.
 // --shuffle-seed, --clump or --window turns on the shuffle.
 //
 // rewrite copies the rows of SRC, a plain Parquet dataset (an export written
@@ -56,9 +59,14 @@
 // from a dataset state dict (as json.dump(ds.state_dict()) writes it) and the
 // step shown is the next one the resumed run trains on: step steps_consumed,
 // or step 0 of the next epoch when the checkpoint was taken at an epoch's end.
-// The checkpoint's permutation_id must be that of the split or table opened.
-// A checkpoint of a table (permutation_id "identity") names its table, so
-// --perm and --table may be left out.
+// The checkpoint's permutation_id must be that of the split or table opened,
+// and its table_id (format 2) that of the table. A checkpoint of format 2
+// records where its permutation lives (permutation_uri), and one of a table
+// (permutation_id "identity") names its table, so --perm and --table may be
+// left out. table_version may be a number or a string; a steps_consumed past
+// the end of its epoch is an error, not a step of the next epoch. Flags are
+// checked before anything is opened: --global-batch-size and --world-size at
+// least 1, --num-splits and --epoch at least 0, --rank below --world-size.
 //
 // bench runs the benchmark harness, `make bench` in the repository named by
 // --dir (bench/run.py: object-store throughput, croupier and its peers reading

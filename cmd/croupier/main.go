@@ -192,13 +192,19 @@ func parseInts(s string) ([]int64, error) {
 	return out, nil
 }
 
-// parseFloats parses a comma-separated list of numbers.
-func parseFloats(s string) ([]float64, error) {
+// parseFractions parses a comma-separated list of fractions, each a number
+// (0.25) or a percentage (25%).
+func parseFractions(s string) ([]float64, error) {
 	var out []float64
 	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		f = strings.TrimSpace(f)
+		pct, isPct := strings.CutSuffix(f, "%")
+		v, err := strconv.ParseFloat(pct, 64)
 		if err != nil {
 			return nil, err
+		}
+		if isPct {
+			v /= 100
 		}
 		out = append(out, v)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -268,10 +270,76 @@ func TestDeal(t *testing.T) {
 	if got.OrderID != "identity" || got.Step != 3 || !slices.Equal(got.Ranks[0].RowIDs, []uint64{6, 68, 130, 192, 254, 316, 378, 440, 7, 69, 131, 193, 255, 317, 379, 441}) {
 		t.Fatalf("identity checkpoint: %+v", got)
 	}
+	// Format 2 records where its permutation lives, so no --perm is needed,
+	// and the table's identity; the version may be a number.
+	travel := map[string]any{"format": 2, "permutation_id": train.ID(), "permutation_uri": perm,
+		"table_id": p.Table().ID(), "table_uri": "file:///elsewhere", "table_version": 2, "num_splits": 8,
+		"global_batch_size": 16, "shuffle_seed": 5, "epoch": 1, "steps_consumed": 7}
+	got = dealRun(t, "--checkpoint", writeState(t, travel), "--world-size", "2")
+	if got.OrderID != train.ID() || got.Epoch != 1 || got.Step != 7 || !slices.Equal(got.Ranks[1].RowIDs, want(2, 1, 1, 7)) {
+		t.Fatalf("format 2 checkpoint: %+v", got)
+	}
+	for field, c := range map[string]struct {
+		value any
+		want  string
+	}{
+		"steps_consumed": {26, "steps_consumed is 26, past the end of an epoch of 25 steps"},
+		"table_id":       {"t0000000000000000", `checkpoint table_id is "t0000000000000000"`},
+		"table_version":  {"3", `checkpoint table_version is "3"`},
+		"epoch":          {-1, "non-negative position"},
+		"shuffle_seed":   {-1, `"shuffle_seed" is number -1, but it must be an integer in [0, 18446744073709551615]`},
+	} {
+		r := croupier(t, "deal", "--checkpoint", writeState(t, map[string]any{field: c.value}, travel))
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) || jsonargs.GoWords.MatchString(r.stderr) {
+			t.Errorf("checkpoint with %s %v: exit %d: %s", field, c.value, r.code, r.stderr)
+		}
+	}
 	// --table deals the table in row id order.
 	got = dealRun(t, "--table", uri, "--global-batch-size", "4", "--num-splits", "4", "--step", "0")
 	if !slices.Equal(got.Ranks[0].RowIDs, []uint64{0, 125, 250, 375}) {
 		t.Fatalf("identity deal: %v", got.Ranks[0].RowIDs)
+	}
+}
+
+// writeState writes a state dict of the fields of maps, the first given
+// winning, and returns its path.
+func writeState(t *testing.T, fields ...map[string]any) string {
+	t.Helper()
+	state := map[string]any{}
+	for _, m := range slices.Backward(fields) {
+		maps.Copy(state, m)
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	b, _ := json.Marshal(state)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSplitSizes: integers are row counts, and permute says so; fractions are
+// written 0.95,0.05 or 95%,5%.
+func TestSplitSizes(t *testing.T) {
+	uri := makeTable(t)
+	for flagValue, want := range map[string][]int64{"95,5": {95, 5}, "0.95,0.05": {475, 25}, "95%,5%": {475, 25}} {
+		r := croupier(t, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p"), "--quiet", "--json", "--split-random", flagValue)
+		var out permOutput
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil {
+			t.Fatalf("--split-random %s: exit %d: %s", flagValue, r.code, r.stderr)
+		}
+		got := []int64{out.Splits[0].NumRows, out.Splits[1].NumRows}
+		if !slices.Equal(got, want) {
+			t.Errorf("--split-random %s: splits of %v rows, want %v", flagValue, got, want)
+		}
+		note := strings.Contains(r.stderr, "is read as row counts: splits of 95, 5 rows")
+		if note != (flagValue == "95,5") {
+			t.Errorf("--split-random %s: stderr %q", flagValue, r.stderr)
+		}
+	}
+	// Filter errors name SQL, never the parser's types.
+	r := croupier(t, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p"), "--quiet", "--filter", "id ->> '$.a' = 1")
+	if r.code != 1 || !strings.Contains(r.stderr, "the JSON operator ->> (json_unquote) is not supported") || jsonargs.GoWords.MatchString(r.stderr) {
+		t.Errorf("JSON filter: exit %d: %s", r.code, r.stderr)
 	}
 }
 
@@ -298,6 +366,10 @@ func TestBadInput(t *testing.T) {
 		{[]string{"deal", "--perm", missing, "--global-batch-size", "4", "--step", "0"}, 1, missing},
 		{[]string{"tables", "create", missing, filepath.Join(t.TempDir(), "x.parquet")}, 1, "x.parquet"},
 		{[]string{"deal", "--checkpoint", filepath.Join(t.TempDir(), "none.json")}, 1, "none.json"},
+		{[]string{"deal", "--table", missing, "--global-batch-size", "0", "--step", "0"}, 2, "--global-batch-size is 0; it must be at least 1"},
+		{[]string{"deal", "--table", missing, "--global-batch-size", "4", "--world-size", "-2", "--step", "0"}, 2, "--world-size is -2"},
+		{[]string{"deal", "--table", missing, "--global-batch-size", "4", "--world-size", "2", "--rank", "2", "--step", "0"}, 2, "--rank 2 is not in [0, 2)"},
+		{[]string{"permute", missing, missing + "p", "--split-random", "a,b"}, 2, "want fractions"},
 	} {
 		r := croupier(t, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "croupier: ") {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,8 +18,8 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "permute", "permute TABLE_URI PERM_URI [flags]\n       croupier permute show PERM_URI")
 	version := fs.Int64("version", 0, "table version to pin (0: the latest)")
 	filter := fs.String("filter", "", "SQL boolean expression: only rows where it is true")
-	splitRandom := fs.String("split-random", "", "random split: ratios (0.9,0.1) or row counts (9000,1000)")
-	splitSeq := fs.String("split-sequential", "", "sequential split in row id order: ratios or row counts")
+	splitRandom := fs.String("split-random", "", "random split: fractions (0.9,0.1 or 90%,10%) or row counts (9000,1000)")
+	splitSeq := fs.String("split-sequential", "", "sequential split in row id order: fractions or row counts")
 	splitHash := fs.String("split-hash", "", "split by a hash of column values: col1,col2:w1,w2[:discard]")
 	splitCalc := fs.String("split-calculated", "", "split by a SQL integer expression giving the split index")
 	fixed := fs.Int64("split-fixed", 0, "with --split-random or --split-sequential given as \"fixed\": splits of N rows")
@@ -35,7 +36,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	spec := permutation.Spec{Filter: *filter}
-	if spec.Split, err = splitSpec(set, *splitRandom, *splitSeq, *splitHash, *splitCalc, *fixed, *names, *seed); err != nil {
+	if spec.Split, err = splitSpec(e.stderr, set, *splitRandom, *splitSeq, *splitHash, *splitCalc, *fixed, *names, *seed); err != nil {
 		return err
 	}
 	if set["shuffle-seed"] || set["clump"] || set["window"] {
@@ -72,7 +73,10 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 }
 
 // splitSpec builds the split of permute's flags; nil when none is given.
-func splitSpec(set map[string]bool, random, seq, hash, calc string, fixed int64, names string, seed uint64) (*permutation.SplitSpec, error) {
+// Sizes written as integers are row counts: 95,5 makes splits of 95 and 5
+// rows, and a note on stderr says so, since it may have been meant as
+// percentages (written 95%,5% or 0.95,0.05).
+func splitSpec(stderr io.Writer, set map[string]bool, random, seq, hash, calc string, fixed int64, names string, seed uint64) (*permutation.SplitSpec, error) {
 	var given []string
 	for _, n := range []string{"split-random", "split-sequential", "split-hash", "split-calculated"} {
 		if set[n] {
@@ -99,11 +103,14 @@ func splitSpec(set map[string]bool, random, seq, hash, calc string, fixed int64,
 		}
 		if counts, err := parseInts(v); err == nil {
 			s.Counts = counts
+			fmt.Fprintf(stderr, "croupier: permute: --%s %s is read as row counts: splits of %s rows "+
+				"(for fractions of the kept rows write 0.95,0.05 or 95%%,5%%)\n",
+				flagName, v, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(counts)), ", "), "[]"))
 			return nil
 		}
-		ratios, err := parseFloats(v)
+		ratios, err := parseFractions(v)
 		if err != nil {
-			return usagef("permute: --%s %q: want ratios (0.9,0.1), counts (900,100) or \"fixed\"", flagName, v)
+			return usagef("permute: --%s %q: want fractions (0.9,0.1 or 90%%,10%%), row counts (900,100) or \"fixed\"", flagName, v)
 		}
 		s.Ratios = ratios
 		return nil

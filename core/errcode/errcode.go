@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 )
 
@@ -126,16 +127,22 @@ func Of(err error) Code {
 //
 //	defer errcode.Recover(&err, errcode.Internal, "read", uri)
 //
-// Internal errors (a bug) carry the stack; Corrupt ones (a decoder that
-// panicked on bad bytes) only the panic's value.
+// The error's message is for the user: it holds the panic's value, never the
+// word panic or a goroutine stack. For an Internal error (a bug) the stack is
+// written to standard error when the environment sets CROUPIER_TRACEBACK, for
+// a report; a Corrupt one (a decoder that failed on bad bytes) needs none.
 func Recover(err *error, code Code, op, path string) {
 	p := recover()
 	if p == nil {
 		return
 	}
 	if code == Internal {
-		*err = New(code, op, path, "panic: %v\n%s", p, debug.Stack())
+		if os.Getenv("CROUPIER_TRACEBACK") != "" {
+			fmt.Fprintf(os.Stderr, "croupier: unexpected failure in %s %s: %v\n%s", op, path, p, debug.Stack())
+		}
+		*err = New(code, op, path, "unexpected failure: %v (a bug in croupier; "+
+			"run with CROUPIER_TRACEBACK=1 to print where it happened, for a report)", p)
 		return
 	}
-	*err = New(code, op, path, "malformed input (decoder panic: %v)", p)
+	*err = New(code, op, path, "malformed input (%v)", p)
 }

@@ -68,11 +68,12 @@ func TestRecover(t *testing.T) {
 	}
 	err := run(errcode.Corrupt)
 	if errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "decode file:///d/a.parquet: malformed input") ||
-		!strings.Contains(err.Error(), "index out of range") || strings.Contains(err.Error(), "goroutine") {
+		!strings.Contains(err.Error(), "index out of range") || strings.Contains(err.Error(), "goroutine") || strings.Contains(err.Error(), "panic") {
 		t.Errorf("Corrupt: %v", err)
 	}
 	err = run(errcode.Internal)
-	if errcode.Of(err) != errcode.Internal || !strings.Contains(err.Error(), "panic: runtime error") || !strings.Contains(err.Error(), "goroutine") {
+	if errcode.Of(err) != errcode.Internal || !strings.Contains(err.Error(), "unexpected failure: runtime error: index out of range") ||
+		strings.Contains(err.Error(), "panic") || strings.Contains(err.Error(), "goroutine") {
 		t.Errorf("Internal: %v", err)
 	}
 	ok := func() (err error) {

@@ -57,8 +57,17 @@
 //
 // Literals are integers (int64), decimals and floats (float64), strings,
 // TRUE, FALSE and NULL. Subqueries, aggregates, other functions and
-// operators (bit operations, REGEXP, <=>, XOR, CAST, INTERVAL, ...) are
-// errors.
+// operators (bit operations, REGEXP, <=>, XOR, CAST, INTERVAL, the JSON
+// operators -> and ->>, ...) are errors that name the construct as SQL.
+//
+// # Limits
+//
+// An expression is at most MaxBytes of text with at most MaxOperators
+// operators, opening parentheses and function calls. Checking, evaluating and
+// pruning recurse once per level of the tree, and every level is one of those
+// tokens, so no expression can exhaust the stack however deep it nests or
+// long it chains; the work is linear in the text. A long list of values
+// belongs in x IN (v, ...), which is one level whatever its length.
 //
 // # Evaluation
 //

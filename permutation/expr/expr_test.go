@@ -467,8 +467,16 @@ func TestParseErrors(t *testing.T) {
 		{"i AS k", `unexpected clause`},
 		{"i > 0 WHERE j", `unexpected clause`},
 		{"1 UNION SELECT 2", `is not a single expression`},
-		{"i = ?", `unsupported construct`},
-		{"i XOR b", `unsupported construct`},
+		{"i = ?", `a placeholder (? or :name) is not supported`},
+		{"i XOR b", `XOR is not supported`},
+		{"s ->> '$.a' = 'x'", `the JSON operator ->> (json_unquote) is not supported`},
+		{"s -> '$.a' = 'x'", `the JSON operator -> (json_extract) is not supported`},
+		{"CASE WHEN i > 0 THEN 1 ELSE 0 END = 1", `CASE is not supported`},
+		{"CAST(i AS CHAR) = 'x'", `CAST is not supported`},
+		{"~i = 1", `the operator ~ is not supported`},
+		{"(i, j) = (1, 1)", `a row value (a, b, ...) outside IN is not supported`},
+		{"trim(s) = 'x'", `unknown function trim; the functions are length`},
+		{"now() > i", `unknown function now`},
 	} {
 		_, err := expr.Parse(tc.text, testSchema)
 		if err == nil {
@@ -484,6 +492,9 @@ func TestParseErrors(t *testing.T) {
 		var ce *errcode.Error
 		if !errors.As(err, &ce) {
 			t.Errorf("%q: not an *errcode.Error", tc.text)
+		}
+		if strings.Contains(err.Error(), "sqlparser") || strings.Contains(err.Error(), "*sql") {
+			t.Errorf("%q: error %q names a Go type", tc.text, err)
 		}
 	}
 	if _, err := expr.Parse("i > 0", nil); errcode.Of(err) != errcode.InvalidArgument {
@@ -507,4 +518,51 @@ func ExampleExpr_Mask() {
 	mask, _ := filter.Mask(context.Background(), rec, memory.DefaultAllocator)
 	fmt.Println(filter.Columns(), mask)
 	// Output: [reward role] [true false false false]
+}
+
+// TestSizeLimits: text beyond MaxBytes, or with more than MaxOperators
+// operators however they nest or chain, is refused with InvalidArgument
+// before anything recurses over it; just inside the limit, the deepest
+// chains parse and evaluate to the right values.
+func TestSizeLimits(t *testing.T) {
+	const n = 1_000_000
+	for name, text := range map[string]string{
+		"nested NOT":     strings.Repeat("NOT ", n) + "b",
+		"chained + 0":    "i" + strings.Repeat(" + 0", n) + " > 0",
+		"unary minus":    strings.Repeat("- ", n) + "i > 0",
+		"parentheses":    strings.Repeat("(", n) + "b" + strings.Repeat(")", n),
+		"function":       strings.Repeat("abs(", n) + "i" + strings.Repeat(")", n) + " > 0",
+		"long OR":        "i = 0" + strings.Repeat(" OR i = 0", n/10),
+		"too many bytes": "s IN ('" + strings.Repeat("x", expr.MaxBytes) + "')",
+	} {
+		_, err := expr.Parse(text, testSchema)
+		if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "allowed") &&
+			!strings.Contains(err.Error(), "more than 10000 operators") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	T, F := true, false
+	mem := checkedMem(t)
+	rec := testRecord(t, mem)
+	defer rec.Release()
+	const m = expr.MaxOperators - 1 // and ">": the limit itself
+	for text, want := range map[string][]any{
+		strings.Repeat("- ", m-1) + "i > 0":                     {T, N, F, F, T}, // an even count of minus
+		strings.Repeat("NOT ", m-1) + "b":                       {T, N, F, T, F}, // even: b itself
+		"i" + strings.Repeat(" + 0", m-1) + " > 0":              {T, N, F, F, T},
+		"s IN ('" + strings.Repeat("x", expr.MaxBytes/2) + "')": {F, N, F, F, F},
+	} {
+		e, err := expr.Parse(text, testSchema)
+		if err != nil {
+			t.Fatalf("%.40s…: %v", text, err)
+		}
+		got, err := e.Eval(context.Background(), rec, mem)
+		if err != nil {
+			t.Fatalf("%.40s…: %v", text, err)
+		}
+		if v := values(got); !reflect.DeepEqual(v, want) {
+			t.Errorf("%.40s…: %v, want %v", text, v, want)
+		}
+		got.Release()
+	}
 }

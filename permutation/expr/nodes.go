@@ -67,8 +67,16 @@ type (
 		k    kind
 		l, r node
 	}
-	negate struct{ x node }
-	abs    struct{ x node }
+	// negate and abs keep their operand's kind: asking the operand would
+	// walk a chain of them once per link.
+	negate struct {
+		k kind
+		x node
+	}
+	abs struct {
+		k kind
+		x node
+	}
 	length struct {
 		x     node
 		chars bool // count characters of a string rather than bytes
@@ -122,8 +130,8 @@ func (n *isBool) kind() kind    { return kBool }
 func (n *in) kind() kind        { return kBool }
 func (n *like) kind() kind      { return kBool }
 func (n *arith) kind() kind     { return n.k }
-func (n *negate) kind() kind    { return n.x.kind() }
-func (n *abs) kind() kind       { return n.x.kind() }
+func (n *negate) kind() kind    { return n.k }
+func (n *abs) kind() kind       { return n.k }
 func (n *length) kind() kind    { return kInt }
 func (n *coalesce) kind() kind  { return n.k }
 

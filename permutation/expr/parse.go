@@ -76,6 +76,45 @@ func kindOf(dt arrow.DataType) (kind, bool) {
 
 const op = "parse filter"
 
+// Limits on an expression's text. Parsing keeps its stack on the heap, but
+// checking, formatting, evaluating and pruning the tree recurse once per
+// level of it. Every level is at least one operator, parenthesis or function
+// call, so bounding those bounds the depth: no text, however nested or
+// chained, can exhaust the stack, and the work stays linear in the text.
+const (
+	MaxBytes     = 1 << 20 // bytes of text
+	MaxOperators = 10_000  // operators, opening parentheses and other non-operand tokens
+)
+
+// checkSize refuses text beyond MaxBytes or MaxOperators. It runs the
+// parser's own tokenizer, which is linear and does not recurse, so strings
+// and quoted names count as one operand whatever they hold.
+func checkSize(p *sqlparser.Parser, text string) error {
+	if len(text) > MaxBytes {
+		return errcode.New(errcode.InvalidArgument, op, "",
+			"the expression is %d bytes long, more than the %d allowed", len(text), MaxBytes)
+	}
+	tkn := p.NewStringTokenizer(text)
+	n := 0
+	for {
+		typ, _ := tkn.Scan()
+		switch typ {
+		case 0, sqlparser.LEX_ERROR: // the end, or an error the parser reports
+			return nil
+		case sqlparser.ID, sqlparser.STRING, sqlparser.INTEGRAL, sqlparser.FLOAT, sqlparser.DECIMAL,
+			sqlparser.HEXNUM, sqlparser.HEX, sqlparser.BIT_LITERAL, sqlparser.NULL,
+			sqlparser.TRUE, sqlparser.FALSE, ',', ')':
+			continue
+		}
+		if n++; n > MaxOperators {
+			return errcode.New(errcode.InvalidArgument, op, "",
+				"the expression has more than %d operators, parentheses and function calls; "+
+					"nesting that deep or a chain that long is refused (for many values, use x IN (v, ...))",
+				MaxOperators)
+		}
+	}
+}
+
 // Parse parses a SQL expression and checks it against schema: every column
 // must exist and every operator must apply to its operands' types.
 func Parse(text string, schema *arrow.Schema) (*Expr, error) {
@@ -85,6 +124,9 @@ func Parse(text string, schema *arrow.Schema) (*Expr, error) {
 	p, err := sqlparser.New(sqlparser.Options{})
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Internal, op, "")
+	}
+	if err := checkSize(p, text); err != nil {
+		return nil, err
 	}
 	const prefix = "select "
 	stmt, err := p.Parse(prefix + text)
@@ -239,7 +281,7 @@ func (c *compiler) compile(e sqlparser.Expr) (node, error) {
 			case kNull:
 				return x, nil
 			case kInt, kFloat:
-				return &negate{x: x}, nil
+				return &negate{k: x.kind(), x: x}, nil
 			}
 			return nil, c.errf(e, "unary - needs a number, not a %s", x.kind())
 		}
@@ -295,7 +337,61 @@ func (c *compiler) compile(e sqlparser.Expr) (node, error) {
 	case sqlparser.AggrFunc:
 		return nil, c.errf(e, "aggregate functions are not supported")
 	}
-	return nil, c.errf(e, "unsupported construct %T", e)
+	return nil, c.unsupported(e)
+}
+
+// functions lists the functions expressions support, for error messages.
+const functions = "length, char_length, cardinality, abs, coalesce"
+
+var callRE = regexp.MustCompile(`^(\w+)\(`)
+
+// unsupported returns the error for a construct the compiler does not take,
+// naming it as SQL: the parser has a node type for many constructs and
+// built-in functions, whose names mean nothing to the user.
+func (c *compiler) unsupported(e sqlparser.Expr) error {
+	var what string
+	switch e := e.(type) {
+	case *sqlparser.JSONExtractExpr:
+		what = "the JSON operator -> (json_extract)"
+	case *sqlparser.JSONUnquoteExpr:
+		what = "the JSON operator ->> (json_unquote)"
+	case *sqlparser.CaseExpr:
+		what = "CASE"
+	case *sqlparser.CastExpr:
+		what = "CAST"
+	case *sqlparser.ConvertExpr, *sqlparser.ConvertUsingExpr:
+		what = "CONVERT"
+	case *sqlparser.CollateExpr:
+		what = "COLLATE"
+	case *sqlparser.IntervalDateExpr, *sqlparser.IntervalFuncExpr:
+		what = "INTERVAL"
+	case *sqlparser.ExistsExpr:
+		what = "EXISTS"
+	case *sqlparser.XorExpr:
+		what = "XOR"
+	case *sqlparser.MatchExpr:
+		what = "MATCH ... AGAINST"
+	case *sqlparser.MemberOfExpr:
+		what = "MEMBER OF"
+	case *sqlparser.Default:
+		what = "DEFAULT"
+	case *sqlparser.Variable:
+		what = "a variable (@name)"
+	case *sqlparser.Argument:
+		what = "a placeholder (? or :name)"
+	case *sqlparser.IntroducerExpr:
+		what = "a character set introducer (_charset 'text')"
+	case sqlparser.ValTuple:
+		what = "a row value (a, b, ...) outside IN"
+	case *sqlparser.UnaryExpr:
+		what = "the operator " + e.Operator.ToString()
+	default:
+		if m := callRE.FindStringSubmatch(sqlparser.String(e)); m != nil {
+			return c.errf(e, "unknown function %s; the functions are %s", m[1], functions)
+		}
+		return c.errf(e, "this construct is not supported")
+	}
+	return c.errf(e, "%s is not supported", what)
 }
 
 func (c *compiler) literal(e *sqlparser.Literal, negative bool) (node, error) {
@@ -676,7 +772,7 @@ func (c *compiler) function(e *sqlparser.FuncExpr) (node, error) {
 		case kNull:
 			return &literal{k: kInt, null: true}, nil
 		case kInt, kFloat:
-			return &abs{x: args[0]}, nil
+			return &abs{k: args[0].kind(), x: args[0]}, nil
 		}
 		return nil, c.errf(e, "type mismatch: abs of a %s", args[0].kind())
 	case "coalesce":
@@ -699,5 +795,5 @@ func (c *compiler) function(e *sqlparser.FuncExpr) (node, error) {
 		}
 		return &coalesce{k: k, args: args}, nil
 	}
-	return nil, c.errf(e, "unknown function %s; the functions are length, char_length, cardinality, abs, coalesce", name)
+	return nil, c.errf(e, "unknown function %s; the functions are %s", name, functions)
 }

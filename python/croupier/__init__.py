@@ -18,6 +18,7 @@ and numpy. torch is imported on first use of those two names.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from ._lib import init
@@ -43,7 +44,9 @@ if TYPE_CHECKING:
     from .dataloader import DataLoader
     from .dataset import StreamingDataset
 
-__version__ = "0.1.0"
+# The project's version, written once in the repository's VERSION file, which
+# the package metadata reads (pyproject.toml) and the Go library embeds.
+__version__ = _metadata.version("croupier")
 
 __all__ = [
     "AlreadyExistsError",

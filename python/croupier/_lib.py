@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import operator
 import os
 import queue
 import sys
@@ -33,7 +32,8 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from .errors import ClosedError, ForkError, InvalidArgumentError, error_class
+from . import _args
+from .errors import ClosedError, ForkError, error_class
 
 __all__ = [
     "ArrowArray",
@@ -123,9 +123,14 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
 )
 
+# The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
+# library must export the same, or its functions may take other arguments.
+ABI_VERSION = 1
+
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_version": ([], ctypes.c_char_p),
+    "croupier_abi_version": ([], ctypes.c_int64),
     "croupier_init": ([ctypes.c_int64, ctypes.c_int64, _ERR], _INT),
     "croupier_allocated_bytes": ([], ctypes.c_int64),
     "croupier_goroutines": ([], ctypes.c_int64),
@@ -225,6 +230,7 @@ def _lib() -> ctypes.CDLL:
                     f"cannot load the croupier library {path}: {exc} (build it with `make build`, "
                     f"or set {LIBRARY_ENV} to its path)"
                 ) from exc
+            _check_abi(dll, path)
             for name, (argtypes, restype) in _SIGNATURES.items():
                 fn = getattr(dll, name)
                 fn.argtypes = argtypes
@@ -235,6 +241,21 @@ def _lib() -> ctypes.CDLL:
             _call(dll.croupier_init, *_settings)
             _dll = dll
     return _dll
+
+
+def _check_abi(dll: ctypes.CDLL, path: str) -> None:
+    """Refuse a library built for another version of this module."""
+    fn = getattr(dll, "croupier_abi_version", None)
+    found = "none (it predates ABI versions)"
+    if fn is not None:
+        fn.argtypes, fn.restype = [], ctypes.c_int64
+        found = str(fn())
+    if found != str(ABI_VERSION):
+        raise ImportError(
+            f"the croupier library {path} speaks C ABI version {found}, but this croupier "
+            f"package speaks version {ABI_VERSION}: rebuild it with `make build`, or set "
+            f"{LIBRARY_ENV} to a library of this version"
+        )
 
 
 def _take_string(ptr: ctypes.c_void_p) -> str:
@@ -511,15 +532,11 @@ def init(gomaxprocs: int | None = None, memory_limit: int | None = None) -> None
             Arrow batches live outside Go's heap; bound them with ``memory_budget``.
     """
     global _settings
-    values = []
-    for name, value in (("gomaxprocs", gomaxprocs), ("memory_limit", memory_limit)):
-        if value is None:
-            values.append(0)
-            continue
-        value = operator.index(value)
-        if value <= 0:
-            raise InvalidArgumentError(f"croupier.init: {name} must be positive, got {value}")
-        values.append(value)
+    # Go allocates state for every processor: a huge GOMAXPROCS would exhaust memory.
+    values = [
+        _args.optional_integer("croupier.init: gomaxprocs", gomaxprocs, 1, 4096) or 0,
+        _args.optional_integer("croupier.init: memory_limit", memory_limit) or 0,
+    ]
     with _lock:
         _settings = (values[0], values[1])
     loaded = _dll is not None

@@ -22,7 +22,6 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 
 from __future__ import annotations
 
-import operator
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -31,7 +30,7 @@ import pyarrow as pa
 import torch
 import torch.utils.data
 
-from . import _lib
+from . import _args, _lib
 from .errors import ClosedError, InvalidArgumentError
 from .formats import check_format, convert_steps
 from .permutation import Permutation
@@ -39,7 +38,7 @@ from .table import Table
 
 __all__ = ["STATE_FORMAT", "StreamingDataset"]
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 # Steps smaller than this many bytes come from the Go core several at a time:
 # each crossing and conversion costs tens of microseconds, however small the
 # step (see croupier.formats.convert_steps).
@@ -52,24 +51,9 @@ _COALESCE_BYTES = 1 << 20
 # the steps it would with single steps. Steps under 64 KiB already crossed up
 # to 1 MiB at a time (see _COALESCE_BYTES), so for them a run holds no more.
 _RUN_STEPS = 16
-# Fields of a state dict that must match the dataset it is loaded into.
-_IDENTITY_FIELDS = (
-    "permutation_id",
-    "table_uri",
-    "table_version",
-    "num_splits",
-    "global_batch_size",
-    "shuffle_seed",
-)
-
-
-def _as_int(name: str, value: Any) -> int:
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"{name} must be an integer, got {value!r} ({type(value).__name__})"
-        ) from None
+# State dict formats load_state_dict reads: 1 has no table_id and no
+# permutation_uri, and binds its table by URI.
+_READ_FORMATS = (1, STATE_FORMAT)
 
 
 def _distributed_rank_world() -> tuple[int, int]:
@@ -214,24 +198,24 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 "(open one with croupier.open_table)"
             )
         check_format(format, list_format)
-        if isinstance(columns, str):
-            raise InvalidArgumentError(f"columns must be a list of names, got {columns!r}")
         default_rank, default_world = _distributed_rank_world()
 
-        def optional_int(name: str, value: int | None, default: int = 0) -> int:
-            return default if value is None else _as_int(name, value)
+        def optional(name: str, value: int | None, default: int = 0) -> int:
+            # 0 asks the Go core for its default
+            checked = _args.optional_integer(name, value)
+            return default if checked is None else checked
 
         self._options: dict[str, Any] = {
-            "global_batch_size": _as_int("global_batch_size", global_batch_size),
-            "num_splits": optional_int("num_splits", num_splits),
-            "rank": optional_int("rank", rank, default_rank),
-            "world_size": optional_int("world_size", world_size, default_world),
-            "columns": None if columns is None else [str(c) for c in columns],
-            "shuffle_seed": _as_int("shuffle_seed", shuffle_seed),
+            "global_batch_size": _args.integer("global_batch_size", global_batch_size, 1),
+            "num_splits": optional("num_splits", num_splits),
+            "rank": default_rank if rank is None else _args.integer("rank", rank),
+            "world_size": optional("world_size", world_size, default_world),
+            "columns": None if columns is None else _args.strings("columns", columns),
+            "shuffle_seed": _args.integer("shuffle_seed", shuffle_seed, 0, _args.UINT64_MAX),
             "drop_last": bool(drop_last),
-            "read_ahead": optional_int("read_ahead", read_ahead),
-            "memory_budget": optional_int("memory_budget", memory_budget),
-            "max_reads": optional_int("max_reads", max_reads),
+            "read_ahead": optional("read_ahead", read_ahead),
+            "memory_budget": optional("memory_budget", memory_budget),
+            "max_reads": optional("max_reads", max_reads),
         }
         self._source = source
         self._format = format
@@ -247,7 +231,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
         self._epoch = 0
         self._next_step = 0
-        self._set_position(_as_int("epoch", epoch), 0)
+        self._set_position(_args.integer("epoch", epoch), 0)
         # True in a worker's copy whose position was left by its own iteration
         # (worker k after step t holds t - k + K): see __iter__.
         self._worker_position = False
@@ -354,7 +338,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         Setting the epoch the dataset is already in keeps its position, so a
         ``set_epoch(e)`` at the top of the epoch loop does not undo a resume.
         """
-        epoch = _as_int("epoch", epoch)
+        epoch = _args.integer("epoch", epoch)
         if epoch != self._epoch:
             self._set_position(epoch, 0)
 
@@ -501,15 +485,23 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
     # -- checkpoints -----------------------------------------------------------------
 
     def _identity(self) -> dict[str, Any]:
+        """The fields of a state dict that must match the dataset it is loaded into."""
         info = self._info
         return {
             "permutation_id": info["permutation_id"],
+            "table_id": info["table_id"],
             "table_uri": info["table_uri"],
             "table_version": info["table_version"],
             "num_splits": info["num_splits"],
             "global_batch_size": info["global_batch_size"],
             "shuffle_seed": self._options["shuffle_seed"],
         }
+
+    def _permutation_uri(self) -> str | None:
+        """Where the dealt permutation lives; None for a table dealt directly."""
+        if isinstance(self._source, Permutation):
+            return self._source.permutations.uri
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint of docs/concepts.md ("Checkpoints"): a small JSON-serialisable dict.
@@ -533,45 +525,81 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         return {
             "format": STATE_FORMAT,
             **self._identity(),
+            "permutation_uri": self._permutation_uri(),
             "epoch": self._epoch,
             "steps_consumed": self._next_step,
             **({"worker_position": True} if self._worker_position else {}),
         }
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], *, table_moved: bool = False) -> None:
         """Continue from a checkpoint: the next iteration starts at its position.
 
         The dict may come from a run with any world size and any number of
         workers; the remaining steps are exactly those of the uninterrupted run.
+        Its table is recognised by ``table_id`` (the pinned files, see
+        docs/spec.md), so another spelling of the table's URI, or a copy of a
+        croupier table elsewhere, resumes; ``table_version`` may be an int or a
+        string. A dict of format 1, which has no ``table_id``, must name the
+        table by the same URI.
+
+        Args:
+            state_dict: a dict from :meth:`state_dict`.
+            table_moved: the table was moved or copied on purpose: do not compare
+                ``table_uri`` and ``table_version`` (a copy of a plain dataset has
+                new modification times, so a new version). ``table_id``, when the
+                dict has one, must still match: the same files, sizes and rows.
 
         Raises:
-            InvalidArgumentError: the dict's format is unknown, or it describes
+            InvalidArgumentError: the dict's format is unknown, it describes
                 another permutation, table version, ``num_splits``,
                 ``global_batch_size`` or ``shuffle_seed`` (the message names the
-                field and both values).
+                field and both values), or its ``epoch`` is negative or its
+                ``steps_consumed`` outside ``[0, steps_per_epoch]``.
         """
         if not isinstance(state_dict, Mapping):
             raise InvalidArgumentError(
                 f"state dict must be a mapping, got {type(state_dict).__name__}"
             )
-        if state_dict.get("format") != STATE_FORMAT:
+        if state_dict.get("format") not in _READ_FORMATS:
             raise InvalidArgumentError(
                 f"state dict format is {state_dict.get('format')!r}, "
-                f"this version of croupier reads format {STATE_FORMAT}"
+                f"this version of croupier reads formats {', '.join(map(str, _READ_FORMATS))}"
             )
+        skip = {"table_id"} if state_dict["format"] == 1 else {"table_uri"}
+        if table_moved:
+            skip |= {"table_uri", "table_version"}
         for field, mine in self._identity().items():
+            if field in skip:
+                continue
             if field not in state_dict:
                 raise InvalidArgumentError(f"state dict has no {field!r} field")
-            if state_dict[field] != mine:
+            theirs = state_dict[field]
+            if field == "table_version":  # "3" and 3 name the same version
+                theirs, mine = str(theirs), str(mine)
+            if theirs != mine:
+                hint = ""
+                if field in ("table_uri", "table_version"):
+                    hint = " (a table moved or copied on purpose: pass table_moved=True)"
                 raise InvalidArgumentError(
-                    f"state dict {field} is {state_dict[field]!r} but this dataset's {field} "
-                    f"is {mine!r}"
+                    f"state dict {field} is {theirs!r} but this dataset's {field} is {mine!r}{hint}"
                 )
+        worker_position = bool(state_dict.get("worker_position", False))
+        # A position past the end of the epoch is refused, not carried into the
+        # next one: it comes from another dataset or was edited. Only a worker's
+        # own position (see __iter__) runs up to K - 1 steps past the end.
+        worker = torch.utils.data.get_worker_info()
+        slack = worker.num_workers - 1 if worker_position and worker is not None else 0
+        spe = self.steps_per_epoch
         self._set_position(
-            _as_int("epoch", state_dict.get("epoch")),
-            _as_int("steps_consumed", state_dict.get("steps_consumed")),
+            _args.integer("state dict epoch", state_dict.get("epoch")),
+            _args.integer(
+                f"state dict steps_consumed (of an epoch of {spe} steps)",
+                state_dict.get("steps_consumed"),
+                0,
+                spe + slack,
+            ),
         )
-        self._worker_position = bool(state_dict.get("worker_position", False))
+        self._worker_position = worker_position
 
     def __repr__(self) -> str:
         return (

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _lib, _progress
+from . import _args, _lib, _progress
 from .errors import ClosedError, InvalidArgumentError
 from .table import Table
 
@@ -63,7 +63,7 @@ class PermutationBuilder:
         arithmetic and nested fields (``meta.source``). Row groups whose
         statistics rule the expression out are not read.
         """
-        self._spec["filter"] = str(sql)
+        self._spec["filter"] = _args.text("filter", sql)
         return self
 
     def _split(self, kind: str, names: Sequence[str] | None, **fields: Any) -> PermutationBuilder:
@@ -71,7 +71,7 @@ class PermutationBuilder:
             raise InvalidArgumentError("a permutation has one split_* call; it was already given")
         spec = {"kind": kind, **{k: v for k, v in fields.items() if v is not None}}
         if names is not None:
-            spec["names"] = [str(n) for n in names]
+            spec["names"] = _args.strings("split_names", names)
         self._spec["split"] = spec
         return self
 
@@ -98,11 +98,9 @@ class PermutationBuilder:
         return self._split(
             "random",
             split_names,
-            ratios=None if ratios is None else [float(r) for r in ratios],
-            counts=None if counts is None else [int(c) for c in counts],
-            fixed=fixed,
-            seed=int(seed),
-            clump_size=clump_size,
+            **_sizes(ratios, counts, fixed),
+            seed=_args.integer("seed", seed, 0, _args.UINT64_MAX),
+            clump_size=_args.optional_integer("clump_size", clump_size),
         )
 
     def split_sequential(
@@ -114,13 +112,7 @@ class PermutationBuilder:
         split_names: Sequence[str] | None = None,
     ) -> PermutationBuilder:
         """Like :meth:`split_random`, but splits are consecutive runs in row id order."""
-        return self._split(
-            "sequential",
-            split_names,
-            ratios=None if ratios is None else [float(r) for r in ratios],
-            counts=None if counts is None else [int(c) for c in counts],
-            fixed=fixed,
-        )
+        return self._split("sequential", split_names, **_sizes(ratios, counts, fixed))
 
     def split_hash(
         self,
@@ -138,12 +130,17 @@ class PermutationBuilder:
         """
         if isinstance(columns, str):
             columns = [columns]
+        if isinstance(weights, Sequence) and any(isinstance(w, float) for w in weights):
+            raise InvalidArgumentError(
+                f"split_hash weights are integer shares, e.g. [95, 5] for 95 % and 5 %; "
+                f"got {list(weights)!r}"
+            )
         return self._split(
             "hash",
             split_names,
-            columns=[str(c) for c in columns],
-            weights=[int(w) for w in weights],
-            discard_weight=int(discard_weight) or None,
+            columns=_args.strings("columns", columns),
+            weights=_args.integers("weights", weights),
+            discard_weight=_args.integer("discard_weight", discard_weight) or None,
         )
 
     def split_calculated(self, sql: str, *, split_names: Sequence[str]) -> PermutationBuilder:
@@ -151,7 +148,7 @@ class PermutationBuilder:
 
         Values outside ``[0, len(split_names))`` and nulls put a row in no split.
         """
-        return self._split("calculated", split_names, expr=str(sql))
+        return self._split("calculated", split_names, expr=_args.text("sql", sql))
 
     def shuffle(
         self,
@@ -171,14 +168,14 @@ class PermutationBuilder:
         the clumps inside each are permuted, so a reader touches each row group
         about once per window.
         """
-        shuffle: dict[str, Any] = {"seed": int(seed)}
-        if clump_size == "auto":
-            shuffle["clump_size"] = AUTO_CLUMP
-        elif clump_size:
-            shuffle["clump_size"] = int(clump_size)
-        if window:
-            shuffle["window"] = int(window)
-        self._spec["shuffle"] = shuffle
+        shuffle = {
+            "seed": _args.integer("seed", seed, 0, _args.UINT64_MAX),
+            "clump_size": AUTO_CLUMP
+            if clump_size == "auto"
+            else _args.optional_integer("clump_size", clump_size),
+            "window": _args.optional_integer("window", window),
+        }
+        self._spec["shuffle"] = {k: v for k, v in shuffle.items() if v is not None}
         return self
 
     def persist(self, uri: str, progress: ProgressCallback | bool | None = None) -> Permutations:
@@ -198,6 +195,15 @@ class PermutationBuilder:
             if bar:
                 bar[1]()
         return Permutations._from_handle(handle)
+
+
+def _sizes(ratios: Any, counts: Any, fixed: Any) -> dict[str, Any]:
+    """The checked sizes of a random or sequential split; Go checks that one is given."""
+    return {
+        "ratios": None if ratios is None else _args.reals("ratios", ratios, 0.0, 1.0),
+        "counts": None if counts is None else _args.integers("counts", counts),
+        "fixed": _args.optional_integer("fixed", fixed),
+    }
 
 
 def open_permutations(uri: str) -> Permutations:
@@ -305,7 +311,7 @@ class Permutations(_lib.Closeable):
             if key not in self.names:
                 raise KeyError(f"no split {key!r}; the permutation has: {', '.join(self.names)}")
             return Permutation(self, self.names.index(key))
-        index = int(key)
+        index = _args.integer("split index", key, -_args.INT64_MAX)
         if not -len(self) <= index < len(self):
             raise IndexError(f"split index {key} out of range for {len(self)} splits")
         return Permutation(self, index % len(self))
@@ -349,8 +355,8 @@ class Permutation:
 
     def row_ids(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Row ids at positions ``[start, stop)`` as a uint64 array (costs O(stop - start))."""
-        stop = len(self) if stop is None else int(stop)
-        start = int(start)
+        stop = len(self) if stop is None else _args.integer("stop", stop)
+        start = _args.integer("start", start)
         if not 0 <= start <= stop <= len(self):
             raise InvalidArgumentError(
                 f"row_ids({start}, {stop}) out of range for split {self.name!r} of {len(self)} rows"

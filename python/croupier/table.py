@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import _lib, _progress
+from . import _args, _lib, _progress
 from .errors import ClosedError, InvalidArgumentError
 
 __all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
@@ -42,16 +42,13 @@ def _write_options(
     catalog: str | None,
     trust_conditional_writes: bool = False,
 ) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if trust_conditional_writes:
-        options["trust_conditional_writes"] = True
-    if row_group_rows:
-        options["row_group_rows"] = int(row_group_rows)
-    if page_bytes:
-        options["page_bytes"] = int(page_bytes)
-    if catalog:
-        options["catalog"] = str(catalog)
-    return options
+    options = {
+        "row_group_rows": _args.optional_integer("row_group_rows", row_group_rows),
+        "page_bytes": _args.optional_integer("page_bytes", page_bytes),
+        "catalog": None if catalog is None else _args.text("catalog", catalog),
+        "trust_conditional_writes": bool(trust_conditional_writes),
+    }
+    return {k: v for k, v in options.items() if v}
 
 
 def create_table(
@@ -97,7 +94,8 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
             open: every file's path, size, modification time and ETag is
             recorded and later reads check them.
         version: ``None`` for the latest version; for a croupier table, a
-            version number (see :meth:`Table.versions`). A plain Parquet dataset
+            version number (see :meth:`Table.versions`), as an int or a string
+            (``3`` or ``"3"``, as checkpoints hold it). A plain Parquet dataset
             has only the version it has now, so any other value must equal that
             version's string.
         catalog: path of a local catalog file caching Parquet footers and
@@ -110,8 +108,10 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
         InvalidArgumentError: ``version`` is not one of the table's.
     """
     options: dict[str, Any] = _write_options(None, None, catalog)
-    if isinstance(version, int) and not isinstance(version, bool):
-        options["version"] = version
+    if isinstance(version, str) and version.isdecimal():
+        version = int(version)  # a croupier table's version, as checkpoints write it
+    if version is not None and not isinstance(version, str):
+        options["version"] = _args.integer("version", version, 1)
     table = Table._from_handle(_lib.table_open(uri, options))
     if isinstance(version, str) and version != table.version:
         table.close()
@@ -204,10 +204,11 @@ def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str
     must take less than ``grace``. Returns
     ``{"deleted_versions": [...], "deleted_files": [...]}``.
     """
-    options: dict[str, Any] = {"keep_last": int(keep_last)}
+    options: dict[str, Any] = {"keep_last": _args.integer("keep_last", keep_last, 1)}
     if grace is not None:
         # Go's time.Duration in nanoseconds, where 0 would mean the default
-        options["grace"] = max(int(grace * 1e9), 1)
+        seconds = _args.number("grace", grace, 0.0, 9e9)  # within int64 nanoseconds
+        options["grace"] = max(int(seconds * 1e9), 1)
     return _lib.table_cleanup(uri, options)
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 import spec_reference as ref
+from conftest import rows, uri, write_files
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import croupier as cr
@@ -54,7 +57,7 @@ def test_resume_at_another_world_size(table_uri: str, expected: list[set[int]]) 
     assert states[0] == states[1]  # identical on every rank
     assert states[0]["steps_consumed"] == stop
     assert states[0]["epoch"] == 0
-    assert states[0]["format"] == 1
+    assert states[0]["format"] == 2
     assert first + resume_steps(tbl, states[0], world_size=3) == expected
 
 
@@ -123,7 +126,7 @@ def test_set_epoch_keeps_a_resumed_position(table_uri: str) -> None:
         ("num_splits", 6),
         ("shuffle_seed", 7),
         ("table_version", "some-other-version"),
-        ("table_uri", "file:///elsewhere"),
+        ("table_id", "t0000000000000000"),
         ("permutation_id", "00000000-0000-0000-0000-000000000000"),
     ],
 )
@@ -139,6 +142,57 @@ def test_mismatched_state_dict(table_uri: str, field: str, value: Any) -> None:
 def test_bad_state_dict_format(table_uri: str) -> None:
     ds = dataset(cr.open_table(table_uri))
     with pytest.raises(cr.InvalidArgumentError, match="format"):
-        ds.load_state_dict({**ds.state_dict(), "format": 2})
+        ds.load_state_dict({**ds.state_dict(), "format": 3})
     with pytest.raises(cr.InvalidArgumentError, match="steps_consumed"):
         ds.load_state_dict({**ds.state_dict(), "steps_consumed": -1})
+
+
+def test_checkpoints_travel(tmp_path: Path) -> None:
+    """A checkpoint names its table by the files it pinned, not by a URI string: it
+    resumes through another spelling of the URI and in a copy of a croupier table;
+    it records where its permutation lives; versions may be ints or strings."""
+    tbl = cr.create_table(uri(tmp_path / "t"), rows(0, 240))
+    perms = cr.PermutationBuilder(tbl).shuffle(seed=3).persist(uri(tmp_path / "p"))
+    ds = dataset(perms[0])
+    next(iter(ds))
+    ds._set_position(0, 4)
+    state = roundtrip(ds.state_dict())
+    assert state["permutation_uri"] == perms.uri
+    assert state["table_id"].startswith("t")
+    assert state["table_version"] == "1"
+    assert roundtrip(dataset(tbl).state_dict())["permutation_uri"] is None
+
+    def resumes(table: cr.Table, state: dict[str, Any], **kwargs: Any) -> int:
+        other = dataset(table)
+        other.load_state_dict(state, **kwargs)
+        return other.steps_consumed
+
+    shutil.copytree(tmp_path / "t", tmp_path / "copy")
+    table_state = {**roundtrip(dataset(tbl).state_dict()), "steps_consumed": 4}
+    for spelling in (uri(tmp_path / "t") + "/", "file://" + str(tmp_path) + "/./t"):
+        assert resumes(cr.open_table(spelling), table_state) == 4
+    assert resumes(cr.open_table(uri(tmp_path / "copy")), table_state) == 4
+    assert resumes(cr.open_table(tbl.uri, version="1"), {**table_state, "table_version": 1}) == 4
+
+    # Format 1 (no table_id) binds the URI; table_moved=True is the explicit override.
+    old = {k: v for k, v in table_state.items() if k not in ("table_id", "permutation_uri")}
+    old["format"] = 1
+    assert resumes(tbl, old) == 4
+    moved = cr.open_table(uri(tmp_path / "copy"))
+    with pytest.raises(cr.InvalidArgumentError, match=r"table_uri .*table_moved=True"):
+        resumes(moved, old)
+    assert resumes(moved, old, table_moved=True) == 4
+
+    # A copied plain dataset has new modification times, so a new version: only
+    # the override resumes it, and only when its files are the same.
+    write_files(tmp_path / "plain", [120, 120])
+    plain = cr.open_table(uri(tmp_path / "plain"))
+    shutil.copytree(tmp_path / "plain", tmp_path / "plain2", copy_function=shutil.copy)
+    plain_state = {**roundtrip(dataset(plain).state_dict()), "steps_consumed": 2}
+    copy = cr.open_table(uri(tmp_path / "plain2"))
+    assert copy.version != plain.version
+    with pytest.raises(cr.InvalidArgumentError, match="table_version"):
+        resumes(copy, plain_state)
+    assert resumes(copy, plain_state, table_moved=True) == 2
+    with pytest.raises(cr.InvalidArgumentError, match="table_id"):
+        resumes(tbl, plain_state, table_moved=True)

@@ -37,7 +37,7 @@ def test_unknown_column(table_uri: str) -> None:
     tbl = cr.open_table(table_uri)
     with pytest.raises(cr.InvalidArgumentError, match="no_such_column"):
         cr.StreamingDataset(tbl, global_batch_size=4, columns=["id", "no_such_column"])
-    with pytest.raises(cr.InvalidArgumentError, match="list of names"):
+    with pytest.raises(cr.InvalidArgumentError, match="columns must be a list"):
         cr.StreamingDataset(tbl, global_batch_size=4, columns="id")
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,12 +15,39 @@ from croupier import _lib
 
 
 def test_version_and_init() -> None:
-    assert cr.version()
-    assert cr.__version__
+    # One version, written in VERSION: the Go library embeds it, the package's
+    # metadata reads it.
+    written = (Path(__file__).parents[2] / "VERSION").read_text().strip()
+    assert cr.version() == cr.__version__ == written
+    assert _lib._lib().croupier_abi_version() == _lib.ABI_VERSION
     cr.init(gomaxprocs=2, memory_limit=1 << 30)
     cr.init()
     with pytest.raises(cr.InvalidArgumentError, match="gomaxprocs"):
         cr.init(gomaxprocs=0)
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("#include <stdint.h>\nint64_t croupier_abi_version(void) { return 999; }\n", "999"),
+        ("int croupier_version(void) { return 0; }\n", "none"),
+    ],
+)
+def test_library_of_another_abi_is_refused(tmp_path: Path, source: str, found: str) -> None:
+    """A library whose ABI version differs from the package's (or that has none) is
+    refused at load with a message saying so, before any of its functions is called."""
+    (tmp_path / "lib.c").write_text(source)
+    library = tmp_path / "libother.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", library, tmp_path / "lib.c"], check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", "import croupier; croupier.version()"],
+        env={**os.environ, _lib.LIBRARY_ENV: str(library)},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1
+    assert f"speaks C ABI version {found}" in run.stderr, run.stderr
+    assert f"this croupier package speaks version {_lib.ABI_VERSION}" in run.stderr
 
 
 def test_fork_error_without_calling_go(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -624,7 +624,7 @@ def test_row_ids_slices(rollouts_uri: str, perm_uri: Callable[[str], str]) -> No
         assert split.row_ids(start, stop).tolist() == whole[start:stop].tolist()
     assert split.row_ids(250).tolist() == whole[250:].tolist()
     for start, stop in [(-1, 3), (0, 601), (5, 4), (601, 601)]:
-        with pytest.raises(cr.InvalidArgumentError, match="out of range"):
+        with pytest.raises(cr.InvalidArgumentError, match=r"out of range|start must be"):
             split.row_ids(start, stop)
 
 
@@ -675,16 +675,22 @@ def test_changed_table_file(tmp_path: Path, perm_uri: Callable[[str], str], chan
         (lambda b: b.split_random(counts=[500, 101]), "601|600"),
         (lambda b: b.split_sequential(counts=[601]), "601|600"),
         (lambda b: b.split_random(ratios=[0.6, 0.5]), "sum|1"),
-        (lambda b: b.split_random(ratios=[1.5]), "ratio"),
+        (
+            lambda b: b.split_random(ratios=[1.5]),
+            "ratios\\[0\\] must be a number in \\[0.0, 1.0\\]",
+        ),
         (lambda b: b.split_random(fixed=601), "601|600"),
         (lambda b: b.split_random(ratios=[0.5], counts=[1]), "exactly one"),
         (lambda b: b.split_hash(["nope"], [1, 1]), "nope"),
-        (lambda b: b.split_hash(["id"], [1, -1]), "negative"),
+        (lambda b: b.split_hash(["id"], [1, -1]), "weights\\[1\\] must be an integer >= 0, got -1"),
+        (lambda b: b.split_hash(["id"], [0.95, 0.05]), "integer shares, e.g. \\[95, 5\\]"),
+        (lambda b: b.split_hash(["id"], [0, 0]), "sum to 0"),
         (lambda b: b.split_calculated("reward > 0", split_names=["a"]), "integer"),
         (lambda b: b.split_calculated("nope % 2", split_names=["a", "b"]), "nope"),
         (lambda b: b.split_random(ratios=[0.5, 0.5], split_names=["a"]), "names"),
         (lambda b: b.split_random(ratios=[0.5, 0.5], split_names=["a", "a"]), "distinct"),
-        (lambda b: b.shuffle(seed=1, clump_size=-2), "clump"),
+        (lambda b: b.shuffle(seed=1, clump_size=-2), "clump_size must be an integer >= 1, got -2"),
+        (lambda b: b.shuffle(seed=-1), "seed must be an integer in \\[0, 18446744073709551615\\]"),
     ],
 )
 def test_bad_builds(
@@ -694,9 +700,10 @@ def test_bad_builds(
     match: str,
 ) -> None:
     builder = cr.PermutationBuilder(cr.open_table(rollouts_uri))
-    configure(builder)  # the builder only records; persist checks
+    # Each argument's type and range are checked as it is given; the rest
+    # (against the table, the rows kept) when persisting.
     with pytest.raises(cr.InvalidArgumentError, match=match):
-        builder.persist(perm_uri("p"), progress=False)
+        configure(builder).persist(perm_uri("p"), progress=False)  # type: ignore[attr-defined]
     with pytest.raises(cr.NotFoundError):  # nothing was written
         cr.open_permutations(perm_uri("p"))
 

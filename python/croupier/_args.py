@@ -1,0 +1,104 @@
+"""Checks of the arguments of croupier's public functions.
+
+Every public entry point checks its arguments here before anything reaches
+the Go core, so that a wrong type or an out-of-range value raises
+:class:`~croupier.InvalidArgumentError` naming the argument, the value and
+what is allowed, instead of a message about JSON or Go types.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import InvalidArgumentError
+
+__all__ = [
+    "INT64_MAX",
+    "UINT64_MAX",
+    "integer",
+    "integers",
+    "number",
+    "optional_integer",
+    "reals",
+    "strings",
+    "text",
+]
+
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+
+def _got(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _bounds(low: int, high: int) -> str:
+    if high == INT64_MAX:
+        return f">= {low}"
+    return f"in [{low}, {high}]"
+
+
+def integer(name: str, value: Any, low: int = 0, high: int = INT64_MAX) -> int:
+    """``value`` as an int in ``[low, high]``; booleans and floats are refused."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        n = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{name} must be an integer {_bounds(low, high)}, got {_got(value)}"
+        ) from None
+    if not low <= n <= high:
+        raise InvalidArgumentError(f"{name} must be an integer {_bounds(low, high)}, got {n}")
+    return n
+
+
+def optional_integer(name: str, value: Any, low: int = 1, high: int = INT64_MAX) -> int | None:
+    """``None``, or ``value`` checked by :func:`integer`."""
+    return None if value is None else integer(name, value, low, high)
+
+
+def integers(name: str, values: Any, low: int = 0, high: int = INT64_MAX) -> list[int]:
+    """A non-empty sequence of ints in ``[low, high]``."""
+    items = _sequence(name, values)
+    return [integer(f"{name}[{i}]", v, low, high) for i, v in enumerate(items)]
+
+
+def number(name: str, value: Any, low: float, high: float) -> float:
+    """``value`` as a finite float in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name} must be a number, got {_got(value)}")
+    x = float(value)
+    if not (math.isfinite(x) and low <= x <= high):
+        raise InvalidArgumentError(f"{name} must be a number in [{low}, {high}], got {value!r}")
+    return x
+
+
+def reals(name: str, values: Any, low: float, high: float) -> list[float]:
+    """A non-empty sequence of finite floats in ``[low, high]``."""
+    items = _sequence(name, values)
+    return [number(f"{name}[{i}]", v, low, high) for i, v in enumerate(items)]
+
+
+def strings(name: str, values: Any) -> list[str]:
+    """A non-empty sequence of strings (a lone string is refused)."""
+    return [text(f"{name}[{i}]", v) for i, v in enumerate(_sequence(name, values))]
+
+
+def text(name: str, value: Any) -> str:
+    """``value``, which must be a string."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a string, got {_got(value)}")
+    return value
+
+
+def _sequence(name: str, values: Any) -> Sequence[Any]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InvalidArgumentError(f"{name} must be a list, got {_got(values)}")
+    if not values:
+        raise InvalidArgumentError(f"{name} must not be empty")
+    return values
