@@ -15,7 +15,7 @@
 //	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
 //	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
-//	    [--shuffle-seed N] [--clump N] [--window N] [--quiet]
+//	    [--shuffle-seed N] [--clump N|auto] [--window N] [--quiet]
 //	croupier permute show PERM_URI
 //
 //	croupier deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
@@ -37,7 +37,9 @@
 // --split-fixed N rows each when the value is "fixed". Since 95,5 could have
 // been meant as percentages, permute says on stderr when it reads integers as
 // row counts, and prints the sizes of the splits it built.
-// --shuffle-seed, --clump or --window turns on the shuffle.
+// --shuffle-seed, --clump or --window turns on the shuffle; --clump auto
+// clumps as many rows as a page of the table's widest column holds (a power
+// of two), and the permutation's spec records the number.
 //
 // rewrite copies the rows of SRC, a plain Parquet dataset (an export written
 // by pyarrow or Spark in large row groups, say) or a croupier table, in row id

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,7 +27,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	names := fs.String("split-names", "", "names of the splits, comma-separated")
 	seed := fs.Uint64("seed", 0, "seed of a random split")
 	shuffleSeed := fs.Uint64("shuffle-seed", 0, "shuffle every split with this seed")
-	clump := fs.Int64("clump", 0, "shuffle clumps of N consecutive rows")
+	clump := fs.String("clump", "", "shuffle clumps of N consecutive rows, or auto: as many as a page of the widest column holds")
 	window := fs.Int64("window", 0, "shuffle within windows of N clumps")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	pos, err := parse(fs, args, 2, 2)
@@ -40,7 +41,11 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if set["shuffle-seed"] || set["clump"] || set["window"] {
-		spec.Shuffle = &permutation.ShuffleSpec{Seed: *shuffleSeed, ClumpSize: *clump, Window: *window}
+		c, err := clumpSize(*clump)
+		if err != nil {
+			return err
+		}
+		spec.Shuffle = &permutation.ShuffleSpec{Seed: *shuffleSeed, ClumpSize: c, Window: *window}
 	}
 	tableURI, err := toURI(pos[0])
 	if err != nil {
@@ -70,6 +75,21 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	}
 	defer p.Close()
 	return printPermutation(e, p, *asJSON)
+}
+
+// clumpSize parses --clump: a count of rows, or auto.
+func clumpSize(s string) (int64, error) {
+	switch s {
+	case "":
+		return 0, nil
+	case "auto":
+		return permutation.AutoClump, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, usagef("permute: --clump %q: want a count of rows (0 or more) or auto", s)
+	}
+	return n, nil
 }
 
 // splitSpec builds the split of permute's flags; nil when none is given.
