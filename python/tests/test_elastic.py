@@ -488,7 +488,7 @@ def test_resume_elsewhere(
             drop_last=drop_last,
         )  # fmt: skip
     assert state is not None
-    assert (state["format"], state["epoch"], state["steps_consumed"]) == (1, epoch, stop)
+    assert (state["format"], state["epoch"], state["steps_consumed"]) == (2, epoch, stop)
     n2, real2 = workers(k2)
     after, end = run_ranks(perm, w2, epoch=0, stop=None, state=state,
                            num_workers=n2, real_workers=real2, drop_last=drop_last)  # fmt: skip
@@ -610,7 +610,7 @@ def has_numbers(message: str, *numbers: int) -> bool:
         ({"global_batch_size": 12, "num_splits": 6, "world_size": 4, "rank": 0}, (6, 4)),  # S % W
         ({"global_batch_size": 800, "num_splits": 400, "m": 399}, (400, 399)),  # S > M
         ({"global_batch_size": 8, "num_splits": 4, "world_size": 2, "rank": 2}, (2,)),
-        ({"global_batch_size": 8, "num_splits": 4, "world_size": 2, "rank": -1}, (-1, 2)),
+        ({"global_batch_size": 8, "num_splits": 4, "world_size": 2, "rank": -1}, (-1, 0)),
     ],
     ids=["G%S", "S%W", "S>M", "rank=W", "rank<0"],
 )
