@@ -222,6 +222,9 @@ class DataLoader(torch.utils.data.DataLoader):
         """The dataset's checkpoint (docs/concepts.md), exact after every delivered batch."""
         return self.dataset.state_dict()
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Load a checkpoint into the dataset; the next iteration continues from it."""
-        self.dataset.load_state_dict(state_dict)
+    def load_state_dict(self, state_dict: Mapping[str, Any], *, table_moved: bool = False) -> None:
+        """Load a checkpoint into the dataset; the next iteration continues from it.
+
+        ``table_moved`` is :meth:`StreamingDataset.load_state_dict`'s.
+        """
+        self.dataset.load_state_dict(state_dict, table_moved=table_moved)

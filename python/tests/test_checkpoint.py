@@ -182,6 +182,9 @@ def test_checkpoints_travel(tmp_path: Path) -> None:
     with pytest.raises(cr.InvalidArgumentError, match=r"table_uri .*table_moved=True"):
         resumes(moved, old)
     assert resumes(moved, old, table_moved=True) == 4
+    loader = cr.DataLoader(dataset(moved))  # passes the override on
+    loader.load_state_dict(old, table_moved=True)
+    assert loader.dataset.steps_consumed == 4
 
     # A copied plain dataset has new modification times, so a new version: only
     # the override resumes it, and only when its files are the same.
