@@ -155,11 +155,7 @@ func (s *Server) serveFaulty(w http.ResponseWriter, r *http.Request, next http.H
 		if ft.alt {
 			code, status, msg = "SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate."
 		}
-		w.Header().Set("Content-Type", "application/xml")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
-			`<Error><Code>%s</Code><Message>%s</Message><Resource>%s</Resource><RequestId>injected</RequestId></Error>`,
-			code, msg, r.URL.Path)
+		writeError(w, status, code, msg, r.URL.Path)
 	case Stall:
 		if s.wait(r, f.Stall) {
 			next.ServeHTTP(w, r)
