@@ -38,13 +38,17 @@ const (
 	// LostResponse serves the request, then resets the connection instead
 	// of answering: the request took effect but the client cannot know it.
 	LostResponse
+	// Throttle answers 429 Too Many Requests with an S3 error document,
+	// without serving the request, as S3-compatible servers (and gateways
+	// in front of S3) throttle.
+	Throttle
 	numKinds
 )
 
 // AllKinds lists every kind of fault.
-var AllKinds = []Kind{ServerError, Stall, Reset, Truncate, Spike, LostResponse}
+var AllKinds = []Kind{ServerError, Stall, Reset, Truncate, Spike, LostResponse, Throttle}
 
-var kindNames = [...]string{"ServerError", "Stall", "Reset", "Truncate", "Spike", "LostResponse"}
+var kindNames = [...]string{"ServerError", "Stall", "Reset", "Truncate", "Spike", "LostResponse", "Throttle"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -156,6 +160,8 @@ func (s *Server) serveFaulty(w http.ResponseWriter, r *http.Request, next http.H
 			code, status, msg = "SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate."
 		}
 		writeError(w, status, code, msg, r.URL.Path)
+	case Throttle:
+		writeError(w, http.StatusTooManyRequests, "TooManyRequests", "Please reduce your request rate.", r.URL.Path)
 	case Stall:
 		if s.wait(r, f.Stall) {
 			next.ServeHTTP(w, r)
