@@ -24,6 +24,7 @@ import (
 // uploadRetryer.
 var selfRetried = map[string]bool{
 	"GetObject": true, "HeadObject": true, "ListObjectsV2": true, "ListObjects": true, "DeleteObject": true,
+	"ListMultipartUploads": true,
 }
 
 // withoutSDKRetries replaces the SDK's retry middleware of a selfRetried
@@ -115,3 +116,44 @@ func (e *noCredentialsError) Error() string {
 }
 
 func (e *noCredentialsError) Unwrap() error { return e.err }
+
+// AbortUploads aborts the incomplete multipart uploads to keys under prefix
+// that were started before cutoff, and returns the URIs of the objects they
+// were to create. A writer killed during a multipart upload leaves one
+// behind: it is in no listing of objects, yet the store keeps (and bills) its
+// parts until it is aborted. Only S3 has such uploads to list; GCS and Azure
+// expire unfinished uploads themselves (resumable uploads after a week,
+// uncommitted blocks after seven days), and file:// and mem:// have none.
+func (l *Location) AbortUploads(ctx context.Context, prefix string, cutoff time.Time) ([]string, error) {
+	var client *s3.Client
+	if !l.Bucket.As(&client) {
+		return nil, nil
+	}
+	bucket := strings.TrimSuffix(strings.TrimPrefix(l.base, s3blob.Scheme+"://"), "/")
+	var aborted []string
+	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(prefix)}
+	for {
+		page, err := retry(ctx, l.Retry, "list uploads", l.ObjectURI(prefix), func(ctx context.Context) (*s3.ListMultipartUploadsOutput, error) {
+			return client.ListMultipartUploads(ctx, in)
+		})
+		if err != nil {
+			return aborted, err
+		}
+		for _, u := range page.Uploads {
+			if u.Initiated == nil || !u.Initiated.Before(cutoff) {
+				continue
+			}
+			key := aws.ToString(u.Key)
+			_, err := client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(bucket), Key: u.Key, UploadId: u.UploadId})
+			var gone *types.NoSuchUpload
+			if err != nil && !errors.As(err, &gone) {
+				return aborted, wrap(err, "abort upload", l.ObjectURI(key))
+			}
+			aborted = append(aborted, l.ObjectURI(key))
+		}
+		if !aws.ToBool(page.IsTruncated) {
+			return aborted, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = page.NextKeyMarker, page.NextUploadIdMarker
+	}
+}

@@ -22,7 +22,8 @@
 // directly (see below).
 //
 // On s3:// the AWS SDK's own retries are turned off for the requests this
-// package retries (GetObject, HeadObject, ListObjects, DeleteObject), so that
+// package retries (GetObject, HeadObject, ListObjects, DeleteObject,
+// ListMultipartUploads), so that
 // one policy with one per-attempt deadline governs them; uploads (PutObject
 // and the multipart calls) keep the SDK's retries, because a streamed upload
 // can only be replayed part by part by the SDK, which holds the part, but

@@ -4,7 +4,9 @@
 // (If-None-Match: *, checked under the backend's lock, so racing creates of one
 // key have exactly one winner) and conditional reads (If-Match on GET and HEAD,
 // answered 412 Precondition Failed when the object's ETag differs, which
-// gofakes3 itself ignores).
+// gofakes3 itself ignores) and multipart uploads, whose incomplete ones it
+// lists and aborts (listing none, as S3 does, for a bucket that never had
+// one, where gofakes3 answers NoSuchUpload).
 //
 // A Server can also misbehave like a remote store on a bad day: SetFaults
 // makes it answer a deterministic, seeded fraction of requests with 5xx
@@ -17,6 +19,7 @@ package s3test
 import (
 	"bytes"
 	"encoding/hex"
+	"encoding/xml"
 	"fmt"
 	"maps"
 	"net/http"
@@ -59,7 +62,7 @@ func Start(buckets ...string) (*Server, error) {
 	}
 	s := &Server{counts: map[string]int64{}, backend: backend, seen: map[uint64]uint64{},
 		injected: map[Kind]int64{}, closing: make(chan struct{})}
-	h := gofakes3.New(backend).Server()
+	h := withUploadListings(gofakes3.New(backend).Server())
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.total.Add(1)
 		n := s.inFlight.Add(1)
@@ -93,6 +96,35 @@ func (s *Server) URI(bucket, prefix string) string {
 func (s *Server) Put(bucket, key string, data []byte) error {
 	_, err := s.backend.PutObject(bucket, key, map[string]string{}, bytes.NewReader(data), int64(len(data)), nil)
 	return err
+}
+
+// withUploadListings answers the listings of a bucket's incomplete multipart
+// uploads through h, except that where h answers NoSuchUpload because the
+// bucket never had one (gofakes3 does), it answers an empty listing, as S3
+// does.
+func withUploadListings(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bucket := strings.Trim(r.URL.Path, "/")
+		if r.Method != http.MethodGet || !r.URL.Query().Has("uploads") || strings.Contains(bucket, "/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != http.StatusNotFound || !bytes.Contains(rec.Body.Bytes(), []byte("NoSuchUpload")) {
+			maps.Copy(w.Header(), rec.Header())
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		var prefix bytes.Buffer
+		xml.EscapeText(&prefix, []byte(r.URL.Query().Get("prefix")))
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+			`<ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">`+
+			`<Bucket>%s</Bucket><Prefix>%s</Prefix><MaxUploads>1000</MaxUploads><IsTruncated>false</IsTruncated>`+
+			`</ListMultipartUploadsResult>`, bucket, prefix.String())
+	})
 }
 
 // Overwrite replaces the object at key, which must exist, with data, keeping
