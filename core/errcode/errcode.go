@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"syscall"
 )
 
 // Code classifies an error. The zero value means success.
@@ -29,10 +30,14 @@ const (
 	Closed          Code = 7 // the object was closed or released
 	Canceled        Code = 8 // the context was canceled or its deadline passed
 	AlreadyExists   Code = 9 // a table, version or object that must be new exists
+	// PermissionDenied: the store refused the credentials, or none were found.
+	PermissionDenied Code = 10
+	// ResourceExhausted: a resource of this host ran out (open files).
+	ResourceExhausted Code = 11
 )
 
 var names = [...]string{"OK", "Internal", "InvalidArgument", "NotFound", "Corrupt",
-	"Changed", "Unavailable", "Closed", "Canceled", "AlreadyExists"}
+	"Changed", "Unavailable", "Closed", "Canceled", "AlreadyExists", "PermissionDenied", "ResourceExhausted"}
 
 func (c Code) String() string {
 	if c >= 0 && int(c) < len(names) {
@@ -76,15 +81,17 @@ func (s sentinel) Error() string { return "croupier: " + Code(s).String() }
 // Sentinels for errors.Is, one per code: errors.Is(err, ErrX) holds when an
 // *Error of code X is in err's chain.
 var (
-	ErrInternal        error = sentinel(Internal)
-	ErrInvalidArgument error = sentinel(InvalidArgument)
-	ErrNotFound        error = sentinel(NotFound)
-	ErrCorrupt         error = sentinel(Corrupt)
-	ErrChanged         error = sentinel(Changed)
-	ErrUnavailable     error = sentinel(Unavailable)
-	ErrClosed          error = sentinel(Closed)
-	ErrCanceled        error = sentinel(Canceled)
-	ErrAlreadyExists   error = sentinel(AlreadyExists)
+	ErrInternal          error = sentinel(Internal)
+	ErrInvalidArgument   error = sentinel(InvalidArgument)
+	ErrNotFound          error = sentinel(NotFound)
+	ErrCorrupt           error = sentinel(Corrupt)
+	ErrChanged           error = sentinel(Changed)
+	ErrUnavailable       error = sentinel(Unavailable)
+	ErrClosed            error = sentinel(Closed)
+	ErrCanceled          error = sentinel(Canceled)
+	ErrAlreadyExists     error = sentinel(AlreadyExists)
+	ErrPermissionDenied  error = sentinel(PermissionDenied)
+	ErrResourceExhausted error = sentinel(ResourceExhausted)
 )
 
 // New returns an *Error with the given code whose cause is a formatted message.
@@ -105,7 +112,10 @@ func Wrap(err error, code Code, op, path string) error {
 }
 
 // Of returns the code of err: the outermost *Error's code, Canceled for
-// context errors, OK for nil and Internal for anything else.
+// context errors, ResourceExhausted for running out of file descriptors
+// (EMFILE, ENFILE), OK for nil and Internal for anything else. Wrap keeps
+// those, so that whatever the operation, too many open files never reads as
+// a bad argument.
 func Of(err error) Code {
 	if err == nil {
 		return OK
@@ -116,6 +126,9 @@ func Of(err error) Code {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return Canceled
+	}
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return ResourceExhausted
 	}
 	return Internal
 }

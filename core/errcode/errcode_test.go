@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -82,5 +84,16 @@ func TestRecover(t *testing.T) {
 	}
 	if err := ok(); err == nil || err.Error() != "kept" {
 		t.Errorf("no panic: %v", err)
+	}
+}
+
+// TestTooManyOpenFiles: running out of descriptors keeps its class through
+// Wrap, whatever code the caller suggests.
+func TestTooManyOpenFiles(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE} {
+		err := errcode.Wrap(&os.PathError{Op: "open", Path: "/d/f", Err: errno}, errcode.InvalidArgument, "open location", "file:///d")
+		if errcode.Of(err) != errcode.ResourceExhausted || !errors.Is(err, errcode.ErrResourceExhausted) {
+			t.Errorf("%v: code %s, want ResourceExhausted", err, errcode.Of(err))
+		}
 	}
 }

@@ -24,6 +24,10 @@ type Object struct {
 	Size    int64     `json:"size"`
 	ModTime time.Time `json:"mod_time"`
 	ETag    string    `json:"etag,omitempty"`
+	// Generation is the version's generation number on GCS (0 elsewhere).
+	Generation int64 `json:"generation,omitempty"`
+	// Inode is the file's inode number on file:// (0 elsewhere).
+	Inode uint64 `json:"inode,omitempty"`
 }
 
 // Stat returns the current identity of the object at key.
@@ -33,7 +37,9 @@ func (l *Location) Stat(ctx context.Context, key string) (Object, error) {
 		if err != nil {
 			return Object{}, err
 		}
-		return Object{Key: key, Size: a.Size, ModTime: a.ModTime, ETag: a.ETag}, nil
+		o := Object{Key: key, Size: a.Size, ModTime: a.ModTime, ETag: a.ETag}
+		identify(&o, a.As)
+		return o, nil
 	})
 }
 
@@ -202,17 +208,18 @@ func (l *Location) Match(ctx context.Context) ([]Object, error) {
 	return objs, nil
 }
 
-// ReaderAt reads one pinned object at random offsets. Each read checks that the
-// object is still the pinned one (same size and modification time) and fails
-// with errcode.Changed naming the object otherwise. It implements
-// io.ReaderAt, io.Reader and io.Seeker for decoders that need all three.
+// ReaderAt reads one pinned object at random offsets. Each read is
+// conditional on the object still being the pinned version (see Matches and
+// conditional) and fails with errcode.Changed naming the object otherwise. It
+// implements io.ReaderAt, io.Reader and io.Seeker for decoders that need all
+// three.
 type ReaderAt struct {
 	ctx   context.Context
 	loc   *Location
 	obj   Object
 	pos   int64
 	reads atomic.Int64
-	seen  atomic.Pointer[time.Time] // the modification time the last read reported
+	seen  atomic.Pointer[Object] // the version the last read found
 }
 
 // NewReaderAt returns a reader of obj that uses ctx for its requests.
@@ -220,14 +227,15 @@ func (l *Location) NewReaderAt(ctx context.Context, obj Object) *ReaderAt {
 	return &ReaderAt{ctx: ctx, loc: l, obj: obj}
 }
 
-// ModTime returns the modification time the store reported on the reader's
-// last read (zero before one): with an obj of zero ModTime, reads check only
-// the size, and this tells which version they read.
-func (r *ReaderAt) ModTime() time.Time {
-	if t := r.seen.Load(); t != nil {
-		return *t
+// Seen returns the identity of the version the reader's last read found (the
+// zero Object before one), as far as the store reports it with the data:
+// with an obj that records only a size, reads check only the size, and this
+// tells which version they read.
+func (r *ReaderAt) Seen() Object {
+	if o := r.seen.Load(); o != nil {
+		return *o
 	}
-	return time.Time{}
+	return Object{}
 }
 
 // Size returns the pinned size of the object.
@@ -250,25 +258,30 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	}
 	got, err := retry(r.ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
 		r.reads.Add(1)
-		rr, err := r.loc.Bucket.NewRangeReader(ctx, r.obj.Key, off, n, nil)
-		if err != nil {
-			if Code(err) == errcode.NotFound {
-				return 0, errcode.New(errcode.Changed, "read", where, "pinned file vanished")
-			}
+		opts, found := r.obj.conditional()
+		rr, err := r.loc.Bucket.NewRangeReader(ctx, r.obj.Key, off, n, opts)
+		var changed *changedError
+		switch {
+		case errors.As(err, &changed):
+			return 0, errcode.Wrap(changed, errcode.Changed, "read", where)
+		case Code(err) == errcode.NotFound:
+			return 0, errcode.New(errcode.Changed, "read", where, "pinned file vanished")
+		case Code(err) == errcode.Changed:
+			return 0, errcode.Wrap(fmt.Errorf("pinned file changed: the store no longer holds the pinned version (%s): %w",
+				r.obj, err), errcode.Changed, "read", where)
+		case err != nil:
 			return 0, err
 		}
 		defer rr.Close()
-		if rr.Size() != r.obj.Size || (!r.obj.ModTime.IsZero() && !rr.ModTime().Equal(r.obj.ModTime)) {
-			return 0, errcode.New(errcode.Changed, "read", where,
-				"pinned file changed (size %d, modified %s; pinned size %d, modified %s)",
-				rr.Size(), rr.ModTime().UTC().Format(time.RFC3339Nano), r.obj.Size, r.obj.ModTime.UTC().Format(time.RFC3339Nano))
+		seen := observed(rr, found())
+		if !r.obj.Matches(seen) {
+			return 0, errcode.Wrap(&changedError{pinned: r.obj, found: seen}, errcode.Changed, "read", where)
 		}
 		got, err := io.ReadFull(rr, p[:n])
 		if err != nil {
 			return got, shortRead(err, got, int(n), off)
 		}
-		mod := rr.ModTime()
-		r.seen.Store(&mod)
+		r.seen.Store(&seen)
 		return got, nil
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"syscall"
@@ -13,8 +14,8 @@ import (
 	// backoff/v5 (v5.0.3, the newest release the module proxy serves) runs
 	// the retry loop: bounded tries, permanent errors, waits that end when
 	// the context does. It is small, dependency-free and widely used (the
-	// OpenTelemetry exporters retry with it); its ExponentialBackOff gives
-	// full jitter with RandomizationFactor 1 (see RetryPolicy.backOff).
+	// OpenTelemetry exporters retry with it). The waits are RetryPolicy.delay,
+	// which the SDK's retries of uploads share.
 	"github.com/cenkalti/backoff/v5"
 	"gocloud.dev/gcerrors"
 
@@ -39,8 +40,10 @@ import (
 // Transient failures are the store being unavailable (5xx answers, throttling,
 // network errors, connection resets), an attempt timing out, and a body that
 // ends before its Content-Length. Nothing else is retried: not NotFound, not a
-// pinned object that changed (errcode.Changed), not an invalid argument or a
-// permission error, and never the caller's own cancellation or deadline.
+// pinned object that changed (errcode.Changed), not an invalid argument, a
+// permission error or an exhausted resource of this host, and never the
+// caller's own cancellation or deadline (see classify). On s3:// the SDK
+// retries uploads under the same policy and classification (uploadRetryer).
 //
 // The worst case of a failing read is therefore Attempts·AttemptTimeout plus
 // the waits (at most the sum of the capped delays); with the defaults, about
@@ -112,18 +115,26 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// backOff returns the waits between attempts. backoff's ExponentialBackOff
-// draws from [(1-r)·I, (1+r)·I] for an interval I that grows by Multiplier
-// up to MaxInterval; with r = 1 and halved intervals that is exactly full
-// jitter, uniform on [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)].
-func (p RetryPolicy) backOff() backoff.BackOff {
-	return &backoff.ExponentialBackOff{
-		InitialInterval:     p.BaseDelay / 2,
-		RandomizationFactor: 1,
-		Multiplier:          2,
-		MaxInterval:         p.MaxDelay / 2,
+// delay returns the wait before retry n (n = 1, 2, …): uniform on
+// [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)], "full jitter". The retries of
+// croupier's own requests (retry) and the SDK's retries of uploads (see
+// openS3) both wait this long.
+func (p RetryPolicy) delay(n int) time.Duration {
+	ceiling := p.MaxDelay
+	if n <= 31 && p.BaseDelay<<(n-1) < ceiling && p.BaseDelay<<(n-1) > 0 {
+		ceiling = p.BaseDelay << (n - 1)
 	}
+	return rand.N(ceiling + 1)
 }
+
+// waits is the backoff.BackOff of retry: p.delay(1), p.delay(2), ….
+type waits struct {
+	p RetryPolicy
+	n int
+}
+
+func (w *waits) NextBackOff() time.Duration { w.n++; return w.p.delay(w.n) }
+func (w *waits) Reset()                     { w.n = 0 }
 
 // transientError marks an error that an operation knows to be transient
 // although its classification says otherwise (see List).
@@ -131,34 +142,74 @@ type transientError struct{ error }
 
 func (e transientError) Unwrap() error { return e.error }
 
-// transient reports whether err, from one attempt whose caller's context is
-// still live, is worth another attempt.
-func transient(err error) bool {
+// classify decides, once for every request croupier makes (reads, writes,
+// and the uploads the AWS SDK retries for it), what a failed attempt means:
+// its code, and whether another attempt is worth making. Three kinds:
+//
+//   - transient, retried: the store unavailable (5xx, 408, 429, throttling),
+//     network errors and resets, an attempt past its deadline, a body cut
+//     short: Unavailable;
+//   - exhausted, never retried: a resource of this host ran out (EMFILE,
+//     ENFILE): ResourceExhausted. Retrying cannot free it, and failing at
+//     once says which limit to raise;
+//   - permanent, never retried: the request's own fault or a final verdict.
+//     croupier's own errors keep their code; missing or refused credentials
+//     are PermissionDenied; a name too long and other 4xx answers are
+//     InvalidArgument; 404 is NotFound; 412 (a read's precondition) and 416
+//     (a range past the end of an object pinned larger) are Changed.
+func classify(err error) (code errcode.Code, again bool) {
 	var te transientError
-	if errors.As(err, &te) {
-		return true
-	}
 	var ce *errcode.Error
-	if errors.As(err, &ce) {
-		return false // croupier's own verdicts (Changed, Corrupt, …) are final
+	var creds *noCredentialsError
+	switch {
+	case errors.As(err, &te):
+		return errcode.Unavailable, true
+	case errors.As(err, &ce):
+		return ce.Code, false
+	case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE):
+		return errcode.ResourceExhausted, false
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return errcode.InvalidArgument, false
+	case errors.As(err, &creds):
+		return errcode.PermissionDenied, false
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED):
+		return errcode.Unavailable, true
 	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) {
-		return true
-	}
-	// An HTTP answer in the 4xx range is the request's fault, except a
-	// timeout or throttling answer (as AWS's SDK response errors report it).
 	var status interface{ HTTPStatusCode() int }
 	if errors.As(err, &status) {
-		if c := status.HTTPStatusCode(); c >= 400 && c < 500 && c != http.StatusRequestTimeout && c != http.StatusTooManyRequests {
-			return false
+		switch c := status.HTTPStatusCode(); {
+		case c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500:
+			return errcode.Unavailable, true
+		case c == http.StatusUnauthorized || c == http.StatusForbidden:
+			return errcode.PermissionDenied, false
+		case c == http.StatusNotFound:
+			return errcode.NotFound, false
+		case c == http.StatusPreconditionFailed || c == http.StatusRequestedRangeNotSatisfiable:
+			return errcode.Changed, false
+		case c >= 400:
+			return errcode.InvalidArgument, false
 		}
 	}
 	switch gcerrors.Code(err) {
+	case gcerrors.OK:
+		return errcode.OK, false
+	case gcerrors.NotFound:
+		return errcode.NotFound, false
+	case gcerrors.InvalidArgument:
+		return errcode.InvalidArgument, false
+	case gcerrors.Canceled:
+		return errcode.Canceled, false
+	case gcerrors.FailedPrecondition:
+		return errcode.Changed, false
+	case gcerrors.AlreadyExists:
+		return errcode.AlreadyExists, false
+	case gcerrors.PermissionDenied:
+		return errcode.PermissionDenied, false
 	case gcerrors.Unknown, gcerrors.Internal, gcerrors.ResourceExhausted, gcerrors.DeadlineExceeded:
-		return true
+		return errcode.Unavailable, true
 	}
-	return false
+	return errcode.Unavailable, false
 }
 
 // retry runs attempt under policy p until it succeeds, fails for good, or
@@ -183,13 +234,14 @@ func retry[T any](ctx context.Context, p RetryPolicy, op, where string, attempt 
 		case errors.Is(actx.Err(), context.DeadlineExceeded):
 			last = fmt.Errorf("no answer within %s: %w", p.AttemptTimeout, err)
 		default:
-			last, final = err, !transient(err)
+			_, again := classify(err)
+			last, final = err, !again
 		}
 		if final {
 			return v, backoff.Permanent(last)
 		}
 		return v, last
-	}, backoff.WithBackOff(p.backOff()), backoff.WithMaxTries(uint(p.Attempts)), backoff.WithMaxElapsedTime(0))
+	}, backoff.WithBackOff(&waits{p: p}), backoff.WithMaxTries(uint(p.Attempts)), backoff.WithMaxElapsedTime(0))
 	var ce *errcode.Error
 	switch {
 	case err == nil:

@@ -52,6 +52,9 @@ const objSize = 64 << 10
 // returns exactly the stored bytes, and the faults did happen.
 func TestReadsSurviveFaults(t *testing.T) {
 	s, loc, data := faultyStore(t)
+	// Eight attempts: a request fails all of them once in 7,000, where with
+	// four one of the test's hundred or so requests would, for most seeds.
+	loc.Retry.Attempts = 8
 	ctx := context.Background()
 	s.SetFaults(s3test.Faults{Rate: 0.33, Seed: 1, Stall: 5 * time.Second, Spike: 20 * time.Millisecond})
 	obj, err := loc.Stat(ctx, "data/obj")

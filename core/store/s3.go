@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -18,9 +20,11 @@ import (
 
 // selfRetried are the S3 operations that this package retries itself, under
 // a RetryPolicy; the SDK tries them once. Uploads are not among them: the SDK
-// retries each part of a streamed upload, which only it can replay.
+// retries each part of a streamed upload, which only it can replay, under
+// uploadRetryer.
 var selfRetried = map[string]bool{
 	"GetObject": true, "HeadObject": true, "ListObjectsV2": true, "ListObjects": true, "DeleteObject": true,
+	"ListMultipartUploads": true,
 }
 
 // withoutSDKRetries replaces the SDK's retry middleware of a selfRetried
@@ -33,12 +37,34 @@ func withoutSDKRetries(stack *middleware.Stack) error {
 	return err
 }
 
+// uploadRetryer is the SDK's retryer of the operations it retries for
+// croupier (uploads): the attempts and waits of p, and classify's verdicts, so
+// that an upload retries what every other request does, throttling (429, 503
+// SlowDown) included, and nothing else. The SDK's client-side retry quota is
+// off: it would fail uploads during a long burst of throttling that the
+// policy is there to ride out.
+func uploadRetryer(p RetryPolicy) aws.Retryer {
+	return awsretry.NewStandard(func(o *awsretry.StandardOptions) {
+		o.MaxAttempts = p.Attempts
+		o.Backoff = awsretry.BackoffDelayerFunc(func(attempt int, _ error) (time.Duration, error) {
+			return p.delay(attempt), nil
+		})
+		o.RateLimiter = ratelimit.None
+		o.Retryables = []awsretry.IsErrorRetryable{awsretry.IsErrorRetryableFunc(func(err error) aws.Ternary {
+			if _, again := classify(err); again {
+				return aws.TrueTernary
+			}
+			return aws.FalseTernary
+		})}
+	})
+}
+
 // openS3 opens an s3:// bucket with gocloud's s3blob URL opener, which parses
 // and checks every query parameter, then rebuilds the bucket on a copy of its
 // client whose selfRetried operations the SDK does not retry (see the package
-// doc). The bucket options that the opener keeps to itself are taken from the
-// query again.
-func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
+// doc) and whose uploads it retries under p. The bucket options that the
+// opener keeps to itself are taken from the query again.
+func openS3(ctx context.Context, u *url.URL, p RetryPolicy) (*blob.Bucket, error) {
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
 		return nil, err
@@ -50,6 +76,10 @@ func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	}
 	opts := client.Options()
 	opts.APIOptions = append(opts.APIOptions, withoutSDKRetries)
+	opts.Retryer = uploadRetryer(p)
+	if _, anonymous := opts.Credentials.(aws.AnonymousCredentials); opts.Credentials != nil && !anonymous {
+		opts.Credentials = credentialChain{opts.Credentials}
+	}
 	q := u.Query()
 	bopts := &s3blob.Options{KMSEncryptionID: q.Get("kmskeyid"), RequestChecksumCalculation: opts.RequestChecksumCalculation}
 	if v := q.Get("ssetype"); v != "" {
@@ -60,4 +90,70 @@ func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 		}
 	}
 	return s3blob.OpenBucket(ctx, s3.New(opts), u.Host, bopts)
+}
+
+// credentialChain is the SDK's chain of credential providers, whose failure
+// it marks as a noCredentialsError: the SDK reports it as an untyped error.
+type credentialChain struct{ aws.CredentialsProvider }
+
+func (c credentialChain) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	v, err := c.CredentialsProvider.Retrieve(ctx)
+	if err != nil && ctx.Err() == nil {
+		return v, &noCredentialsError{err}
+	}
+	return v, err
+}
+
+// noCredentialsError says that no AWS credentials were found, and where they
+// were looked for.
+type noCredentialsError struct{ err error }
+
+func (e *noCredentialsError) Error() string {
+	return "no usable AWS credentials: looked for AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, " +
+		"AWS_PROFILE and the profiles of ~/.aws/config and ~/.aws/credentials, web identity (AWS_WEB_IDENTITY_TOKEN_FILE), " +
+		"container credentials (AWS_CONTAINER_CREDENTIALS_*) and the EC2 instance role; " +
+		"for a public bucket add anonymous=true to the URI: " + e.err.Error()
+}
+
+func (e *noCredentialsError) Unwrap() error { return e.err }
+
+// AbortUploads aborts the incomplete multipart uploads to keys under prefix
+// that were started before cutoff, and returns the URIs of the objects they
+// were to create. A writer killed during a multipart upload leaves one
+// behind: it is in no listing of objects, yet the store keeps (and bills) its
+// parts until it is aborted. Only S3 has such uploads to list; GCS and Azure
+// expire unfinished uploads themselves (resumable uploads after a week,
+// uncommitted blocks after seven days), and file:// and mem:// have none.
+func (l *Location) AbortUploads(ctx context.Context, prefix string, cutoff time.Time) ([]string, error) {
+	var client *s3.Client
+	if !l.Bucket.As(&client) {
+		return nil, nil
+	}
+	bucket := strings.TrimSuffix(strings.TrimPrefix(l.base, s3blob.Scheme+"://"), "/")
+	var aborted []string
+	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(prefix)}
+	for {
+		page, err := retry(ctx, l.Retry, "list uploads", l.ObjectURI(prefix), func(ctx context.Context) (*s3.ListMultipartUploadsOutput, error) {
+			return client.ListMultipartUploads(ctx, in)
+		})
+		if err != nil {
+			return aborted, err
+		}
+		for _, u := range page.Uploads {
+			if u.Initiated == nil || !u.Initiated.Before(cutoff) {
+				continue
+			}
+			key := aws.ToString(u.Key)
+			_, err := client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(bucket), Key: u.Key, UploadId: u.UploadId})
+			var gone *types.NoSuchUpload
+			if err != nil && !errors.As(err, &gone) {
+				return aborted, wrap(err, "abort upload", l.ObjectURI(key))
+			}
+			aborted = append(aborted, l.ObjectURI(key))
+		}
+		if !aws.ToBool(page.IsTruncated) {
+			return aborted, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = page.NextKeyMarker, page.NextUploadIdMarker
+	}
 }

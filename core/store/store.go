@@ -22,10 +22,13 @@
 // directly (see below).
 //
 // On s3:// the AWS SDK's own retries are turned off for the requests this
-// package retries (GetObject, HeadObject, ListObjects, DeleteObject), so that
+// package retries (GetObject, HeadObject, ListObjects, DeleteObject,
+// ListMultipartUploads), so that
 // one policy with one per-attempt deadline governs them; uploads (PutObject
 // and the multipart calls) keep the SDK's retries, because a streamed upload
-// can only be replayed part by part by the SDK, which holds the part. Other
+// can only be replayed part by part by the SDK, which holds the part, but
+// under the Location's policy and this package's classification of errors
+// (uploadRetryer). Other
 // stores' SDKs (GCS, Azure) keep their own retries inside each attempt, under
 // its deadline.
 //
@@ -52,7 +55,6 @@ import (
 	_ "gocloud.dev/blob/gcsblob"   // gs:// URLs
 	"gocloud.dev/blob/memblob"
 	"gocloud.dev/blob/s3blob"
-	"gocloud.dev/gcerrors"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -98,15 +100,16 @@ func memBucket(name string) *blob.Bucket {
 // Open parses uri and opens its bucket. It refuses a URI that carries
 // credentials (see the package doc).
 func Open(ctx context.Context, uri string) (*Location, error) {
-	loc, err := open(ctx, uri)
+	p := currentPolicy()
+	loc, err := open(ctx, uri, p)
 	if err != nil {
 		return nil, err
 	}
-	loc.Retry = currentPolicy()
+	loc.Retry = p
 	return loc, nil
 }
 
-func open(ctx context.Context, uri string) (*Location, error) {
+func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 	const op = "open location"
 	where := redact(uri)
 	u, err := url.Parse(uri)
@@ -138,12 +141,16 @@ func open(ctx context.Context, uri string) (*Location, error) {
 	bucketURL.Path = ""
 	var b *blob.Bucket
 	if u.Scheme == s3blob.Scheme {
-		b, err = openS3(ctx, &bucketURL)
+		b, err = openS3(ctx, &bucketURL, p)
 	} else {
 		b, err = blob.OpenBucket(ctx, bucketURL.String())
 	}
 	if err != nil {
-		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, where)
+		code := errcode.InvalidArgument
+		if c := Code(err); c == errcode.ResourceExhausted || c == errcode.PermissionDenied {
+			code = c
+		}
+		return nil, errcode.Wrap(err, code, op, where)
 	}
 	return &Location{URI: uri, Bucket: b, Key: strings.TrimPrefix(u.Path, "/"),
 		base: u.Scheme + "://" + u.Host + "/"}, nil
@@ -259,25 +266,17 @@ func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
 // carries the query of the location's URI, which may hold credentials.
 func (l *Location) ObjectURI(key string) string { return l.base + key }
 
-// Code classifies an error returned by gocloud.dev/blob.
+// Code classifies an error returned by gocloud.dev/blob (see classify); a
+// context's cancellation or deadline is Canceled.
 func Code(err error) errcode.Code {
-	switch gcerrors.Code(err) {
-	case gcerrors.OK:
+	switch {
+	case err == nil:
 		return errcode.OK
-	case gcerrors.NotFound:
-		return errcode.NotFound
-	case gcerrors.InvalidArgument:
-		return errcode.InvalidArgument
-	case gcerrors.Canceled, gcerrors.DeadlineExceeded:
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return errcode.Canceled
-	case gcerrors.FailedPrecondition:
-		return errcode.Changed
-	case gcerrors.AlreadyExists:
-		return errcode.AlreadyExists
-	case gcerrors.ResourceExhausted, gcerrors.Internal, gcerrors.PermissionDenied:
-		return errcode.Unavailable
 	}
-	return errcode.Unavailable
+	code, _ := classify(err)
+	return code
 }
 
 // wrap classifies a blob error and names the operation and object.

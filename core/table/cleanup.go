@@ -31,6 +31,9 @@ type CleanupOptions struct {
 type CleanupResult struct {
 	DeletedVersions []int64  `json:"deleted_versions"`
 	DeletedFiles    []string `json:"deleted_files"` // object URIs
+	// AbortedUploads are the objects of the incomplete multipart uploads
+	// aborted (S3 only): uploads of data files by writers that died.
+	AbortedUploads []string `json:"aborted_uploads"`
 }
 
 // Cleanup deletes the manifests of the versions that are neither among the
@@ -38,13 +41,16 @@ type CleanupResult struct {
 // snapshots older than a time but retains the last n), then the data files
 // that no kept version references and that are older than the grace period
 // (files of removed versions and orphans of crashed writers), and stale
-// temporary files of interrupted commits (in _tmp/). Manifests go first,
+// temporary files of interrupted commits (in _tmp/), and aborts the
+// incomplete multipart uploads under the table's folder started before the
+// grace period (those of writers killed while uploading a data file; see
+// store.Location.AbortUploads). Manifests go first,
 // oldest first, so that a Cleanup interrupted at any point leaves every
 // remaining version readable. Readers holding a pin of a removed version fail
 // with errcode.Changed naming the vanished file.
 func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResult, error) {
 	const op = "cleanup"
-	res := CleanupResult{DeletedVersions: []int64{}, DeletedFiles: []string{}}
+	res := CleanupResult{DeletedVersions: []int64{}, DeletedFiles: []string{}, AbortedUploads: []string{}}
 	if opts.KeepLast < 1 {
 		return res, errcode.New(errcode.InvalidArgument, op, uri, "keep_last must be at least 1, got %d", opts.KeepLast)
 	}
@@ -115,5 +121,7 @@ func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResul
 		}
 	}
 	slices.Sort(res.DeletedFiles)
-	return res, nil
+	aborted, err := loc.AbortUploads(ctx, loc.Join(""), cutoff)
+	res.AbortedUploads = append(res.AbortedUploads, aborted...)
+	return res, err
 }

@@ -84,8 +84,8 @@ func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog,
 }
 
 // fetchFooter reads the raw Thrift footer of obj from the store, and returns
-// it with the identity of the version read: obj, with the modification time
-// the store reported when obj has none.
+// it with the identity of the version read: obj, or what the store reported
+// with the data when obj has no modification time (a listed size only).
 func fetchFooter(ctx context.Context, loc *store.Location, obj store.Object) ([]byte, store.Object, error) {
 	const op = "read footer"
 	where := loc.ObjectURI(obj.Key)
@@ -99,7 +99,7 @@ func fetchFooter(ctx context.Context, loc *store.Location, obj store.Object) ([]
 		return nil, obj, err
 	}
 	if obj.ModTime.IsZero() { // a second read must be of the same version
-		obj.ModTime = r.ModTime()
+		obj = r.Seen()
 		r = loc.NewReaderAt(ctx, obj)
 	}
 	if !bytes.Equal(tail[n-4:], magic) {

@@ -491,7 +491,7 @@ func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object,
 			}
 			objs[i], err = loc.Stat(gctx, f.Key)
 			tail.Wait()
-			if err == nil && raw != nil && read.Size == objs[i].Size && read.ModTime.Equal(objs[i].ModTime) {
+			if err == nil && raw != nil && objs[i].Matches(read) {
 				early[i] = raw
 			}
 			return err
@@ -736,9 +736,9 @@ func (t *Table) Verify(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if obj.Size != f.Size || !obj.ModTime.Equal(f.ModTime) || obj.ETag != f.ETag {
+			if !f.Matches(obj) {
 				return errcode.New(errcode.Changed, "verify pinned version "+t.pin.Version, where,
-					"pinned file changed (size %d, etag %s; pinned size %d, etag %s)", obj.Size, obj.ETag, f.Size, f.ETag)
+					"pinned file changed (%s; pinned %s)", obj, f.Object)
 			}
 			return nil
 		})

@@ -22,6 +22,8 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "NotFoundError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
     "StatusCode",
     "UnavailableError",
     "error_class",
@@ -41,6 +43,8 @@ class StatusCode(IntEnum):
     CLOSED = 7
     CANCELED = 8
     ALREADY_EXISTS = 9
+    PERMISSION_DENIED = 10
+    RESOURCE_EXHAUSTED = 11
 
 
 class CroupierError(Exception):
@@ -103,6 +107,21 @@ class AlreadyExistsError(CroupierError, FileExistsError):
     code = StatusCode.ALREADY_EXISTS
 
 
+class PermissionDeniedError(CroupierError, PermissionError):
+    """The store refused the credentials, or no credentials were found.
+
+    The message says which credentials were looked for.
+    """
+
+    code = StatusCode.PERMISSION_DENIED
+
+
+class ResourceExhaustedError(CroupierError, OSError):
+    """A resource of this host ran out, such as open file descriptors."""
+
+    code = StatusCode.RESOURCE_EXHAUSTED
+
+
 class ForkError(CroupierError, RuntimeError):
     """The Go core was loaded in a parent process before ``fork()``.
 
@@ -126,6 +145,8 @@ _CLASSES: dict[StatusCode, type[CroupierError]] = {
         ClosedError,
         CanceledError,
         AlreadyExistsError,
+        PermissionDeniedError,
+        ResourceExhaustedError,
     )
 }
 

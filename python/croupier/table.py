@@ -201,8 +201,10 @@ def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str
     Versions younger than ``grace`` seconds (default: a day; 0: none) are kept
     too, and only data files that no kept version references and that are
     older than ``grace`` are deleted: this protects appends in flight, which
-    must take less than ``grace``. Returns
-    ``{"deleted_versions": [...], "deleted_files": [...]}``.
+    must take less than ``grace``. On S3 it also aborts the incomplete
+    multipart uploads under the table's folder started before ``grace`` (left
+    by writers killed while uploading). Returns ``{"deleted_versions": [...],
+    "deleted_files": [...], "aborted_uploads": [...]}``.
     """
     options: dict[str, Any] = {"keep_last": _args.integer("keep_last", keep_last, 1)}
     if grace is not None:

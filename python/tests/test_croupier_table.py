@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import pickle
+import random
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -142,3 +146,42 @@ def test_store_ignoring_conditional_writes_is_refused(tmp_path: Path) -> None:
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def _random_rows(seed: int) -> pa.Table:
+    """Incompressible rows: tables from two seeds have data files of one size."""
+    return pa.table({"x": pa.array(random.Random(seed).getrandbits(63) for _ in range(1000))})
+
+
+def _read_everything(tbl: cr.Table) -> None:
+    for _ in cr.StreamingDataset(tbl, global_batch_size=100, num_splits=1, format="arrow"):
+        pass
+
+
+def test_same_size_rewrite_is_changed(tmp_path: Path) -> None:
+    """A data file replaced by one of the same size and modification time, to the
+    nanosecond, fails every read path with ChangedError naming it."""
+    table_uri = f"file://{tmp_path}/t"
+    pinned = cr.create_table(table_uri, _random_rows(1))
+    cr.create_table(f"file://{tmp_path}/other", _random_rows(2)).close()
+    (victim,) = (tmp_path / "t" / "data").glob("*.parquet")
+    (replacement,) = (tmp_path / "other" / "data").glob("*.parquet")
+    assert victim.stat().st_size == replacement.stat().st_size, "the test needs files of one size"
+    pickled = pickle.dumps(pinned)
+
+    st = victim.stat()
+    tmp = victim.with_suffix(".new")
+    shutil.copyfile(replacement, tmp)
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, victim)
+    assert victim.stat().st_mtime_ns == st.st_mtime_ns
+
+    opens = {
+        "open": lambda: cr.open_table(table_uri),
+        "version": lambda: cr.open_table(table_uri, version=1),
+        "unpickled pin": lambda: pickle.loads(pickled),
+    }
+    for path, reopen in opens.items():
+        with pytest.raises(cr.ChangedError, match=victim.name) as info:
+            _read_everything(reopen())
+        assert "pinned file changed" in str(info.value), path

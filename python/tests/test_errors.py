@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,10 +73,43 @@ def test_error_classes() -> None:
     assert error_class(StatusCode.UNAVAILABLE) is cr.UnavailableError
     assert issubclass(cr.UnavailableError, ConnectionError)
     assert issubclass(cr.ForkError, RuntimeError)
+    assert error_class(StatusCode.PERMISSION_DENIED) is cr.PermissionDeniedError
+    assert issubclass(cr.PermissionDeniedError, PermissionError)
+    assert error_class(StatusCode.RESOURCE_EXHAUSTED) is cr.ResourceExhaustedError
+    assert issubclass(cr.ResourceExhaustedError, OSError)
     assert error_class(99) is cr.InternalError
     for code in StatusCode:
         if code != StatusCode.OK:
             assert error_class(code).code == code
+
+
+_NO_CREDENTIALS = """
+import croupier as cr
+try:
+    cr.open_table("s3://bucket/t?endpoint=http://127.0.0.1:9&use_path_style=true&region=us-east-1&disable_https=true")
+except PermissionError as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_missing_credentials(tmp_path: Path) -> None:
+    """No AWS credentials anywhere: PermissionDeniedError (a PermissionError) saying
+    which credentials were looked for, at once (no request is sent unsigned)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_CREDENTIALS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.startswith("PermissionDeniedError "), out.stdout + out.stderr
+    assert "AWS_ACCESS_KEY_ID" in out.stdout
 
 
 def test_credentials_in_uri_refused() -> None:

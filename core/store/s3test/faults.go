@@ -38,13 +38,17 @@ const (
 	// LostResponse serves the request, then resets the connection instead
 	// of answering: the request took effect but the client cannot know it.
 	LostResponse
+	// Throttle answers 429 Too Many Requests with an S3 error document,
+	// without serving the request, as S3-compatible servers (and gateways
+	// in front of S3) throttle.
+	Throttle
 	numKinds
 )
 
 // AllKinds lists every kind of fault.
-var AllKinds = []Kind{ServerError, Stall, Reset, Truncate, Spike, LostResponse}
+var AllKinds = []Kind{ServerError, Stall, Reset, Truncate, Spike, LostResponse, Throttle}
 
-var kindNames = [...]string{"ServerError", "Stall", "Reset", "Truncate", "Spike", "LostResponse"}
+var kindNames = [...]string{"ServerError", "Stall", "Reset", "Truncate", "Spike", "LostResponse", "Throttle"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -155,11 +159,9 @@ func (s *Server) serveFaulty(w http.ResponseWriter, r *http.Request, next http.H
 		if ft.alt {
 			code, status, msg = "SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate."
 		}
-		w.Header().Set("Content-Type", "application/xml")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
-			`<Error><Code>%s</Code><Message>%s</Message><Resource>%s</Resource><RequestId>injected</RequestId></Error>`,
-			code, msg, r.URL.Path)
+		writeError(w, status, code, msg, r.URL.Path)
+	case Throttle:
+		writeError(w, http.StatusTooManyRequests, "TooManyRequests", "Please reduce your request rate.", r.URL.Path)
 	case Stall:
 		if s.wait(r, f.Stall) {
 			next.ServeHTTP(w, r)

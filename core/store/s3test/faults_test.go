@@ -67,6 +67,10 @@ func TestEachFaultKind(t *testing.T) {
 			if err != nil || (resp.StatusCode != 500 && resp.StatusCode != 503) || !bytes.Contains(b, []byte("<Error><Code>")) {
 				t.Errorf("%s: %v, %v, %q", k, resp, err, b)
 			}
+		case s3test.Throttle:
+			if err != nil || resp.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte("<Error><Code>TooManyRequests")) {
+				t.Errorf("%s: %v, %v, %q", k, resp, err, b)
+			}
 		case s3test.Stall:
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("%s: %v after %s, want the client's deadline", k, err, took)

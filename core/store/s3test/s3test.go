@@ -1,8 +1,12 @@
 // Package s3test runs an S3-compatible server (gofakes3 with its in-memory
 // backend) on a loopback port, for tests and benchmarks that need a real S3
-// protocol peer: signed HTTP requests, ranges, listings and conditional PUTs
+// protocol peer: signed HTTP requests, ranges, listings, conditional PUTs
 // (If-None-Match: *, checked under the backend's lock, so racing creates of one
-// key have exactly one winner).
+// key have exactly one winner) and conditional reads (If-Match on GET and HEAD,
+// answered 412 Precondition Failed when the object's ETag differs, which
+// gofakes3 itself ignores) and multipart uploads, whose incomplete ones it
+// lists and aborts (listing none, as S3 does, for a bucket that never had
+// one, where gofakes3 answers NoSuchUpload).
 //
 // A Server can also misbehave like a remote store on a bad day: SetFaults
 // makes it answer a deterministic, seeded fraction of requests with 5xx
@@ -14,7 +18,10 @@ package s3test
 
 import (
 	"bytes"
+	"encoding/hex"
+	"encoding/xml"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -57,7 +64,7 @@ func Start(buckets ...string) (*Server, error) {
 	}
 	s := &Server{counts: map[string]int64{}, backend: backend, seen: map[uint64]uint64{},
 		injected: map[Kind]int64{}, closing: make(chan struct{})}
-	h := gofakes3.New(backend).Server()
+	h := withUploadListings(gofakes3.New(backend).Server())
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.total.Add(1)
 		n := s.inFlight.Add(1)
@@ -72,6 +79,9 @@ func Start(buckets ...string) (*Server, error) {
 		s.mu.Unlock()
 		if r.Method == http.MethodPut && s.ignoreIfNoneMatch.Load() {
 			r.Header.Del("If-None-Match")
+		}
+		if !s.ifMatch(w, r) {
+			return
 		}
 		s.serveFaulty(&countingWriter{ResponseWriter: w, n: &s.served}, r, h)
 	}))
@@ -91,6 +101,80 @@ func (s *Server) URI(bucket, prefix string) string {
 func (s *Server) Put(bucket, key string, data []byte) error {
 	_, err := s.backend.PutObject(bucket, key, map[string]string{}, bytes.NewReader(data), int64(len(data)), nil)
 	return err
+}
+
+// withUploadListings answers the listings of a bucket's incomplete multipart
+// uploads through h, except that where h answers NoSuchUpload because the
+// bucket never had one (gofakes3 does), it answers an empty listing, as S3
+// does.
+func withUploadListings(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bucket := strings.Trim(r.URL.Path, "/")
+		if r.Method != http.MethodGet || !r.URL.Query().Has("uploads") || strings.Contains(bucket, "/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != http.StatusNotFound || !bytes.Contains(rec.Body.Bytes(), []byte("NoSuchUpload")) {
+			maps.Copy(w.Header(), rec.Header())
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		var prefix bytes.Buffer
+		xml.EscapeText(&prefix, []byte(r.URL.Query().Get("prefix")))
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+			`<ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">`+
+			`<Bucket>%s</Bucket><Prefix>%s</Prefix><MaxUploads>1000</MaxUploads><IsTruncated>false</IsTruncated>`+
+			`</ListMultipartUploadsResult>`, bucket, prefix.String())
+	})
+}
+
+// Overwrite replaces the object at key, which must exist, with data, keeping
+// the old object's Last-Modified: how a writer that replaces an object within
+// the same second looks to a reader, since Last-Modified has a resolution of
+// one second.
+func (s *Server) Overwrite(bucket, key string, data []byte) error {
+	old, err := s.backend.HeadObject(bucket, key)
+	if err != nil {
+		return err
+	}
+	old.Contents.Close()
+	_, err = s.backend.PutObject(bucket, key, maps.Clone(old.Metadata), bytes.NewReader(data), int64(len(data)), nil)
+	return err
+}
+
+// ifMatch answers a GET or HEAD whose If-Match names another ETag than the
+// object's with 412 Precondition Failed, as S3 does, and reports whether the
+// request is still to be served.
+func (s *Server) ifMatch(w http.ResponseWriter, r *http.Request) bool {
+	want := r.Header.Get("If-Match")
+	if want == "" || want == "*" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		return true
+	}
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	obj, err := s.backend.HeadObject(bucket, key)
+	if err != nil {
+		return true // gofakes3 answers for a missing object
+	}
+	obj.Contents.Close()
+	if `"`+hex.EncodeToString(obj.Hash)+`"` == want {
+		return true
+	}
+	writeError(w, http.StatusPreconditionFailed, "PreconditionFailed",
+		"At least one of the pre-conditions you specified did not hold", r.URL.Path)
+	return false
+}
+
+// writeError answers with an S3 error document.
+func writeError(w http.ResponseWriter, status int, code, msg, resource string) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+		`<Error><Code>%s</Code><Message>%s</Message><Resource>%s</Resource><RequestId>s3test</RequestId></Error>`,
+		code, msg, resource)
 }
 
 // Requests returns how many requests the server has answered.

@@ -1,0 +1,162 @@
+package table_test
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/table"
+)
+
+// randomRows yields n rows of one column of random 64-bit integers drawn
+// from seed: incompressible, so that tables from two seeds have data files of
+// the same size and different bytes.
+func randomRows(seed uint64, n int) array.RecordReader {
+	schema := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewInt64Builder(memory.DefaultAllocator)
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for range n {
+		b.Append(int64(rng.Uint64()))
+	}
+	col := b.NewArray()
+	defer col.Release()
+	rec := array.NewRecordBatch(schema, []arrow.Array{col}, int64(n))
+	defer rec.Release()
+	r, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// TestSameSizeRewriteIsChanged replaces a data file of a croupier table with
+// one of the same size that holds other rows, keeping its modification time
+// (on S3, whose Last-Modified has a resolution of one second, any rewrite
+// within the second does), and reads the table by every path: opening it,
+// opening the version, and reopening a pin that went through its serialized
+// form. Each must fail with Changed naming the file, never return the
+// replacement's rows.
+func TestSameSizeRewriteIsChanged(t *testing.T) {
+	ctx := context.Background()
+	s := startS3(t)
+	dir := t.TempDir()
+	for name, uris := range map[string][2]string{
+		"s3":   {s.URI("bkt", "tables/pinned"), s.URI("bkt", "tables/other")},
+		"file": {"file://" + filepath.Join(dir, "pinned"), "file://" + filepath.Join(dir, "other")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tb, err := table.Create(ctx, uris[0], randomRows(1, 1000), table.WriteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tb.Close()
+			other, err := table.Create(ctx, uris[1], randomRows(2, 1000), table.WriteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			victim, replacement := tb.Files()[0], other.Files()[0]
+			if victim.Size != replacement.Size {
+				t.Fatalf("the replacement has %d bytes, the file %d: the test needs them equal", replacement.Size, victim.Size)
+			}
+			pin, err := json.Marshal(tb.Pin())
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := readObject(t, uris[1], replacement.Object)
+			if name == "s3" {
+				if err := s.Overwrite("bkt", victim.Key, data); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				replaceFile(t, filepath.Join(dir, "pinned", filepath.FromSlash(victim.Key)), data)
+			}
+			for path, open := range map[string]func() (*table.Table, error){
+				"open":         func() (*table.Table, error) { return table.Open(ctx, uris[0]) },
+				"open version": func() (*table.Table, error) { return table.OpenVersion(ctx, uris[0], 1) },
+				"pin": func() (*table.Table, error) {
+					p, err := table.DecodePin(pin)
+					if err != nil {
+						return nil, err
+					}
+					return table.OpenPin(ctx, p)
+				},
+			} {
+				t.Run(path, func(t *testing.T) {
+					tb, err := open()
+					if err == nil {
+						defer tb.Close()
+						err = readRows(tb)
+					}
+					if errcode.Of(err) != errcode.Changed || !strings.Contains(err.Error(), victim.Key) {
+						t.Fatalf("reading a file rewritten with as many bytes: %v; want Changed naming %s", err, victim.Key)
+					}
+				})
+			}
+		})
+	}
+}
+
+// readObject returns the bytes of obj in the location uri names.
+func readObject(t *testing.T, uri string, obj store.Object) []byte {
+	t.Helper()
+	loc, err := store.Open(context.Background(), uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	data := make([]byte, obj.Size)
+	if _, err := loc.NewReaderAt(context.Background(), obj).ReadAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// replaceFile replaces the file at path with a new file (a new inode) holding
+// data and the old file's modification time, to the nanosecond.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tmp, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readRows reads every row of tb.
+func readRows(tb *table.Table) error {
+	r, err := tb.NewReader(table.ReaderOptions{})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	ids := make([]uint64, tb.NumRows())
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	rec, err := r.Read(context.Background(), ids)
+	if err == nil {
+		rec.Release()
+	}
+	return err
+}
