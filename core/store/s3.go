@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/middleware"
@@ -63,18 +65,22 @@ func uploadRetryer(p RetryPolicy) aws.Retryer {
 // and checks every query parameter, then rebuilds the bucket on a copy of its
 // client whose selfRetried operations the SDK does not retry (see the package
 // doc) and whose uploads it retries under p. The bucket options that the
-// opener keeps to itself are taken from the query again.
-func openS3(ctx context.Context, u *url.URL, p RetryPolicy) (*blob.Bucket, error) {
+// opener keeps to itself are taken from the query again. The client has an
+// HTTP transport of its own, with the SDK's settings; the function returned
+// closes its idle connections.
+func openS3(ctx context.Context, u *url.URL, p RetryPolicy) (*blob.Bucket, func(), error) {
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer b.Close()
 	var client *s3.Client
 	if !b.As(&client) {
-		return nil, errors.New("s3blob bucket without an *s3.Client")
+		return nil, nil, errors.New("s3blob bucket without an *s3.Client")
 	}
 	opts := client.Options()
+	transport := awshttp.NewBuildableClient().GetTransport()
+	opts.HTTPClient = &http.Client{Transport: transport}
 	opts.APIOptions = append(opts.APIOptions, withoutSDKRetries)
 	opts.Retryer = uploadRetryer(p)
 	if _, anonymous := opts.Credentials.(aws.AnonymousCredentials); opts.Credentials != nil && !anonymous {
@@ -89,7 +95,8 @@ func openS3(ctx context.Context, u *url.URL, p RetryPolicy) (*blob.Bucket, error
 			}
 		}
 	}
-	return s3blob.OpenBucket(ctx, s3.New(opts), u.Host, bopts)
+	sb, err := s3blob.OpenBucket(ctx, s3.New(opts), u.Host, bopts)
+	return sb, transport.CloseIdleConnections, err
 }
 
 // credentialChain is the SDK's chain of credential providers, whose failure

@@ -48,6 +48,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/azureblob" // azblob:// URLs
@@ -62,22 +63,84 @@ import (
 // Location is an opened URI: a bucket and the key (prefix, object or glob) in it.
 type Location struct {
 	URI    string       // the URI as given
-	Bucket *blob.Bucket // owned by the Location unless shared (mem://)
+	Bucket *blob.Bucket // shared by the Locations open on one store (see Close)
 	Key    string       // key, prefix or glob inside Bucket; "" is the whole bucket
 	// Retry bounds the retries of the location's requests; Open sets it to
 	// the process's policy (see SetRetryPolicy).
 	Retry  RetryPolicy
 	base   string // URI of the bucket's root, without query, ending in "/"
 	root   string // file:// only: the folder the bucket is rooted at
-	shared bool
+	shared bool   // a process-wide mem:// bucket, never closed
+	pooled string // the key of the pooled bucket it holds (see pool), or ""
+	closed atomic.Bool
 }
 
-// Close releases the bucket unless it is a process-wide mem:// bucket.
+// Close releases the Location's hold on its bucket. A file:// bucket is
+// closed; a process-wide mem:// bucket stays; a bucket of a remote store is
+// closed, with the idle connections of its HTTP transport, when the last
+// Location open on it closes. Closing twice is a no-op.
 func (l *Location) Close() error {
-	if l.shared {
+	switch {
+	case l.closed.Swap(true) || l.shared:
 		return nil
+	case l.pooled != "":
+		return release(l.pooled)
 	}
 	return l.Bucket.Close()
+}
+
+// pooledBucket is the bucket of one remote store, and with it the store's
+// SDK client and HTTP transport, shared by every Location open on it:
+// opening a table, its permutation and a dataset over them uses one pool of
+// connections, not one each, and the last of them to close closes the pool's
+// connections. So a process that opens and closes tables in a loop holds a
+// constant number of descriptors and goroutines, even against a server that
+// keeps idle connections open for minutes.
+type pooledBucket struct {
+	bucket *blob.Bucket
+	idle   func() // closes the idle connections of its transport; may be nil
+	refs   int
+}
+
+var (
+	poolMu sync.Mutex
+	pool   = map[string]*pooledBucket{} // by bucket URL and retry policy
+)
+
+// acquire returns the pooled bucket of key, opening it with open when no
+// Location holds it.
+func acquire(key string, open func() (*blob.Bucket, func(), error)) (*blob.Bucket, error) {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	if pb, ok := pool[key]; ok {
+		pb.refs++
+		return pb.bucket, nil
+	}
+	b, idle, err := open()
+	if err != nil {
+		return nil, err
+	}
+	pool[key] = &pooledBucket{bucket: b, idle: idle, refs: 1}
+	return b, nil
+}
+
+// release drops one hold on the pooled bucket of key, and closes it and its
+// connections with the last.
+func release(key string) error {
+	poolMu.Lock()
+	pb := pool[key]
+	pb.refs--
+	if pb.refs > 0 {
+		poolMu.Unlock()
+		return nil
+	}
+	delete(pool, key)
+	poolMu.Unlock()
+	err := pb.bucket.Close()
+	if pb.idle != nil {
+		pb.idle()
+	}
+	return err
 }
 
 var (
@@ -139,12 +202,17 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 	}
 	bucketURL := *u
 	bucketURL.Path = ""
-	var b *blob.Bucket
+	key := bucketURL.String()
 	if u.Scheme == s3blob.Scheme {
-		b, err = openS3(ctx, &bucketURL, p)
-	} else {
-		b, err = blob.OpenBucket(ctx, bucketURL.String())
+		key += fmt.Sprintf(" %+v", p) // the policy is the SDK's, for uploads
 	}
+	b, err := acquire(key, func() (*blob.Bucket, func(), error) {
+		if u.Scheme == s3blob.Scheme {
+			return openS3(ctx, &bucketURL, p)
+		}
+		b, err := blob.OpenBucket(ctx, bucketURL.String())
+		return b, nil, err
+	})
 	if err != nil {
 		code := errcode.InvalidArgument
 		if c := Code(err); c == errcode.ResourceExhausted || c == errcode.PermissionDenied {
@@ -153,7 +221,7 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 		return nil, errcode.Wrap(err, code, op, where)
 	}
 	return &Location{URI: uri, Bucket: b, Key: strings.TrimPrefix(u.Path, "/"),
-		base: u.Scheme + "://" + u.Host + "/"}, nil
+		base: u.Scheme + "://" + u.Host + "/", pooled: key}, nil
 }
 
 // credentialWords are the parts of a query parameter's name that mark it as
