@@ -55,6 +55,7 @@ share as slices, the same values :func:`convert` gives for that step alone.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,7 @@ def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> 
         return batch
     if format == "python":
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
-            _python_exact(name, column)
+            _python_exact(name, column, objects=True)
         return batch.to_pylist()
     if format == "numpy":
         return {
@@ -166,36 +167,60 @@ def convert_steps(
 # exactness
 
 
-def _python_exact(name: str, column: pa.Array) -> None:
-    """Raise unless every value of ``column`` converts to a Python object exactly.
+def _python_exact(name: str, column: pa.Array, objects: bool = False) -> None:
+    """Raise unless every value of ``column`` converts exactly: to a Python object
+    when ``objects``, else to what numpy and torch make of it.
 
     pyarrow converts ``time64[ns]`` to :class:`datetime.time`, which holds
-    microseconds: it drops the nanoseconds without a word. Every other type
-    converts exactly (nanosecond timestamps and durations become pandas
-    objects, or pyarrow raises).
+    microseconds: it drops the nanoseconds without a word. Nanosecond
+    timestamps and durations become pandas objects, exact, where pandas is
+    installed; without it pyarrow cannot convert them, so they raise here,
+    naming the column. Every other type converts exactly.
     """
     type_ = column.type
     if pa.types.is_dictionary(type_):
-        _python_exact(name, column.dictionary_decode())
+        _python_exact(name, column.dictionary_decode(), objects)
     elif pa.types.is_struct(type_):
         for i in range(type_.num_fields):
-            _python_exact(f"{name}.{type_.field(i).name}", column.field(i))
+            _python_exact(f"{name}.{type_.field(i).name}", column.field(i), objects)
     elif pa.types.is_map(type_):
-        _python_exact(name, column.keys)
-        _python_exact(name, column.items)
+        _python_exact(name, column.keys, objects)
+        _python_exact(name, column.items, objects)
     elif _is_list(type_):
-        _python_exact(name, column.values)
+        _python_exact(name, column.values, objects)
     elif type_ == pa.time64("ns"):
-        nanos = column.view(pa.int64()).to_numpy(zero_copy_only=False)
-        lost = nanos % 1000 != 0
-        if column.null_count:
-            lost &= column.is_valid().to_numpy(zero_copy_only=False)
-        if lost.any():
-            raise InvalidArgumentError(
-                f'column "{name}" (time64[ns]) holds {int(lost.sum())} value(s) with nanoseconds, '
-                'which datetime.time cannot hold: use format="arrow", or cast the column '
-                '(pyarrow.compute.cast) to int64 nanoseconds or to time64("us")'
-            )
+        _no_nanoseconds(
+            name,
+            column,
+            'which datetime.time cannot hold: use format="arrow", or cast the column '
+            '(pyarrow.compute.cast) to int64 nanoseconds or to time64("us")',
+        )
+    elif objects and _nanosecond_time(type_) and importlib.util.find_spec("pandas") is None:
+        _no_nanoseconds(
+            name,
+            column,
+            "which datetime cannot hold (pyarrow returns pandas objects for them, and pandas "
+            'is not installed): install pandas, use format="arrow", or cast the column '
+            "(pyarrow.compute.cast) to int64 nanoseconds",
+        )
+
+
+def _nanosecond_time(type_: pa.DataType) -> bool:
+    """Whether ``type_`` is a timestamp or a duration in nanoseconds."""
+    return (pa.types.is_timestamp(type_) or pa.types.is_duration(type_)) and type_.unit == "ns"
+
+
+def _no_nanoseconds(name: str, column: pa.Array, why: str) -> None:
+    """Raise, saying ``why``, if a value of ``column`` has a part below a microsecond."""
+    nanos = column.view(pa.int64()).to_numpy(zero_copy_only=False)
+    lost = nanos % 1000 != 0
+    if column.null_count:
+        lost &= column.is_valid().to_numpy(zero_copy_only=False)
+    if lost.any():
+        raise InvalidArgumentError(
+            f'column "{name}" ({column.type}) holds {int(lost.sum())} value(s) with '
+            f"nanoseconds, {why}"
+        )
 
 
 def _is_list(type_: pa.DataType) -> bool:
@@ -281,7 +306,7 @@ def _torch_column(name: str, column: pa.Array, list_format: str) -> dict[str, An
             return {name: values, name + "_offsets": offsets}
         padded, lengths = _pad(values, offsets)
         return {name: padded, name + "_lengths": lengths}
-    _python_exact(name, column)
+    _python_exact(name, column, objects=True)
     return {name: column.to_pylist()}
 
 
