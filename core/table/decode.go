@@ -143,10 +143,10 @@ type columnDecoder struct {
 // run is level entries [e0, e1) of a page, whose present values are [v0, v1).
 type run struct{ e0, e1, v0, v1 int }
 
-// decoded is what decodeColumn did besides its column: the bytes of the
+// decodeInfo is what decodeColumn did besides its column: the bytes of the
 // pages it decoded, and the rows of each data page, or nil when a page
 // starts inside a row.
-type decoded struct {
+type decodeInfo struct {
 	bytes    int64
 	pageRows []int64
 }
@@ -155,10 +155,10 @@ type decoded struct {
 // pr reads hold rows rows: of them, the rows in keep (ascending, distinct),
 // or all when keep is nil.
 func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind,
-	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64, keep []int64) (arrow.Array, decoded, error) {
+	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64, keep []int64) (arrow.Array, decodeInfo, error) {
 	d := newColumnDecoder(mem, f, col, kind, chunk.NumValues(), keep, rows)
 	defer d.free()
-	var did decoded
+	var did decodeInfo
 	for pr.Next() {
 		p := pr.Page()
 		did.bytes += int64(len(p.Data()))
