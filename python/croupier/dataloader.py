@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from .errors import InternalError, InvalidArgumentError
 __all__ = ["DataLoader"]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_FEEDER_POLL_S = 0.05  # how often a worker at exit checks that its trainer wants its batches
 
 
 class _WorkerStart:
@@ -28,40 +30,69 @@ class _WorkerStart:
     A worker whose trainer is gone (killed, ``os._exit``) must not live on,
     holding its memory budget and batches. torch's worker loop notices the
     trainer's death within seconds (its parent process changes) and returns;
-    but at exit the worker's result queue joins its feeder thread, which is
-    blocked writing a pickled batch into a pipe that nobody reads any more, so
-    the worker would wait forever. So, first, the worker drops undelivered
-    batches at exit instead (``cancel_join_thread``): it exits only once the
-    trainer shut it down or is gone, when nobody wants them. Second, on Linux,
-    when the trainer started the worker itself (``spawn``) from its main thread,
-    the worker asks the kernel for SIGKILL when its parent dies
-    (``PR_SET_PDEATHSIG``, which follows the parent *thread*, hence the main
-    thread only), and checks that the trainer was still its parent once it
-    asked, lest it died just before.
+    but at exit the worker's result queue joins its feeder thread, which may be
+    blocked writing a pickled batch into a pipe that nobody reads any more
+    (the other workers hold its read end open), so the worker would wait
+    forever. So, first, the worker replaces that join with its own
+    (``_flush_at_exit``): it waits for its feeder to deliver what it sent
+    while the trainer lives and wants it, and drops undelivered batches once
+    the trainer is gone or shutting the workers down. It must wait otherwise:
+    the workers share one lock on the queue's pipe, and a worker that exits
+    while its feeder holds the lock leaves every other worker's batches stuck
+    behind it. Second, on Linux, when the trainer started the worker itself
+    (``spawn``) from its main thread, the worker asks the kernel for SIGKILL
+    when its parent dies (``PR_SET_PDEATHSIG``, which follows the parent
+    *thread*, hence the main thread only), and checks that the trainer was
+    still its parent once it asked, lest it died just before.
     """
 
     def __init__(self, init_fn: Callable[[int], None] | None, trainer: int, deathsig: bool) -> None:
         self.init_fn, self.trainer, self.deathsig = init_fn, trainer, deathsig
 
     def __call__(self, worker_id: int) -> None:
-        _drop_undelivered_at_exit(sys._getframe(1))
+        _flush_at_exit(sys._getframe(1), self.trainer)
         if self.deathsig and sys.platform == "linux":
             _die_with_parent(self.trainer)
         if self.init_fn is not None:
             self.init_fn(worker_id)
 
 
-def _drop_undelivered_at_exit(frame: Any) -> None:
-    """Cancel the join of the result queue of the torch worker loop running ``frame``."""
+def _flush_at_exit(frame: Any, trainer: int) -> None:
+    """Make the result queue of the torch worker loop running ``frame`` deliver
+    its batches at exit while ``trainer`` lives and has not set the loop's
+    ``done_event``, and drop them otherwise (see ``_WorkerStart``)."""
     loop = torch.utils.data._utils.worker._worker_loop.__code__
     while frame is not None and frame.f_code is not loop:
         frame = frame.f_back
-    if frame is None or "data_queue" not in frame.f_locals:
+    names = ("data_queue", "done_event")
+    if frame is None or any(name not in frame.f_locals for name in names):
         raise InternalError(
             f"croupier.DataLoader: torch {torch.__version__} runs worker_init_fn outside its "
-            "worker loop, or the loop has no data_queue: a worker could outlive its trainer"
+            "worker loop, or the loop has no data_queue or done_event: a worker could outlive "
+            "its trainer"
         )
-    frame.f_locals["data_queue"].cancel_join_thread()
+    queue, done = frame.f_locals["data_queue"], frame.f_locals["done_event"]
+    if not hasattr(queue, "_thread"):
+        raise InternalError(
+            f"croupier.DataLoader: Python {sys.version.split()[0]}'s multiprocessing.Queue has "
+            "no feeder thread attribute: a worker could outlive its trainer"
+        )
+    queue.cancel_join_thread()
+    # Priority 5: after the queue's own exit finalizer (10) tells its feeder
+    # to stop once the buffer is written.
+    multiprocessing.util.Finalize(
+        None, _wait_for_feeder, args=(queue, done, trainer), exitpriority=5
+    )
+
+
+def _wait_for_feeder(queue: Any, done: Any, trainer: int) -> None:
+    """Wait until ``queue``'s feeder thread has written its buffer, unless the
+    trainer is gone or has set ``done`` (it reads nothing more)."""
+    feeder = queue._thread
+    while feeder is not None and feeder.is_alive():
+        if done.is_set() or os.getppid() != trainer:
+            return
+        feeder.join(_FEEDER_POLL_S)
 
 
 def _die_with_parent(trainer: int) -> None:

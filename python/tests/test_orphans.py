@@ -12,12 +12,14 @@ is gone within 30 s: a bound on liveness, not a measure of speed.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch.utils.data
 from conftest import uri
 
 import croupier as cr
+from croupier.dataloader import _WorkerStart
 
 pytestmark = pytest.mark.slow  # starts trainers that spawn workers importing torch
 
@@ -167,3 +171,78 @@ def test_workers_never_outlive_their_trainer(
             trainer.wait()
         for pid in alive(children):  # what a failure left behind
             os.kill(pid, signal.SIGKILL)
+
+
+class OneBigItem(torch.utils.data.IterableDataset[bytes]):
+    """One item far larger than a pipe holds: its worker's feeder thread writes
+    it only as the trainer reads."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield bytes(range(256)) * (32 << 10)  # 8 MiB
+
+
+def start_worker_loop(done: Any) -> tuple[Any, Any, Any]:
+    """torch's worker loop over OneBigItem, started as torch starts it, with
+    croupier.DataLoader's worker_init_fn: (process, index queue, data queue)."""
+    context = multiprocessing.get_context("spawn")
+    indices, data = context.Queue(), context.Queue()
+    worker = context.Process(
+        target=torch.utils.data._utils.worker._worker_loop,
+        args=(
+            torch.utils.data._DatasetKind.Iterable,
+            [OneBigItem()],
+            indices,
+            data,
+            done,
+            False,  # auto_collation
+            torch.utils.data.default_convert,
+            False,  # drop_last
+            0,  # base_seed
+            _WorkerStart(None, os.getpid(), deathsig=False),
+            0,  # worker_id
+            1,  # num_workers
+            False,  # persistent_workers
+            0,  # shared_seed
+        ),
+        daemon=True,
+    )
+    worker.start()
+    return worker, indices, data
+
+
+def test_a_finished_worker_delivers_before_it_exits() -> None:
+    """A worker told to exit (its iterator ended) while its last item is still
+    on its way waits until the trainer has it: the workers share one lock on
+    the pipe, which a worker exiting mid-write would keep from the others."""
+    done = multiprocessing.get_context("spawn").Event()  # held: the worker opens it as it starts
+    worker, indices, data = start_worker_loop(done)
+    try:
+        for i in range(2):  # the item, then the end of the iterator
+            indices.put((i, None))
+        indices.put(None)
+        worker.join(1.0)  # time to exit, were the item dropped
+        got = dict(data.get(timeout=60) for _ in range(2))
+        assert got[0] == bytes(range(256)) * (32 << 10)
+        assert type(got[1]).__name__ == "_IterableDatasetStopIteration"
+        worker.join(60)
+        assert worker.exitcode == 0
+    finally:
+        worker.kill()
+
+
+def test_a_worker_shut_down_drops_what_it_did_not_deliver() -> None:
+    """Once the trainer shuts its workers down (done_event), a worker exits
+    without waiting for it to read an item it no longer wants."""
+    context = multiprocessing.get_context("spawn")
+    done = context.Event()
+    worker, indices, data = start_worker_loop(done)
+    try:
+        indices.put((0, None))
+        while worker.is_alive() and data.empty():  # the first bytes of the item are in the pipe
+            time.sleep(0.05)
+        done.set()
+        indices.put(None)
+        worker.join(GONE_WITHIN)
+        assert worker.exitcode == 0
+    finally:
+        worker.kill()
