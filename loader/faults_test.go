@@ -3,6 +3,7 @@ package loader_test
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
@@ -206,7 +209,7 @@ func checkBound(t *testing.T, what string, err error, object string, took, bound
 	}
 }
 
-// TestPlannerFillsItsWindowAtOnce streams a table from a store with 200 ms to
+// TestPlannerFillsItsWindowAtOnce streams a table from a store with 2 s to
 // the first byte. Before any row group is decoded, the stream already has as
 // many requests in flight as it may (MaxReads): waiting for one to decode
 // before fetching more would cost a round trip at the start of every stream.
@@ -226,7 +229,7 @@ func TestPlannerFillsItsWindowAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	s.SetFaults(s3test.Faults{FirstByte: 200 * time.Millisecond})
+	s.SetFaults(s3test.Faults{FirstByte: 2 * time.Second})
 	s.ResetCounts()
 	st, err := l.Stream(ctx, loader.StreamOptions{})
 	if err != nil {
@@ -234,11 +237,11 @@ func TestPlannerFillsItsWindowAtOnce(t *testing.T) {
 	}
 	defer st.Close()
 	var inFlight int64
-	for start := time.Now(); time.Since(start) < 150*time.Millisecond; time.Sleep(time.Millisecond) {
-		if stats := st.Stats(); stats.DecodedBytes == 0 {
-			inFlight = max(inFlight, s.PeakInFlight())
-		}
+	for inFlight < maxReads && st.Stats().DecodedBytes == 0 {
+		inFlight = max(inFlight, s.PeakInFlight())
+		time.Sleep(time.Millisecond)
 	}
+	s.SetFaults(s3test.Faults{})
 	if inFlight < maxReads {
 		t.Errorf("before the first row group was decoded %d requests were in flight, want at least %d", inFlight, maxReads)
 	}
@@ -253,4 +256,59 @@ func TestPlannerFillsItsWindowAtOnce(t *testing.T) {
 	if rows != perms.Table().NumRows() {
 		t.Errorf("%d rows, want %d", rows, perms.Table().NumRows())
 	}
+}
+
+// TestCloseWithReadsStalled closes a stream whose reads of rows the store
+// holds for ten minutes: Close cancels them rather than waiting, and frees
+// everything. The bound on Close is one of liveness, a tenth of the stall.
+func TestCloseWithReadsStalled(t *testing.T) {
+	ctx := context.Background()
+	s, uri := s3Permutation(t)
+	perms, err := permutation.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer perms.Close()
+	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	l, err := loader.New(perms.Table(), perms.Splits()[0], loader.Options{GlobalBatchSize: 24, NumSplits: 8, Allocator: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// A first stream reads the files' footers, which the table keeps: the
+	// second one's only reads of the table's files are of rows.
+	first, err := l.Stream(ctx, loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := first.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Record.Release()
+	first.Close()
+	const stall = 10 * time.Minute
+	s.SetFaults(s3test.Faults{Rate: 1, Kinds: []s3test.Kind{s3test.Stall}, Stall: stall,
+		Match: s3test.MatchKey(http.MethodGet, "/tbl/data/")})
+	st, err := l.Stream(ctx, loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s.Injected()[s3test.Stall] == 0 { // the stream's first reads are held
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- st.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(stall / 10):
+		t.Fatalf("Close still waits %s after it was called, with reads stalled for %s", stall/10, stall)
+	}
+	if _, err := st.Next(ctx); errcode.Of(err) != errcode.Closed {
+		t.Fatalf("Next after Close = %v, want Closed", err)
+	}
+	mem.AssertSize(t, 0)
 }

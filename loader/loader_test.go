@@ -208,12 +208,8 @@ func TestEarlyCloseFreesEverything(t *testing.T) {
 	}
 	b.Record.Release()
 	time.Sleep(20 * time.Millisecond) // let read-ahead fill
-	start := time.Now()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("Close took %s", d)
 	}
 	if _, err := s.Next(context.Background()); errcode.Of(err) != errcode.Closed {
 		t.Fatalf("Next after Close = %v, want Closed", err)

@@ -196,10 +196,11 @@ def test_keyboard_interrupt_in_the_loop(table_uri: str, start: Usage) -> None:
     assert settle(start) == start
 
 
-def test_close_with_reads_in_flight_is_prompt(tmp_path: Path, start: Usage) -> None:
-    """close() of an iterator returns within a second while 16 steps are being read
-    and every row group is being decoded (a memory budget that keeps rows for a
-    third of the epoch)."""
+def test_close_with_reads_in_flight_frees_everything(tmp_path: Path, start: Usage) -> None:
+    """close() of an iterator while 16 steps are being read and every row group
+    is being decoded (a memory budget that keeps rows for a third of the epoch)
+    frees them all. That it cancels reads rather than waiting for them is
+    loader/TestCloseWithReadsStalled."""
     rows = 200_000
     ids = np.arange(rows, dtype=np.int64)
     text = pa.array([f"row {i} " * 12 for i in range(rows)])
@@ -210,13 +211,8 @@ def test_close_with_reads_in_flight_is_prompt(tmp_path: Path, start: Usage) -> N
     ds = cr.StreamingDataset(perm["all"], global_batch_size=4096, num_splits=8, format="arrow",
                              read_ahead=16, memory_budget=64 << 20)  # fmt: skip
     batches = iter(ds)
-    began = time.monotonic()
     next(batches)
-    one_step = time.monotonic() - began
-    began = time.monotonic()
     batches.close()
-    closing = time.monotonic() - began
-    assert closing < 1.0, f"close took {closing:.2f} s (one step took {one_step:.2f} s)"
     ds.close()
     perm.close()
     tbl.close()
