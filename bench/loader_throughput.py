@@ -246,7 +246,7 @@ def run_child(
 
 @dataclass
 class S3Server:
-    """The local S3-compatible server (``bench/s3serve``) and its control URL."""
+    """The local S3-compatible server (``internal/s3serve``) and its control URL."""
 
     proc: subprocess.Popen[str]
     control: str
@@ -255,7 +255,7 @@ class S3Server:
     @classmethod
     def start(cls, build_dir: Path, folders: dict[str, Path]) -> S3Server:
         binary = build_dir / "s3serve"
-        subprocess.run(["go", "build", "-o", str(binary), "./bench/s3serve"], cwd=ROOT, check=True)
+        subprocess.run(["go", "build", "-o", str(binary), "./internal/s3serve"], cwd=ROOT, check=True)
         args = [f"{name}={folder}" for name, folder in folders.items()]
         proc = subprocess.Popen(
             [str(binary), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -264,7 +264,7 @@ class S3Server:
         line = proc.stdout.readline()
         if not line:
             proc.wait()
-            raise RuntimeError(f"bench/s3serve exited with status {proc.returncode}")
+            raise RuntimeError(f"internal/s3serve exited with status {proc.returncode}")
         info = json.loads(line)
         return cls(proc, info["control"], info["uris"])
 
@@ -454,7 +454,7 @@ def setup_lines(
         " random order), or with `take` of `RandomSampler` batches; MosaicML `StreamingDataset`"
         " reads an MDS conversion (uncompressed, default shard size) with `shuffle=True`"
         " (py1e). Conversions are made once and cached, outside the timed part. S3: the"
-        " local S3-compatible server (`core/store/s3test`, in memory, run by `bench/s3serve`),"
+        " local S3-compatible server (`core/store/s3test`, in memory, run by `internal/s3serve`),"
         f" waiting 0 and {args.s3_latency:g} ms before it serves each request, as a distant store"
         " delays the first byte.",
     ]

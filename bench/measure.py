@@ -11,7 +11,7 @@ DataLoader's worker processes have been joined they are in the parent's
 figure; what each worker read while it started (imports) is recorded by
 :func:`record_worker_start` and taken off. Nothing is taken off for the
 measuring process: it has done its imports before it starts counting. Over S3
-the figure is the response body bytes the server sent (``bench/s3serve``).
+the figure is the response body bytes the server sent (``internal/s3serve``).
 """
 
 from __future__ import annotations

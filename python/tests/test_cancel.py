@@ -1,7 +1,7 @@
 """Ctrl-C cancels a call into Go that waits on a stalled store.
 
 A child process opens a table, builds a permutation or reads a batch over S3
-from the local S3-compatible server (``bench/s3serve``, over
+from the local S3-compatible server (``internal/s3serve``, over
 ``core/store/s3test``), which then delays every answer by ten minutes. Once the
 server has received the call's request (so the child is inside Go), the test
 sends SIGINT: the child must get KeyboardInterrupt within 20 s, a generous bound
@@ -69,7 +69,7 @@ CHILD = textwrap.dedent(
 
 
 class S3Server:
-    """bench/s3serve serving one table; the control URL sets its delay."""
+    """internal/s3serve serving one table; the control URL sets its delay."""
 
     def __init__(self, binary: Path, folder: Path) -> None:
         self.proc = subprocess.Popen(
@@ -101,7 +101,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         pytest.skip("needs the Go toolchain")
     folder = tmp_path_factory.mktemp("s3")
     binary = folder / "s3serve"
-    subprocess.run([go, "build", "-o", str(binary), "./bench/s3serve"], cwd=REPO, check=True,
+    subprocess.run([go, "build", "-o", str(binary), "./internal/s3serve"], cwd=REPO, check=True,
                    timeout=600, capture_output=True)  # fmt: skip
     write_files(folder / "table", [300, 300])
     srv = S3Server(binary, folder / "table")

@@ -122,7 +122,7 @@ def test_store_ignoring_conditional_writes_is_refused(tmp_path: Path) -> None:
     rewrite takes the override too."""
     repo = Path(__file__).resolve().parents[2]
     binary = tmp_path / "s3serve"
-    subprocess.run(["go", "build", "-o", str(binary), "./bench/s3serve"], cwd=repo, check=True)
+    subprocess.run(["go", "build", "-o", str(binary), "./internal/s3serve"], cwd=repo, check=True)
     (tmp_path / "empty").mkdir()
     proc = subprocess.Popen(
         [str(binary), "-ignore-conditional-writes", f"t={tmp_path / 'empty'}"],

@@ -1,9 +1,9 @@
 // Command s3serve runs the local S3-compatible server (core/store/s3test),
 // loads folders of files into it, prints where they are, and serves until its
-// standard input closes or it is interrupted. The Python loader benchmark
-// starts it to read tables over S3.
+// standard input closes or it is interrupted. The Python tests and the loader
+// benchmark start it to read tables over S3 from another process.
 //
-//	go run ./bench/s3serve [-bucket bench] [-delay 0ms] [-ignore-conditional-writes] NAME=FOLDER ...
+//	go run ./internal/s3serve [-bucket bench] [-delay 0ms] [-ignore-conditional-writes] NAME=FOLDER ...
 //
 // Each file of FOLDER (not its subfolders) is stored as NAME/<file name> in the
 // bucket. Once they are in, one JSON line goes to stdout:
