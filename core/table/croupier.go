@@ -650,7 +650,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 				return nil, errcode.Wrap(err, store.Code(err), "write", where)
 			}
 			props, aprops := writerProps(opts)
-			if pw, err = pqarrow.NewFileWriter(data.Schema(), bw, props, aprops); err != nil {
+			if pw, err = pqarrow.NewFileWriter(data.Schema(), newPageCRCWriter(bw), props, aprops); err != nil {
 				return nil, errcode.Wrap(err, errcode.InvalidArgument, "write", where)
 			}
 		}
@@ -666,12 +666,14 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 		return nil, nil
 	}
 	passPhase("data-writing")
-	// Closing the Parquet writer closes the blob writer, which commits the object.
-	bw = nil
-	if err := pw.Close(); err != nil {
+	// Closing the Parquet writer closes the CRC writer, which closes the blob
+	// writer, which commits the object; after an error the deferred cleanup
+	// discards it.
+	if err = pw.Close(); err != nil {
 		loc.Delete(context.WithoutCancel(ctx), key)
 		return nil, errcode.Wrap(err, store.Code(err), "write", where)
 	}
+	bw = nil
 	passPhase("data-written")
 	obj, err := loc.Stat(ctx, key)
 	if err != nil {

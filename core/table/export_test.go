@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"hash/crc32"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
@@ -42,4 +43,21 @@ func PagePayloads(b []byte, off, n int64) ([][2]int64, error) {
 		pos = start + h.size
 	}
 	return out, nil
+}
+
+// PageCRCs returns how many pages the section [off, off+n) of a Parquet file
+// b holds, and how many of them carry a CRC that matches their bytes.
+func PageCRCs(b []byte, off, n int64) (pages, good int, err error) {
+	for pos := off; pos < off+n; pages++ {
+		h, err := readPageHeader(b[pos : off+n])
+		if err != nil {
+			return pages, good, err
+		}
+		start := pos + int64(h.headerLen)
+		if h.hasCRC && crc32.ChecksumIEEE(b[start:start+h.size]) == h.crc {
+			good++
+		}
+		pos = start + h.size
+	}
+	return pages, good, nil
 }

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import croupier as cr
@@ -185,3 +186,24 @@ def test_same_size_rewrite_is_changed(tmp_path: Path) -> None:
         with pytest.raises(cr.ChangedError, match=victim.name) as info:
             _read_everything(reopen())
         assert "pinned file changed" in str(info.value), path
+
+
+def test_data_files_carry_standard_page_crcs(tmp_path: Path) -> None:
+    """pyarrow, checking page CRCs as it reads, reads croupier's data files to
+    the rows written, and finds a flipped bit in one of their pages."""
+    uri = f"file://{tmp_path}/t"
+    data = rows(0, 3000)
+    cr.create_table(uri, data, row_group_rows=1000, page_bytes=1024).close()
+    (path,) = (tmp_path / "t" / "data").glob("*.parquet")
+    read = pq.read_table(path, page_checksum_verification=True)
+    assert read.equals(data)
+    meta = pq.ParquetFile(path).metadata
+    assert meta.num_row_groups == 3
+    chunk = meta.row_group(1).column(0)
+    # A byte in the middle of the chunk, past its first page header: in a page.
+    at = chunk.data_page_offset + chunk.total_compressed_size // 2
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(OSError, match="CRC"):
+        pq.read_table(path, page_checksum_verification=True)

@@ -1,0 +1,59 @@
+package table
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/croupier-data/croupier/core/table/tabletest"
+)
+
+// discard is an io.WriteCloser that keeps nothing but a count.
+type discard struct{ n int64 }
+
+func (d *discard) Write(p []byte) (int, error) { d.n += int64(len(p)); return len(p), nil }
+func (d *discard) Close() error                { return nil }
+
+// BenchmarkWritePageCRCs encodes the same 200,000 rows as a croupier data
+// file (zstd, 16 KiB pages, page index) with and without page CRCs,
+// alternately, and reports the ratio of the fastest encoding of each
+// (crc/nocrc): the cost of the CRC writer, measured so that other load on
+// the machine falls on both alike (docs/tuning.md records it).
+func BenchmarkWritePageCRCs(b *testing.B) {
+	rec := tabletest.Record(0, 200_000)
+	defer rec.Release()
+	props, aprops := writerProps(WriteOptions{}.withDefaults())
+	encode := func(crc bool) (time.Duration, int64) {
+		start := time.Now()
+		sink := &discard{}
+		var w io.Writer = sink
+		if crc {
+			w = newPageCRCWriter(sink)
+		}
+		pw, err := pqarrow.NewFileWriter(rec.Schema(), w, props, aprops)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pw.WriteBuffered(rec); err != nil {
+			b.Fatal(err)
+		}
+		if err := pw.Close(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start), sink.n
+	}
+	fastest := []time.Duration{time.Hour, time.Hour}
+	var size [2]int64
+	for b.Loop() {
+		for i, crc := range []bool{true, false} {
+			d, n := encode(crc)
+			fastest[i], size[i] = min(fastest[i], d), n
+		}
+	}
+	b.ReportMetric(float64(fastest[0].Microseconds()), "crc-µs")
+	b.ReportMetric(float64(fastest[1].Microseconds()), "nocrc-µs")
+	b.ReportMetric(float64(fastest[0])/float64(fastest[1]), "crc/nocrc")
+	b.ReportMetric(float64(size[0])/float64(size[1]), "crc/nocrc-bytes")
+}
