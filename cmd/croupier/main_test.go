@@ -125,6 +125,9 @@ func TestTables(t *testing.T) {
 	if out := ok(t, "tables", "versions", uri); out != "2\n" {
 		t.Fatalf("versions after cleanup: %q", out)
 	}
+	if out := ok(t, "tables", "cleanup", uri, "--keep-last", "1"); out != "deleted 0 versions [] and 0 files; aborted 0 incomplete uploads\n" {
+		t.Fatalf("cleanup output: %q", out)
+	}
 }
 
 func TestPermute(t *testing.T) {

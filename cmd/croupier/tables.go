@@ -193,20 +193,17 @@ func tablesCleanup(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		if res.DeletedVersions == nil {
-			res.DeletedVersions = []int64{}
-		}
-		if res.DeletedFiles == nil {
-			res.DeletedFiles = []string{}
-		}
 		return writeJSON(e.stdout, res)
 	}
 	vs := make([]string, len(res.DeletedVersions))
 	for i, v := range res.DeletedVersions {
 		vs[i] = fmt.Sprint(v)
 	}
-	fmt.Fprintf(e.stdout, "deleted %d versions [%s] and %d files\n",
-		len(vs), strings.Join(vs, " "), len(res.DeletedFiles))
+	fmt.Fprintf(e.stdout, "deleted %d versions [%s] and %d files; aborted %d incomplete uploads\n",
+		len(vs), strings.Join(vs, " "), len(res.DeletedFiles), len(res.AbortedUploads))
+	for _, u := range res.AbortedUploads {
+		fmt.Fprintf(e.stdout, "aborted upload of %s\n", u)
+	}
 	return nil
 }
 

@@ -36,6 +36,9 @@ func TestCommitRefusedWhereConditionalWritesIgnored(t *testing.T) {
 	if vs, _ := table.Versions(ctx, uri); len(vs) != 0 {
 		t.Fatalf("versions %v after a refused create", vs)
 	}
+	if n := s.Count("PUT", "_croupier"); n != 0 {
+		t.Fatalf("a refused create wrote the marker of a table being created (%d PUTs)", n)
+	}
 
 	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{TrustConditionalWrites: true})
 	if err != nil {

@@ -408,11 +408,13 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	if err != nil {
 		return nil, err
 	}
-	if err := loc.Bucket.WriteAll(ctx, loc.Join(createdMarker), nil, nil); err != nil {
-		return nil, errcode.Wrap(err, store.Code(err), "create table", loc.ObjectURI(loc.Join(createdMarker)))
-	}
+	// The check comes first: a create it refuses leaves nothing behind (its
+	// probe object is no Parquet file, were a crash to leave it).
 	if err := checkExclusiveCreate(ctx, loc, opts); err != nil {
 		return nil, err
+	}
+	if err := loc.Bucket.WriteAll(ctx, loc.Join(createdMarker), nil, nil); err != nil {
+		return nil, errcode.Wrap(err, store.Code(err), "create table", loc.ObjectURI(loc.Join(createdMarker)))
 	}
 	added, err := writeData(ctx, loc, data, opts)
 	if err != nil {

@@ -84,7 +84,7 @@ func physicalMatches(dt arrow.DataType, pt parquet.Type, allowBinary bool) bool 
 	switch dt.ID() {
 	case arrow.INT32:
 		return pt == parquet.Types.Int32
-	case arrow.INT64:
+	case arrow.INT64, arrow.DURATION: // a duration is its count of units
 		return pt == parquet.Types.Int64
 	case arrow.FLOAT32:
 		return pt == parquet.Types.Float
