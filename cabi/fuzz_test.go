@@ -39,7 +39,7 @@ func FuzzDatasetOptions(f *testing.F) {
 			if errcode.Of(err) != errcode.InvalidArgument {
 				t.Fatalf("dataset %s: %v (%s)", options, err, errcode.Of(err))
 			}
-			if m := jsonargs.GoWords.FindString(err.Error()); m != "" {
+			if m := jsonargs.GoWord(err.Error()); m != "" {
 				t.Fatalf("message %q holds %q", err, m)
 			}
 			return
@@ -54,7 +54,7 @@ func FuzzDatasetOptions(f *testing.F) {
 			if errcode.Of(err) != errcode.InvalidArgument {
 				t.Fatalf("stream %s: %v (%s)", stream, err, errcode.Of(err))
 			}
-			if m := jsonargs.GoWords.FindString(err.Error()); m != "" {
+			if m := jsonargs.GoWord(err.Error()); m != "" {
 				t.Fatalf("message %q holds %q", err, m)
 			}
 			return

@@ -7,3 +7,10 @@ import "regexp"
 // user's own). Tests check messages against it; python/tests/test_validation.py
 // has the same list.
 var GoWords = regexp.MustCompile(`panic|goroutine|Go struct|Go value|json: cannot|sqlparser|\*[a-z]+\.[A-Z]|\[\][a-z]|map\[|interface \{|\.go:\d+`)
+
+// quoted matches a double-quoted string as %q writes it: the user's own
+// text, which a message may echo whatever it holds.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// GoWord returns the first of GoWords in msg outside its quoted strings, or "".
+func GoWord(msg string) string { return GoWords.FindString(quoted.ReplaceAllString(msg, `""`)) }

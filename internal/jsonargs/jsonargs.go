@@ -6,6 +6,7 @@
 package jsonargs
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,7 +31,14 @@ func Decode(b []byte, v any, strict bool, op, path string) error {
 		return errcode.New(errcode.InvalidArgument, op, path, format, args...)
 	}
 	var raw any
-	if err := json.Unmarshal(b, &raw); err != nil {
+	if !json.Valid(b) {
+		return bad("%v", json.Unmarshal(b, &raw))
+	}
+	// Numbers stay text here: a number beyond float64 is the field's
+	// decoding to refuse, in its terms.
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
 		return bad("%v", err)
 	}
 	if strict {

@@ -34,6 +34,8 @@ func TestDecode(t *testing.T) {
 		{`{"split": {"weights": [0.95, 0.05]}}`, &permutation.Spec{}, `"split.weights" is number 0.95, but it must be an integer`},
 		{`{"global_batch_size": 8`, &loader.Options{}, `unexpected end of JSON input`},
 		{`[1]`, &loader.Options{}, `the JSON is array, but it must be an object`},
+		{`1E700`, &loader.Options{}, `the JSON is number, but it must be an object`},
+		{`{"read_ahead": 1E700}`, &loader.Options{}, `"read_ahead" is number 1E700, but it must be an integer`},
 	} {
 		err := jsonargs.Decode([]byte(tc.json), tc.v, true, "decode options", "")
 		if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
