@@ -15,7 +15,7 @@
 //	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
 //	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
-//	    [--shuffle-seed N] [--clump N|auto] [--window N] [--quiet]
+//	    [--shuffle-seed N] [--clump N|auto] [--window N] [--group-by col1,col2] [--quiet]
 //	croupier permute show PERM_URI
 //
 //	croupier deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
@@ -39,7 +39,10 @@
 // row counts, and prints the sizes of the splits it built.
 // --shuffle-seed, --clump or --window turns on the shuffle; --clump auto
 // clumps as many rows as a page of the table's widest column holds (a power
-// of two), and the permutation's spec records the number.
+// of two), and the permutation's spec records the number. --group-by keeps
+// the rows sharing those columns' values together as one group, dealt whole
+// in one step to one rank (docs/concepts.md, "Groups"); it takes no --clump
+// or --window, and only a --split-hash on columns of the group key.
 //
 // rewrite copies the rows of SRC, a plain Parquet dataset (an export written
 // by pyarrow or Spark in large row groups, say) or a croupier table, in row id

@@ -418,3 +418,38 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("deal -h: exit %d: %s", r.code, r.stderr)
 	}
 }
+
+// TestPermuteGroupBy: --group-by builds a grouped permutation (format 3),
+// and deal gives every group of a step to one rank.
+func TestPermuteGroupBy(t *testing.T) {
+	dir := t.TempDir()
+	keys := make([]int64, 300)
+	for i := range keys {
+		keys[i] = int64(i*7) % 61 // 61 groups of 4 or 5 rows, scattered
+	}
+	tabletest.WriteGroups(t, dir, keys, 64)
+	perm := "file://" + filepath.Join(t.TempDir(), "perm")
+	var out permOutput
+	okJSON(t, &out, "permute", "file://"+dir, perm, "--quiet", "--group-by", "problem_id", "--shuffle-seed", "2",
+		"--split-hash", "problem_id:3,1", "--split-names", "train,val")
+	if out.Format != permutation.FormatVersion || !slices.Equal(out.Spec.GroupBy, []string{"problem_id"}) || out.Splits[0].NumGroups == 0 {
+		t.Fatalf("permute --group-by: %+v", out)
+	}
+	d := dealRun(t, "--perm", perm, "--global-batch-size", "24", "--world-size", "3", "--step", "1", "--epoch", "1", "--shuffle-seed", "4")
+	owner := map[int64]int64{}
+	for _, r := range d.Ranks {
+		for _, id := range r.RowIDs {
+			if o, ok := owner[keys[id]]; ok && o != r.Rank {
+				t.Fatalf("group %d on ranks %d and %d", keys[id], o, r.Rank)
+			}
+			owner[keys[id]] = r.Rank
+		}
+	}
+	if len(owner) < 3 {
+		t.Fatalf("step 1 holds %d groups: %+v", len(owner), d.Ranks)
+	}
+	if r := croupier(t, "permute", "file://"+dir, "file://"+filepath.Join(t.TempDir(), "p2"), "--group-by", "problem_id", "--clump", "4"); r.code != 1 ||
+		!strings.Contains(r.stderr, "clump_size and window do not apply") {
+		t.Fatalf("--group-by with --clump: exit %d: %s", r.code, r.stderr)
+	}
+}
