@@ -176,3 +176,40 @@ func (d Deal) groupedBatch(ctx context.Context, order permutation.Order, t, r in
 	}
 	return out, nil
 }
+
+// Place returns where position p of order, an epoch order, is dealt: its
+// global step and rank, or ok false when the epoch deals it in no step (the
+// positions past the streams, a partial step dropped).
+func (d Deal) Place(ctx context.Context, order permutation.Order, p int64) (step, rank int64, ok bool, err error) {
+	if p < 0 || p >= d.M {
+		return 0, 0, false, errcode.New(errcode.InvalidArgument, "deal", "", "position %d out of range [0, %d)", p, d.M)
+	}
+	if !d.Grouped {
+		l := d.StreamLen()
+		s := p / l
+		if s >= d.S {
+			return 0, 0, false, nil
+		}
+		step = p % l / d.CyclesPerStep()
+		return step, s / (d.S / d.W), step < d.Steps(), nil
+	}
+	g, isGrouped := order.(permutation.GroupedOrder)
+	if !isGrouped {
+		return 0, 0, false, errcode.New(errcode.Internal, "deal", "", "order %s has no groups", order.ID())
+	}
+	before, err := g.Groups(ctx, 0, p+1) // the last group starting at or before p holds it
+	if err != nil {
+		return 0, 0, false, err
+	}
+	start := before[len(before)-2]
+	step = start / d.G
+	if step >= d.Steps() {
+		return 0, 0, false, nil
+	}
+	bounds, err := d.Groups(ctx, order, step)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	i, _ := slices.BinarySearch(bounds, start)
+	return step, d.Ranks(bounds)[i], true, nil
+}

@@ -211,3 +211,53 @@ func TestGroupedSteps(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestPlace: Deal.Place names the step and rank whose batch holds each
+// position, for the streams of a plain deal and the groups of a grouped one,
+// and no step for the positions an epoch does not deal.
+func TestPlace(t *testing.T) {
+	ctx := context.Background()
+	s := groupedSplit(t, 5, 150, 5)
+	check := func(what string, d loader.Deal, order permutation.Order) {
+		t.Helper()
+		all, err := order.RowIDs(ctx, 0, order.Len())
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := map[uint64][2]int64{}
+		for step := range d.Steps() {
+			for r := range d.W {
+				ids, err := d.Batch(ctx, order, step, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, id := range ids {
+					at[id] = [2]int64{step, r}
+				}
+			}
+		}
+		for p, id := range all {
+			step, rank, ok, err := d.Place(ctx, order, int64(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, dealt := at[id]
+			if ok != dealt || ok && [2]int64{step, rank} != want {
+				t.Fatalf("%s: position %d placed at step %d rank %d (%t), dealt at %v (%t)", what, p, step, rank, ok, want, dealt)
+			}
+		}
+	}
+	for _, dropLast := range []bool{true, false} {
+		d, err := loader.NewDeal(203, 8, 16, 4, dropLast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("plain drop_last=%t", dropLast), d, permutation.Identity{N: 203})
+		l, err := loader.New(s.Permutations().Table(), s, loader.Options{GlobalBatchSize: 36, WorldSize: 3, ShuffleSeed: 2, DropLast: dropLast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("grouped drop_last=%t", dropLast), l.Deal(), l.EpochOrder(1))
+		l.Close()
+	}
+}

@@ -198,6 +198,21 @@ func (l *Loader) EpochOrder(epoch int64) permutation.Order {
 	return l.order
 }
 
+// Step returns the row ids of every rank's batch at step t of epoch, rank by
+// rank: the whole global step.
+func (l *Loader) Step(ctx context.Context, epoch, t int64) ([][]uint64, error) {
+	order := l.EpochOrder(epoch)
+	out := make([][]uint64, l.deal.W)
+	for r := range out {
+		ids, err := l.deal.Batch(ctx, order, t, int64(r))
+		if err != nil {
+			return nil, err
+		}
+		out[r] = ids
+	}
+	return out, nil
+}
+
 // RowIDs returns the row ids of this rank's batch at step t of epoch.
 func (l *Loader) RowIDs(ctx context.Context, epoch, t int64) ([]uint64, error) {
 	return l.deal.Batch(ctx, l.EpochOrder(epoch), t, l.opts.Rank)

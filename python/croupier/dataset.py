@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import torch
 import torch.utils.data
@@ -173,7 +174,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             together (``G % S``, ``S % world_size``, ``S`` > rows, rank out of range);
             the message has the numbers.
 
-    Each batch is this rank's ``G / world_size`` samples of one global step. The
+    Each batch is this rank's ``G / world_size`` samples of one global step, or,
+    from a grouped permutation, this rank's whole groups of the step, whose size
+    varies (docs/concepts.md, "Groups"). The
     dataset pickles cheaply (for ``spawn``/``forkserver`` workers): Go handles are
     reopened in the worker, on exactly the pinned table version.
     """
@@ -472,6 +475,24 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
     def _convert(self, batch: pa.RecordBatch, sizes: list[int]) -> Iterator[Any]:
         """The consecutive steps of ``batch``, of ``sizes`` rows, in the dataset's format."""
         return convert_steps(batch, sizes, self._format, self._list_format)
+
+    def rows_of_step(self, step: int, epoch: int | None = None) -> np.ndarray:
+        """The row ids of global step ``step`` of :attr:`epoch` (or of ``epoch``),
+        every rank's, rank 0's first: the samples that step trains on.
+
+        The same whatever this dataset's rank, world size and workers; with
+        :meth:`croupier.Table.take` on the source's table it gives the rows
+        themselves (provenance: which rollouts trained a checkpoint). A grouped
+        permutation's step holds whole groups (docs/concepts.md, "Groups").
+
+        Raises:
+            InvalidArgumentError: ``step`` is outside ``[0, steps_per_epoch)``
+                or ``epoch`` is negative.
+        """
+        epoch = self._epoch if epoch is None else _args.integer("epoch", epoch)
+        step = _args.integer("step", step, 0, self.steps_per_epoch - 1)
+        ranks = _lib.dataset_step(self._handle(), epoch, step)
+        return np.array([row for rank in ranks for row in rank], dtype=np.uint64)
 
     def stats(self) -> dict[str, int]:
         """Counters of the iteration running in this process, or of the last one.
