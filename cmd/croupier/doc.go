@@ -23,6 +23,8 @@
 //	    [--epoch E] [--shuffle-seed N] [--drop-last=false] --step T
 //	croupier deal --checkpoint STATE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI]
 //	    [--world-size W] [--rank R]
+//	    (both: [--columns col1,col2] prints those columns of each row of the step)
+//	croupier deal --checkpoint STATE.json (--which-steps COLUMN=VALUE | --row ID) [--world-size W]
 //
 //	croupier bench [--dir REPO] [--quick] [--dry-run]
 //
@@ -72,6 +74,16 @@
 // the end of its epoch is an error, not a step of the next epoch. Flags are
 // checked before anything is opened: --global-batch-size and --world-size at
 // least 1, --num-splits and --epoch at least 0, --rank below --world-size.
+// --columns also prints, under each rank's row ids, those columns of each
+// row (in --json, "rows": one object per row).
+//
+// deal --which-steps COLUMN=VALUE looks back from a checkpoint: the rows
+// whose COLUMN reads VALUE (an integer or a string as written; NotFound when
+// none does) or, with --row, the one row ID, and every step that trained on
+// one of them before the checkpoint: every step of the epochs before its
+// epoch, and its epoch's first steps_consumed steps, each with the epoch, the
+// step and the rank of --world-size that got the row. It reads the table's
+// COLUMN and each of those epochs' whole order once.
 //
 // bench runs the benchmark harness, `make bench` in the repository named by
 // --dir (bench/run.py: object-store throughput, croupier and its peers reading
