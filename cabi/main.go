@@ -72,6 +72,7 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -90,7 +91,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 1
+const abiVersion = 2
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -407,6 +408,35 @@ func croupier_table_schema(h C.uint64_t, out *C.struct_ArrowSchema, errOut **C.c
 	})
 }
 
+//export croupier_table_take
+func croupier_table_take(th C.uint64_t, ids *C.uint64_t, n C.int64_t, columnsJSON *C.char, outArray *C.struct_ArrowArray, outSchema *C.struct_ArrowSchema, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(th))
+		if err != nil {
+			return err
+		}
+		var columns []string
+		if err := decodeJSON(columnsJSON, &columns, "columns"); err != nil {
+			return err
+		}
+		if n < 0 {
+			return errcode.New(errcode.InvalidArgument, "take", t.URI(), "%d row ids", n)
+		}
+		r, err := t.NewReader(table.ReaderOptions{Columns: columns, Allocator: loader.DefaultAllocator})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		rec, err := r.Read(callContext(), slices.Clone(unsafe.Slice((*uint64)(unsafe.Pointer(ids)), int(n))))
+		if err != nil {
+			return err
+		}
+		defer rec.Release()
+		cdata.ExportArrowRecordBatch(rec, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), (*cdata.CArrowSchema)(unsafe.Pointer(outSchema)))
+		return nil
+	})
+}
+
 //export croupier_dataset_open
 func croupier_dataset_open(th C.uint64_t, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
@@ -471,6 +501,24 @@ func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 			"table_uri": l.Table().URI(), "table_version": l.Table().Version(), "table_id": l.Table().ID(),
 			"permutation_id": l.Order().ID(), "memory_budget": o.MemoryBudget,
 		}, out)
+	})
+}
+
+//export croupier_dataset_step
+func croupier_dataset_step(h C.uint64_t, epoch, step C.int64_t, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		l, err := lookup[*loader.Loader](uint64(h))
+		if err != nil {
+			return err
+		}
+		if epoch < 0 {
+			return errcode.New(errcode.InvalidArgument, "step", l.Table().URI(), "epoch %d is negative", epoch)
+		}
+		ranks, err := l.Step(callContext(), int64(epoch), int64(step))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(ranks, out)
 	})
 }
 

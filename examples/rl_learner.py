@@ -11,13 +11,17 @@ What it does:
 2. A permutation of the latest version keeps only the rows to train on
    (``include_in_training = TRUE AND role = 'assistant'``), splits them into
    train/val by a hash of ``problem_id`` (all samples of one prompt land on the
-   same side, in this version and every later one), and shuffles them.
+   same side, in this version and every later one), groups them by
+   ``problem_id`` (GRPO's groups: the samples of one prompt are dealt together,
+   in one step and on one rank) and shuffles the groups.
 3. The learner streams only ``output_tokens``, ``output_logprobs`` and
    ``advantage``, list columns packed (values + offsets, the ``cu_seqlens`` of a
    varlen model), and takes a few clipped policy-gradient steps on a tiny
-   next-token model.
+   next-token model. A step holds the groups that start in its 16 positions, so
+   its size varies.
 4. It saves the policy and, next to it, a JSON record of the table version and
-   permutation that trained it, plus the loader's checkpoint.
+   permutation that trained it, the loader's checkpoint, and exactly which
+   rollouts each step trained on (``rows_of_step`` and ``Table.take``).
 """
 
 from __future__ import annotations
@@ -162,6 +166,7 @@ def main() -> None:
             cr.PermutationBuilder(tbl)
             .filter(TRAIN_FILTER)
             .split_hash(["problem_id"], [4, 1], split_names=["train", "val"])
+            .group_by("problem_id")
             .shuffle(seed=args.seed)
             .persist(perm_uri, progress=False)
         )
@@ -181,10 +186,12 @@ def main() -> None:
     model = TinyPolicy()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses: list[float] = []
+    trained: list[tuple[int, int]] = []  # (epoch, step) of every step taken
     epoch = 0
     while len(losses) < args.steps:
         ds.set_epoch(epoch)
-        for batch in loader:
+        for step, batch in enumerate(loader, ds.steps_consumed):
+            trained.append((epoch, step))
             loss = policy_loss(model, batch)
             optimizer.zero_grad()
             loss.backward()
@@ -196,7 +203,17 @@ def main() -> None:
         else:
             epoch += 1
 
-    # 4. the policy, and which data trained it
+    # 4. the policy, and which data trained it: the rollouts of every step
+    provenance_columns = ["rollout_id", "problem_id", "policy_version"]
+    trained_on = []
+    for epoch, step in trained:
+        rows = tbl.take(ds.rows_of_step(step, epoch), provenance_columns)
+        trained_on.append({"epoch": epoch, "step": step, **rows.to_pydict()})
+    print(f"rollouts that trained the checkpoint ({len(trained)} steps):")
+    for s in trained_on:
+        problems = sorted(set(s["problem_id"]))
+        n = len(s["rollout_id"])
+        print(f"  epoch {s['epoch']} step {s['step']:3d}: {n} rollouts of problems {problems}")
     torch.save(model.state_dict(), args.data / "policy.pt")
     record = {
         "checkpoint": "policy.pt",
@@ -211,6 +228,7 @@ def main() -> None:
         "loader_state": loader.state_dict(),
         "steps": len(losses),
         "losses": losses,
+        "trained_on": trained_on,
     }
     (args.data / "policy.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     print(f"saved {args.data / 'policy.pt'} and policy.json")

@@ -116,9 +116,15 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.InvalidArgument, "new loader", t.URI())
 	}
+	l := &Loader{table: t, order: order, opts: opts}
+	_, d.Grouped = l.EpochOrder(0).(permutation.GroupedOrder)
 	if opts.Rank < 0 || opts.Rank >= opts.WorldSize {
 		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(),
 			"rank %d out of range [0, %d)", opts.Rank, opts.WorldSize)
+	}
+	if d.Grouped && d.Steps() == 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(),
+			"no full step to deal: %d rows of groups, a step needs %d (set drop_last=false to deal a partial step)", d.M, d.G)
 	}
 	if d.Steps() == 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(),
@@ -137,7 +143,8 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 	}
 	r.Close()
 	t.Retain()
-	return &Loader{table: t, order: order, deal: d, opts: opts}, nil
+	l.deal = d
+	return l, nil
 }
 
 // Close releases the loader's reference to its table, and closes what Open…
@@ -162,7 +169,8 @@ func (l *Loader) Deal() Deal { return l.deal }
 // StepsPerEpoch is the number of global steps in every epoch.
 func (l *Loader) StepsPerEpoch() int64 { return l.deal.Steps() }
 
-// RankBatchSize is the number of samples in each of this rank's full batches.
+// RankBatchSize is the number of samples in each of this rank's full batches:
+// G/W. Under a grouped deal it is the mean, and batches vary (see Deal.Ranks).
 func (l *Loader) RankBatchSize() int64 { return l.deal.G / l.deal.W }
 
 // Table returns the table the loader reads.
@@ -188,6 +196,21 @@ func (l *Loader) EpochOrder(epoch int64) permutation.Order {
 		return o.ForEpoch(l.opts.ShuffleSeed, epoch)
 	}
 	return l.order
+}
+
+// Step returns the row ids of every rank's batch at step t of epoch, rank by
+// rank: the whole global step.
+func (l *Loader) Step(ctx context.Context, epoch, t int64) ([][]uint64, error) {
+	order := l.EpochOrder(epoch)
+	out := make([][]uint64, l.deal.W)
+	for r := range out {
+		ids, err := l.deal.Batch(ctx, order, t, int64(r))
+		if err != nil {
+			return nil, err
+		}
+		out[r] = ids
+	}
+	return out, nil
 }
 
 // RowIDs returns the row ids of this rank's batch at step t of epoch.

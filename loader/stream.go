@@ -51,7 +51,8 @@ const MaxCoalescedSteps = 64
 // steps after it (Step+K, … with single-step turns; see StreamOptions.Run),
 // in that order in Record. Every step of an
 // epoch has the rank's batch size in rows (Loader.RankBatchSize) except its
-// last, which may have fewer when DropLast is false.
+// last, which may have fewer when DropLast is false. A grouped deal's steps
+// vary in size (Deal.Ranks), a rank's may be empty, and each Batch holds one.
 type Batch struct {
 	Step   int64
 	Steps  int               // ≥ 1
@@ -140,7 +141,9 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		if err != nil {
 			return nil, err
 		}
-		first = ids[0]
+		if len(ids) > 0 { // a grouped deal may give this rank nothing
+			first = ids[0]
+		}
 	}
 	m, err := l.shares(ctx, first, so.CoalesceBytes)
 	if err != nil {
@@ -193,29 +196,34 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
-	rank := l.RankBatchSize()
 	for len(steps) > 0 {
-		ids, err := l.deal.Batch(ctx, order, steps[0], l.opts.Rank)
-		if err != nil {
-			return err
-		}
-		groups, err := s.reader.Groups(ids[:1])
-		if err != nil {
-			return err
-		}
-		rowBytes, err := s.reader.GuessRowBytes(ctx, groups[0])
-		if err != nil {
-			return err
-		}
-		stepBytes := rowBytes * rank
-		n := int(min(max(s.budget.Limit()/stepBytes, 1), int64(len(steps))))
-		for _, t := range steps[1:n] {
-			more, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
+		// Take steps while their rows fit the budget, at least one; ends[i]
+		// is where step i's rows end in ids. rowBytes is guessed from the
+		// first row: a step of a grouped deal may give this rank none.
+		var ids []uint64
+		var ends []int
+		var rowBytes int64
+		for len(ends) < len(steps) {
+			more, err := l.deal.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
 			if err != nil {
 				return err
 			}
+			if rowBytes == 0 && len(more) > 0 {
+				groups, err := s.reader.Groups(more[:1])
+				if err != nil {
+					return err
+				}
+				if rowBytes, err = s.reader.GuessRowBytes(ctx, groups[0]); err != nil {
+					return err
+				}
+			}
+			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes > s.budget.Limit() {
+				break
+			}
 			ids = append(ids, more...)
+			ends = append(ends, len(ids))
 		}
+		n := len(ends)
 		kept, err := s.reader.Keep(ctx, ids, s.budget)
 		if err != nil {
 			return err
@@ -224,15 +232,18 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 		s.mu.Lock()
 		s.kepts = append(s.kepts, kept)
 		s.mu.Unlock()
-		// Batches: one step each, or as many as fit coalesce bytes.
+		// Batches: one step each, or as many as fit coalesce bytes. Steps
+		// of a grouped deal vary in size and go one by one, so that a
+		// batch's rows say its step's.
 		per := 1
-		if coalesce > 0 {
-			per = int(min(max(coalesce/stepBytes, 1), MaxCoalescedSteps))
+		if coalesce > 0 && !l.deal.Grouped {
+			per = int(min(max(coalesce/max(rowBytes*l.RankBatchSize(), 1), 1), MaxCoalescedSteps))
 		}
+		from := 0
 		for i := 0; i < n; i += per {
 			j := min(i+per, n)
-			// The last step of an epoch may be partial.
-			h.batches = append(h.batches, batch{steps: steps[i:j], from: i * int(rank), to: min(j*int(rank), len(ids))})
+			h.batches = append(h.batches, batch{steps: steps[i:j], from: from, to: ends[j-1]})
+			from = ends[j-1]
 		}
 		h.left.Store(int64(len(h.batches)))
 		select {

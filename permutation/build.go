@@ -44,7 +44,8 @@ const noSplit = -1
 // Build builds the permutation of t that spec describes and persists it at
 // uri, which must not hold a permutation yet. It reads only the columns the
 // filter and the split need, skips row groups whose statistics rule the filter
-// out, and holds in memory only the kept row ids (8 bytes each).
+// out, and holds in memory only the kept row ids (8 bytes each), and with
+// Spec.GroupBy each kept row's group key.
 func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
 	start := time.Now()
 	const op = "build permutation"
@@ -52,6 +53,9 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		if err := spec.Split.validate(); err != nil {
 			return nil, err
 		}
+	}
+	if err := spec.validateGroups(); err != nil {
+		return nil, err
 	}
 	if spec.Shuffle != nil {
 		sh := *spec.Shuffle
@@ -82,9 +86,17 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 	if err != nil {
 		return nil, err
 	}
-	if spec.Shuffle != nil {
-		for i, s := range b.out {
-			shuffle(s, *spec.Shuffle, DeriveKey(spec.Shuffle.Seed, fmt.Sprintf("shuffle/%d", i)))
+	for i, s := range b.out {
+		var r *Rand
+		if spec.Shuffle != nil {
+			r = NewRand(DeriveKey(spec.Shuffle.Seed, fmt.Sprintf("shuffle/%d", i)))
+		}
+		switch {
+		case b.keys != nil:
+			b.starts = append(b.starts, group(s, b.keys[i], r))
+			b.keys[i] = nil
+		case r != nil:
+			shuffle(s, *spec.Shuffle, r)
 		}
 	}
 	loc, err := store.OpenCreate(ctx, uri)
@@ -122,6 +134,8 @@ type builder struct {
 		rows, kept, groups, skipped int64
 	}
 	out      [][]uint64 // row ids of each split
+	keys     [][]string // with GroupBy: the group key of each row of out, until grouped
+	starts   [][]uint64 // with GroupBy: where each split's groups start
 	reported time.Time  // when progress was last reported
 }
 
@@ -137,6 +151,12 @@ func (b *builder) prepare() error {
 		}
 		b.columns = append(b.columns, b.filter.Columns()...)
 	}
+	for _, c := range b.spec.GroupBy {
+		if len(b.t.Schema().FieldIndices(c)) == 0 {
+			return badSpec("group_by: unknown column %q in table %s", c, b.t.URI())
+		}
+	}
+	b.columns = append(b.columns, b.spec.GroupBy...)
 	if s := b.spec.Split; s != nil {
 		switch s.Kind {
 		case SplitHash:
@@ -163,10 +183,11 @@ func (b *builder) prepare() error {
 
 // groupResult is what scanning one row group yields: its kept row ids,
 // ascending, in one part, or in one part per split for hash and calculated
-// splits (rows in no split dropped).
+// splits (rows in no split dropped), and with GroupBy their group keys.
 type groupResult struct {
 	parts [][]uint64
-	kept  int64 // rows the filter kept, whether in a split or not
+	keys  [][]string // the canonical encoding of each row's key (see hash.go)
+	kept  int64      // rows the filter kept, whether in a split or not
 }
 
 // numParts is how many parts the scan produces.
@@ -281,6 +302,18 @@ func (b *builder) scan(ctx context.Context) ([][]uint64, error) {
 			}
 		}
 	}
+	if len(b.spec.GroupBy) > 0 {
+		b.keys = make([][]string, len(out))
+		for p := range out {
+			b.keys[p] = make([]string, 0, len(out[p]))
+			for i := range results {
+				if results[i].keys != nil {
+					b.keys[p] = append(b.keys[p], results[i].keys[p]...)
+					results[i].keys[p] = nil
+				}
+			}
+		}
+	}
 	for _, res := range results {
 		b.stats.kept += res.kept
 	}
@@ -328,20 +361,55 @@ func (b *builder) scanGroup(ctx context.Context, r *table.Reader, file, group in
 	if err != nil {
 		return groupResult{}, false, err
 	}
+	keys, err := b.rowKeys(rec, keep)
+	if err != nil {
+		return groupResult{}, false, err
+	}
 	res := groupResult{parts: make([][]uint64, b.numParts())}
+	if keys != nil {
+		res.keys = make([][]string, b.numParts())
+	}
 	for i, k := range keep {
 		if k {
 			res.kept++
 		}
+		p := 0
 		switch {
 		case !k:
+			continue
 		case splits == nil:
-			res.parts[0] = append(res.parts[0], uint64(first)+uint64(i))
 		case splits[i] != noSplit:
-			res.parts[splits[i]] = append(res.parts[splits[i]], uint64(first)+uint64(i))
+			p = int(splits[i])
+		default:
+			continue
+		}
+		res.parts[p] = append(res.parts[p], uint64(first)+uint64(i))
+		if keys != nil {
+			res.keys[p] = append(res.keys[p], keys[i])
 		}
 	}
 	return res, false, nil
+}
+
+// rowKeys returns the group key of each kept row with GroupBy, else nil.
+func (b *builder) rowKeys(rec arrow.RecordBatch, keep []bool) ([]string, error) {
+	if len(b.spec.GroupBy) == 0 {
+		return nil, nil
+	}
+	cols := make([]arrow.Array, len(b.spec.GroupBy))
+	for i, c := range b.spec.GroupBy {
+		cols[i] = rec.Column(rec.Schema().FieldIndices(c)[0])
+	}
+	keys := make([]string, rec.NumRows())
+	err := encodeRows(cols, len(keys), func(row int, key []byte) {
+		if keep[row] {
+			keys[row] = string(key)
+		}
+	})
+	if err != nil {
+		return nil, badSpec("group_by: %v", err)
+	}
+	return keys, nil
 }
 
 // rowSplits returns each row's split for hash and calculated splits, else nil.
@@ -457,15 +525,55 @@ func permuteClumps(ids []uint64, c int64, r *Rand) []uint64 {
 	return append(out, ids[n/c*c:]...)
 }
 
+// group reorders ids so that the rows of each group, those with equal keys,
+// are consecutive, and returns where each group starts. Groups come in the
+// order of their first rows, permuted by r when it is not nil; rows keep
+// their order inside their group.
+func group(ids []uint64, keys []string, r *Rand) []uint64 {
+	index := map[string]int{}
+	of := make([]int, len(ids)) // the group of each row
+	var sizes []int64
+	for i, k := range keys {
+		g, ok := index[k]
+		if !ok {
+			g = len(sizes)
+			index[k] = g
+			sizes = append(sizes, 0)
+		}
+		of[i] = g
+		sizes[g]++
+	}
+	order := make([]int, len(sizes))
+	for i := range order {
+		order[i] = i
+	}
+	if r != nil {
+		Permute(r, order)
+	}
+	at := make([]int64, len(sizes)) // the next position of each group's rows
+	starts := make([]uint64, len(sizes))
+	var pos int64
+	for i, g := range order {
+		at[g], starts[i] = pos, uint64(pos)
+		pos += sizes[g]
+	}
+	src := slices.Clone(ids)
+	for i, g := range of {
+		ids[at[g]] = src[i]
+		at[g]++
+	}
+	return starts
+}
+
 // shuffle orders ids by sh with the given key (see ShuffleSpec). Only whole
 // clumps move: a partial clump at the end stays last, so that clumps stay
 // aligned to multiples of the clump size in every epoch's order.
-func shuffle(ids []uint64, sh ShuffleSpec, key uint64) {
+func shuffle(ids []uint64, sh ShuffleSpec, r *Rand) {
 	clump := max(sh.ClumpSize, 1)
 	if clump == 1 && sh.Window == 0 {
 		// The same swaps as permuting an index array, applied in place: the
 		// result is identical and needs no second copy of the ids.
-		Permute(NewRand(key), ids)
+		Permute(r, ids)
 		return
 	}
 	units := int64(len(ids)) / clump
@@ -473,7 +581,6 @@ func shuffle(ids []uint64, sh ShuffleSpec, key uint64) {
 	for i := range order {
 		order[i] = int64(i)
 	}
-	r := NewRand(key)
 	if sh.Window > 0 {
 		windows := (units + sh.Window - 1) / sh.Window
 		worder := make([]int64, windows)
@@ -509,14 +616,23 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 	if b.t.NumRows() <= 1<<32 {
 		width = 4
 	}
-	m := Manifest{Format: FormatVersion, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
+	m := Manifest{Format: ungroupedFormat, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
 		RowsScanned: b.stats.rows, RowsKept: b.stats.kept, RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
+	if b.starts != nil {
+		m.Format = FormatVersion
+	}
 	var total int64
 	for i, ids := range b.out {
 		s := SplitInfo{Name: names[i], NumRows: int64(len(ids)), ChunkSHA256: []string{}}
 		forChunks(ids, func(_ int64, chunk []uint64) {
 			s.ChunkSHA256 = append(s.ChunkSHA256, seal.Sum(encodeIDs(chunk, width)))
 		})
+		if b.starts != nil {
+			s.NumGroups, s.GroupSHA256 = int64(len(b.starts[i])), []string{}
+			forChunks(b.starts[i], func(_ int64, chunk []uint64) {
+				s.GroupSHA256 = append(s.GroupSHA256, seal.Sum(encodeIDs(chunk, width)))
+			})
+		}
 		m.Splits = append(m.Splits, s)
 		total += int64(len(ids))
 	}
@@ -542,6 +658,15 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 			done += int64(len(chunk))
 			b.progress("write", done, total)
 		})
+		if b.starts != nil {
+			forChunks(b.starts[i], func(c int64, chunk []uint64) {
+				data, key := encodeIDs(chunk, width), groupKey(loc.Key, id, i, c)
+				g.Go(func() (err error) {
+					defer errcode.Recover(&err, errcode.Internal, "write group starts", loc.ObjectURI(key))
+					return loc.WriteAll(gctx, key, data, nil)
+				})
+			})
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return Manifest{}, err

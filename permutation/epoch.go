@@ -3,6 +3,8 @@ package permutation
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 )
 
 // EpochOrderer is an Order whose later epochs deal a different order.
@@ -31,8 +33,20 @@ type EpochOrderer interface {
 // any position costs O(1) without reading the whole permutation. Rows of one
 // block stay in one block in every epoch: the block was a uniform sample of the
 // split when the permutation was shuffled.
+//
+// A split with groups returns a GroupedOrder. Its epoch e > 0, when shuffled,
+// deals the stored groups in the order Bijection(n_groups,
+// DeriveKey(seed, "epoch/<e>/groups")) gives: group i of the epoch is stored
+// group At(i), its rows in their stored order. Finding positions needs every
+// group's place, so the order holds 16 bytes a group once it is first read.
 func (s *Split) ForEpoch(seed uint64, e int64) Order {
 	sh := s.p.m.Spec.Shuffle
+	if s.Grouped() && s.info.NumRows > 0 {
+		if e == 0 || sh == nil {
+			seed, e = 0, 0 // the stored order, whatever the seed
+		}
+		return s.groupedEpoch(seed, e)
+	}
 	if e == 0 || sh == nil || s.info.NumRows == 0 {
 		return s
 	}
@@ -113,6 +127,121 @@ func (o *epochOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64, e
 			held[0], held[1] = held[1], held[0]
 		}
 		out[i] = held[0].ids[q%ChunkIDs]
+	}
+	return out, nil
+}
+
+// GroupedOrder is an Order whose rows come in groups that are dealt as units
+// (Spec.GroupBy): each group is a run of consecutive positions.
+type GroupedOrder interface {
+	Order
+	// Groups returns the boundaries of the groups that start at positions
+	// [start, stop): the start of each, ascending, then the end of the
+	// last; nothing when no group starts there.
+	Groups(ctx context.Context, start, stop int64) ([]int64, error)
+}
+
+// groupedEpoch returns the grouped order of epoch e (0: the stored order),
+// the one made last when it is the same: each holds its groups' places.
+func (s *Split) groupedEpoch(seed uint64, e int64) *groupedOrder {
+	s.groupsMu.Lock()
+	defer s.groupsMu.Unlock()
+	if o := s.epoch; o == nil || o.seed != seed || o.epoch != e {
+		s.epoch = &groupedOrder{split: s, seed: seed, epoch: e}
+	}
+	return s.epoch
+}
+
+// groupedOrder is the order of a grouped split in one epoch.
+type groupedOrder struct {
+	split *Split
+	seed  uint64
+	epoch int64 // 0: the stored order
+
+	mu     sync.Mutex
+	starts []int64 // where group i of this order starts in it, then Len; nil until loaded
+	from   []int64 // where group i of this order starts in the stored order
+}
+
+func (o *groupedOrder) ID() string { return o.split.ID() }
+func (o *groupedOrder) Len() int64 { return o.split.Len() }
+func (o *groupedOrder) String() string {
+	return fmt.Sprintf("%s epoch %d", o.split.ID(), o.epoch)
+}
+
+// places returns starts and from (see groupedOrder), computing them on the
+// first call that succeeds.
+func (o *groupedOrder) places(ctx context.Context) (starts, from []int64, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.starts != nil {
+		return o.starts, o.from, nil
+	}
+	stored, err := o.split.GroupStarts(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(stored) - 1
+	if o.epoch == 0 {
+		o.starts, o.from = stored, stored[:n]
+		return o.starts, o.from, nil
+	}
+	bij := NewBijection(uint64(n), DeriveKey(o.seed, fmt.Sprintf("epoch/%d/groups", o.epoch)))
+	starts, from = make([]int64, n+1), make([]int64, n)
+	var at int64
+	for i := range n {
+		g := bij.At(uint64(i))
+		starts[i], from[i] = at, stored[g]
+		at += stored[g+1] - stored[g]
+	}
+	starts[n] = at
+	o.starts, o.from = starts, from
+	return starts, from, nil
+}
+
+// Groups returns the boundaries of the groups starting in [start, stop).
+func (o *groupedOrder) Groups(ctx context.Context, start, stop int64) ([]int64, error) {
+	if start < 0 || stop > o.Len() || start > stop {
+		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
+	}
+	starts, _, err := o.places(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := len(starts) - 1
+	i, _ := slices.BinarySearch(starts[:n], start)
+	j, _ := slices.BinarySearch(starts[:n], stop)
+	if i == j {
+		return nil, nil
+	}
+	return slices.Clone(starts[i : j+1]), nil
+}
+
+// RowIDs returns the row ids at positions [start, stop) of the epoch's order.
+func (o *groupedOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error) {
+	if o.epoch == 0 {
+		return o.split.RowIDs(ctx, start, stop)
+	}
+	if start < 0 || stop > o.Len() || start > stop {
+		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
+	}
+	starts, from, err := o.places(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, found := slices.BinarySearch(starts[:len(starts)-1], start)
+	if !found {
+		g-- // start is inside group g
+	}
+	out := make([]uint64, 0, stop-start)
+	for pos := start; pos < stop; g++ {
+		end := min(stop, starts[g+1])
+		ids, err := o.split.RowIDs(ctx, from[g]+pos-starts[g], from[g]+end-starts[g])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+		pos = end
 	}
 	return out, nil
 }

@@ -27,10 +27,20 @@ import (
 // every chunk in it, checked as the chunk is read; the permutation's ID
 // derives from that manifest. Permutations of version 1, which have neither,
 // still open and deal the same rows, unchecked.
-const FormatVersion = 2
+//
+// Version 3 adds groups (Spec.GroupBy): each split also stores the positions
+// where its groups start, in chunks whose SHA-256 the manifest records. A
+// permutation without groups is still written as version 2, byte for byte
+// what this builder wrote before groups, so its ID stays; a reader that
+// predates groups refuses version 3 instead of dealing groups apart.
+const FormatVersion = 3
 
-// uncheckedFormat is the last format without digests.
-const uncheckedFormat = 1
+// uncheckedFormat is the last format without digests; ungroupedFormat is
+// the format of a permutation built without groups.
+const (
+	uncheckedFormat = 1
+	ungroupedFormat = 2
+)
 
 // ChunkIDs is the number of row ids in each persisted chunk object.
 const ChunkIDs = 1 << 16
@@ -43,6 +53,9 @@ const ChunkIDs = 1 << 16
 //	                          last chunk), each IDWidth bytes little endian;
 //	                          <id> is the permutation's ID; the manifest holds
 //	                          its SHA-256
+//	<id>/<i>/groups/<j>.ids   format 3: chunk j of the positions in split i
+//	                          where its groups start, ascending from 0, in
+//	                          the same encoding; the manifest holds its SHA-256
 //	build.json                when the permutation was built and how long it took
 //
 // Every object but build.json is a function of the inputs alone, so two builds
@@ -85,6 +98,10 @@ type SplitInfo struct {
 	// ChunkSHA256 holds the hex SHA-256 of each of the split's chunks, in
 	// order (none in format 1).
 	ChunkSHA256 []string `json:"chunk_sha256,omitempty"`
+	// NumGroups is the number of the split's groups, and GroupSHA256 the hex
+	// SHA-256 of each chunk of their start positions (format 3 only).
+	NumGroups   int64    `json:"num_groups,omitempty"`
+	GroupSHA256 []string `json:"group_sha256,omitempty"`
 }
 
 // numChunks is the number of chunks of a split of n rows.
@@ -92,6 +109,10 @@ func numChunks(n int64) int64 { return (n + ChunkIDs - 1) / ChunkIDs }
 
 func chunkKey(prefix, id string, split int, chunk int64) string {
 	return path.Join(prefix, id, fmt.Sprint(split), fmt.Sprintf("%08d.ids", chunk))
+}
+
+func groupKey(prefix, id string, split int, chunk int64) string {
+	return path.Join(prefix, id, fmt.Sprint(split), "groups", fmt.Sprintf("%08d.ids", chunk))
 }
 
 // encodeIDs returns ids as IDWidth-byte little-endian integers.
@@ -175,14 +196,18 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 	if u, err := uuid.Parse(m.ID); err != nil || u.String() != m.ID {
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id %q is not a UUID", m.ID)
 	}
+	grouped := m.Format == FormatVersion
 	switch {
-	case m.Format == FormatVersion && !sealed:
+	case m.Format < uncheckedFormat || m.Format > FormatVersion:
+		return Manifest{}, errcode.New(errcode.InvalidArgument, op, where, "format %d is not supported (this build reads %d to %d)",
+			m.Format, uncheckedFormat, FormatVersion)
+	case m.Format != uncheckedFormat && !sealed:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d without its %s seal at the end", m.Format, seal.Field)
 	case m.Format == uncheckedFormat && sealed:
-		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, FormatVersion)
-	case m.Format != FormatVersion && m.Format != uncheckedFormat:
-		return Manifest{}, errcode.New(errcode.InvalidArgument, op, where, "format %d is not supported (this build reads %d and %d)",
-			m.Format, uncheckedFormat, FormatVersion)
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, ungroupedFormat)
+	case grouped != (len(m.Spec.GroupBy) > 0):
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with group_by %q: groups are format %d, and only it",
+			m.Format, m.Spec.GroupBy, FormatVersion)
 	case m.IDWidth != 4 && m.IDWidth != 8:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id_width %d is neither 4 nor 8", m.IDWidth)
 	case len(m.Splits) == 0:
@@ -198,6 +223,15 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		}
 		if int64(len(s.ChunkSHA256)) != want {
 			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d chunk digests, want %d", s.Name, len(s.ChunkSHA256), want)
+		}
+		switch {
+		case !grouped && (s.NumGroups != 0 || s.GroupSHA256 != nil):
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q of format %d has groups", s.Name, m.Format)
+		case grouped && (s.NumGroups < 0 || s.NumGroups > s.NumRows || (s.NumGroups == 0) != (s.NumRows == 0)):
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d groups of its %d rows", s.Name, s.NumGroups, s.NumRows)
+		case int64(len(s.GroupSHA256)) != numChunks(s.NumGroups):
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d group chunk digests, want %d",
+				s.Name, len(s.GroupSHA256), numChunks(s.NumGroups))
 		}
 	}
 	return m, nil

@@ -64,7 +64,7 @@ func newHasher(a arrow.Array) (hasher, error) {
 	case *array.LargeBinary:
 		return nullable(a, func(b []byte, i int) []byte { return appendBytes(b, a.Value(i)) }), nil
 	}
-	return nil, fmt.Errorf("cannot hash values of type %s (hash splits take booleans, integers, floats, strings and binary)", a.DataType())
+	return nil, fmt.Errorf("cannot hash values of type %s (hash splits and group keys take booleans, integers, floats, strings and binary)", a.DataType())
 }
 
 func nullable(a arrow.Array, h hasher) hasher {
@@ -107,6 +107,12 @@ func appendBytes(b, v []byte) []byte {
 
 // HashRows sets out[i] to the hash of row i's values in cols.
 func HashRows(cols []arrow.Array, out []uint64) error {
+	return encodeRows(cols, len(out), func(row int, key []byte) { out[row] = xxhash.Sum64(key) })
+}
+
+// encodeRows calls fn with the canonical encoding of each of the first rows
+// rows' values in cols. The encoding is fn's only until it returns.
+func encodeRows(cols []arrow.Array, rows int, fn func(row int, key []byte)) error {
 	hs := make([]hasher, len(cols))
 	for i, c := range cols {
 		h, err := newHasher(c)
@@ -116,12 +122,12 @@ func HashRows(cols []arrow.Array, out []uint64) error {
 		hs[i] = h
 	}
 	var buf []byte
-	for row := range out {
+	for row := range rows {
 		buf = buf[:0]
 		for _, h := range hs {
 			buf = h(buf, row)
 		}
-		out[row] = xxhash.Sum64(buf)
+		fn(row, buf)
 	}
 	return nil
 }

@@ -118,6 +118,10 @@ type Split struct {
 	index  int
 	info   SplitInfo
 	chunks *chunkCache
+
+	groupsMu sync.Mutex
+	starts   []int64       // GroupStarts, once read
+	epoch    *groupedOrder // the grouped order ForEpoch made last
 }
 
 // ID names the split for checkpoints: the permutation's UUID and the split name.
@@ -157,28 +161,14 @@ func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
 	return s.chunks.get(c, func() ([]uint64, error) {
 		n := min(ChunkIDs, s.info.NumRows-c*ChunkIDs)
 		key := chunkKey(s.p.loc.Key, s.p.m.ID, s.index, c)
-		b, err := s.p.loc.ReadAll(ctx, key)
-		if errcode.Of(err) == errcode.NotFound {
-			// The manifest, written last, promises every chunk.
-			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
-				"chunk %d of split %q is missing", c, s.info.Name)
+		var digest string
+		if s.p.m.Format != uncheckedFormat {
+			digest = s.info.ChunkSHA256[c]
 		}
+		ids, err := s.readChunk(ctx, key, false, c, n, digest)
 		if err != nil {
 			return nil, err
 		}
-		if int64(len(b)) != n*int64(s.p.m.IDWidth) {
-			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
-				"%d bytes, want %d row ids of %d bytes", len(b), n, s.p.m.IDWidth)
-		}
-		if s.p.m.Format != uncheckedFormat {
-			if got, want := seal.Sum(b), s.info.ChunkSHA256[c]; got != want {
-				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
-					"chunk %d of split %q hashes to sha256 %.16s…, the manifest records %.16s…: it changed after it was written",
-					c, s.info.Name, got, want)
-			}
-		}
-		ids := make([]uint64, n)
-		decodeIDs(b, s.p.m.IDWidth, ids)
 		limit := uint64(s.p.table.NumRows())
 		for _, id := range ids {
 			if id >= limit {
@@ -188,6 +178,79 @@ func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
 		}
 		return ids, nil
 	})
+}
+
+// readChunk reads and decodes the n ids of the object at key: chunk c of
+// the split's row ids, or of its group starts when groups is set. It checks
+// them against digest unless that is empty.
+func (s *Split) readChunk(ctx context.Context, key string, groups bool, c, n int64, digest string) ([]uint64, error) {
+	kind, unit := "chunk", "row ids"
+	if groups {
+		kind, unit = "group chunk", "group starts"
+	}
+	b, err := s.p.loc.ReadAll(ctx, key)
+	if errcode.Of(err) == errcode.NotFound {
+		// The manifest, written last, promises every chunk.
+		return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+			"%s %d of split %q is missing", kind, c, s.info.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != n*int64(s.p.m.IDWidth) {
+		return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+			"%d bytes, want %d %s of %d bytes", len(b), n, unit, s.p.m.IDWidth)
+	}
+	if digest != "" {
+		if got := seal.Sum(b); got != digest {
+			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+				"%s %d of split %q hashes to sha256 %.16s…, the manifest records %.16s…: it changed after it was written",
+				kind, c, s.info.Name, got, digest)
+		}
+	}
+	ids := make([]uint64, n)
+	decodeIDs(b, s.p.m.IDWidth, ids)
+	return ids, nil
+}
+
+// Grouped reports whether the split's rows come in groups (Spec.GroupBy).
+func (s *Split) Grouped() bool { return len(s.p.m.Spec.GroupBy) > 0 }
+
+// NumGroups returns the number of the split's groups; 0 if it has none.
+func (s *Split) NumGroups() int64 { return s.info.NumGroups }
+
+// GroupStarts returns the positions in the split's stored order where its
+// groups start, ascending from 0, followed by Len: group g is positions
+// [starts[g], starts[g+1]). It reads every group chunk on the first call,
+// 8 bytes a group, and keeps them. A split without groups has none.
+func (s *Split) GroupStarts(ctx context.Context) ([]int64, error) {
+	if !s.Grouped() {
+		return nil, errcode.New(errcode.InvalidArgument, "group starts", s.p.loc.URI, "split %q has no groups", s.info.Name)
+	}
+	s.groupsMu.Lock()
+	defer s.groupsMu.Unlock()
+	if s.starts != nil {
+		return s.starts, nil
+	}
+	n := s.info.NumGroups
+	starts := make([]int64, 0, n+1)
+	for c := range numChunks(n) {
+		key := groupKey(s.p.loc.Key, s.p.m.ID, s.index, c)
+		ids, err := s.readChunk(ctx, key, true, c, min(ChunkIDs, n-c*ChunkIDs), s.info.GroupSHA256[c])
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			// Strictly ascending from 0 and inside the split: a group is never empty.
+			if at := int64(len(starts)); (at == 0 && id != 0) || (at > 0 && int64(id) <= starts[at-1]) || id >= uint64(s.info.NumRows) {
+				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+					"group %d starts at position %d, not after the group before it and inside the split's %d rows", at, id, s.info.NumRows)
+			}
+			starts = append(starts, int64(id))
+		}
+	}
+	s.starts = append(starts, s.info.NumRows)
+	return s.starts, nil
 }
 
 // chunkCache keeps the most recently used decoded chunks of one split.

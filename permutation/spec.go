@@ -9,12 +9,19 @@ import (
 )
 
 // Spec says how to build a permutation: which rows (Filter), into which
-// splits (Split), in what order (Shuffle). It is recorded verbatim in the
-// permutation's provenance. JSON names match the Python builder's arguments.
+// splits (Split), in what order (Shuffle), dealt in which units (GroupBy). It
+// is recorded verbatim in the permutation's provenance. JSON names match the
+// Python builder's arguments.
 type Spec struct {
 	Filter  string       `json:"filter,omitempty"`  // SQL boolean expression; "" keeps every row
 	Split   *SplitSpec   `json:"split,omitempty"`   // nil puts every kept row in one split, "all"
 	Shuffle *ShuffleSpec `json:"shuffle,omitempty"` // nil keeps row id order
+	// GroupBy names the columns whose values make a row's group key. Rows
+	// sharing a key are stored together and dealt as a unit: in one global
+	// step, on one rank, in one worker (docs/concepts.md, "Groups"). A
+	// shuffle permutes whole groups; rows keep row id order inside their
+	// group. Nil deals rows one by one.
+	GroupBy []string `json:"group_by,omitempty"`
 }
 
 // Split kinds.
@@ -248,6 +255,32 @@ func (s *SplitSpec) sizes(m int64) ([]int64, error) {
 		prev = end
 	}
 	return out, nil
+}
+
+// validateGroups checks that the split and the shuffle keep every group whole:
+// a group is assigned to one split only by a hash of columns of its key, and
+// is shuffled as one unit, never cut into clumps or windows.
+func (s *Spec) validateGroups() error {
+	if len(s.GroupBy) == 0 {
+		return nil
+	}
+	if slices.Contains(s.GroupBy, "") || len(slices.Compact(slices.Sorted(slices.Values(s.GroupBy)))) != len(s.GroupBy) {
+		return badSpec("group_by columns must be distinct and non-empty: %q", s.GroupBy)
+	}
+	if sp := s.Split; sp != nil {
+		if sp.Kind != SplitHash {
+			return badSpec("group_by %q with split_%s could cut a group between splits: split groups with split_hash on columns of the group key", s.GroupBy, sp.Kind)
+		}
+		for _, c := range sp.Columns {
+			if !slices.Contains(s.GroupBy, c) {
+				return badSpec("group_by %q with split_hash on %q could cut a group between splits: hash only columns of the group key", s.GroupBy, sp.Columns)
+			}
+		}
+	}
+	if sh := s.Shuffle; sh != nil && (sh.ClumpSize > 1 || sh.ClumpSize == AutoClump || sh.Window > 0) {
+		return badSpec("group_by %q shuffles whole groups: clump_size and window do not apply", s.GroupBy)
+	}
+	return nil
 }
 
 func (sh *ShuffleSpec) validate() error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -72,10 +73,19 @@ func readCheckpoint(path string) (checkpoint, error) {
 	return c, nil
 }
 
-// dealRank is one rank's batch.
+// dealRank is one rank's batch, and with --columns its rows.
 type dealRank struct {
-	Rank   int64    `json:"rank"`
-	RowIDs []uint64 `json:"row_ids"`
+	Rank   int64            `json:"rank"`
+	RowIDs []uint64         `json:"row_ids"`
+	Rows   []map[string]any `json:"rows,omitempty"`
+}
+
+// trained is one step that trained on a row.
+type trained struct {
+	RowID uint64 `json:"row_id"`
+	Epoch int64  `json:"epoch"`
+	Step  int64  `json:"step"`
+	Rank  int64  `json:"rank"`
 }
 
 type dealOutput struct {
@@ -94,10 +104,21 @@ type dealOutput struct {
 	Ranks           []dealRank `json:"ranks"`
 }
 
+// whichOutput answers --which-steps and --row: the rows asked about, and
+// every step up to the checkpoint (Epoch, Step: its position) that trained
+// on one of them.
+type whichOutput struct {
+	dealOutput
+	Ranks   []dealRank `json:"ranks,omitempty"` // nil, hiding dealOutput's: the steps are in Trained
+	Rows    []uint64   `json:"which_rows"`
+	Trained []trained  `json:"trained"`
+}
+
 func dealCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "deal",
 		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) --global-batch-size G --step T [flags]\n"+
-			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]")
+			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]\n"+
+			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]")
 	permURI := fs.String("perm", "", "permutation to deal")
 	splitName := fs.String("split", "", "split of the permutation (default: its first)")
 	tableURI := fs.String("table", "", "table to deal in row id order")
@@ -111,6 +132,9 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	dropLast := fs.Bool("drop-last", true, "drop the final partial step of an epoch (as the Python dataset does by default)")
 	step := fs.Int64("step", -1, "global step")
 	ckptPath := fs.String("checkpoint", "", "state dict JSON: show the step after it")
+	columns := fs.String("columns", "", "also print these columns of each row: col1,col2")
+	which := fs.String("which-steps", "", "with --checkpoint: the steps up to it that trained on the rows where COLUMN=VALUE")
+	rowID := fs.Int64("row", -1, "with --checkpoint: the steps up to it that trained on row ID")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -145,6 +169,9 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	} else {
+		if set["which-steps"] || set["row"] {
+			return usagef("deal: --which-steps and --row look back from a --checkpoint")
+		}
 		if !set["global-batch-size"] {
 			return usagef("deal: --global-batch-size is required")
 		}
@@ -172,6 +199,16 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	}
 	if *rank >= *w {
 		return usagef("deal: --rank %d is not in [0, %d): --world-size is %d", *rank, *w, *w)
+	}
+	if set["which-steps"] && set["row"] {
+		return usagef("deal: give one of --which-steps and --row")
+	}
+	column, value, hasValue := strings.Cut(*which, "=")
+	if set["which-steps"] && (!hasValue || column == "") {
+		return usagef("deal: --which-steps %q: want COLUMN=VALUE", *which)
+	}
+	if set["row"] && *rowID < 0 {
+		return usagef("deal: --row is %d; it must be at least 0", *rowID)
 	}
 
 	// Open the order and its table.
@@ -233,6 +270,35 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	}
 	defer l0.Close()
 	steps := l0.StepsPerEpoch()
+	out := dealOutput{OrderID: order.ID(), TableURI: t.URI(), TableVersion: t.Version(), NumRows: order.Len(),
+		GlobalBatchSize: l0.Options().GlobalBatchSize, NumSplits: l0.Options().NumSplits,
+		WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
+		Epoch: *epoch, Step: *step, StepsPerEpoch: steps, Ranks: []dealRank{}}
+	if set["which-steps"] || set["row"] {
+		ids := []uint64{uint64(*rowID)}
+		if set["which-steps"] {
+			if ids, err = rowsWhere(ctx, t, column, value); err != nil {
+				return err
+			}
+		} else if *rowID >= t.NumRows() {
+			return usagef("deal: --row %d is not in [0, %d): %s has %d rows", *rowID, t.NumRows(), t.URI(), t.NumRows())
+		}
+		out.Step = ckpt.StepsConsumed
+		found, err := trainedOn(ctx, l0, ids, ckpt.Epoch, ckpt.StepsConsumed)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, whichOutput{dealOutput: out, Rows: ids, Trained: found})
+		}
+		fmt.Fprintf(e.stdout, "%s of %s version %s: %d rows\n", out.OrderID, out.TableURI, out.TableVersion, out.NumRows)
+		fmt.Fprintf(e.stdout, "%d rows asked about; steps that trained on them up to epoch %d, step %d (W=%d):\n",
+			len(ids), ckpt.Epoch, ckpt.StepsConsumed, out.WorldSize)
+		for _, tr := range found {
+			fmt.Fprintf(e.stdout, "row %d: epoch %d step %d rank %d\n", tr.RowID, tr.Epoch, tr.Step, tr.Rank)
+		}
+		return nil
+	}
 	if ckpt != nil {
 		// The next step after the checkpoint; at the end of an epoch it is
 		// step 0 of the next. A worker's own position (worker_position) may
@@ -248,28 +314,30 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			}
 			*epoch, *step = *epoch+1, 0
 		}
+		out.Epoch, out.Step = *epoch, *step
 	}
-	out := dealOutput{OrderID: order.ID(), TableURI: t.URI(), TableVersion: t.Version(), NumRows: order.Len(),
-		GlobalBatchSize: l0.Options().GlobalBatchSize, NumSplits: l0.Options().NumSplits,
-		WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
-		Epoch: *epoch, Step: *step, StepsPerEpoch: steps, Ranks: []dealRank{}}
-	r0, r1 := int64(0), out.WorldSize
-	if *rank >= 0 {
-		r0, r1 = *rank, *rank+1
+	ranks, err := l0.Step(ctx, *epoch, *step)
+	if err != nil {
+		return err
 	}
-	for r := r0; r < r1; r++ {
-		o := opts
-		o.Rank = r
-		l, err := loader.New(t, order, o)
-		if err != nil {
+	var reader *table.Reader
+	if cols := splitList(*columns); len(cols) > 0 {
+		if reader, err = t.NewReader(table.ReaderOptions{Columns: cols}); err != nil {
 			return err
 		}
-		ids, err := l.RowIDs(ctx, *epoch, *step)
-		l.Close()
-		if err != nil {
-			return err
+		defer reader.Close()
+	}
+	for r, ids := range ranks {
+		if *rank >= 0 && int64(r) != *rank {
+			continue
 		}
-		out.Ranks = append(out.Ranks, dealRank{Rank: r, RowIDs: ids})
+		rb := dealRank{Rank: int64(r), RowIDs: ids}
+		if reader != nil {
+			if rb.Rows, err = readRows(ctx, reader, ids); err != nil {
+				return err
+			}
+		}
+		out.Ranks = append(out.Ranks, rb)
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, out)
@@ -284,6 +352,99 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			ids[i] = fmt.Sprint(id)
 		}
 		fmt.Fprintf(e.stdout, "rank %d: %s\n", rb.Rank, strings.Join(ids, " "))
+		for i, row := range rb.Rows {
+			fields := []string{fmt.Sprintf("  row %d:", rb.RowIDs[i])}
+			for _, c := range splitList(*columns) {
+				v, _ := json.Marshal(row[c])
+				fields = append(fields, fmt.Sprintf("%s=%s", c, v))
+			}
+			fmt.Fprintln(e.stdout, strings.Join(fields, " "))
+		}
 	}
 	return nil
+}
+
+// readRows returns the rows ids of r's columns, each as column name → value.
+func readRows(ctx context.Context, r *table.Reader, ids []uint64) ([]map[string]any, error) {
+	rec, err := r.Read(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Release()
+	rows := make([]map[string]any, rec.NumRows())
+	for i := range rows {
+		rows[i] = map[string]any{}
+		for c, f := range rec.Schema().Fields() {
+			rows[i][f.Name] = rec.Column(c).GetOneForMarshal(i)
+		}
+	}
+	return rows, nil
+}
+
+// rowsWhere returns the ids of t's rows whose value in column, as text
+// (array.Array.ValueStr), is value.
+func rowsWhere(ctx context.Context, t *table.Table, column, value string) ([]uint64, error) {
+	r, err := t.NewReader(table.ReaderOptions{Columns: []string{column}})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var ids []uint64
+	var first uint64
+	for f, file := range t.Files() {
+		for g, n := range file.RowGroups {
+			rec, err := r.ReadGroup(ctx, f, g)
+			if err != nil {
+				return nil, err
+			}
+			col := rec.Column(0)
+			for i := range col.Len() {
+				if col.IsValid(i) && col.ValueStr(i) == value {
+					ids = append(ids, first+uint64(i))
+				}
+			}
+			rec.Release()
+			first += uint64(n)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errcode.New(errcode.NotFound, "deal", t.URI(), "no row has %s = %q", column, value)
+	}
+	return ids, nil
+}
+
+// trainedOn returns the steps that trained on the rows ids, of every epoch
+// before epoch and of the first steps steps of epoch: where each epoch's
+// order puts them (loader.Deal.Place), by epoch, step and rank.
+func trainedOn(ctx context.Context, l *loader.Loader, ids []uint64, epoch, steps int64) ([]trained, error) {
+	want := map[uint64]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	out := []trained{}
+	for e := range epoch + 1 {
+		order := l.EpochOrder(e)
+		for start := int64(0); start < order.Len(); start += permutation.ChunkIDs {
+			chunk, err := order.RowIDs(ctx, start, min(start+permutation.ChunkIDs, order.Len()))
+			if err != nil {
+				return nil, err
+			}
+			for i, id := range chunk {
+				if !want[id] {
+					continue
+				}
+				step, rank, ok, err := l.Deal().Place(ctx, order, start+int64(i))
+				if err != nil {
+					return nil, err
+				}
+				if ok && (e < epoch || step < steps) {
+					out = append(out, trained{RowID: id, Epoch: e, Step: step, Rank: rank})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b trained) int {
+		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Step, b.Step), cmp.Compare(a.RowID, b.RowID))
+	})
+	return out, nil
 }

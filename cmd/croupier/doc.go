@@ -15,7 +15,7 @@
 //	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
 //	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
-//	    [--shuffle-seed N] [--clump N|auto] [--window N] [--quiet]
+//	    [--shuffle-seed N] [--clump N|auto] [--window N] [--group-by col1,col2] [--quiet]
 //	croupier permute show PERM_URI
 //
 //	croupier deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
@@ -23,6 +23,8 @@
 //	    [--epoch E] [--shuffle-seed N] [--drop-last=false] --step T
 //	croupier deal --checkpoint STATE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI]
 //	    [--world-size W] [--rank R]
+//	    (both: [--columns col1,col2] prints those columns of each row of the step)
+//	croupier deal --checkpoint STATE.json (--which-steps COLUMN=VALUE | --row ID) [--world-size W]
 //
 //	croupier bench [--dir REPO] [--quick] [--dry-run]
 //
@@ -39,7 +41,10 @@
 // row counts, and prints the sizes of the splits it built.
 // --shuffle-seed, --clump or --window turns on the shuffle; --clump auto
 // clumps as many rows as a page of the table's widest column holds (a power
-// of two), and the permutation's spec records the number.
+// of two), and the permutation's spec records the number. --group-by keeps
+// the rows sharing those columns' values together as one group, dealt whole
+// in one step to one rank (docs/concepts.md, "Groups"); it takes no --clump
+// or --window, and only a --split-hash on columns of the group key.
 //
 // rewrite copies the rows of SRC, a plain Parquet dataset (an export written
 // by pyarrow or Spark in large row groups, say) or a croupier table, in row id
@@ -69,6 +74,16 @@
 // the end of its epoch is an error, not a step of the next epoch. Flags are
 // checked before anything is opened: --global-batch-size and --world-size at
 // least 1, --num-splits and --epoch at least 0, --rank below --world-size.
+// --columns also prints, under each rank's row ids, those columns of each
+// row (in --json, "rows": one object per row).
+//
+// deal --which-steps COLUMN=VALUE looks back from a checkpoint: the rows
+// whose COLUMN reads VALUE (an integer or a string as written; NotFound when
+// none does) or, with --row, the one row ID, and every step that trained on
+// one of them before the checkpoint: every step of the epochs before its
+// epoch, and its epoch's first steps_consumed steps, each with the epoch, the
+// step and the rank of --world-size that got the row. It reads the table's
+// COLUMN and each of those epochs' whole order once.
 //
 // bench runs the benchmark harness, `make bench` in the repository named by
 // --dir (bench/run.py: object-store throughput, croupier and its peers reading

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -419,5 +420,125 @@ func TestHelp(t *testing.T) {
 	}
 	if r := croupier(t, "deal", "-h"); r.code != 0 || !strings.Contains(r.stderr, "-global-batch-size") {
 		t.Fatalf("deal -h: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestPermuteGroupBy: --group-by builds a grouped permutation (format 3),
+// and deal gives every group of a step to one rank.
+func TestPermuteGroupBy(t *testing.T) {
+	dir := t.TempDir()
+	keys := make([]int64, 300)
+	for i := range keys {
+		keys[i] = int64(i*7) % 61 // 61 groups of 4 or 5 rows, scattered
+	}
+	tabletest.WriteGroups(t, dir, keys, 64)
+	perm := "file://" + filepath.Join(t.TempDir(), "perm")
+	var out permOutput
+	okJSON(t, &out, "permute", "file://"+dir, perm, "--quiet", "--group-by", "problem_id", "--shuffle-seed", "2",
+		"--split-hash", "problem_id:3,1", "--split-names", "train,val")
+	if out.Format != permutation.FormatVersion || !slices.Equal(out.Spec.GroupBy, []string{"problem_id"}) || out.Splits[0].NumGroups == 0 {
+		t.Fatalf("permute --group-by: %+v", out)
+	}
+	d := dealRun(t, "--perm", perm, "--global-batch-size", "24", "--world-size", "3", "--step", "1", "--epoch", "1", "--shuffle-seed", "4")
+	owner := map[int64]int64{}
+	for _, r := range d.Ranks {
+		for _, id := range r.RowIDs {
+			if o, ok := owner[keys[id]]; ok && o != r.Rank {
+				t.Fatalf("group %d on ranks %d and %d", keys[id], o, r.Rank)
+			}
+			owner[keys[id]] = r.Rank
+		}
+	}
+	if len(owner) < 3 {
+		t.Fatalf("step 1 holds %d groups: %+v", len(owner), d.Ranks)
+	}
+	if r := croupier(t, "permute", "file://"+dir, "file://"+filepath.Join(t.TempDir(), "p2"), "--group-by", "problem_id", "--clump", "4"); r.code != 1 ||
+		!strings.Contains(r.stderr, "clump_size and window do not apply") {
+		t.Fatalf("--group-by with --clump: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestDealProvenance: deal --columns prints the rows of a step; --which-steps
+// and --row name every step up to a checkpoint that trained on the rows, as
+// the loader deals them.
+func TestDealProvenance(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys := make([]int64, 400)
+	for i := range keys {
+		keys[i] = int64(i*13) % 97
+	}
+	tabletest.WriteGroups(t, dir, keys, 64)
+	for _, grouped := range []bool{false, true} {
+		perm := "file://" + filepath.Join(t.TempDir(), "perm")
+		args := []string{"permute", "file://" + dir, perm, "--quiet", "--shuffle-seed", "2"}
+		if grouped {
+			args = append(args, "--group-by", "problem_id")
+		}
+		ok(t, args...)
+		d := dealRun(t, "--perm", perm, "--global-batch-size", "24", "--world-size", "2", "--step", "1", "--columns", "problem,id")
+		for _, r := range d.Ranks {
+			for i, row := range r.Rows {
+				if id := row["id"].(float64); uint64(id) != r.RowIDs[i] || row["problem"] != fmt.Sprintf("p%d", keys[r.RowIDs[i]]) {
+					t.Fatalf("grouped=%t: rank %d row %d: %v", grouped, r.Rank, r.RowIDs[i], row)
+				}
+			}
+		}
+		if out := ok(t, "deal", "--perm", perm, "--global-batch-size", "24", "--step", "0", "--columns", "problem"); !strings.Contains(out, "problem=\"p") {
+			t.Fatalf("grouped=%t: text output without the column:\n%s", grouped, out)
+		}
+
+		p, err := permutation.Open(ctx, perm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ckpt := filepath.Join(t.TempDir(), "state.json")
+		state := fmt.Sprintf(`{"format": 2, "permutation_id": %q, "permutation_uri": %q, "table_id": %q, "table_uri": %q,
+			"table_version": %q, "num_splits": 24, "global_batch_size": 24, "shuffle_seed": 4, "epoch": 2, "steps_consumed": 5}`,
+			p.Splits()[0].ID(), perm, p.Table().ID(), p.Table().URI(), p.Table().Version())
+		os.WriteFile(ckpt, []byte(state), 0o644)
+		l, err := loader.New(p.Table(), p.Splits()[0], loader.Options{GlobalBatchSize: 24, WorldSize: 2, ShuffleSeed: 4, DropLast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the loader dealt of key 5's rows up to the checkpoint.
+		var want []trained
+		for e := range int64(3) {
+			for step := range l.StepsPerEpoch() {
+				if e == 2 && step >= 5 {
+					break
+				}
+				ranks, err := l.Step(ctx, e, step)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r, ids := range ranks {
+					for _, id := range ids {
+						if keys[id] == 5 {
+							want = append(want, trained{RowID: id, Epoch: e, Step: step, Rank: int64(r)})
+						}
+					}
+				}
+			}
+		}
+		l.Close()
+		p.Close()
+		slices.SortFunc(want, func(a, b trained) int {
+			return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Step, b.Step), cmp.Compare(a.RowID, b.RowID))
+		})
+		var got whichOutput
+		okJSON(t, &got, "deal", "--checkpoint", ckpt, "--which-steps", "problem_id=5", "--world-size", "2")
+		if !slices.Equal(got.Trained, want) || len(got.Rows) != 4 || len(want) < 4 {
+			t.Fatalf("grouped=%t: --which-steps problem_id=5 gives %+v for rows %v, want %+v", grouped, got.Trained, got.Rows, want)
+		}
+		okJSON(t, &got, "deal", "--checkpoint", ckpt, "--row", fmt.Sprint(want[0].RowID), "--world-size", "2")
+		for _, tr := range got.Trained {
+			if tr.RowID != want[0].RowID || !slices.Contains(want, tr) {
+				t.Fatalf("grouped=%t: --row %d gives %+v", grouped, want[0].RowID, got.Trained)
+			}
+		}
+		if r := croupier(t, "deal", "--checkpoint", ckpt, "--which-steps", "problem=nope"); r.code != 1 || !strings.Contains(r.stderr, `no row has problem = "nope"`) {
+			t.Fatalf("--which-steps of no row: exit %d: %s", r.code, r.stderr)
+		}
 	}
 }

@@ -125,7 +125,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -155,6 +155,19 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_table_pin": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_table_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_table_schema": ([_HANDLE, ctypes.POINTER(ArrowSchema), _ERR], _INT),
+    "croupier_table_take": (
+        [
+            _HANDLE,
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.c_int64,
+            _STR,
+            ctypes.POINTER(ArrowArray),
+            ctypes.POINTER(ArrowSchema),
+            _ERR,
+        ],
+        _INT,
+    ),
+    "croupier_dataset_step": ([_HANDLE, ctypes.c_int64, ctypes.c_int64, _STR_OUT, _ERR], _INT),
     "croupier_dataset_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_dataset_open_split": ([_HANDLE, ctypes.c_int64, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_permutation_build": ([_HANDLE, _STR, _STR, PROGRESS, _HANDLE_OUT, _ERR], _INT),
@@ -678,6 +691,25 @@ def table_schema(table: int) -> pa.Schema:
         _release_unimported(schema)
 
 
+def table_take(table: int, row_ids: Any, n: int, columns: list[str] | None) -> pa.RecordBatch:
+    """The ``n`` rows at ``row_ids`` (a ``uint64_t*``) of an open table, in that order."""
+    array, schema = ArrowArray(), ArrowSchema()
+    try:
+        _call(
+            _lib().croupier_table_take,
+            table,
+            row_ids,
+            n,
+            _encode(json.dumps(columns)),
+            ctypes.byref(array),
+            ctypes.byref(schema),
+        )
+        return pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
+    finally:
+        _release_unimported(array)
+        _release_unimported(schema)
+
+
 # ---------------------------------------------------------------------------
 # Datasets and streams
 
@@ -690,6 +722,11 @@ def dataset_open(table: int, options: dict[str, Any]) -> Handle:
 def dataset_info(dataset: int) -> dict[str, Any]:
     """The JSON info of ``croupier_dataset_info`` as a dict."""
     return json.loads(_json_out("croupier_dataset_info", dataset))
+
+
+def dataset_step(dataset: int, epoch: int, step: int) -> list[list[int]]:
+    """Every rank's row ids of global step ``step`` of ``epoch``, rank by rank."""
+    return json.loads(_str_out("croupier_dataset_step", dataset, epoch, step))
 
 
 def stream_open(dataset: int, options: dict[str, Any]) -> Handle:

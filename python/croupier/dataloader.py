@@ -239,7 +239,7 @@ class DataLoader(torch.utils.data.DataLoader):
                     f"{batch.first + batch.steps - 1} of epoch {ds.epoch} when step "
                     f"{ds.steps_consumed} was next"
                 )
-            for out in ds._convert(batch.batch, batch.steps):
+            for out in ds._convert(batch.batch, batch.sizes):
                 out = self.collate_fn(out)
                 ds._count_delivered()
                 yield out

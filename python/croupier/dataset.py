@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import torch
 import torch.utils.data
@@ -118,12 +119,17 @@ class Steps:
     adds up over the workers.
     """
 
-    __slots__ = ("batch", "first", "stats", "steps", "worker")
+    __slots__ = ("batch", "first", "sizes", "stats", "steps", "worker")
 
     def __init__(
-        self, first: int, steps: int, batch: pa.RecordBatch, worker: int, stats: dict[str, int]
+        self,
+        first: int,
+        sizes: list[int],
+        batch: pa.RecordBatch,
+        worker: int,
+        stats: dict[str, int],
     ) -> None:
-        self.first, self.steps, self.batch = first, steps, batch
+        self.first, self.sizes, self.steps, self.batch = first, sizes, len(sizes), batch
         self.worker, self.stats = worker, stats
 
     def step_numbers(self) -> range:
@@ -168,7 +174,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             together (``G % S``, ``S % world_size``, ``S`` > rows, rank out of range);
             the message has the numbers.
 
-    Each batch is this rank's ``G / world_size`` samples of one global step. The
+    Each batch is this rank's ``G / world_size`` samples of one global step, or,
+    from a grouped permutation, this rank's whole groups of the step, whose size
+    varies (docs/concepts.md, "Groups"). The
     dataset pickles cheaply (for ``spawn``/``forkserver`` workers): Go handles are
     reopened in the worker, on exactly the pinned table version.
     """
@@ -392,7 +400,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 yield from self._runs(stream, start, k, stride)
             else:
                 for first, steps, batch in _read(stream):
-                    outs = self._convert(batch, steps)
+                    outs = self._convert(batch, self._step_sizes(steps, batch.num_rows))
                     del batch  # the conversions hold what they need
                     for i, out in enumerate(outs):
                         if self._collate is not None:
@@ -433,6 +441,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         """
         rows, end = self.rank_batch_size, self.steps_per_epoch
         parts: list[pa.RecordBatch] = []
+        sizes: list[int] = []
         for first, steps, batch in _read(stream):
             t, done = first, 0
             while done < steps:
@@ -440,18 +449,50 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 run_end = min(run_first + _RUN_STEPS, end)
                 n = min(steps - done, run_end - t)
                 whole = n == steps
-                parts.append(batch if whole else batch.slice(done * rows, n * rows))
+                # Only a batch of several steps, all of rows rows but the
+                # epoch's last, is ever cut.
+                part = batch if whole else batch.slice(done * rows, n * rows)
+                parts.append(part)
+                sizes += self._step_sizes(n, part.num_rows)
                 t, done = t + n, done + n
                 if t == run_end:
                     one = parts[0] if len(parts) == 1 and whole else pa.concat_batches(parts)
-                    parts = []
                     stats = _lib.stream_stats(stream.value)
-                    yield Steps(run_first, run_end - run_first, one, worker, stats)
+                    yield Steps(run_first, sizes, one, worker, stats)
+                    parts, sizes = [], []
                     t += (workers - 1) * _RUN_STEPS  # the worker's next run
 
-    def _convert(self, batch: pa.RecordBatch, steps: int) -> Iterator[Any]:
-        """Each of the ``steps`` consecutive steps of ``batch`` in the dataset's format."""
-        return convert_steps(batch, steps, self.rank_batch_size, self._format, self._list_format)
+    def _step_sizes(self, steps: int, rows: int) -> list[int]:
+        """The rows of each of ``steps`` consecutive steps that hold ``rows`` together.
+
+        A batch of several steps has :attr:`rank_batch_size` rows in each but
+        the epoch's last, which may be partial; a step of a grouped permutation
+        (docs/concepts.md, "Groups") has its own size, and comes alone.
+        """
+        size = self.rank_batch_size
+        return [size] * (steps - 1) + [rows - size * (steps - 1)]
+
+    def _convert(self, batch: pa.RecordBatch, sizes: list[int]) -> Iterator[Any]:
+        """The consecutive steps of ``batch``, of ``sizes`` rows, in the dataset's format."""
+        return convert_steps(batch, sizes, self._format, self._list_format)
+
+    def rows_of_step(self, step: int, epoch: int | None = None) -> np.ndarray:
+        """The row ids of global step ``step`` of :attr:`epoch` (or of ``epoch``),
+        every rank's, rank 0's first: the samples that step trains on.
+
+        The same whatever this dataset's rank, world size and workers; with
+        :meth:`croupier.Table.take` on the source's table it gives the rows
+        themselves (provenance: which rollouts trained a checkpoint). A grouped
+        permutation's step holds whole groups (docs/concepts.md, "Groups").
+
+        Raises:
+            InvalidArgumentError: ``step`` is outside ``[0, steps_per_epoch)``
+                or ``epoch`` is negative.
+        """
+        epoch = self._epoch if epoch is None else _args.integer("epoch", epoch)
+        step = _args.integer("step", step, 0, self.steps_per_epoch - 1)
+        ranks = _lib.dataset_step(self._handle(), epoch, step)
+        return np.array([row for rank in ranks for row in rank], dtype=np.uint64)
 
     def stats(self) -> dict[str, int]:
         """Counters of the iteration running in this process, or of the last one.

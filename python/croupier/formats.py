@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,15 +107,19 @@ def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> 
 
 
 def convert_steps(
-    batch: pa.RecordBatch, steps: int, rows: int, format: str, list_format: str = "packed"
+    batch: pa.RecordBatch, sizes: Sequence[int], format: str, list_format: str = "packed"
 ) -> Iterator[Any]:
-    """Convert each of the ``steps`` consecutive slices of ``batch`` to ``format``.
+    """Convert each of the consecutive slices of ``batch`` of ``sizes`` rows to ``format``.
 
-    Every slice has ``rows`` rows but the last, which has the rest. Each is
-    what :func:`convert` returns for that slice alone, errors included, but
-    the batch is converted once and the slices share its memory.
+    ``sizes`` sum to the batch's rows. Each slice converts to what
+    :func:`convert` returns for that slice alone, errors included, but the
+    batch is converted once and the slices share its memory.
     """
-    bounds = [(i * rows, min((i + 1) * rows, batch.num_rows)) for i in range(steps)]
+    ends = list(itertools.accumulate(sizes))
+    if not ends or ends[-1] != batch.num_rows:
+        raise InvalidArgumentError(f"steps of {list(sizes)} rows in a batch of {batch.num_rows}")
+    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+    steps = len(bounds)
     whole = None
     # Step by step: padded lists (each step is padded to its own longest list),
     # and numpy with nulls or nested columns (a column's dtype, or its lists'

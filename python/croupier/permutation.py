@@ -45,7 +45,8 @@ class PermutationBuilder:
                  .persist("file:///perms/run-7"))
 
     Without a ``split_*`` call every kept row is in one split named ``"all"``;
-    without :meth:`shuffle` each split keeps row id order.
+    without :meth:`shuffle` each split keeps row id order. :meth:`group_by`
+    keeps rows sharing a key together, in every step.
     """
 
     def __init__(self, table: Table) -> None:
@@ -149,6 +150,24 @@ class PermutationBuilder:
         Values outside ``[0, len(split_names))`` and nulls put a row in no split.
         """
         return self._split("calculated", split_names, expr=_args.text("sql", sql))
+
+    def group_by(self, columns: str | Sequence[str]) -> PermutationBuilder:
+        """Deal the rows sharing these columns' values as one group (GRPO's
+        samples of one prompt, say).
+
+        A group's rows are stored together, in row id order, and dealt whole: in
+        one global step, to one rank, in one DataLoader worker. :meth:`shuffle`
+        then permutes whole groups, and a step holds the groups that start in
+        its ``global_batch_size`` positions of the epoch order, so its size
+        varies (docs/concepts.md, "Groups"). Keys may be of any type a hash
+        split takes (integers, strings, ...); null is one key like any other.
+        Only :meth:`split_hash` on columns of the key may split a grouped
+        permutation, and ``clump_size`` and ``window`` do not apply.
+        """
+        if isinstance(columns, str):
+            columns = [columns]
+        self._spec["group_by"] = _args.strings("group_by", columns)
+        return self
 
     def shuffle(
         self,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _progress
@@ -361,6 +363,35 @@ class Table(_lib.Closeable):
         reader = _reader(data)
         options = _write_options(row_group_rows, None, None, trust_conditional_writes)
         return _lib.table_append(self.uri, reader, options)
+
+    def take(self, row_ids: Iterable[int], columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows with the given ids, in that order, as a pyarrow Table.
+
+        For provenance: the rows a step trained on (``ds.rows_of_step(t)``), with
+        the columns that say where they came from (``rollout_id``,
+        ``policy_version``). Ids may repeat; each row group they touch is read
+        once.
+
+        Args:
+            row_ids: row ids of this pinned version (a list or an integer
+                numpy array).
+            columns: the columns to read, in that order (all if None).
+
+        Raises:
+            InvalidArgumentError: an id is negative or outside the table, or a
+                column is unknown.
+        """
+        ids = np.asarray(row_ids if isinstance(row_ids, np.ndarray) else list(row_ids))
+        if ids.size and ids.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"row_ids must be integers, got an array of {ids.dtype}")
+        if ids.size and ids.min() < 0:
+            raise InvalidArgumentError(f"row_ids must be >= 0, got {ids.min()}")
+        ids = np.ascontiguousarray(ids, dtype=np.uint64).ravel()
+        cols = None if columns is None else _args.strings("columns", columns)
+        batch = _lib.table_take(
+            self._handle(), ids.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), len(ids), cols
+        )
+        return pa.Table.from_batches([batch])
 
     def versions(self) -> list[int]:
         """The committed versions of this croupier table, ascending."""

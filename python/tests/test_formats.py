@@ -168,11 +168,13 @@ def test_lists_round_trip(lists: list[list[int]], data: st.DataObject) -> None:
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_convert_steps_matches_convert(data: st.DataObject) -> None:
-    """A batch of several steps converted once gives each step what converting it
+    """A batch of several steps, of any sizes (empty ones too, as a grouped
+    deal gives a rank), converted once gives each step what converting it
     alone gives, in every format, errors included (at the step that holds them)."""
     n = data.draw(st.integers(1, 40))
-    rows = data.draw(st.integers(1, n))
-    steps = -(-n // rows)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=6)))
+    ends = [*cuts, n]
+    sizes = [b - a for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     lists = data.draw(st.lists(st.lists(st.integers(0, 99), max_size=4), min_size=n, max_size=n))
     null_at = data.draw(st.none() | st.integers(0, n - 1))
     nan_at = data.draw(st.sampled_from([1, 3]))  # 3: a float column without nulls
@@ -188,9 +190,9 @@ def test_convert_steps_matches_convert(data: st.DataObject) -> None:
     }
     batch = pa.record_batch(columns)
     for format, list_format in [*((f, "packed") for f in FORMATS), ("torch", "padded")]:
-        got = convert_steps(batch, steps, rows, format, list_format)
-        for k in range(steps):
-            part = batch.slice(k * rows, rows)
+        got = convert_steps(batch, sizes, format, list_format)
+        for k, size in enumerate(sizes):
+            part = batch.slice(sum(sizes[:k]), size)
             try:
                 want = convert(part, format, list_format)
             except cr.InvalidArgumentError as e:

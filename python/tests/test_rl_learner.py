@@ -1,10 +1,12 @@
-"""examples/rl_learner.py trains, records its data's provenance, and never leaks val into train."""
+"""examples/rl_learner.py trains, records its data's provenance (down to the rollouts of
+every step), deals GRPO groups whole, and never leaks val into train."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -67,3 +69,23 @@ def test_rl_learner(tmp_path: Path) -> None:
         assert set(split["role"].to_pylist()) == {"assistant"}
     # all samples of a prompt are on one side
     assert not set(train["problem_id"].to_pylist()) & set(val["problem_id"].to_pylist())
+
+    # The rollouts of every step trained, each a train row, in whole groups: all
+    # of a problem's train rows in one step, and a problem in one step an epoch.
+    assert perms.provenance["group_by"] == ["problem_id"]
+    steps = record["trained_on"]
+    assert [(s["epoch"], s["step"]) for s in steps] == [(0, t) for t in range(6)]
+    group_sizes = Counter(train["problem_id"].to_pylist())
+    train_rollouts = dict(
+        zip(train["rollout_id"].to_pylist(), train["policy_version"].to_pylist(), strict=True)
+    )
+    seen: set[int] = set()
+    for s in steps:
+        assert s["rollout_id"], "a step with no rollout"
+        for rollout, version in zip(s["rollout_id"], s["policy_version"], strict=True):
+            assert train_rollouts[rollout] == version
+        in_step = Counter(s["problem_id"])
+        assert all(in_step[p] == group_sizes[p] for p in in_step), s
+        assert not seen & set(in_step)
+        seen |= set(in_step)
+    assert len({len(s["rollout_id"]) for s in steps}) > 1  # whole groups: sizes vary

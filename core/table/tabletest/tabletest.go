@@ -149,3 +149,30 @@ func Write(t testing.TB, dir string, sizes []int64, rowGroup int64) int64 {
 	}
 	return start
 }
+
+// GroupSchema is the schema of the rows WriteGroups makes: an id equal to
+// the row id, and the row's group key as an integer and as a string.
+var GroupSchema = arrow.NewSchema([]arrow.Field{
+	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "problem_id", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "problem", Type: arrow.BinaryTypes.String},
+}, nil)
+
+// WriteGroups writes one file, groups.parquet, into dir: row i has the key
+// keys[i], as problem_id and as the string "p<key>".
+func WriteGroups(t testing.TB, dir string, keys []int64, rowGroup int64) {
+	t.Helper()
+	b := array.NewRecordBuilder(memory.DefaultAllocator, GroupSchema)
+	defer b.Release()
+	for i, k := range keys {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.Int64Builder).Append(k)
+		b.Field(2).(*array.StringBuilder).Append(fmt.Sprintf("p%d", k))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	data := EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(rowGroup))
+	if err := os.WriteFile(filepath.Join(dir, "groups.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
