@@ -255,7 +255,9 @@ class S3Server:
     @classmethod
     def start(cls, build_dir: Path, folders: dict[str, Path]) -> S3Server:
         binary = build_dir / "s3serve"
-        subprocess.run(["go", "build", "-o", str(binary), "./internal/s3serve"], cwd=ROOT, check=True)
+        subprocess.run(
+            ["go", "build", "-o", str(binary), "./internal/s3serve"], cwd=ROOT, check=True
+        )
         args = [f"{name}={folder}" for name, folder in folders.items()]
         proc = subprocess.Popen(
             [str(binary), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
