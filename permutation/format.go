@@ -27,10 +27,18 @@ import (
 // every chunk in it, checked as the chunk is read; the permutation's ID
 // derives from that manifest. Permutations of version 1, which have neither,
 // still open and deal the same rows, unchecked.
-const FormatVersion = 2
+//
+// Version 3 adds each row's length (Spec.Lengths), in chunks beside the row
+// ids whose SHA-256 the manifest records too. Only a permutation with lengths
+// is written in version 3: one without is written in version 2, byte for byte
+// as before, so that its ID does not change. A reader of version 2 refuses a
+// version 3 permutation instead of dealing it without its lengths.
+const FormatVersion = 3
 
-// uncheckedFormat is the last format without digests.
-const uncheckedFormat = 1
+const (
+	uncheckedFormat = 1 // the last format without digests
+	sealedFormat    = 2 // the format of permutations without lengths
+)
 
 // ChunkIDs is the number of row ids in each persisted chunk object.
 const ChunkIDs = 1 << 16
@@ -43,6 +51,9 @@ const ChunkIDs = 1 << 16
 //	                          last chunk), each IDWidth bytes little endian;
 //	                          <id> is the permutation's ID; the manifest holds
 //	                          its SHA-256
+//	<id>/<i>/<j>.len          with Spec.Lengths (format 3): the lengths of the
+//	                          rows of chunk j, in the same order, each 4 bytes
+//	                          little endian; the manifest holds its SHA-256
 //	build.json                when the permutation was built and how long it took
 //
 // Every object but build.json is a function of the inputs alone, so two builds
@@ -85,23 +96,41 @@ type SplitInfo struct {
 	// ChunkSHA256 holds the hex SHA-256 of each of the split's chunks, in
 	// order (none in format 1).
 	ChunkSHA256 []string `json:"chunk_sha256,omitempty"`
+	// LengthSHA256 holds the hex SHA-256 of each of the split's length
+	// chunks, in order (format 3, with Spec.Lengths only).
+	LengthSHA256 []string `json:"length_sha256,omitempty"`
 }
 
 // numChunks is the number of chunks of a split of n rows.
 func numChunks(n int64) int64 { return (n + ChunkIDs - 1) / ChunkIDs }
 
-func chunkKey(prefix, id string, split int, chunk int64) string {
-	return path.Join(prefix, id, fmt.Sprint(split), fmt.Sprintf("%08d.ids", chunk))
+// A split's persisted parts: its row ids, and with Spec.Lengths their lengths.
+type part int
+
+const (
+	rowIDs part = iota
+	lengths
+)
+
+// LengthWidth is the bytes of each persisted row length.
+const LengthWidth = 4
+
+func chunkKey(prefix, id string, split int, p part, chunk int64) string {
+	ext := "ids"
+	if p == lengths {
+		ext = "len"
+	}
+	return path.Join(prefix, id, fmt.Sprint(split), fmt.Sprintf("%08d.%s", chunk, ext))
 }
 
-// encodeIDs returns ids as IDWidth-byte little-endian integers.
-func encodeIDs(ids []uint64, width int) []byte {
-	out := make([]byte, len(ids)*width)
-	for i, id := range ids {
+// encodeIDs returns values as width-byte little-endian integers.
+func encodeIDs(values []uint64, width int) []byte {
+	out := make([]byte, len(values)*width)
+	for i, v := range values {
 		if width == 4 {
-			binary.LittleEndian.PutUint32(out[i*4:], uint32(id))
+			binary.LittleEndian.PutUint32(out[i*4:], uint32(v))
 		} else {
-			binary.LittleEndian.PutUint64(out[i*8:], id)
+			binary.LittleEndian.PutUint64(out[i*8:], v)
 		}
 	}
 	return out
@@ -176,13 +205,16 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id %q is not a UUID", m.ID)
 	}
 	switch {
-	case m.Format == FormatVersion && !sealed:
+	case m.Format >= sealedFormat && m.Format <= FormatVersion && !sealed:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d without its %s seal at the end", m.Format, seal.Field)
 	case m.Format == uncheckedFormat && sealed:
-		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, FormatVersion)
-	case m.Format != FormatVersion && m.Format != uncheckedFormat:
-		return Manifest{}, errcode.New(errcode.InvalidArgument, op, where, "format %d is not supported (this build reads %d and %d)",
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, sealedFormat)
+	case m.Format < uncheckedFormat || m.Format > FormatVersion:
+		return Manifest{}, errcode.New(errcode.InvalidArgument, op, where, "format %d is not supported (this build reads %d to %d)",
 			m.Format, uncheckedFormat, FormatVersion)
+	case (m.Format == FormatVersion) != (m.Spec.Lengths != ""):
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with lengths column %q: lengths are recorded in format %d exactly",
+			m.Format, m.Spec.Lengths, FormatVersion)
 	case m.IDWidth != 4 && m.IDWidth != 8:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id_width %d is neither 4 nor 8", m.IDWidth)
 	case len(m.Splits) == 0:
@@ -198,6 +230,12 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		}
 		if int64(len(s.ChunkSHA256)) != want {
 			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d chunk digests, want %d", s.Name, len(s.ChunkSHA256), want)
+		}
+		if m.Format != FormatVersion {
+			want = 0
+		}
+		if int64(len(s.LengthSHA256)) != want {
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d length chunk digests, want %d", s.Name, len(s.LengthSHA256), want)
 		}
 	}
 	return m, nil
