@@ -49,9 +49,10 @@ const MaxCoalescedSteps = 64
 // Batch is one rank's share of one global step, or of Steps consecutive
 // steps of the worker when the stream coalesces them: Step and the worker's
 // steps after it (Step+K, … with single-step turns; see StreamOptions.Run),
-// in that order in Record. Every step of an
+// in that order in Record. With sample-count steps every step of an
 // epoch has the rank's batch size in rows (Loader.RankBatchSize) except its
-// last, which may have fewer when DropLast is false.
+// last, which may have fewer when DropLast is false; with token-budget steps
+// the rows of each step vary (TokenDeal), and may be none.
 type Batch struct {
 	Step   int64
 	Steps  int               // ≥ 1
@@ -122,9 +123,6 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, errcode.New(errcode.Closed, op, l.table.URI(), "the loader is closed")
 	case so.Worker < 0 || so.Worker >= k:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "worker %d out of range [0, %d)", so.Worker, k)
-	case so.StartStep+int64(so.Worker) < 0 || so.StartStep > l.StepsPerEpoch():
-		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d of worker %d out of range [%d, %d]",
-			so.StartStep, so.Worker, -so.Worker, l.StepsPerEpoch())
 	case so.Epoch < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "epoch %d is negative", so.Epoch)
 	case so.CoalesceBytes < 0:
@@ -132,17 +130,32 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 	case so.Run < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "run %d is negative", so.Run)
 	}
-	steps := workerSteps(so.StartStep, l.StepsPerEpoch(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
+	d, err := l.dealer(ctx, so.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	if so.StartStep+int64(so.Worker) < 0 || so.StartStep > d.Steps() {
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d of worker %d out of range [%d, %d]",
+			so.StartStep, so.Worker, -so.Worker, d.Steps())
+	}
+	steps := workerSteps(so.StartStep, d.Steps(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
 	order := l.EpochOrder(so.Epoch)
-	var first uint64
+	// The sizes of rows are guessed from the first the stream deals, or the
+	// epoch's first when the rank's first step has none.
+	first, err := order.RowIDs(ctx, 0, 1)
+	if err != nil {
+		return nil, err
+	}
 	if len(steps) > 0 {
-		ids, err := l.deal.Batch(ctx, order, steps[0], l.opts.Rank)
+		ids, err := d.Batch(ctx, order, steps[0], l.opts.Rank)
 		if err != nil {
 			return nil, err
 		}
-		first = ids[0]
+		if len(ids) > 0 {
+			first = ids
+		}
 	}
-	m, err := l.shares(ctx, first, so.CoalesceBytes)
+	m, err := l.shares(ctx, first[0], d.RankRows(), so.CoalesceBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +168,7 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: table.NewBudget(m.Kept),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
-	go s.plan(ctx, l, order, steps, so.CoalesceBytes)
+	go s.plan(ctx, l, d, order, steps, m.StepBytes, so.CoalesceBytes)
 	go s.produce(ctx)
 	return s, nil
 }
@@ -181,7 +194,8 @@ type horizon struct {
 // hands them to produce in order. It plans a horizon as soon as produce has
 // taken the one before, so that the next horizon's rows are decoded while
 // the one before is read, as fast as the budget frees room for them.
-func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, steps []int64, coalesce int64) (err error) {
+// stepBytes is the guess of a step's bytes to start from, for steps without rows.
+func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, stepBytes, coalesce int64) (err error) {
 	defer func() {
 		if err != nil {
 			select {
@@ -193,28 +207,31 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
-	rank := l.RankBatchSize()
 	for len(steps) > 0 {
-		ids, err := l.deal.Batch(ctx, order, steps[0], l.opts.Rank)
+		ids, err := d.Batch(ctx, order, steps[0], l.opts.Rank)
 		if err != nil {
 			return err
 		}
-		groups, err := s.reader.Groups(ids[:1])
-		if err != nil {
-			return err
+		if len(ids) > 0 {
+			groups, err := s.reader.Groups(ids[:1])
+			if err != nil {
+				return err
+			}
+			rowBytes, err := s.reader.GuessRowBytes(ctx, groups[0])
+			if err != nil {
+				return err
+			}
+			stepBytes = rowBytes * int64(len(ids))
 		}
-		rowBytes, err := s.reader.GuessRowBytes(ctx, groups[0])
-		if err != nil {
-			return err
-		}
-		stepBytes := rowBytes * rank
-		n := int(min(max(s.budget.Limit()/stepBytes, 1), int64(len(steps))))
+		n := int(min(max(s.budget.Limit()/max(stepBytes, 1), 1), int64(len(steps))))
+		ends := []int{len(ids)} // where each step's rows end in ids
 		for _, t := range steps[1:n] {
-			more, err := l.deal.Batch(ctx, order, t, l.opts.Rank)
+			more, err := d.Batch(ctx, order, t, l.opts.Rank)
 			if err != nil {
 				return err
 			}
 			ids = append(ids, more...)
+			ends = append(ends, len(ids))
 		}
 		kept, err := s.reader.Keep(ctx, ids, s.budget)
 		if err != nil {
@@ -227,12 +244,15 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 		// Batches: one step each, or as many as fit coalesce bytes.
 		per := 1
 		if coalesce > 0 {
-			per = int(min(max(coalesce/stepBytes, 1), MaxCoalescedSteps))
+			per = int(min(max(coalesce/max(stepBytes, 1), 1), MaxCoalescedSteps))
 		}
 		for i := 0; i < n; i += per {
 			j := min(i+per, n)
-			// The last step of an epoch may be partial.
-			h.batches = append(h.batches, batch{steps: steps[i:j], from: i * int(rank), to: min(j*int(rank), len(ids))})
+			from := 0
+			if i > 0 {
+				from = ends[i-1]
+			}
+			h.batches = append(h.batches, batch{steps: steps[i:j], from: from, to: ends[j-1]})
 		}
 		h.left.Store(int64(len(h.batches)))
 		select {
