@@ -55,7 +55,7 @@ var DefaultAllocator = cmem.New()
 // token-budget steps (TokensPerStep, Oversize), never both.
 type Options struct {
 	GlobalBatchSize int64    `json:"global_batch_size"`
-	NumSplits       int64    `json:"num_splits"` // 0 means GlobalBatchSize
+	NumSplits       int64    `json:"num_splits"`      // 0 means GlobalBatchSize
 	TokensPerStep   int64    `json:"tokens_per_step"` // > 0: token-budget steps of an order with lengths (see TokenDeal)
 	Oversize        string   `json:"oversize"`        // OversizeError or OversizeTruncate; "" means OversizeError
 	Rank            int64    `json:"rank"`
