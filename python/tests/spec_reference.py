@@ -149,3 +149,47 @@ def epoch_order(
             out.extend(clumps[pick_clump(k)])
         out.extend(tail)
     return out
+
+
+# ---------------------------------------------------------------------------
+# Token-budget steps (docs/concepts.md, "Token-budget steps").
+
+
+def token_steps(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """The positions of the epoch order each global step holds.
+
+    Greedy in order: a step takes the next positions while their lengths sum to
+    at most ``budget``; a row longer than the budget (oversize="truncate") is a
+    step of its own; the last step holds what is left.
+    """
+    steps: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for p, n in enumerate(lengths):
+        if n > budget:
+            steps += [current] if current else []
+            steps.append([p])
+            current, tokens = [], 0
+        elif current and tokens + n > budget:
+            steps.append(current)
+            current, tokens = [p], n
+        else:
+            current.append(p)
+            tokens += n
+    return steps + ([current] if current else [])
+
+
+def token_shares(lengths: Sequence[int], budget: int, w: int) -> list[list[int]]:
+    """The indexes into one step's rows (``lengths``, in epoch order) each of ``w`` ranks gets.
+
+    Rows by length descending (each counted at most ``budget``), ties by
+    position, each to the rank with the fewest tokens so far, ties to the
+    lowest rank; each rank's rows in epoch order.
+    """
+    loads = [0] * w
+    shares: list[list[int]] = [[] for _ in range(w)]
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        r = min(range(w), key=lambda r: (loads[r], r))
+        loads[r] += min(lengths[i], budget)
+        shares[r].append(i)
+    return [sorted(s) for s in shares]
