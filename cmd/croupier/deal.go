@@ -29,6 +29,8 @@ type checkpoint struct {
 	TableVersion    versionName `json:"table_version"`
 	NumSplits       int64       `json:"num_splits"`
 	GlobalBatchSize int64       `json:"global_batch_size"`
+	TokensPerStep   int64       `json:"tokens_per_step"` // token-budget steps; absent for sample-count ones
+	Oversize        string      `json:"oversize"`
 	ShuffleSeed     uint64      `json:"shuffle_seed"`
 	Epoch           int64       `json:"epoch"`
 	StepsConsumed   int64       `json:"steps_consumed"`
@@ -64,18 +66,21 @@ func readCheckpoint(path string) (checkpoint, error) {
 		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
 			"state dict format is %d, this croupier reads formats %v", c.Format, stateFormats)
 	}
-	if c.GlobalBatchSize <= 0 || c.Epoch < 0 || c.StepsConsumed < 0 {
+	if (c.GlobalBatchSize <= 0 && c.TokensPerStep <= 0) || c.Epoch < 0 || c.StepsConsumed < 0 {
 		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
-			"global_batch_size %d, epoch %d, steps_consumed %d: want a positive batch size and non-negative position",
-			c.GlobalBatchSize, c.Epoch, c.StepsConsumed)
+			"global_batch_size %d, tokens_per_step %d, epoch %d, steps_consumed %d: want a positive batch size or token budget and non-negative position",
+			c.GlobalBatchSize, c.TokensPerStep, c.Epoch, c.StepsConsumed)
 	}
 	return c, nil
 }
 
-// dealRank is one rank's batch.
+// dealRank is one rank's batch; for token-budget steps also its rows'
+// lengths and their tokens (each at most the budget).
 type dealRank struct {
-	Rank   int64    `json:"rank"`
-	RowIDs []uint64 `json:"row_ids"`
+	Rank    int64    `json:"rank"`
+	RowIDs  []uint64 `json:"row_ids"`
+	Lengths []uint64 `json:"lengths,omitempty"`
+	Tokens  *int64   `json:"tokens,omitempty"`
 }
 
 type dealOutput struct {
@@ -85,6 +90,8 @@ type dealOutput struct {
 	NumRows         int64      `json:"num_rows"`
 	GlobalBatchSize int64      `json:"global_batch_size"`
 	NumSplits       int64      `json:"num_splits"`
+	TokensPerStep   int64      `json:"tokens_per_step,omitempty"`
+	Oversize        string     `json:"oversize,omitempty"`
 	WorldSize       int64      `json:"world_size"`
 	ShuffleSeed     uint64     `json:"shuffle_seed"`
 	DropLast        bool       `json:"drop_last"`
@@ -96,7 +103,7 @@ type dealOutput struct {
 
 func dealCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "deal",
-		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) --global-batch-size G --step T [flags]\n"+
+		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) (--global-batch-size G | --tokens-per-step N) --step T [flags]\n"+
 			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]")
 	permURI := fs.String("perm", "", "permutation to deal")
 	splitName := fs.String("split", "", "split of the permutation (default: its first)")
@@ -104,6 +111,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	version := fs.Int64("version", 0, "with --table: the table version (0: the latest)")
 	g := fs.Int64("global-batch-size", 0, "samples per global step, all ranks together")
 	s := fs.Int64("num-splits", 0, "streams the epoch is dealt from (0: the global batch size)")
+	tokens := fs.Int64("tokens-per-step", 0, "token-budget steps of at most N tokens, instead of --global-batch-size (a permutation with lengths)")
+	oversize := fs.String("oversize", "", "with --tokens-per-step: error or truncate, for a row longer than the budget (default error)")
 	w := fs.Int64("world-size", 1, "number of ranks")
 	rank := fs.Int64("rank", -1, "print only this rank's batch (default: every rank)")
 	epoch := fs.Int64("epoch", 0, "epoch")
@@ -119,7 +128,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 
 	var ckpt *checkpoint
 	if *ckptPath != "" {
-		for _, n := range []string{"global-batch-size", "num-splits", "shuffle-seed", "epoch", "step"} {
+		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch", "step"} {
 			if set[n] {
 				return usagef("deal: --%s comes from the checkpoint; do not give it with --checkpoint", n)
 			}
@@ -130,6 +139,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		}
 		ckpt = &c
 		*g, *s, *seed, *epoch = c.GlobalBatchSize, c.NumSplits, c.ShuffleSeed, c.Epoch
+		*tokens, *oversize = c.TokensPerStep, c.Oversize
 		if *permURI == "" && *tableURI == "" {
 			switch {
 			case c.PermutationID == (permutation.Identity{}).ID():
@@ -145,8 +155,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	} else {
-		if !set["global-batch-size"] {
-			return usagef("deal: --global-batch-size is required")
+		if set["global-batch-size"] == set["tokens-per-step"] {
+			return usagef("deal: give one of --global-batch-size and --tokens-per-step")
 		}
 		if *step < 0 {
 			return usagef("deal: --step is required (or --checkpoint)")
@@ -162,10 +172,17 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("deal: --version needs --table")
 	}
 
+	least := int64(1) // of the global batch size, or of the token budget
+	if *tokens != 0 {
+		least = 0
+		if !set["drop-last"] {
+			*dropLast = false // token-budget steps deal every row
+		}
+	}
 	for _, f := range []struct {
 		name     string
 		v, least int64
-	}{{"global-batch-size", *g, 1}, {"num-splits", *s, 0}, {"world-size", *w, 1}, {"epoch", *epoch, 0}} {
+	}{{"global-batch-size", *g, least}, {"tokens-per-step", *tokens, 1 - least}, {"num-splits", *s, 0}, {"world-size", *w, 1}, {"epoch", *epoch, 0}} {
 		if f.v < f.least {
 			return usagef("deal: --%s is %d; it must be at least %d", f.name, f.v, f.least)
 		}
@@ -226,13 +243,17 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		}
 	}
 
-	opts := loader.Options{GlobalBatchSize: *g, NumSplits: *s, WorldSize: *w, ShuffleSeed: *seed, DropLast: *dropLast}
+	opts := loader.Options{GlobalBatchSize: *g, NumSplits: *s, TokensPerStep: *tokens, Oversize: *oversize,
+		WorldSize: *w, ShuffleSeed: *seed, DropLast: *dropLast}
 	l0, err := loader.New(t, order, opts)
 	if err != nil {
 		return err
 	}
 	defer l0.Close()
-	steps := l0.StepsPerEpoch()
+	steps, err := l0.EpochSteps(ctx, *epoch)
+	if err != nil {
+		return err
+	}
 	if ckpt != nil {
 		// The next step after the checkpoint; at the end of an epoch it is
 		// step 0 of the next. A worker's own position (worker_position) may
@@ -247,17 +268,35 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 				return errcode.New(errcode.InvalidArgument, "deal", *ckptPath, "checkpoint ends epoch %d, the last there is", *epoch)
 			}
 			*epoch, *step = *epoch+1, 0
+			if steps, err = l0.EpochSteps(ctx, *epoch); err != nil {
+				return err
+			}
 		}
 	}
 	out := dealOutput{OrderID: order.ID(), TableURI: t.URI(), TableVersion: t.Version(), NumRows: order.Len(),
 		GlobalBatchSize: l0.Options().GlobalBatchSize, NumSplits: l0.Options().NumSplits,
-		WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
+		TokensPerStep: l0.Options().TokensPerStep, Oversize: l0.Options().Oversize, WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
 		Epoch: *epoch, Step: *step, StepsPerEpoch: steps, Ranks: []dealRank{}}
 	r0, r1 := int64(0), out.WorldSize
 	if *rank >= 0 {
 		r0, r1 = *rank, *rank+1
 	}
-	for r := r0; r < r1; r++ {
+	if *tokens != 0 {
+		d, err := l0.TokenDeal(ctx, *epoch)
+		if err != nil {
+			return err
+		}
+		shares, err := d.Shares(ctx, l0.EpochOrder(*epoch).(permutation.LengthOrder), *step)
+		if err != nil {
+			return err
+		}
+		for r := r0; r < r1; r++ {
+			sh := shares[r]
+			out.Ranks = append(out.Ranks, dealRank{Rank: r, RowIDs: append([]uint64{}, sh.RowIDs...),
+				Lengths: append([]uint64{}, sh.Lengths...), Tokens: &sh.Tokens})
+		}
+	}
+	for r := r0; r < r1 && *tokens == 0; r++ {
 		o := opts
 		o.Rank = r
 		l, err := loader.New(t, order, o)
@@ -275,15 +314,24 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e.stdout, out)
 	}
 	fmt.Fprintf(e.stdout, "%s of %s version %s: %d rows\n", out.OrderID, out.TableURI, out.TableVersion, out.NumRows)
-	fmt.Fprintf(e.stdout, "G=%d S=%d W=%d shuffle_seed=%d drop_last=%t: %d steps per epoch\n",
-		out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed, out.DropLast, out.StepsPerEpoch)
+	if out.TokensPerStep != 0 {
+		fmt.Fprintf(e.stdout, "tokens_per_step=%d oversize=%s W=%d shuffle_seed=%d: %d steps in epoch %d\n",
+			out.TokensPerStep, out.Oversize, out.WorldSize, out.ShuffleSeed, out.StepsPerEpoch, out.Epoch)
+	} else {
+		fmt.Fprintf(e.stdout, "G=%d S=%d W=%d shuffle_seed=%d drop_last=%t: %d steps per epoch\n",
+			out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed, out.DropLast, out.StepsPerEpoch)
+	}
 	fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", out.Epoch, out.Step)
 	for _, rb := range out.Ranks {
 		ids := make([]string, len(rb.RowIDs))
 		for i, id := range rb.RowIDs {
 			ids[i] = fmt.Sprint(id)
 		}
-		fmt.Fprintf(e.stdout, "rank %d: %s\n", rb.Rank, strings.Join(ids, " "))
+		tokens := ""
+		if rb.Tokens != nil {
+			tokens = fmt.Sprintf(" (%d tokens)", *rb.Tokens)
+		}
+		fmt.Fprintf(e.stdout, "rank %d%s: %s\n", rb.Rank, tokens, strings.Join(ids, " "))
 	}
 	return nil
 }
