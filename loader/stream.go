@@ -36,7 +36,7 @@ type StreamOptions struct {
 	Run int `json:"run"`
 
 	// CoalesceBytes, when positive, lets one Batch hold several of the
-	// worker's consecutive steps, as many as fit in about this many bytes (at
+	// worker's consecutive steps (sample-count steps only), as many as fit in about this many bytes (at
 	// most MaxCoalescedSteps). Each step that crosses into Python or C costs
 	// the same tens of microseconds however small it is; for rows of a few
 	// dozen bytes that is most of the work. Zero: one step per Batch.
@@ -129,6 +129,9 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "coalesce_bytes %d is negative", so.CoalesceBytes)
 	case so.Run < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "run %d is negative", so.Run)
+	case so.CoalesceBytes > 0 && l.opts.TokensPerStep != 0:
+		return nil, errcode.New(errcode.InvalidArgument, op, "",
+			"coalesce_bytes %d does not apply to token-budget steps: their rows vary, so a batch is one step", so.CoalesceBytes)
 	}
 	d, err := l.dealer(ctx, so.Epoch)
 	if err != nil {

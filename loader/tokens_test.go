@@ -271,6 +271,15 @@ func TestTokenStepsEmptyShare(t *testing.T) {
 func TestTokenStepsOptions(t *testing.T) {
 	s := tokenPermutation(t, 50)
 	tb := s.Permutations().Table()
+	l, err := loader.New(tb, s, loader.Options{TokensPerStep: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Stream(context.Background(), loader.StreamOptions{CoalesceBytes: 1 << 20}); errcode.Of(err) != errcode.InvalidArgument ||
+		!strings.Contains(err.Error(), "a batch is one step") {
+		t.Errorf("coalesced token-budget steps: %v", err)
+	}
 	for _, tc := range []struct {
 		order permutation.Order
 		opts  loader.Options
