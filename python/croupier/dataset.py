@@ -187,7 +187,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             together (``G % S``, ``S % world_size``, ``S`` > rows, rank out of range);
             the message has the numbers.
 
-    Each batch is this rank's ``G / world_size`` samples of one global step. The
+    Each batch is this rank's share of one global step: ``G / world_size`` samples, or
+    with ``tokens_per_step`` the rows the step's token budget gives this rank. The
     dataset pickles cheaply (for ``spawn``/``forkserver`` workers): Go handles are
     reopened in the worker, on exactly the pinned table version.
     """
