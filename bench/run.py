@@ -21,6 +21,9 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
 ``ranks``
     1, 4 and 8 croupier ranks as separate processes reading that table together
     (``bench/ranks.py``).
+``tokens``
+    token-budget steps against sample-count steps on the same rows: tokens per
+    step, padding, ranks' loads (``bench/tokens.py``).
 
 Each part prints its tables, regenerates its section of ``--out`` (by default
 ``bench/RESULTS.md``) with the setup it ran with, and writes its plots under
@@ -47,10 +50,11 @@ import beyond_memory
 import loader_throughput
 import ranks
 import results
+import tokens
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-PARTS = ("objstore", "loader", "permutation", "commits", "memory", "ranks")
+PARTS = ("objstore", "loader", "permutation", "commits", "memory", "ranks", "tokens")
 
 # Arguments of each part in a --quick run.
 QUICK = {
@@ -61,6 +65,7 @@ QUICK = {
     "commits": "-appends 3 -writers 1,4",
     "memory": "--rows 32768 --seconds 1 --orders full --ratios 2 --peers lancedb",
     "ranks": "--rows 32768 --seconds 1 --ratio 2 --worlds 2 --workers 0,2 --orders full",
+    "tokens": "--rows 2000 --imbalance-steps 5",
 }
 
 
@@ -201,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.out),
                 ]
             ).returncode
-        elif part in ("memory", "ranks"):
-            run_part = beyond_memory.main if part == "memory" else ranks.main
+        elif part in ("memory", "ranks", "tokens"):
+            run_part = {"memory": beyond_memory.main, "ranks": ranks.main, "tokens": tokens.main}[
+                part
+            ]
             rc = run_part([*quick[part], "--out", str(args.out), "--command", args.command])
         else:
             rc = subprocess.run(["go", "run", "./bench/commits", *quick[part]], cwd=ROOT).returncode

@@ -91,7 +91,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 2
+const abiVersion = 3
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -500,6 +500,7 @@ func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 			"drop_last": o.DropLast, "columns": o.Columns, "shuffle_seed": o.ShuffleSeed,
 			"table_uri": l.Table().URI(), "table_version": l.Table().Version(), "table_id": l.Table().ID(),
 			"permutation_id": l.Order().ID(), "memory_budget": o.MemoryBudget,
+			"tokens_per_step": o.TokensPerStep, "oversize": o.Oversize,
 		}, out)
 	})
 }
@@ -519,6 +520,25 @@ func croupier_dataset_step(h C.uint64_t, epoch, step C.int64_t, out **C.char, er
 			return err
 		}
 		return encodeJSON(ranks, out)
+	})
+}
+
+//export croupier_dataset_epoch_steps
+func croupier_dataset_epoch_steps(h C.uint64_t, epoch C.int64_t, out *C.int64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		l, err := lookup[*loader.Loader](uint64(h))
+		if err != nil {
+			return err
+		}
+		if epoch < 0 {
+			return errcode.New(errcode.InvalidArgument, "epoch steps", "", "epoch %d is negative", epoch)
+		}
+		n, err := l.EpochSteps(callContext(), int64(epoch))
+		if err != nil {
+			return err
+		}
+		*out = C.int64_t(n)
+		return nil
 	})
 }
 

@@ -42,8 +42,9 @@ type budgetShares struct {
 	StepBytes int64 // bytes of one step of this rank's rows
 }
 
-// shares divides the budget for a stream whose first row is first.
-func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budgetShares, error) {
+// shares divides the budget for a stream whose first row is first and whose
+// rank's steps hold about rankRows rows.
+func (l *Loader) shares(ctx context.Context, first uint64, rankRows, coalesce int64) (budgetShares, error) {
 	const op = "open stream"
 	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns})
 	if err != nil {
@@ -63,7 +64,7 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 		return budgetShares{}, err
 	}
 	budget := l.opts.MemoryBudget
-	m := budgetShares{Fetch: budget / 8, StepBytes: row * l.RankBatchSize()}
+	m := budgetShares{Fetch: budget / 8, StepBytes: row * rankRows}
 	m.Decoders = runtime.GOMAXPROCS(0)
 	// A decoder holds a page or, for the columns pqarrow decodes, a column,
 	// and may copy a piece's rows (about a step's) once.
@@ -81,7 +82,7 @@ func (l *Loader) shares(ctx context.Context, first uint64, coalesce int64) (budg
 			"memory_budget %d bytes cannot hold one step: a step of this rank is about %d bytes (%d rows of about %d bytes),"+
 				" a decoder holds about %d beside the rows it keeps, reads from the store may hold %d and %d batches read ahead about %d;"+
 				" raise memory_budget to at least %d, or read fewer columns, smaller steps or less ahead",
-			budget, m.StepBytes, l.RankBatchSize(), row, decoder, m.Fetch, l.opts.ReadAhead, m.ReadAhead, need)
+			budget, m.StepBytes, rankRows, row, decoder, m.Fetch, l.opts.ReadAhead, m.ReadAhead, need)
 	}
 	return m, nil
 }

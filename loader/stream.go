@@ -36,7 +36,7 @@ type StreamOptions struct {
 	Run int `json:"run"`
 
 	// CoalesceBytes, when positive, lets one Batch hold several of the
-	// worker's consecutive steps, as many as fit in about this many bytes (at
+	// worker's consecutive steps (sample-count steps only), as many as fit in about this many bytes (at
 	// most MaxCoalescedSteps). Each step that crosses into Python or C costs
 	// the same tens of microseconds however small it is; for rows of a few
 	// dozen bytes that is most of the work. Zero: one step per Batch.
@@ -49,10 +49,12 @@ const MaxCoalescedSteps = 64
 // Batch is one rank's share of one global step, or of Steps consecutive
 // steps of the worker when the stream coalesces them: Step and the worker's
 // steps after it (Step+K, … with single-step turns; see StreamOptions.Run),
-// in that order in Record. Every step of an
+// in that order in Record. With sample-count steps every step of an
 // epoch has the rank's batch size in rows (Loader.RankBatchSize) except its
 // last, which may have fewer when DropLast is false. A grouped deal's steps
-// vary in size (Deal.Ranks), a rank's may be empty, and each Batch holds one.
+// vary in size (Deal.Ranks), and with token-budget steps the rows of each
+// step vary (TokenDeal); in both a rank's share may be empty, and each Batch
+// holds one step.
 type Batch struct {
 	Step   int64
 	Steps  int               // ≥ 1
@@ -123,29 +125,42 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 		return nil, errcode.New(errcode.Closed, op, l.table.URI(), "the loader is closed")
 	case so.Worker < 0 || so.Worker >= k:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "worker %d out of range [0, %d)", so.Worker, k)
-	case so.StartStep+int64(so.Worker) < 0 || so.StartStep > l.StepsPerEpoch():
-		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d of worker %d out of range [%d, %d]",
-			so.StartStep, so.Worker, -so.Worker, l.StepsPerEpoch())
 	case so.Epoch < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "epoch %d is negative", so.Epoch)
 	case so.CoalesceBytes < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "coalesce_bytes %d is negative", so.CoalesceBytes)
 	case so.Run < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "run %d is negative", so.Run)
+	case so.CoalesceBytes > 0 && l.opts.TokensPerStep != 0:
+		return nil, errcode.New(errcode.InvalidArgument, op, "",
+			"coalesce_bytes %d does not apply to token-budget steps: their rows vary, so a batch is one step", so.CoalesceBytes)
 	}
-	steps := workerSteps(so.StartStep, l.StepsPerEpoch(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
+	d, err := l.dealer(ctx, so.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	if so.StartStep+int64(so.Worker) < 0 || so.StartStep > d.Steps() {
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d of worker %d out of range [%d, %d]",
+			so.StartStep, so.Worker, -so.Worker, d.Steps())
+	}
+	steps := workerSteps(so.StartStep, d.Steps(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
 	order := l.EpochOrder(so.Epoch)
-	var first uint64
+	// The sizes of rows are guessed from the first the stream deals, or the
+	// epoch's first when the rank's first step has none.
+	first, err := order.RowIDs(ctx, 0, 1)
+	if err != nil {
+		return nil, err
+	}
 	if len(steps) > 0 {
-		ids, err := l.deal.Batch(ctx, order, steps[0], l.opts.Rank)
+		ids, err := d.Batch(ctx, order, steps[0], l.opts.Rank)
 		if err != nil {
 			return nil, err
 		}
-		if len(ids) > 0 { // a grouped deal may give this rank nothing
-			first = ids[0]
+		if len(ids) > 0 {
+			first = ids
 		}
 	}
-	m, err := l.shares(ctx, first, so.CoalesceBytes)
+	m, err := l.shares(ctx, first[0], d.RankRows(), so.CoalesceBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +173,7 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: table.NewBudget(m.Kept),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
-	go s.plan(ctx, l, order, steps, so.CoalesceBytes)
+	go s.plan(ctx, l, d, order, steps, so.CoalesceBytes)
 	go s.produce(ctx)
 	return s, nil
 }
@@ -184,7 +199,7 @@ type horizon struct {
 // hands them to produce in order. It plans a horizon as soon as produce has
 // taken the one before, so that the next horizon's rows are decoded while
 // the one before is read, as fast as the budget frees room for them.
-func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, steps []int64, coalesce int64) (err error) {
+func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, coalesce int64) (err error) {
 	defer func() {
 		if err != nil {
 			select {
@@ -199,12 +214,13 @@ func (s *Stream) plan(ctx context.Context, l *Loader, order permutation.Order, s
 	for len(steps) > 0 {
 		// Take steps while their rows fit the budget, at least one; ends[i]
 		// is where step i's rows end in ids. rowBytes is guessed from the
-		// first row: a step of a grouped deal may give this rank none.
+		// first row: a step of a grouped deal or of token budgets may give
+		// this rank none.
 		var ids []uint64
 		var ends []int
 		var rowBytes int64
 		for len(ends) < len(steps) {
-			more, err := l.deal.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
+			more, err := d.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
 			if err != nil {
 				return err
 			}

@@ -43,9 +43,10 @@ const noSplit = -1
 
 // Build builds the permutation of t that spec describes and persists it at
 // uri, which must not hold a permutation yet. It reads only the columns the
-// filter and the split need, skips row groups whose statistics rule the filter
-// out, and holds in memory only the kept row ids (8 bytes each), and with
-// Spec.GroupBy each kept row's group key.
+// filter, the split, the groups and the lengths need, skips row groups whose
+// statistics rule the filter out, and holds in memory only the kept row ids
+// (8 bytes each), with Spec.GroupBy each kept row's group key, and with
+// Spec.Lengths a length per table row (4 bytes each).
 func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
 	start := time.Now()
 	const op = "build permutation"
@@ -129,6 +130,7 @@ type builder struct {
 	filter  *expr.Expr // nil: keep every row
 	calc    *expr.Expr // split_calculated's expression
 	columns []string   // columns the scan reads
+	lengths []uint32   // with Spec.Lengths: the length of every kept row, by row id
 
 	stats struct {
 		rows, kept, groups, skipped int64
@@ -175,6 +177,17 @@ func (b *builder) prepare() error {
 			}
 			b.columns = append(b.columns, b.calc.Columns()...)
 		}
+	}
+	if c := b.spec.Lengths; c != "" {
+		idx := b.t.Schema().FieldIndices(c)
+		if len(idx) == 0 {
+			return badSpec("lengths: unknown column %q in table %s", c, b.t.URI())
+		}
+		typ := b.t.Schema().Field(idx[0]).Type
+		if _, list := typ.(arrow.ListLikeType); !list && !arrow.IsInteger(typ.ID()) {
+			return badSpec("lengths: column %q is %s; it must be a list (its length counts) or an integer", c, typ)
+		}
+		b.columns = append(b.columns, c)
 	}
 	slices.Sort(b.columns)
 	b.columns = slices.Compact(b.columns)
@@ -235,6 +248,9 @@ func (b *builder) scan(ctx context.Context) ([][]uint64, error) {
 		return nil, err
 	}
 	defer r.Close()
+	if b.spec.Lengths != "" {
+		b.lengths = make([]uint32, total)
+	}
 	type job struct {
 		file, group int
 		first, rows int64
@@ -365,6 +381,13 @@ func (b *builder) scanGroup(ctx context.Context, r *table.Reader, file, group in
 	if err != nil {
 		return groupResult{}, false, err
 	}
+	if b.lengths != nil {
+		col := rec.Column(rec.Schema().FieldIndices(b.spec.Lengths)[0])
+		if err := rowLengths(col, keep, b.lengths[first:first+rows]); err != nil {
+			return groupResult{}, false, errcode.Wrap(fmt.Errorf("row %d: lengths column %q: %w", first+int64(err.row), b.spec.Lengths, err),
+				errcode.InvalidArgument, "lengths", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), file, group))
+		}
+	}
 	res := groupResult{parts: make([][]uint64, b.numParts())}
 	if keys != nil {
 		res.keys = make([][]string, b.numParts())
@@ -452,6 +475,59 @@ func (b *builder) rowSplits(ctx context.Context, rec arrow.RecordBatch) ([]int32
 		}
 	}
 	return out, nil
+}
+
+// lengthError is a row whose length cannot be recorded.
+type lengthError struct {
+	row int // in the row group
+	msg string
+}
+
+func (e *lengthError) Error() string { return e.msg }
+
+// rowLengths writes the length of every kept row of col into out (see
+// Spec.Lengths).
+func rowLengths(col arrow.Array, keep []bool, out []uint32) *lengthError {
+	for i, k := range keep {
+		if !k {
+			continue
+		}
+		if col.IsNull(i) {
+			return &lengthError{i, "null, so its length is unknown"}
+		}
+		var n int64
+		switch c := col.(type) {
+		case array.ListLike:
+			s, e := c.ValueOffsets(i)
+			n = e - s
+		case *array.Int8:
+			n = int64(c.Value(i))
+		case *array.Int16:
+			n = int64(c.Value(i))
+		case *array.Int32:
+			n = int64(c.Value(i))
+		case *array.Int64:
+			n = c.Value(i)
+		case *array.Uint8:
+			n = int64(c.Value(i))
+		case *array.Uint16:
+			n = int64(c.Value(i))
+		case *array.Uint32:
+			n = int64(c.Value(i))
+		case *array.Uint64:
+			if v := c.Value(i); v > MaxLength {
+				return &lengthError{i, fmt.Sprintf("length %d is above %d", v, uint64(MaxLength))}
+			}
+			n = int64(c.Value(i))
+		default:
+			return &lengthError{i, fmt.Sprintf("%s gives no length", col.DataType())}
+		}
+		if n < 0 || n > MaxLength {
+			return &lengthError{i, fmt.Sprintf("length %d is outside [0, %d]", n, int64(MaxLength))}
+		}
+		out[i] = uint32(n)
+	}
+	return nil
 }
 
 // weightedBucket returns the index whose cumulative weight range holds x, or
@@ -616,9 +692,9 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 	if b.t.NumRows() <= 1<<32 {
 		width = 4
 	}
-	m := Manifest{Format: ungroupedFormat, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
+	m := Manifest{Format: sealedFormat, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
 		RowsScanned: b.stats.rows, RowsKept: b.stats.kept, RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
-	if b.starts != nil {
+	if b.starts != nil || b.lengths != nil {
 		m.Format = FormatVersion
 	}
 	var total int64
@@ -626,6 +702,9 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 		s := SplitInfo{Name: names[i], NumRows: int64(len(ids)), ChunkSHA256: []string{}}
 		forChunks(ids, func(_ int64, chunk []uint64) {
 			s.ChunkSHA256 = append(s.ChunkSHA256, seal.Sum(encodeIDs(chunk, width)))
+			if b.lengths != nil {
+				s.LengthSHA256 = append(s.LengthSHA256, seal.Sum(b.encodeLengths(chunk)))
+			}
 		})
 		if b.starts != nil {
 			s.NumGroups, s.GroupSHA256 = int64(len(b.starts[i])), []string{}
@@ -649,22 +728,24 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 	g.SetLimit(8)
 	var done int64
 	for i, ids := range b.out {
-		forChunks(ids, func(c int64, chunk []uint64) {
-			data, key := encodeIDs(chunk, width), chunkKey(loc.Key, id, i, c)
+		write := func(p part, c int64, data []byte) {
+			key := chunkKey(loc.Key, id, i, p, c)
 			g.Go(func() (err error) {
-				defer errcode.Recover(&err, errcode.Internal, "write row ids", loc.ObjectURI(key))
+				defer errcode.Recover(&err, errcode.Internal, "write permutation", loc.ObjectURI(key))
 				return loc.WriteAll(gctx, key, data, nil)
 			})
+		}
+		forChunks(ids, func(c int64, chunk []uint64) {
+			write(rowIDs, c, encodeIDs(chunk, width))
+			if b.lengths != nil {
+				write(lengths, c, b.encodeLengths(chunk))
+			}
 			done += int64(len(chunk))
 			b.progress("write", done, total)
 		})
 		if b.starts != nil {
 			forChunks(b.starts[i], func(c int64, chunk []uint64) {
-				data, key := encodeIDs(chunk, width), groupKey(loc.Key, id, i, c)
-				g.Go(func() (err error) {
-					defer errcode.Recover(&err, errcode.Internal, "write group starts", loc.ObjectURI(key))
-					return loc.WriteAll(gctx, key, data, nil)
-				})
+				write(groupStarts, c, encodeIDs(chunk, width))
 			})
 		}
 	}
@@ -672,6 +753,15 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 		return Manifest{}, err
 	}
 	return m, writeManifest(ctx, loc, m)
+}
+
+// encodeLengths returns the persisted lengths of the rows ids.
+func (b *builder) encodeLengths(ids []uint64) []byte {
+	n := make([]uint64, len(ids))
+	for i, id := range ids {
+		n[i] = uint64(b.lengths[id])
+	}
+	return encodeIDs(n, LengthWidth)
 }
 
 // forChunks calls fn with each run of ChunkIDs row ids (fewer in the last).

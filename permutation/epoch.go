@@ -94,8 +94,25 @@ func (o *epochOrder) position(p int64, inner *struct {
 	return src*o.block + int64(inner.bij.At(uint64(k)))*o.clump + within
 }
 
+// LengthsColumn returns the split's.
+func (o *epochOrder) LengthsColumn() string { return o.split.LengthsColumn() }
+
 // RowIDs returns the row ids at positions [start, stop) of the epoch's order.
 func (o *epochOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error) {
+	return o.read(ctx, rowIDs, start, stop)
+}
+
+// Lengths returns the lengths of the rows at positions [start, stop) of the
+// epoch's order.
+func (o *epochOrder) Lengths(ctx context.Context, start, stop int64) ([]uint64, error) {
+	if o.LengthsColumn() == "" {
+		return o.split.Lengths(ctx, 0, 0) // the split's error
+	}
+	return o.read(ctx, lengths, start, stop)
+}
+
+// read returns part p of positions [start, stop) of the epoch's order.
+func (o *epochOrder) read(ctx context.Context, p part, start, stop int64) ([]uint64, error) {
 	if start < 0 || stop > o.Len() || start > stop {
 		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
 	}
@@ -118,7 +135,7 @@ func (o *epochOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64, e
 		c := q / ChunkIDs
 		if held[0].c != c {
 			if held[1].c != c {
-				ids, err := o.split.chunk(ctx, c)
+				ids, err := o.split.chunk(ctx, p, c)
 				if err != nil {
 					return nil, err
 				}

@@ -28,18 +28,18 @@ import (
 // derives from that manifest. Permutations of version 1, which have neither,
 // still open and deal the same rows, unchecked.
 //
-// Version 3 adds groups (Spec.GroupBy): each split also stores the positions
-// where its groups start, in chunks whose SHA-256 the manifest records. A
-// permutation without groups is still written as version 2, byte for byte
-// what this builder wrote before groups, so its ID stays; a reader that
-// predates groups refuses version 3 instead of dealing groups apart.
+// Version 3 is version 2 with optional parts, each in chunks beside the row
+// ids whose SHA-256 the manifest records: the positions where each split's
+// groups start (Spec.GroupBy), and each row's length (Spec.Lengths). A
+// permutation may have either or both. One with neither is still written as
+// version 2, byte for byte what this builder wrote before, so that its ID
+// stays; a reader that predates version 3 refuses it instead of dealing
+// groups apart or rows without their lengths.
 const FormatVersion = 3
 
-// uncheckedFormat is the last format without digests; ungroupedFormat is
-// the format of a permutation built without groups.
 const (
-	uncheckedFormat = 1
-	ungroupedFormat = 2
+	uncheckedFormat = 1 // the last format without digests
+	sealedFormat    = 2 // the format of permutations without optional parts
 )
 
 // ChunkIDs is the number of row ids in each persisted chunk object.
@@ -53,9 +53,13 @@ const ChunkIDs = 1 << 16
 //	                          last chunk), each IDWidth bytes little endian;
 //	                          <id> is the permutation's ID; the manifest holds
 //	                          its SHA-256
-//	<id>/<i>/groups/<j>.ids   format 3: chunk j of the positions in split i
-//	                          where its groups start, ascending from 0, in
-//	                          the same encoding; the manifest holds its SHA-256
+//	<id>/<i>/<j>.len          with Spec.Lengths (format 3): the lengths of the
+//	                          rows of chunk j, in the same order, each 4 bytes
+//	                          little endian; the manifest holds its SHA-256
+//	<id>/<i>/groups/<j>.ids   with Spec.GroupBy (format 3): chunk j of the
+//	                          positions in split i where its groups start,
+//	                          ascending from 0, in the encoding of the row ids;
+//	                          the manifest holds its SHA-256
 //	build.json                when the permutation was built and how long it took
 //
 // Every object but build.json is a function of the inputs alone, so two builds
@@ -98,8 +102,12 @@ type SplitInfo struct {
 	// ChunkSHA256 holds the hex SHA-256 of each of the split's chunks, in
 	// order (none in format 1).
 	ChunkSHA256 []string `json:"chunk_sha256,omitempty"`
+	// LengthSHA256 holds the hex SHA-256 of each of the split's length
+	// chunks, in order (format 3, with Spec.Lengths only).
+	LengthSHA256 []string `json:"length_sha256,omitempty"`
 	// NumGroups is the number of the split's groups, and GroupSHA256 the hex
-	// SHA-256 of each chunk of their start positions (format 3 only).
+	// SHA-256 of each chunk of their start positions (format 3, with
+	// Spec.GroupBy only).
 	NumGroups   int64    `json:"num_groups,omitempty"`
 	GroupSHA256 []string `json:"group_sha256,omitempty"`
 }
@@ -107,22 +115,38 @@ type SplitInfo struct {
 // numChunks is the number of chunks of a split of n rows.
 func numChunks(n int64) int64 { return (n + ChunkIDs - 1) / ChunkIDs }
 
-func chunkKey(prefix, id string, split int, chunk int64) string {
-	return path.Join(prefix, id, fmt.Sprint(split), fmt.Sprintf("%08d.ids", chunk))
+// A split's persisted parts: its row ids, with Spec.Lengths their lengths,
+// and with Spec.GroupBy the positions where its groups start.
+type part int
+
+const (
+	rowIDs part = iota
+	lengths
+	groupStarts
+)
+
+// LengthWidth is the bytes of each persisted row length.
+const LengthWidth = 4
+
+func chunkKey(prefix, id string, split int, p part, chunk int64) string {
+	dir := path.Join(prefix, id, fmt.Sprint(split))
+	switch p {
+	case lengths:
+		return path.Join(dir, fmt.Sprintf("%08d.len", chunk))
+	case groupStarts:
+		return path.Join(dir, "groups", fmt.Sprintf("%08d.ids", chunk))
+	}
+	return path.Join(dir, fmt.Sprintf("%08d.ids", chunk))
 }
 
-func groupKey(prefix, id string, split int, chunk int64) string {
-	return path.Join(prefix, id, fmt.Sprint(split), "groups", fmt.Sprintf("%08d.ids", chunk))
-}
-
-// encodeIDs returns ids as IDWidth-byte little-endian integers.
-func encodeIDs(ids []uint64, width int) []byte {
-	out := make([]byte, len(ids)*width)
-	for i, id := range ids {
+// encodeIDs returns values as width-byte little-endian integers.
+func encodeIDs(values []uint64, width int) []byte {
+	out := make([]byte, len(values)*width)
+	for i, v := range values {
 		if width == 4 {
-			binary.LittleEndian.PutUint32(out[i*4:], uint32(id))
+			binary.LittleEndian.PutUint32(out[i*4:], uint32(v))
 		} else {
-			binary.LittleEndian.PutUint64(out[i*8:], id)
+			binary.LittleEndian.PutUint64(out[i*8:], v)
 		}
 	}
 	return out
@@ -196,7 +220,7 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 	if u, err := uuid.Parse(m.ID); err != nil || u.String() != m.ID {
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id %q is not a UUID", m.ID)
 	}
-	grouped := m.Format == FormatVersion
+	grouped, withLengths := len(m.Spec.GroupBy) > 0, m.Spec.Lengths != ""
 	switch {
 	case m.Format < uncheckedFormat || m.Format > FormatVersion:
 		return Manifest{}, errcode.New(errcode.InvalidArgument, op, where, "format %d is not supported (this build reads %d to %d)",
@@ -204,10 +228,11 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 	case m.Format != uncheckedFormat && !sealed:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d without its %s seal at the end", m.Format, seal.Field)
 	case m.Format == uncheckedFormat && sealed:
-		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, ungroupedFormat)
-	case grouped != (len(m.Spec.GroupBy) > 0):
-		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with group_by %q: groups are format %d, and only it",
-			m.Format, m.Spec.GroupBy, FormatVersion)
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, sealedFormat)
+	case (m.Format == FormatVersion) != (grouped || withLengths):
+		return Manifest{}, errcode.New(errcode.Corrupt, op, where,
+			"format %d with group_by %q and lengths column %q: groups and lengths are recorded in format %d exactly",
+			m.Format, m.Spec.GroupBy, m.Spec.Lengths, FormatVersion)
 	case m.IDWidth != 4 && m.IDWidth != 8:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id_width %d is neither 4 nor 8", m.IDWidth)
 	case len(m.Splits) == 0:
@@ -224,9 +249,15 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		if int64(len(s.ChunkSHA256)) != want {
 			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d chunk digests, want %d", s.Name, len(s.ChunkSHA256), want)
 		}
+		if !withLengths {
+			want = 0
+		}
+		if int64(len(s.LengthSHA256)) != want {
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d length chunk digests, want %d", s.Name, len(s.LengthSHA256), want)
+		}
 		switch {
 		case !grouped && (s.NumGroups != 0 || s.GroupSHA256 != nil):
-			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q of format %d has groups", s.Name, m.Format)
+			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q of a permutation without group_by has groups", s.Name)
 		case grouped && (s.NumGroups < 0 || s.NumGroups > s.NumRows || (s.NumGroups == 0) != (s.NumRows == 0)):
 			return Manifest{}, errcode.New(errcode.Corrupt, op, where, "split %q has %d groups of its %d rows", s.Name, s.NumGroups, s.NumRows)
 		case int64(len(s.GroupSHA256)) != numChunks(s.NumGroups):

@@ -61,7 +61,8 @@ func open(ctx context.Context, loc *store.Location) (*Permutations, error) {
 		json.Unmarshal(b, &p.build)
 	}
 	for i, s := range m.Splits {
-		p.splits = append(p.splits, &Split{p: p, index: i, info: s, chunks: newChunkCache(16)})
+		p.splits = append(p.splits, &Split{p: p, index: i, info: s,
+			chunks: [...]*chunkCache{rowIDs: newChunkCache(16), lengths: newChunkCache(16)}})
 	}
 	return p, nil
 }
@@ -112,12 +113,13 @@ func (p *Permutations) Close() error {
 	return p.loc.Close()
 }
 
-// Split is one named split of a permutation: an Order of row ids.
+// Split is one named split of a permutation: an Order of row ids, and a
+// LengthOrder when the permutation records lengths.
 type Split struct {
 	p      *Permutations
 	index  int
 	info   SplitInfo
-	chunks *chunkCache
+	chunks [2]*chunkCache // of row ids and of lengths, by part
 
 	groupsMu sync.Mutex
 	starts   []int64       // GroupStarts, once read
@@ -138,6 +140,25 @@ func (s *Split) Permutations() *Permutations { return s.p }
 
 // RowIDs returns the row ids at positions [start, stop) of the split.
 func (s *Split) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error) {
+	return s.read(ctx, rowIDs, start, stop)
+}
+
+// LengthsColumn returns the column the permutation's lengths come from, or
+// "" when it records none.
+func (s *Split) LengthsColumn() string { return s.p.m.Spec.Lengths }
+
+// Lengths returns the lengths of the rows at positions [start, stop) of the
+// split (see Spec.Lengths).
+func (s *Split) Lengths(ctx context.Context, start, stop int64) ([]uint64, error) {
+	if s.LengthsColumn() == "" {
+		return nil, errcode.New(errcode.InvalidArgument, "lengths", s.p.loc.URI,
+			"the permutation records no lengths: build it with lengths=<column>")
+	}
+	return s.read(ctx, lengths, start, stop)
+}
+
+// read returns part p of positions [start, stop) of the split.
+func (s *Split) read(ctx context.Context, p part, start, stop int64) ([]uint64, error) {
 	if start < 0 || stop > s.info.NumRows || start > stop {
 		return nil, errcode.New(errcode.InvalidArgument, "row ids", s.p.loc.URI,
 			"positions [%d, %d) out of range [0, %d) of split %q", start, stop, s.info.NumRows, s.info.Name)
@@ -145,72 +166,69 @@ func (s *Split) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error)
 	out := make([]uint64, 0, stop-start)
 	for pos := start; pos < stop; {
 		c := pos / ChunkIDs
-		ids, err := s.chunk(ctx, c)
+		vals, err := s.chunk(ctx, p, c)
 		if err != nil {
 			return nil, err
 		}
 		end := min(stop, (c+1)*ChunkIDs)
-		out = append(out, ids[pos-c*ChunkIDs:end-c*ChunkIDs]...)
+		out = append(out, vals[pos-c*ChunkIDs:end-c*ChunkIDs]...)
 		pos = end
 	}
 	return out, nil
 }
 
-// chunk returns the decoded row ids of chunk c.
-func (s *Split) chunk(ctx context.Context, c int64) ([]uint64, error) {
-	return s.chunks.get(c, func() ([]uint64, error) {
-		n := min(ChunkIDs, s.info.NumRows-c*ChunkIDs)
-		key := chunkKey(s.p.loc.Key, s.p.m.ID, s.index, c)
-		var digest string
-		if s.p.m.Format != uncheckedFormat {
-			digest = s.info.ChunkSHA256[c]
-		}
-		ids, err := s.readChunk(ctx, key, false, c, n, digest)
-		if err != nil {
-			return nil, err
+// chunk returns the decoded values of chunk c of part p, rowIDs or lengths.
+func (s *Split) chunk(ctx context.Context, p part, c int64) ([]uint64, error) {
+	return s.chunks[p].get(c, func() ([]uint64, error) {
+		vals, err := s.readChunk(ctx, p, c, min(ChunkIDs, s.info.NumRows-c*ChunkIDs))
+		if err != nil || p == lengths {
+			return vals, err
 		}
 		limit := uint64(s.p.table.NumRows())
-		for _, id := range ids {
+		for _, id := range vals {
 			if id >= limit {
-				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(chunkKey(s.p.loc.Key, s.p.m.ID, s.index, p, c)),
 					"row id %d is outside the table's %d rows", id, limit)
 			}
 		}
-		return ids, nil
+		return vals, nil
 	})
 }
 
-// readChunk reads and decodes the n ids of the object at key: chunk c of
-// the split's row ids, or of its group starts when groups is set. It checks
-// them against digest unless that is empty.
-func (s *Split) readChunk(ctx context.Context, key string, groups bool, c, n int64, digest string) ([]uint64, error) {
-	kind, unit := "chunk", "row ids"
-	if groups {
-		kind, unit = "group chunk", "group starts"
+// readChunk reads and decodes the n values of chunk c of part p, checking
+// them against the digest the manifest records (none in format 1).
+func (s *Split) readChunk(ctx context.Context, p part, c, n int64) ([]uint64, error) {
+	kind, what, width, digests := "chunk", "row ids", s.p.m.IDWidth, s.info.ChunkSHA256
+	switch p {
+	case lengths:
+		kind, what, width, digests = "length chunk", "lengths", LengthWidth, s.info.LengthSHA256
+	case groupStarts:
+		kind, what, digests = "group chunk", "group starts", s.info.GroupSHA256
 	}
+	op, key := "read "+what, chunkKey(s.p.loc.Key, s.p.m.ID, s.index, p, c)
 	b, err := s.p.loc.ReadAll(ctx, key)
 	if errcode.Of(err) == errcode.NotFound {
 		// The manifest, written last, promises every chunk.
-		return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+		return nil, errcode.New(errcode.Corrupt, op, s.p.loc.ObjectURI(key),
 			"%s %d of split %q is missing", kind, c, s.info.Name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(b)) != n*int64(s.p.m.IDWidth) {
-		return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
-			"%d bytes, want %d %s of %d bytes", len(b), n, unit, s.p.m.IDWidth)
+	if int64(len(b)) != n*int64(width) {
+		return nil, errcode.New(errcode.Corrupt, op, s.p.loc.ObjectURI(key),
+			"%d bytes, want %d %s of %d bytes", len(b), n, what, width)
 	}
-	if digest != "" {
-		if got := seal.Sum(b); got != digest {
-			return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+	if s.p.m.Format != uncheckedFormat {
+		if got, want := seal.Sum(b), digests[c]; got != want {
+			return nil, errcode.New(errcode.Corrupt, op, s.p.loc.ObjectURI(key),
 				"%s %d of split %q hashes to sha256 %.16s…, the manifest records %.16s…: it changed after it was written",
-				kind, c, s.info.Name, got, digest)
+				kind, c, s.info.Name, got, want)
 		}
 	}
-	ids := make([]uint64, n)
-	decodeIDs(b, s.p.m.IDWidth, ids)
-	return ids, nil
+	vals := make([]uint64, n)
+	decodeIDs(b, width, vals)
+	return vals, nil
 }
 
 // Grouped reports whether the split's rows come in groups (Spec.GroupBy).
@@ -235,15 +253,14 @@ func (s *Split) GroupStarts(ctx context.Context) ([]int64, error) {
 	n := s.info.NumGroups
 	starts := make([]int64, 0, n+1)
 	for c := range numChunks(n) {
-		key := groupKey(s.p.loc.Key, s.p.m.ID, s.index, c)
-		ids, err := s.readChunk(ctx, key, true, c, min(ChunkIDs, n-c*ChunkIDs), s.info.GroupSHA256[c])
+		ids, err := s.readChunk(ctx, groupStarts, c, min(ChunkIDs, n-c*ChunkIDs))
 		if err != nil {
 			return nil, err
 		}
 		for _, id := range ids {
 			// Strictly ascending from 0 and inside the split: a group is never empty.
 			if at := int64(len(starts)); (at == 0 && id != 0) || (at > 0 && int64(id) <= starts[at-1]) || id >= uint64(s.info.NumRows) {
-				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(key),
+				return nil, errcode.New(errcode.Corrupt, "read group starts", s.p.loc.ObjectURI(chunkKey(s.p.loc.Key, s.p.m.ID, s.index, groupStarts, c)),
 					"group %d starts at position %d, not after the group before it and inside the split's %d rows", at, id, s.info.NumRows)
 			}
 			starts = append(starts, int64(id))

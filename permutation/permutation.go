@@ -21,6 +21,18 @@ type Order interface {
 	RowIDs(ctx context.Context, start, stop int64) ([]uint64, error)
 }
 
+// LengthOrder is an Order that knows the length of each of its rows without
+// reading them: a split of a permutation built with Spec.Lengths, and its
+// epoch orders.
+type LengthOrder interface {
+	Order
+	// LengthsColumn names the column the lengths come from; "" when the
+	// order records none, and Lengths fails.
+	LengthsColumn() string
+	// Lengths returns the lengths of the rows at positions [start, stop).
+	Lengths(ctx context.Context, start, stop int64) ([]uint64, error)
+}
+
 // Identity is the order of a table's own rows: row ids 0, 1, …, N−1.
 type Identity struct{ N int64 }
 

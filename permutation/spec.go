@@ -9,9 +9,10 @@ import (
 )
 
 // Spec says how to build a permutation: which rows (Filter), into which
-// splits (Split), in what order (Shuffle), dealt in which units (GroupBy). It
-// is recorded verbatim in the permutation's provenance. JSON names match the
-// Python builder's arguments.
+// splits (Split), in what order (Shuffle), dealt in which units (GroupBy),
+// and what to record of each row beside its id (Lengths). It is recorded
+// verbatim in the permutation's provenance. JSON names match the Python
+// builder's arguments.
 type Spec struct {
 	Filter  string       `json:"filter,omitempty"`  // SQL boolean expression; "" keeps every row
 	Split   *SplitSpec   `json:"split,omitempty"`   // nil puts every kept row in one split, "all"
@@ -22,7 +23,18 @@ type Spec struct {
 	// shuffle permutes whole groups; rows keep row id order inside their
 	// group. Nil deals rows one by one.
 	GroupBy []string `json:"group_by,omitempty"`
+
+	// Lengths names a column whose value gives each row's length, recorded
+	// beside its row id so that steps can be planned by length without
+	// reading the rows (see LengthOrder): a list column gives the number of
+	// its elements, an integer column its value. "" records none. A kept row
+	// whose length is null, negative or above MaxLength fails the build,
+	// naming the row.
+	Lengths string `json:"lengths,omitempty"`
 }
+
+// MaxLength is the largest row length a permutation records.
+const MaxLength = 1<<32 - 1
 
 // Split kinds.
 const (

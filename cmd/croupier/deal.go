@@ -30,6 +30,8 @@ type checkpoint struct {
 	TableVersion    versionName `json:"table_version"`
 	NumSplits       int64       `json:"num_splits"`
 	GlobalBatchSize int64       `json:"global_batch_size"`
+	TokensPerStep   int64       `json:"tokens_per_step"` // token-budget steps; absent for sample-count ones
+	Oversize        string      `json:"oversize"`
 	ShuffleSeed     uint64      `json:"shuffle_seed"`
 	Epoch           int64       `json:"epoch"`
 	StepsConsumed   int64       `json:"steps_consumed"`
@@ -65,19 +67,22 @@ func readCheckpoint(path string) (checkpoint, error) {
 		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
 			"state dict format is %d, this croupier reads formats %v", c.Format, stateFormats)
 	}
-	if c.GlobalBatchSize <= 0 || c.Epoch < 0 || c.StepsConsumed < 0 {
+	if (c.GlobalBatchSize <= 0 && c.TokensPerStep <= 0) || c.Epoch < 0 || c.StepsConsumed < 0 {
 		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
-			"global_batch_size %d, epoch %d, steps_consumed %d: want a positive batch size and non-negative position",
-			c.GlobalBatchSize, c.Epoch, c.StepsConsumed)
+			"global_batch_size %d, tokens_per_step %d, epoch %d, steps_consumed %d: want a positive batch size or token budget and non-negative position",
+			c.GlobalBatchSize, c.TokensPerStep, c.Epoch, c.StepsConsumed)
 	}
 	return c, nil
 }
 
-// dealRank is one rank's batch, and with --columns its rows.
+// dealRank is one rank's batch, with --columns its rows, and for token-budget
+// steps its rows' lengths and their tokens (each at most the budget).
 type dealRank struct {
-	Rank   int64            `json:"rank"`
-	RowIDs []uint64         `json:"row_ids"`
-	Rows   []map[string]any `json:"rows,omitempty"`
+	Rank    int64            `json:"rank"`
+	RowIDs  []uint64         `json:"row_ids"`
+	Lengths []uint64         `json:"lengths,omitempty"`
+	Tokens  *int64           `json:"tokens,omitempty"`
+	Rows    []map[string]any `json:"rows,omitempty"`
 }
 
 // trained is one step that trained on a row.
@@ -95,6 +100,8 @@ type dealOutput struct {
 	NumRows         int64      `json:"num_rows"`
 	GlobalBatchSize int64      `json:"global_batch_size"`
 	NumSplits       int64      `json:"num_splits"`
+	TokensPerStep   int64      `json:"tokens_per_step,omitempty"`
+	Oversize        string     `json:"oversize,omitempty"`
 	WorldSize       int64      `json:"world_size"`
 	ShuffleSeed     uint64     `json:"shuffle_seed"`
 	DropLast        bool       `json:"drop_last"`
@@ -116,7 +123,7 @@ type whichOutput struct {
 
 func dealCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "deal",
-		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) --global-batch-size G --step T [flags]\n"+
+		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) (--global-batch-size G | --tokens-per-step N) --step T [flags]\n"+
 			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]\n"+
 			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]")
 	permURI := fs.String("perm", "", "permutation to deal")
@@ -125,6 +132,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	version := fs.Int64("version", 0, "with --table: the table version (0: the latest)")
 	g := fs.Int64("global-batch-size", 0, "samples per global step, all ranks together")
 	s := fs.Int64("num-splits", 0, "streams the epoch is dealt from (0: the global batch size)")
+	tokens := fs.Int64("tokens-per-step", 0, "token-budget steps of at most N tokens, instead of --global-batch-size (a permutation with lengths)")
+	oversize := fs.String("oversize", "", "with --tokens-per-step: error or truncate, for a row longer than the budget (default error)")
 	w := fs.Int64("world-size", 1, "number of ranks")
 	rank := fs.Int64("rank", -1, "print only this rank's batch (default: every rank)")
 	epoch := fs.Int64("epoch", 0, "epoch")
@@ -143,7 +152,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 
 	var ckpt *checkpoint
 	if *ckptPath != "" {
-		for _, n := range []string{"global-batch-size", "num-splits", "shuffle-seed", "epoch", "step"} {
+		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch", "step"} {
 			if set[n] {
 				return usagef("deal: --%s comes from the checkpoint; do not give it with --checkpoint", n)
 			}
@@ -154,6 +163,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		}
 		ckpt = &c
 		*g, *s, *seed, *epoch = c.GlobalBatchSize, c.NumSplits, c.ShuffleSeed, c.Epoch
+		*tokens, *oversize = c.TokensPerStep, c.Oversize
 		if *permURI == "" && *tableURI == "" {
 			switch {
 			case c.PermutationID == (permutation.Identity{}).ID():
@@ -172,8 +182,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		if set["which-steps"] || set["row"] {
 			return usagef("deal: --which-steps and --row look back from a --checkpoint")
 		}
-		if !set["global-batch-size"] {
-			return usagef("deal: --global-batch-size is required")
+		if set["global-batch-size"] == set["tokens-per-step"] {
+			return usagef("deal: give one of --global-batch-size and --tokens-per-step")
 		}
 		if *step < 0 {
 			return usagef("deal: --step is required (or --checkpoint)")
@@ -189,10 +199,17 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("deal: --version needs --table")
 	}
 
+	least := int64(1) // of the global batch size, or of the token budget
+	if *tokens != 0 {
+		least = 0
+		if !set["drop-last"] {
+			*dropLast = false // token-budget steps deal every row
+		}
+	}
 	for _, f := range []struct {
 		name     string
 		v, least int64
-	}{{"global-batch-size", *g, 1}, {"num-splits", *s, 0}, {"world-size", *w, 1}, {"epoch", *epoch, 0}} {
+	}{{"global-batch-size", *g, least}, {"tokens-per-step", *tokens, 1 - least}, {"num-splits", *s, 0}, {"world-size", *w, 1}, {"epoch", *epoch, 0}} {
 		if f.v < f.least {
 			return usagef("deal: --%s is %d; it must be at least %d", f.name, f.v, f.least)
 		}
@@ -263,16 +280,20 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		}
 	}
 
-	opts := loader.Options{GlobalBatchSize: *g, NumSplits: *s, WorldSize: *w, ShuffleSeed: *seed, DropLast: *dropLast}
+	opts := loader.Options{GlobalBatchSize: *g, NumSplits: *s, TokensPerStep: *tokens, Oversize: *oversize,
+		WorldSize: *w, ShuffleSeed: *seed, DropLast: *dropLast}
 	l0, err := loader.New(t, order, opts)
 	if err != nil {
 		return err
 	}
 	defer l0.Close()
-	steps := l0.StepsPerEpoch()
+	steps, err := l0.EpochSteps(ctx, *epoch)
+	if err != nil {
+		return err
+	}
 	out := dealOutput{OrderID: order.ID(), TableURI: t.URI(), TableVersion: t.Version(), NumRows: order.Len(),
 		GlobalBatchSize: l0.Options().GlobalBatchSize, NumSplits: l0.Options().NumSplits,
-		WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
+		TokensPerStep: l0.Options().TokensPerStep, Oversize: l0.Options().Oversize, WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
 		Epoch: *epoch, Step: *step, StepsPerEpoch: steps, Ranks: []dealRank{}}
 	if set["which-steps"] || set["row"] {
 		ids := []uint64{uint64(*rowID)}
@@ -313,11 +334,28 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 				return errcode.New(errcode.InvalidArgument, "deal", *ckptPath, "checkpoint ends epoch %d, the last there is", *epoch)
 			}
 			*epoch, *step = *epoch+1, 0
+			if steps, err = l0.EpochSteps(ctx, *epoch); err != nil {
+				return err
+			}
 		}
 		out.Epoch, out.Step = *epoch, *step
 	}
-	ranks, err := l0.Step(ctx, *epoch, *step)
-	if err != nil {
+	var (
+		ranks  [][]uint64
+		shares []loader.Share // of a token-budget step
+	)
+	if *tokens != 0 {
+		d, err := l0.TokenDeal(ctx, *epoch)
+		if err != nil {
+			return err
+		}
+		if shares, err = d.Shares(ctx, l0.EpochOrder(*epoch).(permutation.LengthOrder), *step); err != nil {
+			return err
+		}
+		for _, sh := range shares {
+			ranks = append(ranks, sh.RowIDs)
+		}
+	} else if ranks, err = l0.Step(ctx, *epoch, *step); err != nil {
 		return err
 	}
 	var reader *table.Reader
@@ -332,6 +370,9 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			continue
 		}
 		rb := dealRank{Rank: int64(r), RowIDs: ids}
+		if shares != nil {
+			rb.Lengths, rb.Tokens = shares[r].Lengths, &shares[r].Tokens
+		}
 		if reader != nil {
 			if rb.Rows, err = readRows(ctx, reader, ids); err != nil {
 				return err
@@ -343,15 +384,24 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e.stdout, out)
 	}
 	fmt.Fprintf(e.stdout, "%s of %s version %s: %d rows\n", out.OrderID, out.TableURI, out.TableVersion, out.NumRows)
-	fmt.Fprintf(e.stdout, "G=%d S=%d W=%d shuffle_seed=%d drop_last=%t: %d steps per epoch\n",
-		out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed, out.DropLast, out.StepsPerEpoch)
+	if out.TokensPerStep != 0 {
+		fmt.Fprintf(e.stdout, "tokens_per_step=%d oversize=%s W=%d shuffle_seed=%d: %d steps in epoch %d\n",
+			out.TokensPerStep, out.Oversize, out.WorldSize, out.ShuffleSeed, out.StepsPerEpoch, out.Epoch)
+	} else {
+		fmt.Fprintf(e.stdout, "G=%d S=%d W=%d shuffle_seed=%d drop_last=%t: %d steps per epoch\n",
+			out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed, out.DropLast, out.StepsPerEpoch)
+	}
 	fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", out.Epoch, out.Step)
 	for _, rb := range out.Ranks {
 		ids := make([]string, len(rb.RowIDs))
 		for i, id := range rb.RowIDs {
 			ids[i] = fmt.Sprint(id)
 		}
-		fmt.Fprintf(e.stdout, "rank %d: %s\n", rb.Rank, strings.Join(ids, " "))
+		tokens := ""
+		if rb.Tokens != nil {
+			tokens = fmt.Sprintf(" (%d tokens)", *rb.Tokens)
+		}
+		fmt.Fprintf(e.stdout, "rank %d%s: %s\n", rb.Rank, tokens, strings.Join(ids, " "))
 		for i, row := range rb.Rows {
 			fields := []string{fmt.Sprintf("  row %d:", rb.RowIDs[i])}
 			for _, c := range splitList(*columns) {
@@ -433,7 +483,7 @@ func trainedOn(ctx context.Context, l *loader.Loader, ids []uint64, epoch, steps
 				if !want[id] {
 					continue
 				}
-				step, rank, ok, err := l.Deal().Place(ctx, order, start+int64(i))
+				step, rank, ok, err := l.Place(ctx, e, start+int64(i))
 				if err != nil {
 					return nil, err
 				}

@@ -15,12 +15,12 @@
 //	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
 //	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
-//	    [--shuffle-seed N] [--clump N|auto] [--window N] [--group-by col1,col2] [--quiet]
+//	    [--shuffle-seed N] [--clump N|auto] [--window N] [--group-by col1,col2] [--lengths COLUMN] [--quiet]
 //	croupier permute show PERM_URI
 //
 //	croupier deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
-//	    --global-batch-size G [--num-splits S] [--world-size W] [--rank R]
-//	    [--epoch E] [--shuffle-seed N] [--drop-last=false] --step T
+//	    (--global-batch-size G [--num-splits S] | --tokens-per-step N [--oversize error|truncate])
+//	    [--world-size W] [--rank R] [--epoch E] [--shuffle-seed N] [--drop-last=false] --step T
 //	croupier deal --checkpoint STATE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI]
 //	    [--world-size W] [--rank R]
 //	    (both: [--columns col1,col2] prints those columns of each row of the step)
@@ -84,6 +84,9 @@
 // epoch, and its epoch's first steps_consumed steps, each with the epoch, the
 // step and the rank of --world-size that got the row. It reads the table's
 // COLUMN and each of those epochs' whole order once.
+// With --tokens-per-step the steps are token budgets (docs/concepts.md,
+// "Token-budget steps") of a permutation built with --lengths: each rank's
+// line also gives its tokens, and --json each row's length.
 //
 // bench runs the benchmark harness, `make bench` in the repository named by
 // --dir (bench/run.py: object-store throughput, croupier and its peers reading

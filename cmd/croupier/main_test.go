@@ -542,3 +542,91 @@ func TestDealProvenance(t *testing.T) {
 		}
 	}
 }
+
+// TestDealTokens: deal answers which rows made a token-budget step and each
+// rank's share, as the loader deals them, from flags and from a checkpoint,
+// and which token-budget steps trained on a row.
+func TestDealTokens(t *testing.T) {
+	ctx := context.Background()
+	uri := makeTable(t)
+	perm := "file://" + filepath.Join(t.TempDir(), "perm")
+	ok(t, "permute", uri, perm, "--quiet", "--lengths", "tokens", "--shuffle-seed", "3")
+	p, err := permutation.Open(ctx, perm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	split := p.Splits()[0]
+
+	common := []string{"--perm", perm, "--tokens-per-step", "30", "--shuffle-seed", "5", "--epoch", "1"}
+	one := dealRun(t, append(common, "--step", "4")...)
+	three := dealRun(t, append(common, "--step", "4", "--world-size", "3")...)
+	var union []uint64
+	for r, rank := range three.Ranks {
+		l, err := loader.New(p.Table(), split, loader.Options{TokensPerStep: 30, WorldSize: 3, Rank: int64(r), ShuffleSeed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := l.RowIDs(ctx, 1, 4)
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rank.RowIDs, want) {
+			t.Fatalf("rank %d: %v, the loader deals %v", r, rank.RowIDs, want)
+		}
+		var tokens int64
+		for i, id := range rank.RowIDs {
+			if n := uint64(len(tabletest.Tokens(int64(id)))); rank.Lengths[i] != n {
+				t.Fatalf("row %d: length %d, want %d", id, rank.Lengths[i], n)
+			}
+			tokens += int64(rank.Lengths[i])
+		}
+		if rank.Tokens == nil || *rank.Tokens != tokens {
+			t.Fatalf("rank %d: tokens %v, want %d", r, rank.Tokens, tokens)
+		}
+		union = append(union, rank.RowIDs...)
+	}
+	a := slices.Clone(one.Ranks[0].RowIDs)
+	slices.Sort(a)
+	slices.Sort(union)
+	if !slices.Equal(a, union) || *one.Ranks[0].Tokens > 30 || one.TokensPerStep != 30 || one.Oversize != "error" {
+		t.Fatalf("W=1: %v (%d tokens), W=3: %v", a, *one.Ranks[0].Tokens, union)
+	}
+
+	// From a checkpoint: the step after it.
+	state := writeState(t, map[string]any{"format": 2, "permutation_id": split.ID(), "permutation_uri": perm,
+		"table_id": p.Table().ID(), "table_uri": uri, "table_version": 2, "num_splits": 0, "global_batch_size": 0,
+		"tokens_per_step": 30, "oversize": "error", "shuffle_seed": 5, "epoch": 1, "steps_consumed": 4})
+	var fromState dealOutput
+	okJSON(t, &fromState, "deal", "--checkpoint", state)
+	if fromState.Step != 4 || !slices.Equal(fromState.Ranks[0].RowIDs, one.Ranks[0].RowIDs) {
+		t.Fatalf("checkpoint: step %d %v, want step 4 %v", fromState.Step, fromState.Ranks[0].RowIDs, one.Ranks[0].RowIDs)
+	}
+	// --row looks back over token-budget steps: a row of epoch 1's step 3 was
+	// trained on there, by the rank that deals it, and in some step of epoch 0.
+	before := dealRun(t, append(common, "--step", "3", "--world-size", "3")...)
+	for r, rank := range before.Ranks {
+		if len(rank.RowIDs) == 0 {
+			continue
+		}
+		var got whichOutput
+		okJSON(t, &got, "deal", "--checkpoint", state, "--row", fmt.Sprint(rank.RowIDs[0]), "--world-size", "3")
+		if len(got.Trained) != 2 || got.Trained[0].Epoch != 0 || got.Trained[1] != (trained{RowID: rank.RowIDs[0], Epoch: 1, Step: 3, Rank: int64(r)}) {
+			t.Fatalf("--row %d: %+v, want epoch 0 and epoch 1 step 3 rank %d", rank.RowIDs[0], got.Trained, r)
+		}
+	}
+	if out := ok(t, slices.Concat([]string{"deal"}, common, []string{"--step", "0", "--world-size", "2"})...); !strings.Contains(out, "tokens_per_step=30") ||
+		!strings.Contains(out, "rank 1 (") {
+		t.Fatalf("text output:\n%s", out)
+	}
+	for want, args := range map[string][]string{
+		"give one of --global-batch-size and --tokens-per-step": {"--global-batch-size", "4", "--tokens-per-step", "30", "--step", "0"},
+		"more than tokens_per_step 5":                           {"--tokens-per-step", "5", "--step", "0"},
+	} {
+		r := croupier(t, append([]string{"deal", "--perm", perm}, args...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, want) {
+			t.Errorf("%v: exit %d: %s, want %q", args, r.code, r.stderr, want)
+		}
+	}
+}

@@ -30,6 +30,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	clump := fs.String("clump", "", "shuffle clumps of N consecutive rows, or auto: as many as a page of the widest column holds")
 	window := fs.Int64("window", 0, "shuffle within windows of N clumps")
 	groupBy := fs.String("group-by", "", "deal rows sharing these columns' values as one group: col1,col2")
+	lengths := fs.String("lengths", "", "record each row's length from this column (a list: its length; an integer: its value), for token-budget steps")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	pos, err := parse(fs, args, 2, 2)
 	if err != nil {
@@ -37,7 +38,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	spec := permutation.Spec{Filter: *filter, GroupBy: splitList(*groupBy)}
+	spec := permutation.Spec{Filter: *filter, GroupBy: splitList(*groupBy), Lengths: *lengths}
 	if spec.Split, err = splitSpec(e.stderr, set, *splitRandom, *splitSeq, *splitHash, *splitCalc, *fixed, *names, *seed); err != nil {
 		return err
 	}

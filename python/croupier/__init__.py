@@ -45,6 +45,7 @@ from .table import Table, cleanup, create_table, lookup, open_table, register, r
 if TYPE_CHECKING:
     from .dataloader import DataLoader
     from .dataset import StreamingDataset
+    from .mixture import Mixture
 
 # The project's version, written once in the repository's VERSION file, which
 # the package metadata reads (pyproject.toml) and the Go library embeds.
@@ -61,6 +62,7 @@ __all__ = [
     "ForkError",
     "InternalError",
     "InvalidArgumentError",
+    "Mixture",
     "NotFoundError",
     "PermissionDeniedError",
     "Permutation",
@@ -95,6 +97,10 @@ def __getattr__(name: str) -> Any:
         from .dataset import StreamingDataset
 
         return StreamingDataset
+    if name == "Mixture":
+        from .mixture import Mixture
+
+        return Mixture
     if name == "DataLoader":
         from .dataloader import DataLoader
 

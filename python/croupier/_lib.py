@@ -125,7 +125,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -185,6 +185,10 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         _INT,
     ),
     "croupier_dataset_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_dataset_epoch_steps": (
+        [_HANDLE, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), _ERR],
+        _INT,
+    ),
     "croupier_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_stream_stats": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_stream_next": (
@@ -727,6 +731,13 @@ def dataset_info(dataset: int) -> dict[str, Any]:
 def dataset_step(dataset: int, epoch: int, step: int) -> list[list[int]]:
     """Every rank's row ids of global step ``step`` of ``epoch``, rank by rank."""
     return json.loads(_str_out("croupier_dataset_step", dataset, epoch, step))
+
+
+def dataset_epoch_steps(dataset: int, epoch: int) -> int:
+    """The global steps of ``epoch`` (``croupier_dataset_epoch_steps``)."""
+    steps = ctypes.c_int64()
+    _call(_lib().croupier_dataset_epoch_steps, dataset, epoch, ctypes.byref(steps))
+    return steps.value
 
 
 def stream_open(dataset: int, options: dict[str, Any]) -> Handle:

@@ -206,7 +206,8 @@ class DataLoader(torch.utils.data.DataLoader):
         """
         ds = self.dataset
         ds._send_runs = (
-            ds._collate is None
+            not ds.tokens_per_step  # runs are cut by a fixed number of rows a step
+            and ds._collate is None
             and self.collate_fn is torch.utils.data.default_convert
             and not self.pin_memory
         )

@@ -22,6 +22,7 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ import torch.utils.data
 
 from . import _args, _lib
 from .errors import ClosedError, InvalidArgumentError
-from .formats import check_format, convert_steps
+from .formats import check_format, check_packing, convert_steps, pack
 from .permutation import Permutation
 from .table import Table
 
@@ -145,6 +146,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             persisted permutation), or a :class:`~croupier.Table` (dealt in its stored
             order, the identity permutation).
         global_batch_size: samples per global step, all ranks together (``G``).
+            Give it or ``tokens_per_step``, not both.
         num_splits: number of streams an epoch is dealt from (``S``); must divide
             ``G``, and ``world_size`` must divide it. Defaults to ``G``.
         columns: the columns to read (all if None).
@@ -152,7 +154,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         epoch: the epoch to start in.
         rank, world_size: this process's rank; default to torch.distributed's
             when it is initialised, else 0 and 1.
-        drop_last: drop the final partial step of an epoch.
+        drop_last: drop the final partial step of an epoch (default True). Token-budget
+            steps deal every row: it does not apply to them.
         format: ``"torch"``, ``"numpy"``, ``"arrow"`` or ``"python"``
             (see :mod:`croupier.formats`).
         collate: optional callable applied to each converted batch.
@@ -168,15 +171,33 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             16); raise it for stores with high latency.
         list_format: ``"packed"`` (values + ``_offsets``) or ``"padded"``
             (``[rows, max_len]`` + ``_lengths``) for list columns in torch format.
+        tokens_per_step: token-budget steps (docs/concepts.md, "Token-budget steps")
+            instead of ``global_batch_size``: global step t holds the next rows of
+            the epoch order while their lengths sum to at most T, divided among the
+            ranks by tokens. ``source`` must be a permutation built with lengths
+            (:meth:`~croupier.PermutationBuilder.lengths`).
+        oversize: what a token budget does with a row longer than it: ``"error"``
+            (raise InvalidArgumentError naming the row, when the dataset is made or
+            its epoch planned) or ``"truncate"`` (the row is a step of its own, cut to
+            ``tokens_per_step`` values in every ``pack_columns``; needs ``packing``).
+        packing: ``"packed"`` or ``"padded"``: the aligned list columns
+            ``pack_columns`` of each step become one flat sequence each, with
+            ``cu_seqlens`` and ``position_ids``, or ``[rows, longest]`` arrays
+            padded with ``pad_value``, with ``attention_mask`` and ``position_ids``
+            (see :func:`croupier.formats.pack`). None: no packing.
+        pack_columns: the list columns to pack (tokens, logprobs, masks, ...);
+            every row holds as many values in each.
+        pad_value: what ``"padded"`` fills with: a number, or one per column.
 
     Raises:
         InvalidArgumentError: unknown column or format, or numbers that do not fit
             together (``G % S``, ``S % world_size``, ``S`` > rows, rank out of range);
             the message has the numbers.
 
-    Each batch is this rank's ``G / world_size`` samples of one global step, or,
+    Each batch is this rank's share of one global step: ``G / world_size`` samples;
     from a grouped permutation, this rank's whole groups of the step, whose size
-    varies (docs/concepts.md, "Groups"). The
+    varies (docs/concepts.md, "Groups"); or with ``tokens_per_step`` the rows the
+    step's token budget gives this rank. The
     dataset pickles cheaply (for ``spawn``/``forkserver`` workers): Go handles are
     reopened in the worker, on exactly the pinned table version.
     """
@@ -184,20 +205,26 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
     def __init__(
         self,
         source: Table | Permutation,
-        global_batch_size: int,
+        global_batch_size: int | None = None,
         num_splits: int | None = None,
         columns: Sequence[str] | None = None,
         shuffle_seed: int = 0,
         epoch: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        drop_last: bool = True,
+        drop_last: bool | None = None,
         format: str = "torch",
         collate: Callable[[Any], Any] | None = None,
         read_ahead: int | None = None,
         memory_budget: int | None = None,
         list_format: str = "packed",
         max_reads: int | None = None,
+        *,
+        tokens_per_step: int | None = None,
+        oversize: str = "error",
+        packing: str | None = None,
+        pack_columns: Sequence[str] | None = None,
+        pad_value: float | Mapping[str, float] = 0,
     ) -> None:
         super().__init__()
         if not isinstance(source, (Table, Permutation)):
@@ -213,14 +240,31 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             checked = _args.optional_integer(name, value)
             return default if checked is None else checked
 
+        if (global_batch_size is None) == (tokens_per_step is None):
+            raise InvalidArgumentError(
+                "give global_batch_size (samples per step) or tokens_per_step (tokens per "
+                f"step), exactly one; got {global_batch_size!r} and {tokens_per_step!r}"
+            )
+        tokens = tokens_per_step is not None
+        if oversize == "truncate" and packing is None:
+            raise InvalidArgumentError(
+                'oversize="truncate" cuts the pack_columns of a row longer than '
+                'tokens_per_step: pass packing="packed" or "padded" and pack_columns'
+            )
         self._options: dict[str, Any] = {
-            "global_batch_size": _args.integer("global_batch_size", global_batch_size, 1),
+            "global_batch_size": 0
+            if global_batch_size is None
+            else _args.integer("global_batch_size", global_batch_size, 1),
             "num_splits": optional("num_splits", num_splits),
+            "tokens_per_step": _args.integer("tokens_per_step", tokens_per_step, 1)
+            if tokens
+            else 0,
+            "oversize": _args.text("oversize", oversize) if tokens else "",
             "rank": default_rank if rank is None else _args.integer("rank", rank),
             "world_size": optional("world_size", world_size, default_world),
             "columns": None if columns is None else _args.strings("columns", columns),
             "shuffle_seed": _args.integer("shuffle_seed", shuffle_seed, 0, _args.UINT64_MAX),
-            "drop_last": bool(drop_last),
+            "drop_last": (not tokens) if drop_last is None else bool(drop_last),
             "read_ahead": optional("read_ahead", read_ahead),
             "memory_budget": optional("memory_budget", memory_budget),
             "max_reads": optional("max_reads", max_reads),
@@ -237,6 +281,14 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._go: _lib.Handle | None = self._open_go()
         self._closed = False
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
+        # Global steps of each epoch planned so far (token-budget steps vary by epoch).
+        self._epoch_steps: dict[int, int] = {0: int(self._info["steps_per_epoch"])}
+        self._pack_columns = (
+            None if pack_columns is None else _args.strings("pack_columns", pack_columns)
+        )
+        check_packing(packing, self._pack_columns, format, self.columns)
+        self._packing = packing
+        self._pad_value = dict(pad_value) if isinstance(pad_value, Mapping) else pad_value
         self._epoch = 0
         self._next_step = 0
         self._set_position(_args.integer("epoch", epoch), 0)
@@ -301,8 +353,25 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
 
     @property
     def steps_per_epoch(self) -> int:
-        """Global steps in an epoch (including a final partial one if not drop_last)."""
-        return int(self._info["steps_per_epoch"])
+        """Global steps in :attr:`epoch` (including a final partial one if not drop_last).
+
+        The same in every epoch for sample-count steps; token-budget steps cut
+        each epoch's order by its own lengths, so their number varies by epoch.
+        """
+        return self._steps(self._epoch)
+
+    def _steps(self, epoch: int) -> int:
+        """Global steps in ``epoch``."""
+        if not self.tokens_per_step:
+            return self._epoch_steps[0]
+        if epoch not in self._epoch_steps:
+            self._epoch_steps[epoch] = _lib.dataset_epoch_steps(self._handle(), epoch)
+        return self._epoch_steps[epoch]
+
+    @property
+    def tokens_per_step(self) -> int | None:
+        """The token budget of each global step, or None for sample-count steps."""
+        return int(self._info["tokens_per_step"]) or None
 
     @property
     def rank(self) -> int:
@@ -322,7 +391,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
 
     @property
     def rank_batch_size(self) -> int:
-        """Samples in each batch this rank yields (``global_batch_size / world_size``)."""
+        """Samples in each batch this rank yields (``global_batch_size / world_size``);
+        0 for token-budget steps, whose rows vary."""
         return int(self._info["rank_batch_size"])
 
     @property
@@ -364,7 +434,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 f"epoch and steps_consumed must be >= 0, got epoch={epoch}, steps_consumed={step}"
             )
         # A worker's copy keeps an unnormalised position (see __iter__).
-        if _in_main_process() and step >= self.steps_per_epoch:
+        if _in_main_process() and step >= self._steps(epoch):
             epoch, step = epoch + 1, 0
         self._epoch, self._next_step = epoch, step
 
@@ -377,12 +447,12 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         k, num_workers = (worker.id, worker.num_workers) if worker is not None else (0, 0)
         stride = max(num_workers, 1)
         epoch, start = self._epoch, self._next_step
-        if self._worker_position and start + k >= self.steps_per_epoch:
+        if self._worker_position and start + k >= self._steps(epoch):
             # This worker's position comes from its own iteration (a
             # StatefulDataLoader checkpoint) and its next step is past the end
             # of the epoch: it continues into the next epoch, at the step the
             # in-order round robin reaches it (start + k - steps_per_epoch).
-            epoch, start = epoch + 1, start - self.steps_per_epoch
+            epoch, start = epoch + 1, start - self._steps(epoch)
         runs = self._send_runs and worker is not None
         stream = self._open_stream(
             {
@@ -391,7 +461,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 "worker": k,
                 "num_workers": num_workers,
                 "run": _RUN_STEPS if runs else 1,
-                "coalesce_bytes": _COALESCE_BYTES,
+                # Token-budget steps vary in rows: one a batch, so that
+                # each batch is one step.
+                "coalesce_bytes": 0 if self.tokens_per_step else _COALESCE_BYTES,
             }
         )
         try:
@@ -467,14 +539,30 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
 
         A batch of several steps has :attr:`rank_batch_size` rows in each but
         the epoch's last, which may be partial; a step of a grouped permutation
-        (docs/concepts.md, "Groups") has its own size, and comes alone.
+        (docs/concepts.md, "Groups") or a token-budget step has its own size,
+        and comes alone.
         """
         size = self.rank_batch_size
         return [size] * (steps - 1) + [rows - size * (steps - 1)]
 
     def _convert(self, batch: pa.RecordBatch, sizes: list[int]) -> Iterator[Any]:
         """The consecutive steps of ``batch``, of ``sizes`` rows, in the dataset's format."""
-        return convert_steps(batch, sizes, self._format, self._list_format)
+        if self._packing is None or self._pack_columns is None:
+            return convert_steps(batch, sizes, self._format, self._list_format)
+        truncate = self.tokens_per_step if self._options["oversize"] == "truncate" else None
+        starts = itertools.accumulate(sizes[:-1], initial=0)
+        return (
+            pack(
+                batch.slice(start, rows),
+                self._pack_columns,
+                self._packing,
+                self._format,
+                self._list_format,
+                self._pad_value,
+                truncate,
+            )
+            for start, rows in zip(starts, sizes, strict=True)
+        )
 
     def rows_of_step(self, step: int, epoch: int | None = None) -> np.ndarray:
         """The row ids of global step ``step`` of :attr:`epoch` (or of ``epoch``),
@@ -483,14 +571,15 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         The same whatever this dataset's rank, world size and workers; with
         :meth:`croupier.Table.take` on the source's table it gives the rows
         themselves (provenance: which rollouts trained a checkpoint). A grouped
-        permutation's step holds whole groups (docs/concepts.md, "Groups").
+        permutation's step holds whole groups (docs/concepts.md, "Groups"), a
+        token-budget step the rows its budget takes.
 
         Raises:
-            InvalidArgumentError: ``step`` is outside ``[0, steps_per_epoch)``
+            InvalidArgumentError: ``step`` is outside the epoch's steps
                 or ``epoch`` is negative.
         """
         epoch = self._epoch if epoch is None else _args.integer("epoch", epoch)
-        step = _args.integer("step", step, 0, self.steps_per_epoch - 1)
+        step = _args.integer("step", step, 0, self._steps(epoch) - 1)
         ranks = _lib.dataset_step(self._handle(), epoch, step)
         return np.array([row for rank in ranks for row in rank], dtype=np.uint64)
 
@@ -536,6 +625,11 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             "num_splits": info["num_splits"],
             "global_batch_size": info["global_batch_size"],
             "shuffle_seed": self._options["shuffle_seed"],
+            **(
+                {"tokens_per_step": info["tokens_per_step"], "oversize": info["oversize"]}
+                if self.tokens_per_step
+                else {}
+            ),
         }
 
     def _permutation_uri(self) -> str | None:
@@ -606,6 +700,11 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                 f"state dict format is {state_dict.get('format')!r}, "
                 f"this version of croupier reads formats {', '.join(map(str, _READ_FORMATS))}"
             )
+        if not self.tokens_per_step and state_dict.get("tokens_per_step"):
+            raise InvalidArgumentError(
+                f"state dict tokens_per_step is {state_dict['tokens_per_step']!r} but this "
+                "dataset deals sample-count steps"
+            )
         skip = {"table_id"} if state_dict["format"] == 1 else {"table_uri"}
         if table_moved:
             skip |= {"table_uri", "table_version"}
@@ -630,9 +729,10 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         # own position (see __iter__) runs up to K - 1 steps past the end.
         worker = torch.utils.data.get_worker_info()
         slack = worker.num_workers - 1 if worker_position and worker is not None else 0
-        spe = self.steps_per_epoch
+        epoch = _args.integer("state dict epoch", state_dict.get("epoch"))
+        spe = self._steps(epoch)
         self._set_position(
-            _args.integer("state dict epoch", state_dict.get("epoch")),
+            epoch,
             _args.integer(
                 f"state dict steps_consumed (of an epoch of {spe} steps)",
                 state_dict.get("steps_consumed"),
@@ -643,9 +743,14 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
         self._worker_position = worker_position
 
     def __repr__(self) -> str:
+        steps = (
+            f"T={self.tokens_per_step}"
+            if self.tokens_per_step
+            else f"G={self.global_batch_size} S={self.num_splits}"
+        )
         return (
             f"<croupier.StreamingDataset {self._info['table_uri']} "
-            f"G={self.global_batch_size} S={self.num_splits} rank={self.rank}/"
+            f"{steps} rank={self.rank}/"
             f"{self.world_size} steps_per_epoch={self.steps_per_epoch} "
             f"epoch={self._epoch} steps_consumed={self._next_step}>"
         )

@@ -46,6 +46,13 @@ formats that build Python objects (``"python"``, ``"numpy"`` object arrays,
 whole number of microseconds, as :class:`datetime.time` would drop its
 nanoseconds.
 
+Packing (``StreamingDataset(..., packing=..., pack_columns=[...])``, see
+:func:`pack`) turns several aligned ``list<number>`` columns of a step (tokens,
+logprobs, advantages, loss masks: each row's lists have one length) into
+one sequence per column, with ``cu_seqlens`` and ``position_ids``
+(``"packed"``), or into ``[rows, longest]`` arrays with an
+``attention_mask`` (``"padded"``); the other columns convert as above.
+
 A batch from the Go core may hold several consecutive steps (small steps are
 coalesced, so that crossing into Python and converting are paid once for all
 of them): :func:`convert_steps` converts it once and hands out each step's
@@ -68,10 +75,23 @@ from .errors import InvalidArgumentError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FORMATS", "LIST_FORMATS", "check_format", "convert", "convert_steps"]
+__all__ = [
+    "FORMATS",
+    "LIST_FORMATS",
+    "PACKINGS",
+    "PACK_KEYS",
+    "check_format",
+    "check_packing",
+    "convert",
+    "convert_steps",
+    "pack",
+]
 
 FORMATS = ("torch", "numpy", "arrow", "python")
 LIST_FORMATS = ("packed", "padded")
+PACKINGS = ("packed", "padded")
+# The keys packing adds beside the packed columns, by packing.
+PACK_KEYS = {"packed": ("cu_seqlens", "position_ids"), "padded": ("attention_mask", "position_ids")}
 
 
 def check_format(format: str, list_format: str) -> None:
@@ -82,6 +102,137 @@ def check_format(format: str, list_format: str) -> None:
         raise InvalidArgumentError(
             f"list_format={list_format!r} is not one of {', '.join(LIST_FORMATS)}"
         )
+
+
+def check_packing(
+    packing: str | None, columns: list[str] | None, format: str, all_columns: list[str]
+) -> None:
+    """Raise InvalidArgumentError unless ``packing`` of ``columns`` fits ``format``
+    and the keys it adds name no column of the batches (``all_columns``)."""
+    if packing is None:
+        if columns:
+            raise InvalidArgumentError(
+                'pack_columns is given without packing: pass packing="packed" or "padded"'
+            )
+        return
+    if packing not in PACKINGS:
+        raise InvalidArgumentError(f"packing={packing!r} is not one of {', '.join(PACKINGS)}")
+    if not columns:
+        raise InvalidArgumentError(
+            f"packing={packing!r} needs pack_columns: the aligned list columns to pack"
+        )
+    if format == "python" or (format == "arrow" and packing == "padded"):
+        raise InvalidArgumentError(
+            f'packing={packing!r} does not apply to format="{format}": use "torch" or "numpy"'
+            + (', or packing="packed"' if format == "arrow" else "")
+        )
+    if missing := [c for c in columns if c not in all_columns]:
+        raise InvalidArgumentError(
+            f"pack_columns {missing} are not among the columns read: {all_columns}"
+        )
+    if taken := [k for k in PACK_KEYS[packing] if k in all_columns]:
+        raise InvalidArgumentError(
+            f"packing={packing!r} adds {list(PACK_KEYS[packing])}, but the batches have "
+            f"columns named {taken}: rename them, or read fewer columns"
+        )
+
+
+def pack(
+    batch: pa.RecordBatch,
+    columns: list[str],
+    packing: str,
+    format: str,
+    list_format: str = "packed",
+    pad_value: float | dict[str, float] = 0,
+    truncate: int | None = None,
+) -> dict[str, Any]:
+    """One step's rows with the aligned list ``columns`` packed (see the module doc).
+
+    ``"packed"``: each of ``columns`` is one 1-D array of every row's values in
+    row order (zero-copy where Arrow's layout allows), ``cu_seqlens`` the
+    int32 row boundaries (``rows + 1`` of them, from 0) and ``position_ids``
+    the int64 position of each value in its row. ``"padded"``: each of
+    ``columns`` is ``[rows, longest]``, padded with ``pad_value`` (one number,
+    or one per column, default 0), ``attention_mask`` is True where a value
+    is, and ``position_ids`` counts positions in each row (0 under padding).
+    The ``"arrow"`` format (packed only) gives pyarrow arrays. Other columns
+    convert as :func:`convert` converts them. With ``truncate`` = n, rows
+    longer than n keep their first n values in every packed column.
+
+    Raises:
+        InvalidArgumentError: a column of ``columns`` that is not a list of
+            numbers, holds a null, or whose row differs in length from the same
+            row of the first column (the message names both columns and the row).
+    """
+    lengths: np.ndarray | None = None
+    values: dict[str, pa.Array] = {}
+    for name in columns:
+        column = batch.column(name)
+        if not _is_number_list(column.type):
+            raise InvalidArgumentError(
+                f'pack column "{name}" is {column.type}, not a list of numbers'
+            )
+        _no_nulls(name, column, "a null list")
+        offsets = column.offsets.to_numpy().astype(np.int64)  # a sliced column's own
+        start = int(offsets[0])
+        row_values = column.values.slice(start, int(offsets[-1]) - start)
+        _no_nulls(name, row_values, "a null inside a list")
+        n = np.diff(offsets)
+        if lengths is None:
+            lengths = n
+        elif not np.array_equal(n, lengths):
+            row = int(np.flatnonzero(n != lengths)[0])
+            raise InvalidArgumentError(
+                f'pack columns "{columns[0]}" and "{name}" are not aligned: row {row} of the '
+                f"step holds {lengths[row]} and {n[row]} values"
+            )
+        values[name] = row_values
+    assert lengths is not None
+    if truncate is not None and (lengths > truncate).any():
+        keep = pa.array(_positions(lengths, np.cumsum(lengths) - lengths) < truncate)
+        values = {name: v.filter(keep) for name, v in values.items()}
+        lengths = np.minimum(lengths, truncate)
+    starts = np.cumsum(lengths) - lengths
+    others = [c for c in batch.schema.names if c not in values]
+    if format == "arrow":
+        out: dict[str, Any] = {name: batch.column(name) for name in others}
+        out.update(values)
+        out["cu_seqlens"] = pa.array(np.append(starts, lengths.sum()).astype(np.int32))
+        out["position_ids"] = pa.array(_positions(lengths, starts))
+        return out
+    rest = convert(batch.select(others), format, list_format)
+    as_array = _number_tensor if format == "torch" else _numpy_column
+    packed = {name: as_array(name, v) for name, v in values.items()}
+    if packing == "packed":
+        extra = {
+            "cu_seqlens": np.append(starts, lengths.sum()).astype(np.int32),
+            "position_ids": _positions(lengths, starts),
+        }
+    else:
+        longest = int(lengths.max()) if len(lengths) else 0
+        mask = np.arange(longest) < lengths[:, None]
+        for name, v in packed.items():
+            flat = v.numpy() if format == "torch" else v
+            fill = pad_value.get(name, 0) if isinstance(pad_value, dict) else pad_value
+            padded = np.full((len(lengths), longest), fill, dtype=flat.dtype)
+            padded[mask] = flat  # row-major order is the packed order
+            packed[name] = padded
+        positions = np.zeros((len(lengths), longest), dtype=np.int64)
+        positions[mask] = _positions(lengths, starts)
+        extra = {"attention_mask": mask, "position_ids": positions}
+    if format == "torch":
+        import torch
+
+        packed = {
+            k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in packed.items()
+        }
+        extra = {k: torch.from_numpy(v) for k, v in extra.items()}
+    return {**rest, **packed, **extra}
+
+
+def _positions(lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The int64 position of every packed value inside its row."""
+    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
 
 
 def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> Any:

@@ -197,6 +197,18 @@ class PermutationBuilder:
         self._spec["shuffle"] = {k: v for k, v in shuffle.items() if v is not None}
         return self
 
+    def lengths(self, column: str) -> PermutationBuilder:
+        """Record each kept row's length beside its id, from ``column``.
+
+        A list column gives the number of its elements (tokens), an integer
+        column its value. Token-budget steps (``StreamingDataset(...,
+        tokens_per_step=T)``) plan from these lengths without reading a row.
+        A kept row whose length is null or negative fails the build, naming
+        the row.
+        """
+        self._spec["lengths"] = _args.text("lengths", column)
+        return self
+
     def persist(self, uri: str, progress: ProgressCallback | bool | None = None) -> Permutations:
         """Build the permutation and write it under ``uri``, which must be empty.
 

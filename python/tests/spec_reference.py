@@ -6,6 +6,7 @@ Used only by the tests, to check what the Go core deals.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Sequence
 
 
@@ -149,3 +150,108 @@ def epoch_order(
             out.extend(clumps[pick_clump(k)])
         out.extend(tail)
     return out
+
+
+# ---------------------------------------------------------------------------
+# Token-budget steps (docs/concepts.md, "Token-budget steps").
+
+
+def token_steps(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """The positions of the epoch order each global step holds.
+
+    Greedy in order: a step takes the next positions while their lengths sum to
+    at most ``budget``; a row longer than the budget (oversize="truncate") is a
+    step of its own; the last step holds what is left.
+    """
+    steps: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for p, n in enumerate(lengths):
+        if n > budget:
+            steps += [current] if current else []
+            steps.append([p])
+            current, tokens = [], 0
+        elif current and tokens + n > budget:
+            steps.append(current)
+            current, tokens = [p], n
+        else:
+            current.append(p)
+            tokens += n
+    return steps + ([current] if current else [])
+
+
+def token_shares(lengths: Sequence[int], budget: int, w: int) -> list[list[int]]:
+    """The indexes into one step's rows (``lengths``, in epoch order) each of ``w`` ranks gets.
+
+    Rows by length descending (each counted at most ``budget``), ties by
+    position, each to the rank with the fewest tokens so far, ties to the
+    lowest rank; each rank's rows in epoch order.
+    """
+    loads = [0] * w
+    shares: list[list[int]] = [[] for _ in range(w)]
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        r = min(range(w), key=lambda r: (loads[r], r))
+        loads[r] += min(lengths[i], budget)
+        shares[r].append(i)
+    return [sorted(s) for s in shares]
+
+
+# ---------------------------------------------------------------------------
+# Mixtures (docs/concepts.md, "Mixtures").
+
+
+def mixture_u(seed: int, step: int, slot: int) -> float:
+    """First 8 bytes (little endian) of SHA-256("croupier/mixture\\0<seed>\\0<t>\\0<j>") / 2**64."""
+    message = "\0".join(["croupier/mixture", str(seed), str(step), str(slot)]).encode()
+    return int.from_bytes(hashlib.sha256(message).digest()[:8], "little") / 2**64
+
+
+def mixture_weights(points: Sequence[tuple[int, Sequence[float]]], step: int) -> list[float]:
+    """Linear between the schedule's points, the last point's after it."""
+    for (ta, wa), (tb, wb) in itertools.pairwise(points):
+        if ta <= step < tb:
+            return [a + (b - a) * (step - ta) / (tb - ta) for a, b in zip(wa, wb, strict=True)]
+    return list(points[-1][1])
+
+
+def mixture_plan(
+    seed: int,
+    points: Sequence[tuple[int, Sequence[float]]],
+    slots: int,
+    steps_per_epoch: Sequence[int],
+    policy: str,
+    max_steps: int,
+) -> list[list[tuple[int, int, int]]]:
+    """``(source, epoch, step)`` of every slot of every mixture step of one
+    iteration from the start (every source at epoch 0, step 0)."""
+    cursors = [[0, 0] for _ in steps_per_epoch]
+    out = [False] * len(steps_per_epoch)
+    plan: list[list[tuple[int, int, int]]] = []
+    for t in range(max_steps):
+        taken: list[tuple[int, int, int]] = []
+        for j in range(slots):
+            u = mixture_u(seed, t, j)
+            while True:
+                w = [0.0 if o else x for x, o in zip(mixture_weights(points, t), out, strict=True)]
+                total = sum(w)
+                if total <= 0:
+                    return plan
+                cumulative, i = 0.0, -1
+                for k, x in enumerate(w):
+                    cumulative += x
+                    if x > 0 and cumulative > u * total:
+                        i = k
+                        break
+                epoch, done = cursors[i]
+                if done < steps_per_epoch[i]:
+                    break
+                if policy == "stop":
+                    return plan
+                if policy == "cycle":
+                    cursors[i] = [epoch + 1, 0]
+                    break
+                out[i] = True
+            taken.append((i, cursors[i][0], cursors[i][1]))
+            cursors[i][1] += 1
+        plan.append(taken)
+    return plan

@@ -79,3 +79,20 @@ def test_harness_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert 0.2 < float(row[3]) < 3, row
     skipped = table_row(loader, "Lance LanceDataset", "batch order shuffle")
     assert skipped[0] == "skipped: pylance not installed"
+
+
+def test_tokens_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokens part writes its section: token-budget steps hold at most the
+    budget, packed steps carry no padding."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import tokens
+
+    out = tmp_path / "RESULTS.md"
+    assert tokens.main(["--rows=1500", "--imbalance-steps=3", f"--out={out}"]) == 0
+    text = out.read_text()
+    assert "## Token-budget steps" in text
+    row = next(line for line in text.splitlines() if "T=16384, packed" in line)
+    # name, steps, mean, CV, min, max, max ÷ min, padding share, rate
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    assert int(cells[5].replace(",", "")) <= 16384
+    assert cells[7] == "0.0%"
