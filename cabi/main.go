@@ -81,6 +81,8 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/libzstd"
+	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
 	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
@@ -95,6 +97,9 @@ const abiVersion = 1
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
 func main() {}
+
+// The library decompresses zstd pages with libzstd (core/table/libzstd).
+func init() { libzstd.Register() }
 
 // guard runs fn, turning a panic into an Internal error, and reports fn's error
 // through errOut as a C string the caller frees. errOut may be NULL.

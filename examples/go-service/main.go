@@ -47,6 +47,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
