@@ -395,8 +395,7 @@ func croupier_table_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 		if err != nil {
 			return err
 		}
-		return encodeJSON(map[string]any{"uri": t.URI(), "version": t.Version(),
-			"num_rows": t.NumRows(), "num_files": len(t.Files())}, out)
+		return encodeJSON(t.Info(), out)
 	})
 }
 
@@ -467,15 +466,7 @@ func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 		if err != nil {
 			return err
 		}
-		o := l.Options()
-		return encodeJSON(map[string]any{
-			"steps_per_epoch": l.StepsPerEpoch(), "num_rows": l.Order().Len(),
-			"num_splits": o.NumSplits, "global_batch_size": o.GlobalBatchSize,
-			"rank": o.Rank, "world_size": o.WorldSize, "rank_batch_size": l.RankBatchSize(),
-			"drop_last": o.DropLast, "columns": o.Columns, "shuffle_seed": o.ShuffleSeed,
-			"table_uri": l.Table().URI(), "table_version": l.Table().Version(), "table_id": l.Table().ID(),
-			"permutation_id": l.Order().ID(), "memory_budget": o.MemoryBudget,
-		}, out)
+		return encodeJSON(l.Info(), out)
 	})
 }
 
@@ -566,8 +557,15 @@ func croupier_permutation_info(h C.uint64_t, out **C.char, errOut **C.char) C.in
 		if err != nil {
 			return err
 		}
-		return encodeJSON(map[string]any{"uri": p.URI(), "manifest": p.Manifest(), "build": p.Build()}, out)
+		return encodeJSON(permutationInfo{URI: p.URI(), Manifest: p.Manifest(), Build: p.Build()}, out)
 	})
+}
+
+// permutationInfo is the reply of croupier_permutation_info.
+type permutationInfo struct {
+	URI      string                  `json:"uri"`
+	Manifest permutation.Manifest    `json:"manifest"`
+	Build    permutation.BuildRecord `json:"build"`
 }
 
 //export croupier_permutation_row_ids
