@@ -36,12 +36,14 @@ demo: dev
 
 test: test-go test-cgocheck test-py
 
-# The core again without cgo: arrow-go's pure-Go zstd and Go-heap buffers
-# (about 40 s on 2 cores).
+# Then the core again without cgo: arrow-go's pure-Go zstd and Go-heap
+# buffers (about 40 s on 2 cores); and the side effects of importing croupier,
+# with the packages and size of examples/go-minimal printed (-v).
 test-go:
 	go vet ./...
 	go test -race -count=1 ./...
-	CGO_ENABLED=0 go test -count=1 ./core/table/... ./core/cmem/... ./internal/sideeffects/...
+	CGO_ENABLED=0 go test -count=1 ./core/table/... ./core/cmem/...
+	CGO_ENABLED=0 go test -count=1 -v ./internal/sideeffects/...
 
 # The export path under the strictest cgo pointer checks.
 test-cgocheck: dev $(CHECKLIB)
