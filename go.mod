@@ -5,7 +5,7 @@ go 1.26.8
 require (
 	github.com/agnivade/levenshtein v1.2.1
 	github.com/apache/arrow-go/v18 v18.8.0
-	github.com/aws/aws-sdk-go-v2 v1.46.0 // the versions gocloud.dev uses; core/store turns off the SDK's retries of reads
+	github.com/aws/aws-sdk-go-v2 v1.46.0 // the versions gocloud.dev uses; drivers/s3 turns off the SDK's retries of reads
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.111.0
 	github.com/aws/smithy-go v1.28.1
 	github.com/cenkalti/backoff/v5 v5.0.3 // newest release; small, dependency-free retry loop with full jitter (core/store/retry.go)
@@ -13,21 +13,23 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/johannesboyne/gofakes3 v1.2.0
 	go.etcd.io/bbolt v1.5.0
+	// internal/sideeffects checks that importing croupier leaves its global
+	// providers alone.
+	go.opentelemetry.io/otel v1.46.0
 	gocloud.dev v0.47.0
 	golang.org/x/sync v0.25.0
 )
 
 require (
-	// The versions gocloud.dev uses: core/store sets the preconditions of
-	// pinned reads on these SDKs' requests through gocloud's As.
+	// The versions gocloud.dev uses: drivers/gcs and drivers/azure set the
+	// preconditions of pinned reads on these SDKs' requests through
+	// gocloud's As.
 	cloud.google.com/go/storage v1.67.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.1
 	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.8.0
 	github.com/DataDog/zstd v1.5.7
 	github.com/apache/thrift v0.24.0
 )
-
-require go.opentelemetry.io/otel v1.46.0
 
 require (
 	cel.dev/expr v0.25.3 // indirect
