@@ -9,6 +9,7 @@ built (``make`` builds it itself).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -63,12 +64,32 @@ class BinaryDistribution(Distribution):
         return True
 
 
+def manylinux_platform(library: Path, platform: str) -> str:
+    """The manylinux tag (PEP 600) of a wheel for ``linux_<arch>`` holding ``library``.
+
+    libcroupier.so links only libc (the Go runtime, and libzstd built in statically), so
+    the newest glibc symbol version it uses is the whole of its requirement:
+    ``manylinux_2_<minor>_<arch>``, installable on any Linux with that glibc or newer.
+    ``make test-wheel`` checks that the library needs no other shared library.
+    """
+    arch = platform.removeprefix("linux_")
+    found = re.findall(rb"GLIBC_(\d+)\.(\d+)", library.read_bytes())
+    versions = {(int(a), int(b)) for a, b in found}
+    if not versions:
+        return platform
+    major, minor = max(versions)
+    return f"manylinux_{major}_{minor}_{arch}"
+
+
 class PlatformWheel(bdist_wheel):
-    """Tag wheels ``py3-none-<platform>``: the library is loaded with ctypes, not as a
-    CPython extension, so one wheel serves every Python version on a platform."""
+    """Tag wheels ``py3-none-manylinux_2_<minor>_<arch>``: the library is loaded with
+    ctypes, not as a CPython extension, so one wheel serves every Python version on a
+    platform, and it needs nothing of the system but glibc (see manylinux_platform)."""
 
     def get_tag(self) -> tuple[str, str, str]:
         _, _, platform = super().get_tag()
+        if platform.startswith("linux_"):
+            platform = manylinux_platform(ROOT / LIBRARY, platform)
         return "py3", "none", platform
 
 

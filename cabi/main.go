@@ -82,6 +82,8 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/libzstd"
+	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
 	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
@@ -96,6 +98,9 @@ const abiVersion = 3
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
 func main() {}
+
+// The library decompresses zstd pages with libzstd (core/table/libzstd).
+func init() { libzstd.Register() }
 
 // guard runs fn, turning a panic into an Internal error, and reports fn's error
 // through errOut as a C string the caller frees. errOut may be NULL.
@@ -391,8 +396,7 @@ func croupier_table_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 		if err != nil {
 			return err
 		}
-		return encodeJSON(map[string]any{"uri": t.URI(), "version": t.Version(),
-			"num_rows": t.NumRows(), "num_files": len(t.Files())}, out)
+		return encodeJSON(t.Info(), out)
 	})
 }
 
@@ -492,16 +496,7 @@ func croupier_dataset_info(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 		if err != nil {
 			return err
 		}
-		o := l.Options()
-		return encodeJSON(map[string]any{
-			"steps_per_epoch": l.StepsPerEpoch(), "num_rows": l.Order().Len(),
-			"num_splits": o.NumSplits, "global_batch_size": o.GlobalBatchSize,
-			"rank": o.Rank, "world_size": o.WorldSize, "rank_batch_size": l.RankBatchSize(),
-			"drop_last": o.DropLast, "columns": o.Columns, "shuffle_seed": o.ShuffleSeed,
-			"table_uri": l.Table().URI(), "table_version": l.Table().Version(), "table_id": l.Table().ID(),
-			"permutation_id": l.Order().ID(), "memory_budget": o.MemoryBudget,
-			"tokens_per_step": o.TokensPerStep, "oversize": o.Oversize,
-		}, out)
+		return encodeJSON(l.Info(), out)
 	})
 }
 
@@ -629,8 +624,15 @@ func croupier_permutation_info(h C.uint64_t, out **C.char, errOut **C.char) C.in
 		if err != nil {
 			return err
 		}
-		return encodeJSON(map[string]any{"uri": p.URI(), "manifest": p.Manifest(), "build": p.Build()}, out)
+		return encodeJSON(permutationInfo{URI: p.URI(), Manifest: p.Manifest(), Build: p.Build()}, out)
 	})
+}
+
+// permutationInfo is the reply of croupier_permutation_info.
+type permutationInfo struct {
+	URI      string                  `json:"uri"`
+	Manifest permutation.Manifest    `json:"manifest"`
+	Build    permutation.BuildRecord `json:"build"`
 }
 
 //export croupier_permutation_row_ids

@@ -310,6 +310,38 @@ func (l *Loader) RankBatchSize() int64 {
 // Table returns the table the loader reads.
 func (l *Loader) Table() *table.Table { return l.table }
 
+// Info describes what a loader deals, and how, as the C library and
+// Python's StreamingDataset report it.
+type Info struct {
+	StepsPerEpoch   int64    `json:"steps_per_epoch"`
+	NumRows         int64    `json:"num_rows"` // of the order dealt
+	NumSplits       int64    `json:"num_splits"`
+	GlobalBatchSize int64    `json:"global_batch_size"`
+	Rank            int64    `json:"rank"`
+	WorldSize       int64    `json:"world_size"`
+	RankBatchSize   int64    `json:"rank_batch_size"`
+	DropLast        bool     `json:"drop_last"`
+	Columns         []string `json:"columns"` // nil: every column
+	ShuffleSeed     uint64   `json:"shuffle_seed"`
+	TableURI        string   `json:"table_uri"`
+	TableVersion    string   `json:"table_version"`
+	TableID         string   `json:"table_id"`
+	PermutationID   string   `json:"permutation_id"`
+	MemoryBudget    int64    `json:"memory_budget"`
+	TokensPerStep   int64    `json:"tokens_per_step"` // 0 for sample-count steps
+	Oversize        string   `json:"oversize"`        // "" for sample-count steps
+}
+
+// Info returns the description of l.
+func (l *Loader) Info() Info {
+	o := l.opts
+	return Info{StepsPerEpoch: l.StepsPerEpoch(), NumRows: l.order.Len(), NumSplits: o.NumSplits,
+		GlobalBatchSize: o.GlobalBatchSize, Rank: o.Rank, WorldSize: o.WorldSize, RankBatchSize: l.RankBatchSize(),
+		DropLast: o.DropLast, Columns: o.Columns, ShuffleSeed: o.ShuffleSeed, TableURI: l.table.URI(),
+		TableVersion: l.table.Version(), TableID: l.table.ID(), PermutationID: l.order.ID(), MemoryBudget: o.MemoryBudget,
+		TokensPerStep: o.TokensPerStep, Oversize: o.Oversize}
+}
+
 // Order returns the order the loader deals.
 func (l *Loader) Order() permutation.Order { return l.order }
 

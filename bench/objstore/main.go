@@ -50,6 +50,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/store/s3test"
+	_ "github.com/croupier-data/croupier/drivers/s3" // s3://
 )
 
 // objectKey is the name of the object every store reads, under its prefix.

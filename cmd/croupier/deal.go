@@ -6,73 +6,23 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// checkpoint is a dataset's state dict (docs/spec.md, "Checkpoints"), as Python's
-// json.dump(ds.state_dict()) writes it. Format 1 has no PermutationURI and
-// no TableID.
-type checkpoint struct {
-	Format          int         `json:"format"`
-	PermutationID   string      `json:"permutation_id"`
-	PermutationURI  string      `json:"permutation_uri"` // "" (null) for a table dealt directly
-	TableID         string      `json:"table_id"`
-	TableURI        string      `json:"table_uri"`
-	TableVersion    versionName `json:"table_version"`
-	NumSplits       int64       `json:"num_splits"`
-	GlobalBatchSize int64       `json:"global_batch_size"`
-	TokensPerStep   int64       `json:"tokens_per_step"` // token-budget steps; absent for sample-count ones
-	Oversize        string      `json:"oversize"`
-	ShuffleSeed     uint64      `json:"shuffle_seed"`
-	Epoch           int64       `json:"epoch"`
-	StepsConsumed   int64       `json:"steps_consumed"`
-	WorkerPosition  bool        `json:"worker_position"`
-}
-
-// versionName is a table version written as a string ("3", "p…") or, for a
-// croupier table, as a number (3).
-type versionName string
-
-func (v *versionName) UnmarshalJSON(b []byte) error {
-	var n json.Number
-	if err := json.Unmarshal(b, &n); err == nil {
-		*v = versionName(n.String())
-		return nil
-	}
-	return json.Unmarshal(b, (*string)(v))
-}
-
-// stateFormats are the state dict formats this command reads.
-var stateFormats = []int{1, 2}
-
-func readCheckpoint(path string) (checkpoint, error) {
-	var c checkpoint
+// readCheckpoint reads a state dict JSON file.
+func readCheckpoint(path string) (loader.Checkpoint, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return c, errcode.Wrap(err, errcode.NotFound, "read checkpoint", path)
+		return loader.Checkpoint{}, errcode.Wrap(err, errcode.NotFound, "read checkpoint", path)
 	}
-	if err := jsonargs.Decode(data, &c, false, "read checkpoint", path); err != nil {
-		return c, err
-	}
-	if !slices.Contains(stateFormats, c.Format) {
-		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
-			"state dict format is %d, this croupier reads formats %v", c.Format, stateFormats)
-	}
-	if (c.GlobalBatchSize <= 0 && c.TokensPerStep <= 0) || c.Epoch < 0 || c.StepsConsumed < 0 {
-		return c, errcode.New(errcode.InvalidArgument, "read checkpoint", path,
-			"global_batch_size %d, tokens_per_step %d, epoch %d, steps_consumed %d: want a positive batch size or token budget and non-negative position",
-			c.GlobalBatchSize, c.TokensPerStep, c.Epoch, c.StepsConsumed)
-	}
-	return c, nil
+	return loader.ParseCheckpoint(data, path)
 }
 
 // dealRank is one rank's batch, with --columns its rows, and for token-budget
@@ -150,7 +100,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	var ckpt *checkpoint
+	var ckpt *loader.Checkpoint
 	if *ckptPath != "" {
 		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch", "step"} {
 			if set[n] {
@@ -168,8 +118,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			switch {
 			case c.PermutationID == (permutation.Identity{}).ID():
 				*tableURI = c.TableURI
-			case c.PermutationURI != "":
-				*permURI = c.PermutationURI
+			case c.PermutationURI != nil && *c.PermutationURI != "":
+				*permURI = *c.PermutationURI
 				if *splitName == "" {
 					_, *splitName, _ = strings.Cut(c.PermutationID, "/")
 				}
@@ -265,21 +215,6 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		defer tb.Close()
 		t, order = tb, permutation.Identity{N: tb.NumRows()}
 	}
-	if ckpt != nil {
-		if ckpt.PermutationID != order.ID() {
-			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
-				"checkpoint permutation_id is %q but the order opened is %q", ckpt.PermutationID, order.ID())
-		}
-		if ckpt.TableVersion != "" && string(ckpt.TableVersion) != t.Version() {
-			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
-				"checkpoint table_version is %q but %s is at version %q", ckpt.TableVersion, t.URI(), t.Version())
-		}
-		if ckpt.TableID != "" && ckpt.TableID != t.ID() {
-			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
-				"checkpoint table_id is %q but %s is %q: another table", ckpt.TableID, t.URI(), t.ID())
-		}
-	}
-
 	opts := loader.Options{GlobalBatchSize: *g, NumSplits: *s, TokensPerStep: *tokens, Oversize: *oversize,
 		WorldSize: *w, ShuffleSeed: *seed, DropLast: *dropLast}
 	l0, err := loader.New(t, order, opts)
@@ -287,6 +222,13 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer l0.Close()
+	if ckpt != nil {
+		// The next step after the checkpoint, once it is known to come from
+		// a run dealing what l0 deals.
+		if *epoch, *step, err = l0.Resume(ctx, *ckpt); err != nil {
+			return errcode.Wrap(err, errcode.InvalidArgument, "deal", *ckptPath)
+		}
+	}
 	steps, err := l0.EpochSteps(ctx, *epoch)
 	if err != nil {
 		return err
@@ -304,7 +246,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		} else if *rowID >= t.NumRows() {
 			return usagef("deal: --row %d is not in [0, %d): %s has %d rows", *rowID, t.NumRows(), t.URI(), t.NumRows())
 		}
-		out.Step = ckpt.StepsConsumed
+		out.Epoch, out.Step = ckpt.Epoch, ckpt.StepsConsumed
 		found, err := trainedOn(ctx, l0, ids, ckpt.Epoch, ckpt.StepsConsumed)
 		if err != nil {
 			return err
@@ -319,26 +261,6 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "row %d: epoch %d step %d rank %d\n", tr.RowID, tr.Epoch, tr.Step, tr.Rank)
 		}
 		return nil
-	}
-	if ckpt != nil {
-		// The next step after the checkpoint; at the end of an epoch it is
-		// step 0 of the next. A worker's own position (worker_position) may
-		// run past the end by fewer steps than there are workers, unknown here.
-		*step = ckpt.StepsConsumed
-		if *step > steps && !ckpt.WorkerPosition {
-			return errcode.New(errcode.InvalidArgument, "deal", *ckptPath,
-				"checkpoint steps_consumed is %d, past the end of an epoch of %d steps", *step, steps)
-		}
-		if *step >= steps {
-			if *epoch == math.MaxInt64 {
-				return errcode.New(errcode.InvalidArgument, "deal", *ckptPath, "checkpoint ends epoch %d, the last there is", *epoch)
-			}
-			*epoch, *step = *epoch+1, 0
-			if steps, err = l0.EpochSteps(ctx, *epoch); err != nil {
-				return err
-			}
-		}
-		out.Epoch, out.Step = *epoch, *step
 	}
 	var (
 		ranks  [][]uint64

@@ -12,9 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/croupier-data/croupier/core/table/libzstd"
+	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
 )
 
 func main() {
+	libzstd.Register() // faster zstd decompression where built with cgo
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -11,6 +11,10 @@
 // 200 MiB budget, 190–220 MiB of live buffers, 530–560 MiB of resident
 // memory). Allocator serves buffers of LargeBytes or more from mappings of
 // their own, unmapped on Free, and smaller ones from malloc.
+//
+// Built without cgo (CGO_ENABLED=0), small buffers come from the Go heap:
+// there is then no C caller to hand them to, since Arrow's C Data Interface
+// needs cgo.
 package cmem
 
 import (
@@ -18,8 +22,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
-
-	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 )
 
 // LargeBytes is the smallest buffer mapped on its own.
@@ -28,13 +30,13 @@ const LargeBytes = 256 << 10
 // Allocator is a memory.Allocator of C memory. It is safe for concurrent
 // use.
 type Allocator struct {
-	small     *mallocator.Mallocator
+	small     smallAllocator
 	mappings  sync.Map // address of a mapping -> its []byte
 	allocated atomic.Int64
 }
 
 // New returns an allocator.
-func New() *Allocator { return &Allocator{small: mallocator.NewMallocator()} }
+func New() *Allocator { return &Allocator{small: newSmall()} }
 
 // Allocate returns n zeroed bytes.
 func (a *Allocator) Allocate(n int) []byte {

@@ -32,13 +32,13 @@ type Object struct {
 
 // Stat returns the current identity of the object at key.
 func (l *Location) Stat(ctx context.Context, key string) (Object, error) {
-	return retry(ctx, l.Retry, "stat", l.ObjectURI(key), func(ctx context.Context) (Object, error) {
+	return Do(ctx, l.Retry, "stat", l.ObjectURI(key), func(ctx context.Context) (Object, error) {
 		a, err := l.Bucket.Attributes(ctx, key)
 		if err != nil {
 			return Object{}, err
 		}
 		o := Object{Key: key, Size: a.Size, ModTime: a.ModTime, ETag: a.ETag}
-		identify(&o, a.As)
+		l.identify(&o, a.As)
 		return o, nil
 	})
 }
@@ -58,7 +58,7 @@ func (l *Location) Exists(ctx context.Context, key string) (bool, error) {
 // ReadAll reads the whole object at key: a manifest, a chunk of row ids.
 // Its error is errcode.NotFound when the object does not exist.
 func (l *Location) ReadAll(ctx context.Context, key string) ([]byte, error) {
-	return retry(ctx, l.Retry, "read", l.ObjectURI(key), func(ctx context.Context) ([]byte, error) {
+	return Do(ctx, l.Retry, "read", l.ObjectURI(key), func(ctx context.Context) ([]byte, error) {
 		r, err := l.Bucket.NewReader(ctx, key, nil)
 		if err != nil {
 			return nil, err
@@ -76,7 +76,7 @@ func (l *Location) ReadAll(ctx context.Context, key string) ([]byte, error) {
 // are retried, so it is only for objects that every attempt writes alike:
 // keys that are new and unique to the writer, or that name their content.
 func (l *Location) WriteAll(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
-	_, err := retry(ctx, l.Retry, "write", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
+	_, err := Do(ctx, l.Retry, "write", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.Bucket.WriteAll(ctx, key, data, opts)
 	})
 	return err
@@ -84,7 +84,7 @@ func (l *Location) WriteAll(ctx context.Context, key string, data []byte, opts *
 
 // Delete removes the object at key; an object already gone is no error.
 func (l *Location) Delete(ctx context.Context, key string) error {
-	_, err := retry(ctx, l.Retry, "delete", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
+	_, err := Do(ctx, l.Retry, "delete", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.Bucket.Delete(ctx, key)
 	})
 	if errcode.Of(err) == errcode.NotFound {
@@ -110,7 +110,7 @@ func (l *Location) List(ctx context.Context, prefix string, limit int) ([]*blob.
 		if limit > 0 {
 			size = min(size, limit-len(out))
 		}
-		p, err := retry(ctx, l.Retry, "list", l.ObjectURI(prefix), func(ctx context.Context) (page, error) {
+		p, err := Do(ctx, l.Retry, "list", l.ObjectURI(prefix), func(ctx context.Context) (page, error) {
 			objs, next, err := l.Bucket.ListPage(ctx, token, size, &blob.ListOptions{Prefix: prefix})
 			if err != nil && l.root != "" && gcerrors.Code(err) == gcerrors.NotFound {
 				// fileblob fails a listing when a file vanishes between
@@ -256,9 +256,9 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	if short {
 		n = r.obj.Size - off
 	}
-	got, err := retry(r.ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
+	got, err := Do(r.ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
 		r.reads.Add(1)
-		opts, found := r.obj.conditional()
+		opts, found := r.loc.conditional(r.obj)
 		rr, err := r.loc.Bucket.NewRangeReader(ctx, r.obj.Key, off, n, opts)
 		var changed *changedError
 		switch {
@@ -273,7 +273,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 		defer rr.Close()
-		seen := observed(rr, found())
+		seen := r.loc.observed(rr, found())
 		if !r.obj.Matches(seen) {
 			return 0, errcode.Wrap(&changedError{pinned: r.obj, found: seen}, errcode.Changed, "read", where)
 		}

@@ -5,11 +5,6 @@ import (
 	"os"
 	"time"
 
-	"cloud.google.com/go/storage"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-	azblobblob "github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
 )
 
@@ -17,7 +12,8 @@ import (
 // was pinned. Size and modification time alone cannot tell: S3's Last-Modified
 // has a resolution of one second, so an object rewritten with as many bytes
 // within the second looks unchanged. Every range read is therefore
-// conditional, in the store, on the version's identity:
+// conditional, in the store, on the version's identity (the remote stores'
+// part is their Driver's):
 //
 //   - s3://: If-Match with the pinned ETag (412 Precondition Failed otherwise);
 //   - gs://: a generation-match precondition with the pinned generation;
@@ -55,12 +51,12 @@ func (o Object) String() string {
 	return s
 }
 
-// identify fills in the identity fields of o that a driver reports beside
+// identify fills in the identity fields of o that a store reports beside
 // gocloud's portable attributes: the generation on GCS, the inode on file://.
-func identify(o *Object, as func(any) bool) {
-	var gcs storage.ObjectAttrs
-	if as(&gcs) {
-		o.Generation = gcs.Generation
+func (l *Location) identify(o *Object, as func(any) bool) {
+	if l.driver != nil {
+		l.driver.Identify(o, as)
+		return
 	}
 	var fi os.FileInfo
 	if as(&fi) {
@@ -70,34 +66,15 @@ func identify(o *Object, as func(any) bool) {
 
 // conditional returns reader options under which a range read of o fails
 // unless the store holds the version o describes, and a function that
-// returns what the read found where the driver tells more than gocloud's
+// returns what the read found where the store tells more than gocloud's
 // reader does (the file's identity on file://; the zero Object elsewhere).
 // The store's refusal is classified FailedPrecondition (errcode.Changed); on
 // file://, the refusal is a *changedError.
-func (o Object) conditional() (*blob.ReaderOptions, func() Object) {
+func (l *Location) conditional(o Object) (*blob.ReaderOptions, func() Object) {
 	found := Object{Key: o.Key}
 	before := func(as func(any) bool) error {
-		var s3in *s3.GetObjectInput
-		if as(&s3in) {
-			if o.ETag != "" {
-				s3in.IfMatch = aws.String(o.ETag)
-			}
-			return nil
-		}
-		var gcs **storage.ObjectHandle
-		if as(&gcs) {
-			if o.Generation != 0 {
-				*gcs = (*gcs).If(storage.Conditions{GenerationMatch: o.Generation})
-			}
-			return nil
-		}
-		var az *azblobblob.DownloadStreamOptions
-		if as(&az) {
-			if o.ETag != "" {
-				etag := azcore.ETag(o.ETag)
-				az.AccessConditions = &azblobblob.AccessConditions{
-					ModifiedAccessConditions: &azblobblob.ModifiedAccessConditions{IfMatch: &etag}}
-			}
+		if l.driver != nil {
+			l.driver.Condition(o, as)
 			return nil
 		}
 		var f *os.File
@@ -124,21 +101,12 @@ func (e *changedError) Error() string {
 }
 
 // observed returns the identity of the version rr reads: its size and
-// modification time, the ETag or generation where the driver reports one
+// modification time, the ETag or generation where the store reports one
 // with the data, and the identity found by conditional's check (file://).
-func observed(rr *blob.Reader, found Object) Object {
+func (l *Location) observed(rr *blob.Reader, found Object) Object {
 	found.Size, found.ModTime = rr.Size(), rr.ModTime()
-	var s3out s3.GetObjectOutput
-	if rr.As(&s3out) {
-		found.ETag = aws.ToString(s3out.ETag)
-	}
-	var gcs *storage.Reader
-	if rr.As(&gcs) {
-		found.Generation = gcs.Attrs.Generation
-	}
-	var az azblobblob.DownloadStreamResponse
-	if rr.As(&az) && az.ETag != nil {
-		found.ETag = string(*az.ETag)
+	if l.driver != nil {
+		l.driver.Observe(&found, rr.As)
 	}
 	return found
 }

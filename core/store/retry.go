@@ -14,7 +14,7 @@ import (
 	// backoff/v5 (v5.0.3, the newest release the module proxy serves) runs
 	// the retry loop: bounded tries, permanent errors, waits that end when
 	// the context does. It is small, dependency-free and widely used (the
-	// OpenTelemetry exporters retry with it). The waits are RetryPolicy.delay,
+	// OpenTelemetry exporters retry with it). The waits are RetryPolicy.Delay,
 	// which the SDK's retries of uploads share.
 	"github.com/cenkalti/backoff/v5"
 	"gocloud.dev/gcerrors"
@@ -43,7 +43,7 @@ import (
 // pinned object that changed (errcode.Changed), not an invalid argument, a
 // permission error or an exhausted resource of this host, and never the
 // caller's own cancellation or deadline (see classify). On s3:// the SDK
-// retries uploads under the same policy and classification (uploadRetryer).
+// retries uploads under the same policy and classification (drivers/s3).
 //
 // The worst case of a failing read is therefore Attempts·AttemptTimeout plus
 // the waits (at most the sum of the capped delays); with the defaults, about
@@ -115,11 +115,11 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// delay returns the wait before retry n (n = 1, 2, …): uniform on
+// Delay returns the wait before retry n (n = 1, 2, …): uniform on
 // [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)], "full jitter". The retries of
-// croupier's own requests (retry) and the SDK's retries of uploads (see
-// openS3) both wait this long.
-func (p RetryPolicy) delay(n int) time.Duration {
+// croupier's own requests (Do) and the AWS SDK's retries of uploads (see
+// drivers/s3) both wait this long.
+func (p RetryPolicy) Delay(n int) time.Duration {
 	ceiling := p.MaxDelay
 	if n <= 31 && p.BaseDelay<<(n-1) < ceiling && p.BaseDelay<<(n-1) > 0 {
 		ceiling = p.BaseDelay << (n - 1)
@@ -127,13 +127,13 @@ func (p RetryPolicy) delay(n int) time.Duration {
 	return rand.N(ceiling + 1)
 }
 
-// waits is the backoff.BackOff of retry: p.delay(1), p.delay(2), ….
+// waits is the backoff.BackOff of Do: p.Delay(1), p.Delay(2), ….
 type waits struct {
 	p RetryPolicy
 	n int
 }
 
-func (w *waits) NextBackOff() time.Duration { w.n++; return w.p.delay(w.n) }
+func (w *waits) NextBackOff() time.Duration { w.n++; return w.p.Delay(w.n) }
 func (w *waits) Reset()                     { w.n = 0 }
 
 // transientError marks an error that an operation knows to be transient
@@ -160,7 +160,6 @@ func (e transientError) Unwrap() error { return e.error }
 func classify(err error) (code errcode.Code, again bool) {
 	var te transientError
 	var ce *errcode.Error
-	var creds *noCredentialsError
 	switch {
 	case errors.As(err, &te):
 		return errcode.Unavailable, true
@@ -170,8 +169,6 @@ func classify(err error) (code errcode.Code, again bool) {
 		return errcode.ResourceExhausted, false
 	case errors.Is(err, syscall.ENAMETOOLONG):
 		return errcode.InvalidArgument, false
-	case errors.As(err, &creds):
-		return errcode.PermissionDenied, false
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED):
 		return errcode.Unavailable, true
@@ -212,11 +209,20 @@ func classify(err error) (code errcode.Code, again bool) {
 	return errcode.Unavailable, false
 }
 
-// retry runs attempt under policy p until it succeeds, fails for good, or
+// Transient reports whether err is worth another attempt: classify's
+// verdict, for the SDKs that retry some requests themselves (drivers/s3).
+func Transient(err error) bool {
+	_, again := classify(err)
+	return again
+}
+
+// Do runs attempt under policy p until it succeeds, fails for good, or
 // the policy's bound is reached; op and where name the request in errors.
 // Each attempt gets a context with the per-attempt deadline; attempt must
-// finish all its work (reading the body included) before it returns.
-func retry[T any](ctx context.Context, p RetryPolicy, op, where string, attempt func(context.Context) (T, error)) (T, error) {
+// finish all its work (reading the body included) before it returns. Every
+// request of a Location goes through it; a Driver sends its own requests
+// (drivers/s3's listing of uploads) through it too.
+func Do[T any](ctx context.Context, p RetryPolicy, op, where string, attempt func(context.Context) (T, error)) (T, error) {
 	start := time.Now()
 	attempts := 0
 	var last error // the last attempt's error

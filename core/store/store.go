@@ -4,7 +4,13 @@
 //
 //	file:///abs/path/to/folder       local files (the bucket is rooted at the folder)
 //	mem://bucket/prefix              process-wide in-memory buckets, by name
-//	s3://bucket/prefix?region=…      and every other scheme gocloud.dev/blob opens
+//	s3://bucket/prefix?region=…      S3, with the driver drivers/s3 linked in
+//	gs://bucket/prefix               GCS, with drivers/gcs
+//	azblob://container/prefix        Azure Blob Storage, with drivers/azure
+//
+// file:// and mem:// are built in; the remote stores are opened by a Driver
+// that the application links in with a blank import (see Driver), so that
+// importing croupier brings no cloud SDK a program does not use.
 //
 // gocloud's own mem:// opener makes a new empty bucket on every open, which would
 // make a table written to mem:// unreadable by the next open; this package keeps
@@ -28,7 +34,7 @@
 // and the multipart calls) keep the SDK's retries, because a streamed upload
 // can only be replayed part by part by the SDK, which holds the part, but
 // under the Location's policy and this package's classification of errors
-// (uploadRetryer). Other
+// (Transient; see drivers/s3). Other
 // stores' SDKs (GCS, Azure) keep their own retries inside each attempt, under
 // its deadline.
 //
@@ -51,11 +57,8 @@ import (
 	"sync/atomic"
 
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/azureblob" // azblob:// URLs
-	_ "gocloud.dev/blob/fileblob"  // file:// URLs
-	_ "gocloud.dev/blob/gcsblob"   // gs:// URLs
+	_ "gocloud.dev/blob/fileblob" // file:// URLs
 	"gocloud.dev/blob/memblob"
-	"gocloud.dev/blob/s3blob"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -72,6 +75,7 @@ type Location struct {
 	root   string // file:// only: the folder the bucket is rooted at
 	shared bool   // a process-wide mem:// bucket, never closed
 	pooled string // the key of the pooled bucket it holds (see pool), or ""
+	driver Driver // the remote store's driver; nil for file:// and mem://
 	closed atomic.Bool
 }
 
@@ -200,18 +204,16 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 		return &Location{URI: uri, Bucket: memBucket(u.Host), Key: strings.TrimPrefix(u.Path, "/"),
 			base: "mem://" + u.Host + "/", shared: true}, nil
 	}
+	d, err := driverFor(u.Scheme)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, where)
+	}
 	bucketURL := *u
 	bucketURL.Path = ""
-	key := bucketURL.String()
-	if u.Scheme == s3blob.Scheme {
-		key += fmt.Sprintf(" %+v", p) // the policy is the SDK's, for uploads
-	}
+	// A driver may hand the policy to its SDK (drivers/s3 does, for uploads).
+	key := fmt.Sprintf("%s %+v", &bucketURL, p)
 	b, err := acquire(key, func() (*blob.Bucket, func(), error) {
-		if u.Scheme == s3blob.Scheme {
-			return openS3(ctx, &bucketURL, p)
-		}
-		b, err := blob.OpenBucket(ctx, bucketURL.String())
-		return b, nil, err
+		return d.OpenBucket(ctx, &bucketURL, p)
 	})
 	if err != nil {
 		code := errcode.InvalidArgument
@@ -221,7 +223,7 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 		return nil, errcode.Wrap(err, code, op, where)
 	}
 	return &Location{URI: uri, Bucket: b, Key: strings.TrimPrefix(u.Path, "/"),
-		base: u.Scheme + "://" + u.Host + "/", pooled: key}, nil
+		base: u.Scheme + "://" + u.Host + "/", pooled: key, driver: d}, nil
 }
 
 // credentialWords are the parts of a query parameter's name that mark it as

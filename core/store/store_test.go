@@ -14,6 +14,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/store/s3test"
+	_ "github.com/croupier-data/croupier/drivers/s3" // s3://
 )
 
 func TestMatchFile(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/loader"
@@ -75,7 +75,7 @@ func concurrentUse(t *testing.T, uri string, permURI func(int) string) {
 		t.Fatal(err)
 	}
 	tb.Close()
-	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	mem := memory.NewCheckedAllocator(cmem.New())
 	defer mem.AssertSize(t, 0)
 
 	var (

@@ -26,7 +26,9 @@ import (
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/libzstd"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	_ "github.com/croupier-data/croupier/drivers/s3" // s3://
 )
 
 // Environment of a writer subprocess: the test binary re-executed by
@@ -44,7 +46,11 @@ const rowsPerAppend = 3
 
 func writerID(w, j, k int) int64 { return int64(w*100000 + j*rowsPerAppend + k) }
 
+// TestMain decompresses zstd pages with libzstd, as croupier's C library
+// does, when built with cgo; built without (CGO_ENABLED=0, make test-go), the
+// same tests run on arrow-go's pure-Go codec.
 func TestMain(m *testing.M) {
+	libzstd.Register()
 	if uri := os.Getenv(envWriterURI); uri != "" {
 		os.Exit(runWriter(uri))
 	}

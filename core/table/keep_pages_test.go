@@ -12,10 +12,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
 )
@@ -90,7 +90,7 @@ func TestPageReadsMatchRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tb.Close()
-			mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+			mem := memory.NewCheckedAllocator(cmem.New())
 			defer mem.AssertSize(t, 0)
 			for range 8 {
 				readRandomly(t, rng, tb, mem, fields, src)

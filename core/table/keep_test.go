@@ -9,8 +9,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
@@ -28,7 +28,7 @@ func TestKeepReadsEveryPositionOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for trial := range 40 {
-		mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+		mem := memory.NewCheckedAllocator(cmem.New())
 		r, err := tb.NewReader(table.ReaderOptions{Allocator: mem, MaxReads: 1 + rng.IntN(4), Decoders: 1 + rng.IntN(2),
 			FetchBytes: int64(rng.IntN(2)) * (1 + rng.Int64N(64<<10))})
 		if err != nil {
@@ -107,7 +107,7 @@ func randomIDs(rng *rand.Rand, n int64) []uint64 {
 func TestKeepClosedEarly(t *testing.T) {
 	dir, n := writeDir(t, 300)
 	tb := open(t, "file://"+dir)
-	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	mem := memory.NewCheckedAllocator(cmem.New())
 	defer mem.AssertSize(t, 0)
 	r, err := tb.NewReader(table.ReaderOptions{Allocator: mem})
 	if err != nil {
@@ -163,7 +163,7 @@ func TestKeepReadsPages(t *testing.T) {
 	}
 	defer tb.Close()
 	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 1))
-	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	mem := memory.NewCheckedAllocator(cmem.New())
 	defer mem.AssertSize(t, 0)
 	r, err := tb.NewReader(table.ReaderOptions{Allocator: mem})
 	if err != nil {

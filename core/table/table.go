@@ -438,6 +438,20 @@ func (t *Table) Pin() Pin { return t.pin }
 // Files returns the pinned data files in row id order.
 func (t *Table) Files() []File { return t.pin.Files }
 
+// Info is a summary of a pinned table version, as the C library and Python
+// report it.
+type Info struct {
+	URI      string `json:"uri"`
+	Version  string `json:"version"`
+	NumRows  int64  `json:"num_rows"`
+	NumFiles int    `json:"num_files"`
+}
+
+// Info returns the summary of the pinned version.
+func (t *Table) Info() Info {
+	return Info{URI: t.URI(), Version: t.Version(), NumRows: t.NumRows(), NumFiles: len(t.Files())}
+}
+
 // Retain adds a reference to the table: each Retain needs its own Close.
 // Objects that keep a table (a loader) retain it, so that the table's opener
 // may close it first.

@@ -14,9 +14,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
@@ -136,7 +136,7 @@ func checkRows(t *testing.T, rec arrow.RecordBatch, ids []uint64) {
 func TestReadRowsAnyOrder(t *testing.T) {
 	dir, n := writeDir(t, 250, 30, 120)
 	tb := open(t, "file://"+dir)
-	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	mem := memory.NewCheckedAllocator(cmem.New())
 	defer mem.AssertSize(t, 0)
 	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"meta", "id", "tokens", "text"},
 		Allocator: mem})
@@ -172,7 +172,7 @@ func TestReadRowsAnyOrder(t *testing.T) {
 func TestConcurrentReads(t *testing.T) {
 	dir, n := writeDir(t, 300, 300)
 	tb := open(t, "file://"+dir)
-	mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+	mem := memory.NewCheckedAllocator(cmem.New())
 	defer mem.AssertSize(t, 0)
 	// A budget below one row group forces constant eviction under contention.
 	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id", "tokens", "text", "meta"}, Allocator: mem})

@@ -47,6 +47,8 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/libzstd"
+	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -409,6 +411,7 @@ func run() error {
 }
 
 func main() {
+	libzstd.Register() // decompress zstd pages with libzstd where built with cgo
 	if err := run(); err != nil {
 		log.Fatal(err)
 	}

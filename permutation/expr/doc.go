@@ -4,26 +4,31 @@
 //
 // # Parsing
 //
-// Text is parsed by vitess.io/vitess/go/vt/sqlparser, a maintained parser of
-// MySQL's dialect that can parse a lone expression; the alternative
-// github.com/xwb1989/sqlparser, a fork of an old vitess, has been unmaintained
-// since 2018, and a hand-written parser would be one more thing to get wrong.
+// Text is parsed by this package's own lexer and precedence-climbing parser
+// for the grammar below, in MySQL's dialect (syntax.go). A parser of all of
+// SQL was used before: vitess's sqlparser, the maintained one, brings a
+// thousand packages and registers command-line flags when imported, and the
+// small ones (github.com/xwb1989/sqlparser, a fork of an old vitess) are
+// unmaintained; the grammar here is a page long, and the parser recognises
+// the rest of SQL's expression syntax only to refuse it by name.
 // Parse then checks the tree against the table's schema and builds a typed
 // plan; every error is an errcode.InvalidArgument error that names the
-// column, token or fragment at fault and, where it can, its 1-based position
-// in the text.
+// column, token or fragment at fault and its 1-based byte position in the
+// text.
 //
 // Because the dialect is MySQL's, identifiers that are keywords or contain
 // odd characters are quoted with backquotes (`order`), 'single' and "double"
-// quotes both make strings, and || is OR. Comparisons of strings are
+// quotes both make strings (a doubled quote or MySQL's backslash escapes
+// stand for a quote), && is AND, || is OR, MOD is %, and comments (/* */,
+// # and "-- " to the end of the line) are skipped. Comparisons of strings are
 // byte-wise and case-sensitive (a binary collation), unlike MySQL's default.
 //
 // # Columns
 //
 // A column is named as in the schema: case-sensitively, or else
 // case-insensitively when only one column matches. Fields of struct columns
-// are reached with dots: s.a, s.b.c, and `s.b.c.d` for four or more levels
-// (the parser takes a.b.c as database.table.column and stops there). A field
+// are reached with dots at any depth: s.a, s.b.c.d; any part may be
+// backquoted (`s`.`order`), and a backquoted `s.b.c` is split at its dots. A field
 // name may itself contain dots; every split of a dotted name is tried against
 // the schema. A field of a null struct is null.
 //
@@ -57,8 +62,9 @@
 //
 // Literals are integers (int64), decimals and floats (float64), strings,
 // TRUE, FALSE and NULL. Subqueries, aggregates, other functions and
-// operators (bit operations, REGEXP, <=>, XOR, CAST, INTERVAL, the JSON
-// operators -> and ->>, ...) are errors that name the construct as SQL.
+// operators (bit operations, REGEXP, <=>, XOR, CASE, CAST, INTERVAL, the
+// JSON operators -> and ->>, placeholders, ...) are errors that name the
+// construct as SQL. Hexadecimal and bit literals (0x1f, X'1f') are refused.
 //
 // # Limits
 //

@@ -3,13 +3,11 @@ package expr
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"vitess.io/vitess/go/vt/sqlparser"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -86,24 +84,13 @@ const (
 	MaxOperators = 10_000  // operators, opening parentheses and other non-operand tokens
 )
 
-// checkSize refuses text beyond MaxBytes or MaxOperators. It runs the
-// parser's own tokenizer, which is linear and does not recurse, so strings
-// and quoted names count as one operand whatever they hold.
-func checkSize(p *sqlparser.Parser, text string) error {
-	if len(text) > MaxBytes {
-		return errcode.New(errcode.InvalidArgument, op, "",
-			"the expression is %d bytes long, more than the %d allowed", len(text), MaxBytes)
-	}
-	tkn := p.NewStringTokenizer(text)
+// checkSize refuses text beyond MaxBytes or MaxOperators. It counts over the
+// tokens, so strings and quoted names count as one operand whatever they
+// hold.
+func checkSize(toks []token) error {
 	n := 0
-	for {
-		typ, _ := tkn.Scan()
-		switch typ {
-		case 0, sqlparser.LEX_ERROR: // the end, or an error the parser reports
-			return nil
-		case sqlparser.ID, sqlparser.STRING, sqlparser.INTEGRAL, sqlparser.FLOAT, sqlparser.DECIMAL,
-			sqlparser.HEXNUM, sqlparser.HEX, sqlparser.BIT_LITERAL, sqlparser.NULL,
-			sqlparser.TRUE, sqlparser.FALSE, ',', ')':
+	for _, t := range toks {
+		if operand(t) {
 			continue
 		}
 		if n++; n > MaxOperators {
@@ -113,6 +100,7 @@ func checkSize(p *sqlparser.Parser, text string) error {
 				MaxOperators)
 		}
 	}
+	return nil
 }
 
 // Parse parses a SQL expression and checks it against schema: every column
@@ -121,43 +109,31 @@ func Parse(text string, schema *arrow.Schema) (*Expr, error) {
 	if schema == nil {
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "no schema to check %q against", text)
 	}
-	p, err := sqlparser.New(sqlparser.Options{})
-	if err != nil {
-		return nil, errcode.Wrap(err, errcode.Internal, op, "")
+	if len(text) > MaxBytes {
+		return nil, errcode.New(errcode.InvalidArgument, op, "",
+			"the expression is %d bytes long, more than the %d allowed", len(text), MaxBytes)
 	}
-	if err := checkSize(p, text); err != nil {
+	toks, err := lex(text)
+	if err != nil {
 		return nil, err
 	}
-	const prefix = "select "
-	stmt, err := p.Parse(prefix + text)
+	if err := checkSize(toks); err != nil {
+		return nil, err
+	}
+	tree, err := (&parser{text: text, toks: toks}).parse()
 	if err != nil {
-		return nil, syntaxError(text, err, len(prefix))
-	}
-	sel, ok := stmt.(*sqlparser.Select)
-	if !ok || len(sel.SelectExprs.Exprs) != 1 {
-		return nil, errcode.New(errcode.InvalidArgument, op, "", "%q is not a single expression", text)
-	}
-	ae, ok := sel.SelectExprs.Exprs[0].(*sqlparser.AliasedExpr)
-	if !ok {
-		return nil, errcode.New(errcode.InvalidArgument, op, "", "%q is not an expression", text)
-	}
-	// Anything but the expression itself (FROM, WHERE, an alias, ...) makes
-	// the formatted statement differ from "select <expr> from dual".
-	sel.Comments = nil
-	if want := prefix + sqlparser.String(ae.Expr) + " from dual"; sqlparser.String(sel) != want || !ae.As.IsEmpty() {
-		return nil, errcode.New(errcode.InvalidArgument, op, "",
-			"%q is not a single expression: unexpected clause after %q", text, sqlparser.String(ae.Expr))
+		return nil, err
 	}
 	c := &compiler{text: text, schema: schema, cols: map[string]bool{}}
-	n, err := c.compile(ae.Expr)
+	n, err := c.compile(tree)
 	if err != nil {
 		return nil, err
 	}
 	switch n.kind() {
 	case kList:
-		return nil, c.errf(ae.Expr, "the expression is a list; use length(...) or cardinality(...)")
+		return nil, c.errf(tree, "the expression is a list; use length(...) or cardinality(...)")
 	case kStruct:
-		return nil, c.errf(ae.Expr, "the expression is a struct; name one of its fields")
+		return nil, c.errf(tree, "the expression is a struct; name one of its fields")
 	}
 	e := &Expr{text: text, root: n}
 	for name := range c.cols {
@@ -167,136 +143,59 @@ func Parse(text string, schema *arrow.Schema) (*Expr, error) {
 	return e, nil
 }
 
-var positionRE = regexp.MustCompile(`at position (\d+)`)
-
-// syntaxError rewrites a parser error so that its position counts from the
-// start of the user's text rather than of the statement built around it.
-func syntaxError(text string, err error, shift int) error {
-	msg := err.Error()
-	if m := positionRE.FindStringSubmatchIndex(msg); m != nil {
-		pos, _ := strconv.Atoi(msg[m[2]:m[3]])
-		pos -= shift
-		pos = max(1, min(pos, len(text)+1))
-		msg = msg[:m[2]] + strconv.Itoa(pos) + msg[m[3]:]
-	}
-	return errcode.New(errcode.InvalidArgument, op, "", "in %q: %s", text, msg)
-}
-
 type compiler struct {
 	text   string
 	schema *arrow.Schema
 	cols   map[string]bool // top-level columns referenced
 }
 
-// errf returns an InvalidArgument error about node, naming it and the
-// position where it (probably) starts in the text.
-func (c *compiler) errf(node sqlparser.SQLNode, format string, args ...any) error {
-	frag := sqlparser.String(node)
-	msg := fmt.Sprintf(format, args...)
-	if pos := c.position(node); pos > 0 {
-		return errcode.New(errcode.InvalidArgument, op, "", "%s (in %q at position %d)", msg, frag, pos)
-	}
-	return errcode.New(errcode.InvalidArgument, op, "", "%s (in %q)", msg, frag)
+// errf returns an InvalidArgument error about node, quoting its text and
+// the position where it starts.
+func (c *compiler) errf(node sexpr, format string, args ...any) error {
+	sp := node.where()
+	return errcode.New(errcode.InvalidArgument, op, "", "%s (in %q at position %d)",
+		fmt.Sprintf(format, args...), c.text[sp.pos:sp.end], sp.pos+1)
 }
 
-// position finds where node starts in the text, 1-based, or 0 when unknown.
-// The syntax tree keeps no positions, so this looks for the node's first
-// column name or literal in the text: the first occurrence is reported.
-func (c *compiler) position(node sqlparser.SQLNode) int {
-	var needle string
-	_ = sqlparser.Walk(func(n sqlparser.SQLNode) (bool, error) {
-		if needle != "" {
-			return false, nil
-		}
-		switch n := n.(type) {
-		case *sqlparser.ColName:
-			needle = colParts(n)[0]
-			return false, nil
-		case *sqlparser.FuncExpr:
-			needle = n.Name.String()
-			return false, nil
-		case *sqlparser.Literal:
-			needle = n.Val
-			return false, nil
-		}
-		return true, nil
-	}, node)
-	if needle == "" {
-		return 0
-	}
-	if i := strings.Index(strings.ToLower(c.text), strings.ToLower(needle)); i >= 0 {
-		return i + 1
-	}
-	return 0
+// fragment is node's text.
+func (c *compiler) fragment(node sexpr) string {
+	sp := node.where()
+	return c.text[sp.pos:sp.end]
 }
 
-func colParts(n *sqlparser.ColName) []string {
-	var parts []string
-	for _, p := range []string{n.Qualifier.Qualifier.String(), n.Qualifier.Name.String(), n.Name.String()} {
-		if p != "" {
-			parts = append(parts, p)
-		}
-	}
-	return parts
-}
-
-func (c *compiler) compile(e sqlparser.Expr) (node, error) {
+func (c *compiler) compile(e sexpr) (node, error) {
 	switch e := e.(type) {
-	case *sqlparser.ColName:
+	case *identExpr:
 		return c.column(e)
-	case *sqlparser.Literal:
+	case *litExpr:
 		return c.literal(e, false)
-	case sqlparser.BoolVal:
-		return &literal{k: kBool, v: bool(e)}, nil
-	case *sqlparser.NullVal:
+	case *boolExpr:
+		return &literal{k: kBool, v: e.v}, nil
+	case *nullExpr:
 		return &literal{k: kNull, null: true}, nil
-	case *sqlparser.AndExpr:
-		return c.logic(e, opAnd, e.Left, e.Right)
-	case *sqlparser.OrExpr:
-		return c.logic(e, opOr, e.Left, e.Right)
-	case *sqlparser.NotExpr:
-		return c.not(e, e.Expr)
-	case *sqlparser.UnaryExpr:
-		switch e.Operator {
-		case sqlparser.BangOp:
-			return c.not(e, e.Expr)
-		case sqlparser.UPlusOp:
-			x, err := c.compile(e.Expr)
+	case *unaryExpr:
+		return c.unary(e)
+	case *binaryExpr:
+		switch e.op {
+		case "AND":
+			return c.logic(e, opAnd)
+		case "OR":
+			return c.logic(e, opOr)
+		}
+		if o, ok := cmpOps[e.op]; ok {
+			l, r, err := c.operands(e.l, e.r)
 			if err != nil {
 				return nil, err
 			}
-			if !x.kind().numeric() && x.kind() != kNull {
-				return nil, c.errf(e, "unary + needs a number, not a %s", x.kind())
-			}
-			return x, nil
-		case sqlparser.UMinusOp:
-			if lit, ok := e.Expr.(*sqlparser.Literal); ok {
-				return c.literal(lit, true)
-			}
-			x, err := c.compile(e.Expr)
-			if err != nil {
-				return nil, err
-			}
-			switch x.kind() {
-			case kNull:
-				return x, nil
-			case kInt, kFloat:
-				return &negate{k: x.kind(), x: x}, nil
-			}
-			return nil, c.errf(e, "unary - needs a number, not a %s", x.kind())
+			return c.compare(e, o, l, r)
 		}
-	case *sqlparser.ComparisonExpr:
-		return c.comparison(e)
-	case *sqlparser.BetweenExpr:
-		x, err := c.compile(e.Left)
+		return c.arith(e)
+	case *betweenExpr:
+		x, err := c.compile(e.x)
 		if err != nil {
 			return nil, err
 		}
-		lo, err := c.compile(e.From)
-		if err != nil {
-			return nil, err
-		}
-		hi, err := c.compile(e.To)
+		lo, hi, err := c.operands(e.lo, e.hi)
 		if err != nil {
 			return nil, err
 		}
@@ -309,123 +208,98 @@ func (c *compiler) compile(e sqlparser.Expr) (node, error) {
 			return nil, err
 		}
 		var n node = &logic{op: opAnd, l: ge, r: le}
-		if !e.IsBetween {
+		if e.neg {
 			n = &not{x: n}
 		}
 		return n, nil
-	case *sqlparser.IsExpr:
-		x, err := c.compile(e.Left)
+	case *isExpr:
+		x, err := c.compile(e.x)
 		if err != nil {
 			return nil, err
 		}
-		switch e.Right {
-		case sqlparser.IsNullOp, sqlparser.IsNotNullOp:
-			return &isNull{x: x, neg: e.Right == sqlparser.IsNotNullOp}, nil
+		if e.what == "NULL" {
+			return &isNull{x: x, neg: e.neg}, nil
 		}
 		if x.kind() != kBool && x.kind() != kNull {
 			return nil, c.errf(e, "IS TRUE / IS FALSE need a boolean, not a %s", x.kind())
 		}
-		return &isBool{x: x,
-			want: e.Right == sqlparser.IsTrueOp || e.Right == sqlparser.IsNotTrueOp,
-			neg:  e.Right == sqlparser.IsNotTrueOp || e.Right == sqlparser.IsNotFalseOp}, nil
-	case *sqlparser.BinaryExpr:
-		return c.arith(e)
-	case *sqlparser.FuncExpr:
+		return &isBool{x: x, want: e.what == "TRUE", neg: e.neg}, nil
+	case *inExpr:
+		return c.in(e)
+	case *likeExpr:
+		return c.like(e)
+	case *callExpr:
 		return c.function(e)
-	case *sqlparser.Subquery:
-		return nil, c.errf(e, "subqueries are not supported")
-	case sqlparser.AggrFunc:
-		return nil, c.errf(e, "aggregate functions are not supported")
+	case *parenExpr:
+		return c.compile(e.x)
+	case *tupleExpr:
+		return nil, c.errf(e, "a row value (a, b, ...) outside IN is not supported")
 	}
-	return nil, c.unsupported(e)
+	return nil, errcode.New(errcode.Internal, op, "", "no compiler for the syntax node %T of %q", e, c.fragment(e))
 }
 
 // functions lists the functions expressions support, for error messages.
 const functions = "length, char_length, cardinality, abs, coalesce"
 
-var callRE = regexp.MustCompile(`^(\w+)\(`)
-
-// unsupported returns the error for a construct the compiler does not take,
-// naming it as SQL: the parser has a node type for many constructs and
-// built-in functions, whose names mean nothing to the user.
-func (c *compiler) unsupported(e sqlparser.Expr) error {
-	var what string
-	switch e := e.(type) {
-	case *sqlparser.JSONExtractExpr:
-		what = "the JSON operator -> (json_extract)"
-	case *sqlparser.JSONUnquoteExpr:
-		what = "the JSON operator ->> (json_unquote)"
-	case *sqlparser.CaseExpr:
-		what = "CASE"
-	case *sqlparser.CastExpr:
-		what = "CAST"
-	case *sqlparser.ConvertExpr, *sqlparser.ConvertUsingExpr:
-		what = "CONVERT"
-	case *sqlparser.CollateExpr:
-		what = "COLLATE"
-	case *sqlparser.IntervalDateExpr, *sqlparser.IntervalFuncExpr:
-		what = "INTERVAL"
-	case *sqlparser.ExistsExpr:
-		what = "EXISTS"
-	case *sqlparser.XorExpr:
-		what = "XOR"
-	case *sqlparser.MatchExpr:
-		what = "MATCH ... AGAINST"
-	case *sqlparser.MemberOfExpr:
-		what = "MEMBER OF"
-	case *sqlparser.Default:
-		what = "DEFAULT"
-	case *sqlparser.Variable:
-		what = "a variable (@name)"
-	case *sqlparser.Argument:
-		what = "a placeholder (? or :name)"
-	case *sqlparser.IntroducerExpr:
-		what = "a character set introducer (_charset 'text')"
-	case sqlparser.ValTuple:
-		what = "a row value (a, b, ...) outside IN"
-	case *sqlparser.UnaryExpr:
-		what = "the operator " + e.Operator.ToString()
-	default:
-		if m := callRE.FindStringSubmatch(sqlparser.String(e)); m != nil {
-			return c.errf(e, "unknown function %s; the functions are %s", m[1], functions)
+func (c *compiler) unary(e *unaryExpr) (node, error) {
+	if e.op == "NOT" {
+		n, err := c.boolOperand(e, e.x)
+		if err != nil {
+			return nil, err
 		}
-		return c.errf(e, "this construct is not supported")
+		return &not{x: n}, nil
 	}
-	return c.errf(e, "%s is not supported", what)
+	if lit, ok := e.x.(*litExpr); ok && e.op == "-" {
+		return c.literal(lit, true)
+	}
+	x, err := c.compile(e.x)
+	if err != nil {
+		return nil, err
+	}
+	switch x.kind() {
+	case kNull:
+		return x, nil
+	case kInt, kFloat:
+		if e.op == "+" {
+			return x, nil
+		}
+		return &negate{k: x.kind(), x: x}, nil
+	}
+	return nil, c.errf(e, "unary %s needs a number, not a %s", e.op, x.kind())
 }
 
-func (c *compiler) literal(e *sqlparser.Literal, negative bool) (node, error) {
+func (c *compiler) literal(e *litExpr, negative bool) (node, error) {
 	sign := ""
 	if negative {
 		sign = "-"
 	}
-	switch e.Type {
-	case sqlparser.StrVal:
+	switch e.kind {
+	case tString:
 		if negative {
 			return nil, c.errf(e, "unary - needs a number, not a string")
 		}
-		return &literal{k: kString, v: e.Val}, nil
-	case sqlparser.IntVal:
-		v, err := strconv.ParseInt(sign+e.Val, 10, 64)
+		return &literal{k: kString, v: e.val}, nil
+	case tInt:
+		v, err := strconv.ParseInt(sign+e.val, 10, 64)
 		if err != nil {
-			return nil, c.errf(e, "integer literal %s%s is out of the int64 range", sign, e.Val)
+			return nil, c.errf(e, "integer literal %s%s is out of the int64 range", sign, e.val)
 		}
 		return &literal{k: kInt, v: v}, nil
-	case sqlparser.FloatVal, sqlparser.DecimalVal:
-		v, err := strconv.ParseFloat(sign+e.Val, 64)
+	case tFloat, tDecimal:
+		v, err := strconv.ParseFloat(sign+e.val, 64)
 		if err != nil || math.IsInf(v, 0) {
-			return nil, c.errf(e, "number %s%s is out of the float64 range", sign, e.Val)
+			return nil, c.errf(e, "number %s%s is out of the float64 range", sign, e.val)
 		}
 		return &literal{k: kFloat, v: v}, nil
 	}
-	return nil, c.errf(e, "unsupported literal %s", sqlparser.String(e))
+	return nil, c.errf(e, "unsupported literal %s: the literals are numbers, strings, TRUE, FALSE and NULL", e.val)
 }
 
 // column resolves a column reference: a top-level column, a nested struct
-// field written a.b or a.b.c, or a backquoted dotted name `a.b.c.d`.
-func (c *compiler) column(e *sqlparser.ColName) (node, error) {
+// field written a.b.c, or a backquoted dotted name `a.b.c`.
+func (c *compiler) column(e *identExpr) (node, error) {
 	var segs []string
-	for _, p := range colParts(e) {
+	for _, p := range e.parts {
 		segs = append(segs, strings.Split(p, ".")...)
 	}
 	path, f, err := resolve(c.schema.Fields(), segs)
@@ -434,12 +308,8 @@ func (c *compiler) column(e *sqlparser.ColName) (node, error) {
 		for _, f := range c.schema.Fields() {
 			names = append(names, f.Name)
 		}
-		pos := ""
-		if p := c.position(e); p > 0 {
-			pos = fmt.Sprintf(" at position %d", p)
-		}
 		return nil, errcode.New(errcode.InvalidArgument, op, strings.Join(segs, "."),
-			"%v%s; the table has: %s", err, pos, strings.Join(names, ", "))
+			"%v at position %d; the table has: %s", err, e.pos+1, strings.Join(names, ", "))
 	}
 	k, ok := kindOf(f.Type)
 	if !ok {
@@ -492,19 +362,19 @@ func lookup(fields []arrow.Field, name string) (arrow.Field, bool) {
 	return arrow.Field{}, false
 }
 
-func (c *compiler) logic(e sqlparser.Expr, o logicOp, l, r sqlparser.Expr) (node, error) {
-	ln, err := c.boolOperand(e, l)
+func (c *compiler) logic(e *binaryExpr, o logicOp) (node, error) {
+	ln, err := c.boolOperand(e, e.l)
 	if err != nil {
 		return nil, err
 	}
-	rn, err := c.boolOperand(e, r)
+	rn, err := c.boolOperand(e, e.r)
 	if err != nil {
 		return nil, err
 	}
 	return &logic{op: o, l: ln, r: rn}, nil
 }
 
-func (c *compiler) boolOperand(parent, e sqlparser.Expr) (node, error) {
+func (c *compiler) boolOperand(parent, e sexpr) (node, error) {
 	n, err := c.compile(e)
 	if err != nil {
 		return nil, err
@@ -515,42 +385,11 @@ func (c *compiler) boolOperand(parent, e sqlparser.Expr) (node, error) {
 	case kNull:
 		return &literal{k: kBool, null: true}, nil
 	}
-	return nil, c.errf(parent, "%s is a %s, not a boolean", sqlparser.String(e), n.kind())
+	return nil, c.errf(parent, "%s is a %s, not a boolean", c.fragment(e), n.kind())
 }
 
-func (c *compiler) not(e, x sqlparser.Expr) (node, error) {
-	n, err := c.boolOperand(e, x)
-	if err != nil {
-		return nil, err
-	}
-	return &not{x: n}, nil
-}
-
-var cmpOps = map[sqlparser.ComparisonExprOperator]cmpOp{
-	sqlparser.EqualOp: cmpEQ, sqlparser.NotEqualOp: cmpNE,
-	sqlparser.LessThanOp: cmpLT, sqlparser.LessEqualOp: cmpLE,
-	sqlparser.GreaterThanOp: cmpGT, sqlparser.GreaterEqualOp: cmpGE,
-}
-
-func (c *compiler) comparison(e *sqlparser.ComparisonExpr) (node, error) {
-	if e.Modifier != sqlparser.Missing {
-		return nil, c.errf(e, "ANY / ALL are not supported")
-	}
-	switch e.Operator {
-	case sqlparser.InOp, sqlparser.NotInOp:
-		return c.in(e)
-	case sqlparser.LikeOp, sqlparser.NotLikeOp:
-		return c.like(e)
-	}
-	o, ok := cmpOps[e.Operator]
-	if !ok {
-		return nil, c.errf(e, "operator %s is not supported", e.Operator.ToString())
-	}
-	l, r, err := c.operands(e.Left, e.Right)
-	if err != nil {
-		return nil, err
-	}
-	return c.compare(e, o, l, r)
+var cmpOps = map[string]cmpOp{
+	"=": cmpEQ, "!=": cmpNE, "<": cmpLT, "<=": cmpLE, ">": cmpGT, ">=": cmpGE,
 }
 
 // common is the kind two operands are compared or combined as: equal kinds,
@@ -571,7 +410,7 @@ func common(a, b kind) (kind, bool) {
 	return 0, false
 }
 
-func (c *compiler) compare(e sqlparser.Expr, o cmpOp, l, r node) (node, error) {
+func (c *compiler) compare(e sexpr, o cmpOp, l, r node) (node, error) {
 	k, ok := common(l.kind(), r.kind())
 	if !ok {
 		return nil, c.errf(e, "type mismatch: cannot compare %s with %s", l.kind(), r.kind())
@@ -602,18 +441,14 @@ func coerce(n node, k kind) node {
 	return &toFloat{x: n}
 }
 
-func (c *compiler) in(e *sqlparser.ComparisonExpr) (node, error) {
-	tuple, ok := e.Right.(sqlparser.ValTuple)
-	if !ok {
-		return nil, c.errf(e, "IN needs a parenthesised list of values")
-	}
-	x, err := c.compile(e.Left)
+func (c *compiler) in(e *inExpr) (node, error) {
+	x, err := c.compile(e.x)
 	if err != nil {
 		return nil, err
 	}
 	k := x.kind()
-	items := make([]node, len(tuple))
-	for i, it := range tuple {
+	items := make([]node, len(e.list))
+	for i, it := range e.list {
 		if items[i], err = c.compile(it); err != nil {
 			return nil, err
 		}
@@ -626,7 +461,7 @@ func (c *compiler) in(e *sqlparser.ComparisonExpr) (node, error) {
 	if k == kNull {
 		k = kBool
 	}
-	neg := e.Operator == sqlparser.NotInOp
+	neg := e.neg
 	lits := make([]*literal, 0, len(items))
 	for _, it := range items {
 		if lit, ok := coerce(it, k).(*literal); ok {
@@ -652,15 +487,15 @@ func (c *compiler) in(e *sqlparser.ComparisonExpr) (node, error) {
 	return n, nil
 }
 
-func (c *compiler) like(e *sqlparser.ComparisonExpr) (node, error) {
-	x, err := c.compile(e.Left)
+func (c *compiler) like(e *likeExpr) (node, error) {
+	x, err := c.compile(e.x)
 	if err != nil {
 		return nil, err
 	}
 	if x.kind() != kString && x.kind() != kNull {
 		return nil, c.errf(e, "type mismatch: LIKE needs a string, not a %s", x.kind())
 	}
-	pat, err := c.compile(e.Right)
+	pat, err := c.compile(e.pat)
 	if err != nil {
 		return nil, err
 	}
@@ -669,8 +504,8 @@ func (c *compiler) like(e *sqlparser.ComparisonExpr) (node, error) {
 		return nil, c.errf(e, "the pattern of LIKE must be a string literal")
 	}
 	escape := '\\'
-	if e.Escape != nil {
-		esc, err := c.compile(e.Escape)
+	if e.esc != nil {
+		esc, err := c.compile(e.esc)
 		if err != nil {
 			return nil, err
 		}
@@ -683,7 +518,7 @@ func (c *compiler) like(e *sqlparser.ComparisonExpr) (node, error) {
 			escape = r
 		}
 	}
-	neg := e.Operator == sqlparser.NotLikeOp
+	neg := e.neg
 	if lit.null {
 		return &literal{k: kBool, null: true}, nil
 	}
@@ -691,13 +526,12 @@ func (c *compiler) like(e *sqlparser.ComparisonExpr) (node, error) {
 	return &like{x: coerce(x, kString), m: m, neg: neg}, nil
 }
 
-var arithOps = map[sqlparser.BinaryExprOperator]arithOp{
-	sqlparser.PlusOp: opAdd, sqlparser.MinusOp: opSub, sqlparser.MultOp: opMul,
-	sqlparser.DivOp: opDiv, sqlparser.IntDivOp: opIntDiv, sqlparser.ModOp: opMod,
+var arithOps = map[string]arithOp{
+	"+": opAdd, "-": opSub, "*": opMul, "/": opDiv, "DIV": opIntDiv, "%": opMod,
 }
 
 // operands compiles the two sides of a binary expression.
-func (c *compiler) operands(left, right sqlparser.Expr) (l, r node, err error) {
+func (c *compiler) operands(left, right sexpr) (l, r node, err error) {
 	if l, err = c.compile(left); err != nil {
 		return nil, nil, err
 	}
@@ -707,18 +541,18 @@ func (c *compiler) operands(left, right sqlparser.Expr) (l, r node, err error) {
 	return l, r, nil
 }
 
-func (c *compiler) arith(e *sqlparser.BinaryExpr) (node, error) {
-	o, ok := arithOps[e.Operator]
+func (c *compiler) arith(e *binaryExpr) (node, error) {
+	o, ok := arithOps[e.op]
 	if !ok {
-		return nil, c.errf(e, "operator %s is not supported", e.Operator.ToString())
+		return nil, c.errf(e, "operator %s is not supported", e.op)
 	}
-	l, r, err := c.operands(e.Left, e.Right)
+	l, r, err := c.operands(e.l, e.r)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range []node{l, r} {
 		if !n.kind().numeric() && n.kind() != kNull {
-			return nil, c.errf(e, "type mismatch: arithmetic %s needs numbers, not a %s", e.Operator.ToString(), n.kind())
+			return nil, c.errf(e, "type mismatch: arithmetic %s needs numbers, not a %s", e.op, n.kind())
 		}
 	}
 	k, _ := common(l.kind(), r.kind())
@@ -731,13 +565,10 @@ func (c *compiler) arith(e *sqlparser.BinaryExpr) (node, error) {
 	return &arith{op: o, k: k, l: coerce(l, k), r: coerce(r, k)}, nil
 }
 
-func (c *compiler) function(e *sqlparser.FuncExpr) (node, error) {
-	name := e.Name.Lowered()
-	if !e.Qualifier.IsEmpty() {
-		return nil, c.errf(e, "unknown function %s", sqlparser.String(e))
-	}
-	args := make([]node, len(e.Exprs))
-	for i, a := range e.Exprs {
+func (c *compiler) function(e *callExpr) (node, error) {
+	name := strings.ToLower(strings.Join(e.name, "."))
+	args := make([]node, len(e.args))
+	for i, a := range e.args {
 		var err error
 		if args[i], err = c.compile(a); err != nil {
 			return nil, err

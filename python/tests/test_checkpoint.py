@@ -199,3 +199,28 @@ def test_checkpoints_travel(tmp_path: Path) -> None:
     assert resumes(copy, plain_state, table_moved=True) == 2
     with pytest.raises(cr.InvalidArgumentError, match="table_id"):
         resumes(tbl, plain_state, table_moved=True)
+
+
+GO_CHECKPOINTS = Path(__file__).resolve().parents[2] / "loader" / "testdata"
+
+
+@pytest.mark.parametrize("source", ["split", "table"])
+def test_state_dict_is_what_go_reads(table_uri: str, tmp_path: Path, source: str) -> None:
+    """A state dict has the keys, in order, and the JSON types of the checkpoints that Go's
+    loader.Checkpoint reads and writes (loader/testdata, checked by
+    loader/TestCheckpointJSONIsPythons), so a Go service and a trainer share checkpoints."""
+    tbl = cr.open_table(table_uri)
+    if source == "split":
+        perm = uri(tmp_path / "perm")
+        cr.PermutationBuilder(tbl).shuffle(seed=7).persist(perm)
+        ds = dataset(cr.open_permutations(perm)["all"], shuffle_seed=3)
+    else:
+        ds = dataset(tbl)
+    for t, _ in enumerate(ds):
+        if t == 2:
+            break
+    mine = roundtrip(ds.state_dict())
+    go = json.loads((GO_CHECKPOINTS / f"checkpoint-{source}.json").read_text())
+    assert list(mine) == list(go)
+    assert {k: type(v) for k, v in mine.items()} == {k: type(v) for k, v in go.items()}
+    assert mine["steps_consumed"] == 3

@@ -1,4 +1,6 @@
-package table
+//go:build cgo
+
+package libzstd
 
 import (
 	"sync"
@@ -7,22 +9,22 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 )
 
-// Parquet pages of training data are mostly zstd, and decompressing them was
-// a third of the CPU time of a read. arrow-go decompresses with
-// klauspost/compress, in pure Go; libzstd, the reference C library that
-// pyarrow also uses, decompresses the same pages 1.4–2.3× faster. The cgo
-// bindings of DataDog/zstd build libzstd from its vendored source with the C
-// compiler croupier's shared library needs anyway, and arrow-go provides
-// RegisterCodec for this swap. Compression, used only to write tables, stays
-// with arrow-go's codec.
-
-func init() {
-	base, err := compress.GetCodec(compress.Codecs.Zstd)
-	if err != nil {
-		panic(err)
-	}
-	compress.RegisterCodec(compress.Codecs.Zstd, libzstd{base})
+// Register makes libzstd decompress the zstd pages of every Parquet reader
+// in the process, croupier's and any other user of arrow-go's codec
+// registry. It reports whether it did: without cgo it does nothing and
+// returns false. Calling it again changes nothing.
+func Register() bool {
+	once.Do(func() {
+		base, err := compress.GetCodec(compress.Codecs.Zstd)
+		if err != nil {
+			panic(err) // arrow-go registers zstd itself
+		}
+		compress.RegisterCodec(compress.Codecs.Zstd, libzstd{base})
+	})
+	return true
 }
+
+var once sync.Once
 
 // libzstd is arrow-go's zstd codec with decompression by libzstd.
 type libzstd struct{ compress.Codec }

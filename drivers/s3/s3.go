@@ -1,8 +1,22 @@
-package store
+// Package s3 is croupier's driver of s3:// URIs, Amazon S3 and the stores
+// that speak its protocol (MinIO, R2, Ceph, …): a blank import links it in.
+//
+//	import _ "github.com/croupier-data/croupier/drivers/s3"
+//
+// Buckets are opened by gocloud.dev's s3blob URL opener, which parses and
+// checks every query parameter (region, endpoint, use_path_style,
+// anonymous, profile, …; see docs/storage.md). The driver then rebuilds the
+// bucket on a copy of its client: the requests core/store retries itself
+// are tried once by the SDK, so that one RetryPolicy with one per-attempt
+// deadline governs them, and uploads, which only the SDK can replay part by
+// part, are retried by the SDK under that same policy and classification.
+// Reads of a pinned object carry If-Match with the pinned ETag.
+package s3
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -18,9 +32,17 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/s3blob"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
 )
 
-// selfRetried are the S3 operations that this package retries itself, under
+func init() { store.Register(s3blob.Scheme, driver{}) }
+
+// driver is the store.Driver of s3:// URIs.
+type driver struct{}
+
+// selfRetried are the S3 operations that core/store retries itself, under
 // a RetryPolicy; the SDK tries them once. Uploads are not among them: the SDK
 // retries each part of a streamed upload, which only it can replay, under
 // uploadRetryer.
@@ -40,20 +62,20 @@ func withoutSDKRetries(stack *middleware.Stack) error {
 }
 
 // uploadRetryer is the SDK's retryer of the operations it retries for
-// croupier (uploads): the attempts and waits of p, and classify's verdicts, so
+// croupier (uploads): the attempts and waits of p, and core/store's verdicts, so
 // that an upload retries what every other request does, throttling (429, 503
 // SlowDown) included, and nothing else. The SDK's client-side retry quota is
 // off: it would fail uploads during a long burst of throttling that the
 // policy is there to ride out.
-func uploadRetryer(p RetryPolicy) aws.Retryer {
+func uploadRetryer(p store.RetryPolicy) aws.Retryer {
 	return awsretry.NewStandard(func(o *awsretry.StandardOptions) {
 		o.MaxAttempts = p.Attempts
 		o.Backoff = awsretry.BackoffDelayerFunc(func(attempt int, _ error) (time.Duration, error) {
-			return p.delay(attempt), nil
+			return p.Delay(attempt), nil
 		})
 		o.RateLimiter = ratelimit.None
 		o.Retryables = []awsretry.IsErrorRetryable{awsretry.IsErrorRetryableFunc(func(err error) aws.Ternary {
-			if _, again := classify(err); again {
+			if store.Transient(err) {
 				return aws.TrueTernary
 			}
 			return aws.FalseTernary
@@ -61,14 +83,14 @@ func uploadRetryer(p RetryPolicy) aws.Retryer {
 	})
 }
 
-// openS3 opens an s3:// bucket with gocloud's s3blob URL opener, which parses
-// and checks every query parameter, then rebuilds the bucket on a copy of its
-// client whose selfRetried operations the SDK does not retry (see the package
-// doc) and whose uploads it retries under p. The bucket options that the
-// opener keeps to itself are taken from the query again. The client has an
-// HTTP transport of its own, with the SDK's settings; the function returned
-// closes its idle connections.
-func openS3(ctx context.Context, u *url.URL, p RetryPolicy) (*blob.Bucket, func(), error) {
+// OpenBucket opens an s3:// bucket with gocloud's s3blob URL opener, which
+// parses and checks every query parameter, then rebuilds the bucket on a copy
+// of its client whose selfRetried operations the SDK does not retry (see the
+// package doc) and whose uploads it retries under p. The bucket options that
+// the opener keeps to itself are taken from the query again. The client has
+// an HTTP transport of its own, with the SDK's settings; the function
+// returned closes its idle connections.
+func (driver) OpenBucket(ctx context.Context, u *url.URL, p store.RetryPolicy) (*blob.Bucket, func(), error) {
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
 		return nil, nil, err
@@ -100,47 +122,52 @@ func openS3(ctx context.Context, u *url.URL, p RetryPolicy) (*blob.Bucket, func(
 }
 
 // credentialChain is the SDK's chain of credential providers, whose failure
-// it marks as a noCredentialsError: the SDK reports it as an untyped error.
+// it makes a PermissionDenied error that says where credentials were looked
+// for: the SDK reports it as an untyped error.
 type credentialChain struct{ aws.CredentialsProvider }
 
 func (c credentialChain) Retrieve(ctx context.Context) (aws.Credentials, error) {
 	v, err := c.CredentialsProvider.Retrieve(ctx)
 	if err != nil && ctx.Err() == nil {
-		return v, &noCredentialsError{err}
+		return v, errcode.Wrap(fmt.Errorf("no usable AWS credentials: looked for AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "+
+			"AWS_PROFILE and the profiles of ~/.aws/config and ~/.aws/credentials, web identity (AWS_WEB_IDENTITY_TOKEN_FILE), "+
+			"container credentials (AWS_CONTAINER_CREDENTIALS_*) and the EC2 instance role; "+
+			"for a public bucket add anonymous=true to the URI: %w", err), errcode.PermissionDenied, "find credentials", "")
 	}
 	return v, err
 }
 
-// noCredentialsError says that no AWS credentials were found, and where they
-// were looked for.
-type noCredentialsError struct{ err error }
+// Identify adds nothing: S3's ETag is among gocloud's attributes.
+func (driver) Identify(*store.Object, func(any) bool) {}
 
-func (e *noCredentialsError) Error() string {
-	return "no usable AWS credentials: looked for AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, " +
-		"AWS_PROFILE and the profiles of ~/.aws/config and ~/.aws/credentials, web identity (AWS_WEB_IDENTITY_TOKEN_FILE), " +
-		"container credentials (AWS_CONTAINER_CREDENTIALS_*) and the EC2 instance role; " +
-		"for a public bucket add anonymous=true to the URI: " + e.err.Error()
+// Condition makes a read carry If-Match with the pinned ETag.
+func (driver) Condition(o store.Object, as func(any) bool) {
+	var in *s3.GetObjectInput
+	if as(&in) && o.ETag != "" {
+		in.IfMatch = aws.String(o.ETag)
+	}
 }
 
-func (e *noCredentialsError) Unwrap() error { return e.err }
+// Observe records the ETag of the version a read got.
+func (driver) Observe(found *store.Object, as func(any) bool) {
+	var out s3.GetObjectOutput
+	if as(&out) {
+		found.ETag = aws.ToString(out.ETag)
+	}
+}
 
-// AbortUploads aborts the incomplete multipart uploads to keys under prefix
-// that were started before cutoff, and returns the URIs of the objects they
-// were to create. A writer killed during a multipart upload leaves one
-// behind: it is in no listing of objects, yet the store keeps (and bills) its
-// parts until it is aborted. Only S3 has such uploads to list; GCS and Azure
-// expire unfinished uploads themselves (resumable uploads after a week,
-// uncommitted blocks after seven days), and file:// and mem:// have none.
-func (l *Location) AbortUploads(ctx context.Context, prefix string, cutoff time.Time) ([]string, error) {
+// AbortUploads lists the bucket's incomplete multipart uploads under prefix
+// and aborts those started before cutoff (see store.Location.AbortUploads).
+func (driver) AbortUploads(ctx context.Context, l *store.Location, prefix string, cutoff time.Time) ([]string, error) {
 	var client *s3.Client
 	if !l.Bucket.As(&client) {
 		return nil, nil
 	}
-	bucket := strings.TrimSuffix(strings.TrimPrefix(l.base, s3blob.Scheme+"://"), "/")
+	bucket := strings.TrimSuffix(strings.TrimPrefix(l.ObjectURI(""), s3blob.Scheme+"://"), "/")
 	var aborted []string
 	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(prefix)}
 	for {
-		page, err := retry(ctx, l.Retry, "list uploads", l.ObjectURI(prefix), func(ctx context.Context) (*s3.ListMultipartUploadsOutput, error) {
+		page, err := store.Do(ctx, l.Retry, "list uploads", l.ObjectURI(prefix), func(ctx context.Context) (*s3.ListMultipartUploadsOutput, error) {
 			return client.ListMultipartUploads(ctx, in)
 		})
 		if err != nil {
@@ -154,7 +181,7 @@ func (l *Location) AbortUploads(ctx context.Context, prefix string, cutoff time.
 			_, err := client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(bucket), Key: u.Key, UploadId: u.UploadId})
 			var gone *types.NoSuchUpload
 			if err != nil && !errors.As(err, &gone) {
-				return aborted, wrap(err, "abort upload", l.ObjectURI(key))
+				return aborted, &errcode.Error{Code: store.Code(err), Op: "abort upload", Path: l.ObjectURI(key), Err: err}
 			}
 			aborted = append(aborted, l.ObjectURI(key))
 		}
