@@ -26,11 +26,13 @@ require (
 	// gocloud's As.
 	cloud.google.com/go/storage v1.67.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.1
+	// The versions gocloud.dev uses: drivers/gcs finds Application Default
+	// Credentials itself, and drivers/azure signs with DefaultAzureCredential
+	// itself, to say how to provide credentials when there are none.
+	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.14.1
 	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.8.0
 	github.com/DataDog/zstd v1.5.7
 	github.com/apache/thrift v0.24.0
-	// The versions gocloud.dev uses: drivers/gcs finds Application Default
-	// Credentials itself, to say how to provide them when there are none.
 	golang.org/x/oauth2 v0.36.0
 	google.golang.org/api v0.297.0
 )
@@ -43,7 +45,6 @@ require (
 	cloud.google.com/go/compute/metadata v0.9.0 // indirect
 	cloud.google.com/go/iam v1.13.0 // indirect
 	cloud.google.com/go/monitoring v1.30.0 // indirect
-	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.14.1 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
 	github.com/AzureAD/microsoft-authentication-library-for-go v1.9.0 // indirect
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/detectors/gcp v1.37.0 // indirect

@@ -255,7 +255,12 @@ func Do[T any](ctx context.Context, p RetryPolicy, op, where string, attempt fun
 	case ctx.Err() != nil:
 		return v, errcode.Wrap(err, errcode.Canceled, op, where)
 	case final && errors.As(last, &ce):
-		return v, last
+		if ce.Path != "" {
+			return v, last
+		}
+		// One that names nothing (credentials not found, by a driver) is
+		// named here, without the SDK's wrapping.
+		return v, &errcode.Error{Code: ce.Code, Op: op, Path: where, Err: ce}
 	case final:
 		return v, wrap(last, op, where)
 	}
