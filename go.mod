@@ -23,12 +23,11 @@ require (
 require (
 	// The versions gocloud.dev uses: drivers/gcs and drivers/azure set the
 	// preconditions of pinned reads on these SDKs' requests through
-	// gocloud's As.
+	// gocloud's As, and find credentials themselves (Application Default
+	// Credentials, DefaultAzureCredential) to say how to provide them when
+	// there are none.
 	cloud.google.com/go/storage v1.67.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.1
-	// The versions gocloud.dev uses: drivers/gcs finds Application Default
-	// Credentials itself, and drivers/azure signs with DefaultAzureCredential
-	// itself, to say how to provide credentials when there are none.
 	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.14.1
 	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.8.0
 	github.com/DataDog/zstd v1.5.7
