@@ -124,11 +124,7 @@ func (s *Server) withUploadListings(h http.Handler) http.Handler {
 			return
 		}
 		if s.refuseUploadListings.Load() {
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusNotImplemented)
-			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
-				`<Error><Code>NotImplemented</Code><Message>ListMultipartUploads is not implemented</Message>`+
-				`<Resource>/%s</Resource></Error>`, bucket)
+			writeError(w, http.StatusNotImplemented, "NotImplemented", "ListMultipartUploads is not implemented", "/"+bucket)
 			return
 		}
 		rec := httptest.NewRecorder()
