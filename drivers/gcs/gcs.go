@@ -38,8 +38,8 @@ type driver struct{}
 
 // OpenBucket opens the bucket with gcsblob's URL opener, on a client
 // authenticated by the credentials found for u (none for anonymous=true or
-// an emulator at STORAGE_EMULATOR_HOST);
-// the SDK keeps its own retries inside each of core/store's attempts.
+// an emulator at STORAGE_EMULATOR_HOST); the SDK keeps its own retries
+// inside each of core/store's attempts.
 func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (*blob.Bucket, func(), error) {
 	q := u.Query()
 	opener := &gcsblob.URLOpener{}
