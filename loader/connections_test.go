@@ -28,9 +28,12 @@ func held(t *testing.T) (fds, goroutines int) {
 // connections open as MinIO does, dealing a batch each time: afterwards the
 // process holds the descriptors and goroutines it held after the first
 // cycle, give or take a small slack that does not grow with the cycles.
-// Every Location open on the server shares one HTTP transport, whose idle
-// connections the last to close closes. The cycles run with at most 256
-// descriptors open.
+// The last Location open on the server closes the idle connections of its
+// transport: without that, the kept-alive connections run the process out
+// of its 256 descriptors within the cycles and the test fails. That the
+// Locations share one transport, which this count cannot tell apart from
+// one transport per Location each closing its own, is
+// core/store's TestLocationsShareOneBucket.
 func TestOpenCloseCyclesHoldFlat(t *testing.T) {
 	const slack = 4
 	ctx := context.Background()

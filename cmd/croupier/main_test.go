@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/jsonargs"
@@ -128,6 +129,26 @@ func TestTables(t *testing.T) {
 	}
 	if out := ok(t, "tables", "cleanup", uri, "--keep-last", "1"); out != "deleted 0 versions [] and 0 files; aborted 0 incomplete uploads\n" {
 		t.Fatalf("cleanup output: %q", out)
+	}
+}
+
+// TestCleanupWarns: on a store that refuses to list multipart uploads,
+// cleanup exits 0, prints what it deleted, and warns on standard error that
+// the uploads could not be listed.
+func TestCleanupWarns(t *testing.T) {
+	s, err := s3test.Start("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	uri, src := s.URI("bkt", "tbl"), t.TempDir()
+	ok(t, "tables", "create", uri, parquetFile(t, src, 0, 100))
+	ok(t, "tables", "append", uri, parquetFile(t, src, 100, 100))
+	s.RefuseUploadListings(true)
+	r := croupier(t, "tables", "cleanup", uri, "--keep-last", "1", "--grace", "1ns")
+	if r.code != 0 || r.stdout != "deleted 1 versions [1] and 0 files; aborted 0 incomplete uploads\n" ||
+		!strings.HasPrefix(r.stderr, "warning: incomplete multipart uploads not aborted: ") || !strings.Contains(r.stderr, "NotImplemented") {
+		t.Fatalf("cleanup: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -204,6 +204,9 @@ func tablesCleanup(ctx context.Context, e *env, args []string) error {
 	for _, u := range res.AbortedUploads {
 		fmt.Fprintf(e.stdout, "aborted upload of %s\n", u)
 	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(e.stderr, "warning: %s\n", w)
+	}
 	return nil
 }
 

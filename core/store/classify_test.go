@@ -146,8 +146,9 @@ func TestMissingCredentials(t *testing.T) {
 	defer loc.Close()
 	loc.Retry = fast
 	_, err = loc.Stat(context.Background(), "x/obj")
-	if errcode.Of(err) != errcode.PermissionDenied || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
-		t.Fatalf("Stat without credentials: %v; want PermissionDenied naming the credentials looked for", err)
+	if errcode.Of(err) != errcode.PermissionDenied || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") ||
+		!strings.Contains(err.Error(), "s3://bkt/x/obj") {
+		t.Fatalf("Stat without credentials: %v; want PermissionDenied naming the object and the credentials looked for", err)
 	}
 	if n := s.Requests(); n != 0 {
 		t.Fatalf("%d requests sent unsigned", n)

@@ -154,8 +154,8 @@ func (e transientError) Unwrap() error { return e.error }
 //     once says which limit to raise;
 //   - permanent, never retried: the request's own fault or a final verdict.
 //     croupier's own errors keep their code; missing or refused credentials
-//     are PermissionDenied; a name too long and other 4xx answers are
-//     InvalidArgument; 404 is NotFound; 412 (a read's precondition) and 416
+//     are PermissionDenied; a name too long, other 4xx answers and 501 Not
+//     Implemented (a request the store does not support) are InvalidArgument; 404 is NotFound; 412 (a read's precondition) and 416
 //     (a range past the end of an object pinned larger) are Changed.
 func classify(err error) (code errcode.Code, again bool) {
 	var te transientError
@@ -176,6 +176,8 @@ func classify(err error) (code errcode.Code, again bool) {
 	var status interface{ HTTPStatusCode() int }
 	if errors.As(err, &status) {
 		switch c := status.HTTPStatusCode(); {
+		case c == http.StatusNotImplemented: // a request this store does not support: no attempt will do
+			return errcode.InvalidArgument, false
 		case c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500:
 			return errcode.Unavailable, true
 		case c == http.StatusUnauthorized || c == http.StatusForbidden:
@@ -255,7 +257,12 @@ func Do[T any](ctx context.Context, p RetryPolicy, op, where string, attempt fun
 	case ctx.Err() != nil:
 		return v, errcode.Wrap(err, errcode.Canceled, op, where)
 	case final && errors.As(last, &ce):
-		return v, last
+		if ce.Path != "" {
+			return v, last
+		}
+		// One that names nothing (credentials not found, by a driver) is
+		// named here, without the SDK's wrapping.
+		return v, &errcode.Error{Code: ce.Code, Op: op, Path: where, Err: ce}
 	case final:
 		return v, wrap(last, op, where)
 	}

@@ -34,6 +34,10 @@ type CleanupResult struct {
 	// AbortedUploads are the objects of the incomplete multipart uploads
 	// aborted (S3 only): uploads of data files by writers that died.
 	AbortedUploads []string `json:"aborted_uploads"`
+	// Warnings say what Cleanup could not do after deleting what it
+	// reports: the incomplete uploads could not be listed or aborted, as on
+	// an S3-compatible store that does not implement ListMultipartUploads.
+	Warnings []string `json:"warnings"`
 }
 
 // Cleanup deletes the manifests of the versions that are neither among the
@@ -44,13 +48,14 @@ type CleanupResult struct {
 // temporary files of interrupted commits (in _tmp/), and aborts the
 // incomplete multipart uploads under the table's folder started before the
 // grace period (those of writers killed while uploading a data file; see
-// store.Location.AbortUploads). Manifests go first,
+// store.Location.AbortUploads); when the store cannot list or abort them,
+// the result says so in Warnings. Manifests go first,
 // oldest first, so that a Cleanup interrupted at any point leaves every
 // remaining version readable. Readers holding a pin of a removed version fail
 // with errcode.Changed naming the vanished file.
 func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResult, error) {
 	const op = "cleanup"
-	res := CleanupResult{DeletedVersions: []int64{}, DeletedFiles: []string{}, AbortedUploads: []string{}}
+	res := CleanupResult{DeletedVersions: []int64{}, DeletedFiles: []string{}, AbortedUploads: []string{}, Warnings: []string{}}
 	if opts.KeepLast < 1 {
 		return res, errcode.New(errcode.InvalidArgument, op, uri, "keep_last must be at least 1, got %d", opts.KeepLast)
 	}
@@ -121,7 +126,14 @@ func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResul
 		}
 	}
 	slices.Sort(res.DeletedFiles)
+	// Versions and files are deleted by now: a store that cannot list or
+	// abort uploads gets a warning, not an error that hides the deletions.
+	// The caller's cancellation is still an error.
 	aborted, err := loc.AbortUploads(ctx, loc.Join(""), cutoff)
 	res.AbortedUploads = append(res.AbortedUploads, aborted...)
+	if err != nil && errcode.Of(err) != errcode.Canceled {
+		res.Warnings = append(res.Warnings, "incomplete multipart uploads not aborted: "+err.Error())
+		err = nil
+	}
 	return res, err
 }

@@ -78,3 +78,54 @@ func TestCleanupAbortsAbandonedUploads(t *testing.T) {
 		t.Fatalf("uploads %v after Cleanup, want only the other table's", got)
 	}
 }
+
+// TestCleanupWithoutUploadListings: on a store that refuses to list
+// multipart uploads (501 NotImplemented, as some S3-compatible stores
+// answer), Cleanup still deletes the old version and the orphaned data
+// file, reports them, and says in a warning that the uploads could not be
+// listed; the refusal is final, not retried as the store being unavailable.
+func TestCleanupWithoutUploadListings(t *testing.T) {
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "nolist/tbl")
+	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	if _, err := table.Append(ctx, uri, idReader(10, 10), table.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	orphan := "nolist/tbl/data/orphan.parquet"
+	if err := s.Put("bkt", orphan, []byte("left by a writer that died")); err != nil {
+		t.Fatal(err)
+	}
+	s.RefuseUploadListings(true)
+	res, err := table.Cleanup(ctx, uri, table.CleanupOptions{KeepLast: 1, Grace: time.Nanosecond})
+	if err != nil {
+		t.Fatalf("Cleanup failed, hiding what it deleted: %v", err)
+	}
+	if !slices.Equal(res.DeletedVersions, []int64{1}) || !slices.Equal(res.DeletedFiles, []string{"s3://bkt/" + orphan}) {
+		t.Errorf("deleted versions %v and files %v, want [1] and the orphan", res.DeletedVersions, res.DeletedFiles)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "multipart uploads") ||
+		!strings.Contains(res.Warnings[0], "NotImplemented") || strings.Contains(res.Warnings[0], "attempts") {
+		t.Errorf("warnings %q, want one saying the uploads could not be listed, not retried", res.Warnings)
+	}
+	loc, err := store.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	if ok, err := loc.Exists(ctx, orphan); err != nil || ok {
+		t.Errorf("orphan still there (%v) after Cleanup reported it deleted", err)
+	}
+	got, err := table.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if got.Version() != "2" || got.NumRows() != 20 {
+		t.Errorf("after Cleanup: version %s with %d rows, want 2 with 20", got.Version(), got.NumRows())
+	}
+}

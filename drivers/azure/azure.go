@@ -4,19 +4,28 @@
 //	import _ "github.com/croupier-data/croupier/drivers/azure"
 //
 // Containers are opened by gocloud.dev's azureblob URL opener, with the
-// account and credentials of the environment (see docs/storage.md). Reads of
-// a pinned object carry If-Match with the pinned ETag.
+// account and credentials of the environment (see docs/storage.md). An
+// account is required; without a key, SAS token or connection string the
+// driver uses DefaultAzureCredential itself, so that its failure to get a
+// token is PermissionDenied saying how to provide credentials. Reads of a
+// pinned object carry If-Match with the pinned ETag.
 package azure
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"os"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	azpolicy "github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	azblob "github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/azureblob"
 
+	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 )
 
@@ -25,11 +34,60 @@ func init() { store.Register(azureblob.Scheme, driver{}) }
 // driver is the store.Driver of azblob:// URIs.
 type driver struct{}
 
+// howToAuthenticate says how to provide Azure credentials, in errors.
+const howToAuthenticate = "set AZURE_STORAGE_ACCOUNT (or storage_account=name in the URI) and AZURE_STORAGE_KEY, " +
+	"AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING; with the account alone, DefaultAzureCredential " +
+	"signs requests: AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET (or a workload identity), " +
+	"a managed identity, or `az login`"
+
 // OpenBucket opens the container with gocloud's URL opener; the SDK keeps
-// its own retries inside each of core/store's attempts.
+// its own retries inside each of core/store's attempts. A URI without an
+// account is refused with PermissionDenied at once; with an account but no
+// key, SAS token or connection string, the container's client signs requests
+// with DefaultAzureCredential, whose failures are PermissionDenied (see
+// tokenCredential).
 func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (*blob.Bucket, func(), error) {
-	b, err := blob.OpenBucket(ctx, u.String())
+	if u.Query().Get("storage_account") == "" && os.Getenv("AZURE_STORAGE_ACCOUNT") == "" {
+		return nil, nil, errcode.New(errcode.PermissionDenied, "find credentials", "", "no Azure storage account: %s", howToAuthenticate)
+	}
+	if os.Getenv("AZURE_STORAGE_KEY") != "" || os.Getenv("AZURE_STORAGE_SAS_TOKEN") != "" ||
+		os.Getenv("AZURE_STORAGE_CONNECTION_STRING") != "" || os.Getenv("AZURE_STORAGEBLOB_CONNECTIONSTRING") != "" {
+		b, err := blob.OpenBucket(ctx, u.String())
+		return b, nil, err
+	}
+	opener := &azureblob.URLOpener{MakeClient: defaultCredentialClient, ServiceURLOptions: *azureblob.NewDefaultServiceURLOptions()}
+	b, err := opener.OpenBucketURL(ctx, u)
 	return b, nil, err
+}
+
+// defaultCredentialClient is the client of a container whose requests
+// DefaultAzureCredential signs.
+func defaultCredentialClient(svcURL azureblob.ServiceURL, name azureblob.ContainerName) (*container.Client, error) {
+	cred, err := azidentity.NewDefaultAzureCredential(nil)
+	if err != nil {
+		return nil, errcode.Wrap(fmt.Errorf("no Azure credentials: %s: %w", howToAuthenticate, err),
+			errcode.PermissionDenied, "find credentials", "")
+	}
+	containerURL, err := url.JoinPath(string(svcURL), string(name))
+	if err != nil {
+		return nil, err
+	}
+	return container.NewClient(containerURL, tokenCredential{cred}, nil)
+}
+
+// tokenCredential is DefaultAzureCredential, whose failure to get a token it
+// makes a PermissionDenied error that says how to provide credentials: the
+// SDK reports it as an error of its own, which would read as the store
+// being unavailable.
+type tokenCredential struct{ azcore.TokenCredential }
+
+func (c tokenCredential) GetToken(ctx context.Context, opts azpolicy.TokenRequestOptions) (azcore.AccessToken, error) {
+	tk, err := c.TokenCredential.GetToken(ctx, opts)
+	if err != nil && ctx.Err() == nil {
+		return tk, errcode.Wrap(fmt.Errorf("no usable Azure credentials: %s: %w", howToAuthenticate, err),
+			errcode.PermissionDenied, "find credentials", "")
+	}
+	return tk, err
 }
 
 // Identify adds nothing: the ETag is among gocloud's attributes.

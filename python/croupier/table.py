@@ -206,7 +206,9 @@ def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str
     must take less than ``grace``. On S3 it also aborts the incomplete
     multipart uploads under the table's folder started before ``grace`` (left
     by writers killed while uploading). Returns ``{"deleted_versions": [...],
-    "deleted_files": [...], "aborted_uploads": [...]}``.
+    "deleted_files": [...], "aborted_uploads": [...], "warnings": [...]}``;
+    ``warnings`` says what could not be done after the deletions, such as
+    listing the uploads on a store that refuses to.
     """
     options: dict[str, Any] = {"keep_last": _args.integer("keep_last", keep_last, 1)}
     if grace is not None:

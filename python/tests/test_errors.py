@@ -83,13 +83,27 @@ def test_error_classes() -> None:
             assert error_class(code).code == code
 
 
-_NO_CREDENTIALS = """
+_OPEN = """
+import sys
 import croupier as cr
 try:
-    cr.open_table("s3://bucket/t?endpoint=http://127.0.0.1:9&use_path_style=true&region=us-east-1&disable_https=true")
+    cr.open_table(sys.argv[1])
 except PermissionError as e:
     print(type(e).__name__, e)
 """
+
+
+def _open_without_credentials(uri: str, env: dict[str, str]) -> str:
+    """What opening ``uri`` prints in a process with environment ``env``."""
+    out = subprocess.run(
+        [sys.executable, "-c", _OPEN, uri],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.startswith("PermissionDeniedError "), out.stdout + out.stderr
+    return out.stdout
 
 
 def test_missing_credentials(tmp_path: Path) -> None:
@@ -101,15 +115,40 @@ def test_missing_credentials(tmp_path: Path) -> None:
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    out = subprocess.run(
-        [sys.executable, "-c", _NO_CREDENTIALS],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.stdout.startswith("PermissionDeniedError "), out.stdout + out.stderr
-    assert "AWS_ACCESS_KEY_ID" in out.stdout
+    uri = "s3://bucket/t?endpoint=http://127.0.0.1:9&use_path_style=true&region=us-east-1&disable_https=true"
+    assert "AWS_ACCESS_KEY_ID" in _open_without_credentials(uri, env)
+
+
+@pytest.mark.parametrize(
+    ("uri", "hints"),
+    [
+        (
+            "gs://bucket/t",
+            [
+                "GOOGLE_APPLICATION_CREDENTIALS",
+                "gcloud auth application-default login",
+                "metadata server",
+                "anonymous=true",
+            ],
+        ),
+        (
+            "azblob://container/t",
+            ["AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "DefaultAzureCredential"],
+        ),
+    ],
+)
+def test_missing_cloud_credentials(tmp_path: Path, uri: str, hints: list[str]) -> None:
+    """No Google or Azure credentials: opening the table raises PermissionDeniedError
+    naming the URI and how to provide credentials (NO_GCE_CHECK: no metadata probe)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GOOGLE_", "CLOUDSDK_", "GCE_", "AZURE_"))
+    }
+    env |= {"HOME": str(tmp_path), "NO_GCE_CHECK": "True"}
+    message = _open_without_credentials(uri, env)
+    for hint in [uri, *hints]:
+        assert hint in message, message
 
 
 def test_credentials_in_uri_refused() -> None:

@@ -6,7 +6,8 @@
 // answered 412 Precondition Failed when the object's ETag differs, which
 // gofakes3 itself ignores) and multipart uploads, whose incomplete ones it
 // lists and aborts (listing none, as S3 does, for a bucket that never had
-// one, where gofakes3 answers NoSuchUpload).
+// one, where gofakes3 answers NoSuchUpload), unless told to refuse those
+// listings as some S3-compatible stores do (RefuseUploadListings).
 //
 // A Server can also misbehave like a remote store on a bad day: SetFaults
 // makes it answer a deterministic, seeded fraction of requests with 5xx
@@ -49,6 +50,9 @@ type Server struct {
 	served   atomic.Int64 // response body bytes sent since ResetCounts
 	// ignoreIfNoneMatch drops If-None-Match from PUTs; see IgnoreConditionalWrites.
 	ignoreIfNoneMatch atomic.Bool
+	// refuseUploadListings answers listings of multipart uploads 501; see
+	// RefuseUploadListings.
+	refuseUploadListings atomic.Bool
 
 	closing   chan struct{} // closed by Close, to end stalls
 	closeOnce sync.Once
@@ -64,7 +68,7 @@ func Start(buckets ...string) (*Server, error) {
 	}
 	s := &Server{counts: map[string]int64{}, backend: backend, seen: map[uint64]uint64{},
 		injected: map[Kind]int64{}, closing: make(chan struct{})}
-	h := withUploadListings(gofakes3.New(backend).Server())
+	h := s.withUploadListings(gofakes3.New(backend).Server())
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.total.Add(1)
 		n := s.inFlight.Add(1)
@@ -103,15 +107,24 @@ func (s *Server) Put(bucket, key string, data []byte) error {
 	return err
 }
 
+// RefuseUploadListings makes the server answer (true) listings of
+// incomplete multipart uploads with 501 NotImplemented, as some
+// S3-compatible stores do, or serve them (false, the default).
+func (s *Server) RefuseUploadListings(refuse bool) { s.refuseUploadListings.Store(refuse) }
+
 // withUploadListings answers the listings of a bucket's incomplete multipart
 // uploads through h, except that where h answers NoSuchUpload because the
 // bucket never had one (gofakes3 does), it answers an empty listing, as S3
-// does.
-func withUploadListings(h http.Handler) http.Handler {
+// does, and that it refuses them when told to (see RefuseUploadListings).
+func (s *Server) withUploadListings(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		bucket := strings.Trim(r.URL.Path, "/")
 		if r.Method != http.MethodGet || !r.URL.Query().Has("uploads") || strings.Contains(bucket, "/") {
 			h.ServeHTTP(w, r)
+			return
+		}
+		if s.refuseUploadListings.Load() {
+			writeError(w, http.StatusNotImplemented, "NotImplemented", "ListMultipartUploads is not implemented", "/"+bucket)
 			return
 		}
 		rec := httptest.NewRecorder()
