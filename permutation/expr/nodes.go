@@ -25,8 +25,9 @@ type node interface {
 type (
 	literal struct {
 		k    kind
-		v    any // bool, int64, float64 or string; unused when null
+		v    any // bool, int64 (kTime too), float64, string or decimal128.Num; unused when null
 		null bool
+		num  string // a number literal's text, with its sign, for decimal comparisons
 	}
 	column struct {
 		path []string // top-level name, then struct field names
@@ -192,8 +193,16 @@ func (n *column) eval(ev *evaluator) (compute.Datum, error) {
 		return nil, errcode.New(errcode.InvalidArgument, evalOp, n.name(),
 			"column has type %s in the record batch but %s in the schema", arr.DataType(), n.dt)
 	}
+	if n.k == kTime {
+		defer arr.Release()
+		t, err := timeNanos(ev, n.name(), arr)
+		if err != nil {
+			return nil, err
+		}
+		return own(t), nil
+	}
 	d := own(arr)
-	if n.k == kList || n.k == kStruct || arrow.TypeEqual(n.dt, n.k.arrowType()) {
+	if n.k == kList || n.k == kStruct || n.k == kDecimal || arrow.TypeEqual(n.dt, n.k.arrowType()) {
 		return d, nil
 	}
 	defer d.Release()
@@ -361,6 +370,8 @@ func (n *in) eval(ev *evaluator) (compute.Datum, error) {
 		case *array.Float64:
 			found = set[inKey(x.Value(i))]
 		case *array.Boolean:
+			found = set[x.Value(i)]
+		case *array.Decimal128:
 			found = set[x.Value(i)]
 		}
 		switch {
