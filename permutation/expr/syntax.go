@@ -776,6 +776,9 @@ func (p *parser) name() (sexpr, error) {
 	if aggregates[name] {
 		return nil, notSupported(p.text, e.pos, "the aggregate function "+name)
 	}
+	if name == "extract" {
+		return nil, notSupported(p.text, e.pos, "EXTRACT")
+	}
 	open := p.next()
 	call := &callExpr{span: span{e.pos, open.end}, name: e.parts}
 	if isOp(p.peek(), ")") {

@@ -164,10 +164,20 @@ func (c *compiler) shift(e sexpr, xe sexpr, iv *intervalExpr, sub bool) (node, e
 	default:
 		return nil, c.errf(e, "type mismatch: an INTERVAL is added to a timestamp or date, not a %s", x.kind())
 	}
-	o := opAdd
 	if sub {
-		o = opSub
+		d = -d // d > MinInt64: no multiple of a unit is -2⁶³
 	}
+	if lit, ok := x.(*literal); ok && lit.null {
+		return lit, nil
+	} else if ok {
+		// A constant is shifted now, so that pruning sees the bound.
+		t := lit.v.(int64)
+		if (d > 0 && t > math.MaxInt64-d) || (d < 0 && t < math.MinInt64-d) {
+			return nil, c.errf(e, "the result is outside the years 1678 to 2261 that timestamps cover")
+		}
+		return &literal{k: kTime, v: t + d}, nil
+	}
+	o := opAdd
 	return &arith{op: o, k: kTime, l: x, r: &literal{k: kInt, v: d}}, nil
 }
 
