@@ -1,27 +1,30 @@
 package expr
 
 import (
+	"fmt"
 	"math/big"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
 )
 
-// A decimal column is compared with number literals exactly, as decimals
+// A decimal column (decimal128 or decimal256) is compared with number literals exactly, as decimals
 // at the column's scale: the literal is read as the exact rational its text
 // writes (1.25, -3, 2.5e-1) and scaled by 10^scale. When it then has a
 // fraction, it lies strictly between two integers f and f+1, and
 // x < L is x ≤ f, x > L is x ≥ f+1, x = L is never true and x != L always
 // (for a non-null x). No value is rounded through a float.
 
-// decCmp compares a decimal128 column with a constant unscaled value at the
-// column's scale.
+// decCmp compares a decimal column with a constant unscaled value at the
+// column's scale: a decimal128.Num for a decimal128 column, a
+// decimal256.Num for a decimal256 one.
 type decCmp struct {
 	op cmpOp
 	x  node
-	v  decimal128.Num
+	v  any
 }
 
 func (n *decCmp) kind() kind { return kBool }
@@ -31,15 +34,26 @@ func (n *decCmp) eval(ev *evaluator) (compute.Datum, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := as[0].(*array.Decimal128)
+	x := as[0]
 	defer x.Release()
+	var cmp func(i int) int
+	switch x := x.(type) {
+	case *array.Decimal128:
+		v := n.v.(decimal128.Num)
+		cmp = func(i int) int { return x.Value(i).Cmp(v) }
+	case *array.Decimal256:
+		v := n.v.(decimal256.Num)
+		cmp = func(i int) int { return x.Value(i).Cmp(v) }
+	default:
+		return nil, fmt.Errorf("a decimal comparison on %s", x.DataType())
+	}
 	w := newBoolWriter(ev, x.NullN() > 0)
 	for i := 0; i < ev.n; i++ {
 		if x.IsNull(i) {
 			w.null(i)
 			continue
 		}
-		w.set(i, cmpHolds(n.op, x.Value(i).Cmp(n.v)))
+		w.set(i, cmpHolds(n.op, cmp(i)))
 	}
 	return own(w.finish()), nil
 }
@@ -62,34 +76,42 @@ func cmpHolds(o cmpOp, c int) bool {
 	return c >= 0
 }
 
-// decimalLimit bounds the unscaled values of decimal128 columns (at most
-// 38 digits); constants beyond it are clamped to just past it, which keeps
-// every comparison's answer.
-var decimalLimit = new(big.Int).Exp(big.NewInt(10), big.NewInt(38), nil)
+func pow10(n int32) *big.Int { return new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n)), nil) }
 
-// scaled returns the number literal lit at scale: f = floor(lit·10^scale),
-// clamped past the range of decimal128 values, and whether lit·10^scale is
-// an integer.
-func (c *compiler) scaled(e sexpr, lit *literal, scale int32) (f decimal128.Num, exact bool, err error) {
+// scaled returns the number literal lit at the scale of decimal column col:
+// floor(lit·10^scale) and the integer after it, as values of the column's
+// width (clamped just past the 38 or 76 digits its values have, which keeps
+// every comparison's answer), and whether lit·10^scale is an integer.
+func (c *compiler) scaled(e sexpr, lit *literal, col *column) (floor, ceil any, exact bool, err error) {
 	r, ok := new(big.Rat).SetString(lit.num)
 	if lit.num == "" || !ok {
-		return f, false, c.errf(e, "type mismatch: a decimal column is compared with a number, not a %s", lit.k)
+		return nil, nil, false, c.errf(e, "type mismatch: a decimal column is compared with a number, not a %s", lit.k)
 	}
-	p := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(abs32(scale))), nil))
+	dt := col.dt.(arrow.DecimalType)
+	scale := dt.GetScale()
+	p := new(big.Rat).SetInt(pow10(abs32(scale)))
 	if scale >= 0 {
 		r.Mul(r, p)
 	} else {
 		r.Quo(r, p)
 	}
 	fl := new(big.Int).Div(r.Num(), r.Denom()) // Euclidean: floor for a positive denominator
-	lo := new(big.Int).Sub(new(big.Int).Neg(decimalLimit), big.NewInt(1))
+	limit := pow10(38)
+	if dt.BitWidth() == 256 {
+		limit = pow10(76)
+	}
+	lo := new(big.Int).Sub(new(big.Int).Neg(limit), big.NewInt(1))
 	switch {
-	case fl.Cmp(decimalLimit) > 0:
-		fl.Set(decimalLimit)
+	case fl.Cmp(limit) > 0:
+		fl.Set(limit)
 	case fl.Cmp(lo) < 0:
 		fl.Set(lo)
 	}
-	return decimal128.FromBigInt(fl), r.IsInt(), nil
+	cl := new(big.Int).Add(fl, big.NewInt(1))
+	if dt.BitWidth() == 256 {
+		return decimal256.FromBigInt(fl), decimal256.FromBigInt(cl), r.IsInt(), nil
+	}
+	return decimal128.FromBigInt(fl), decimal128.FromBigInt(cl), r.IsInt(), nil
 }
 
 func abs32(v int32) int32 {
@@ -115,14 +137,13 @@ func (c *compiler) decimalCompare(e sexpr, o cmpOp, l, r node) (node, error) {
 	if lit.null {
 		return &literal{k: kBool, null: true}, nil
 	}
-	f, exact, err := c.scaled(e, lit, col.dt.(*arrow.Decimal128Type).Scale)
+	f, ceil, exact, err := c.scaled(e, lit, col)
 	if err != nil {
 		return nil, err
 	}
 	if exact {
 		return &decCmp{op: o, x: x, v: f}, nil
 	}
-	ceil := f.Add(decimal128.FromI64(1))
 	switch o {
 	case cmpLT, cmpLE:
 		return &decCmp{op: cmpLE, x: x, v: f}, nil
@@ -152,7 +173,7 @@ func (c *compiler) decimalIn(e *inExpr, x node, items []node) (node, error) {
 			values = append(values, &literal{k: kDecimal, null: true})
 			continue
 		}
-		f, exact, err := c.scaled(e, lit, col.dt.(*arrow.Decimal128Type).Scale)
+		f, _, exact, err := c.scaled(e, lit, col)
 		if err != nil {
 			return nil, err
 		}

@@ -46,14 +46,14 @@
 // years 1678 to 2261; a value outside them makes evaluation fail, naming the
 // column, rather than compare wrongly.
 //
-// Decimal128 columns are compared with number literals exactly, at the
-// column's scale (decimal.go): the literal is the rational number its text
-// writes, and when scaling it leaves a fraction the comparison becomes the
-// equivalent one on the neighbouring integers (price > 1.255 on a scale-2
-// column is price >= 1.26). A decimal is usable in comparisons, IN, BETWEEN
+// Decimal columns (decimal128 and decimal256) are compared with number
+// literals exactly, at the column's scale (decimal.go): the literal is the
+// rational number its text writes, and when scaling it leaves a fraction
+// the comparison becomes the equivalent one on the neighbouring integers
+// (price > 1.255 on a scale-2 column is price >= 1.26). A decimal is usable in comparisons, IN, BETWEEN
 // and IS NULL with literals; comparing two decimal columns, arithmetic and
 // coalesce on decimals are refused. Other types (time of day, duration,
-// decimal256, binary, maps) are rejected by Parse.
+// binary, maps) are rejected by Parse.
 //
 // # Operators and functions
 //
@@ -132,7 +132,7 @@
 // statistics rule a filter out are not read; RowGroupStats reads those
 // statistics from Parquet metadata, converting timestamps (INT64 with a
 // unit) and dates (INT32 days) to nanoseconds and decimals (INT32, INT64 or
-// big-endian FIXED_LEN_BYTE_ARRAY) to unscaled values. It reasons about
+// big-endian FIXED_LEN_BYTE_ARRAY, up to 32 bytes) to unscaled values. It reasons about
 // comparisons, IN, BETWEEN, IS NULL, boolean columns and LIKE 'prefix%',
 // and answers false only when it can prove no row matches.
 package expr

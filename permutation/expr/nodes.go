@@ -373,6 +373,8 @@ func (n *in) eval(ev *evaluator) (compute.Datum, error) {
 			found = set[x.Value(i)]
 		case *array.Decimal128:
 			found = set[x.Value(i)]
+		case *array.Decimal256:
+			found = set[x.Value(i)]
 		}
 		switch {
 		case found:

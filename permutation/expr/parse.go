@@ -26,7 +26,7 @@ const (
 	kList                // a list column; only an argument of length/cardinality or IS NULL
 	kStruct              // a struct column; only an argument of IS NULL
 	kTime                // a timestamp or date: int64 nanoseconds since 1970-01-01 00:00:00 UTC
-	kDecimal             // a decimal128 column, compared with number literals at its scale
+	kDecimal             // a decimal128 or decimal256 column, compared with number literals at its scale
 )
 
 func (k kind) String() string {
@@ -49,8 +49,8 @@ func (k kind) arrowType() arrow.DataType {
 }
 
 // kindOf maps a column's Arrow type to a kind; ok is false for types that
-// expressions cannot use (time of day, duration, interval, decimal256,
-// binary, map, ...).
+// expressions cannot use (time of day, duration, interval, binary, map,
+// ...).
 func kindOf(dt arrow.DataType) (kind, bool) {
 	switch dt.ID() {
 	case arrow.BOOL:
@@ -68,7 +68,7 @@ func kindOf(dt arrow.DataType) (kind, bool) {
 		return kStruct, true
 	case arrow.TIMESTAMP, arrow.DATE32, arrow.DATE64:
 		return kTime, true
-	case arrow.DECIMAL128:
+	case arrow.DECIMAL128, arrow.DECIMAL256:
 		return kDecimal, true
 	case arrow.DICTIONARY:
 		vk, ok := kindOf(dt.(*arrow.DictionaryType).ValueType)

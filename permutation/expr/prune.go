@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/schema"
@@ -15,7 +16,7 @@ import (
 // group. Min and Max bound the column's non-null values and hold the
 // evaluation type of the column: bool, int64, float64 or string; for a
 // timestamp or date, int64 nanoseconds since the epoch (UTC); for a
-// decimal, its unscaled value as a decimal128.Num.
+// decimal, its unscaled value as a decimal128.Num or decimal256.Num.
 type Stats struct {
 	Min, Max     any
 	HasMinMax    bool  // Min and Max are set
@@ -233,8 +234,10 @@ func bounds(s Stats, k kind) (lo, hi any, ok bool) {
 			i, ok := v.(int64)
 			return i, ok
 		case kDecimal:
-			d, ok := v.(decimal128.Num)
-			return d, ok
+			switch v.(type) {
+			case decimal128.Num, decimal256.Num:
+				return v, true
+			}
 		case kFloat:
 			// Integer columns compared with floats are widened, and
 			// widening is monotone, so widened bounds still bound.
@@ -281,8 +284,19 @@ func cmpAny(a, b any) (int, bool) {
 		b, ok := b.(string)
 		return strings.Compare(a, b), ok
 	case decimal128.Num:
-		b, ok := b.(decimal128.Num)
-		return a.Cmp(b), ok
+		switch b := b.(type) {
+		case decimal128.Num:
+			return a.Cmp(b), true
+		case decimal256.Num:
+			return decimal256.FromDecimal128(a).Cmp(b), true
+		}
+	case decimal256.Num:
+		switch b := b.(type) {
+		case decimal128.Num:
+			return a.Cmp(decimal256.FromDecimal128(b)), true
+		case decimal256.Num:
+			return a.Cmp(b), true
+		}
 	}
 	return 0, false
 }
@@ -390,19 +404,24 @@ func decimalMinMax(ts metadata.TypedStatistics) (lo, hi any, ok bool) {
 }
 
 // bigEndianDecimal reads Parquet's big-endian two's-complement encoding of
-// a decimal's unscaled value, of 1 to 16 bytes.
-func bigEndianDecimal(b []byte) (decimal128.Num, bool) {
-	if len(b) == 0 || len(b) > 16 {
-		return decimal128.Num{}, false
+// a decimal's unscaled value: a decimal128.Num from 1 to 16 bytes, a
+// decimal256.Num from 17 to 32.
+func bigEndianDecimal(b []byte) (any, bool) {
+	if len(b) == 0 || len(b) > 32 {
+		return nil, false
 	}
-	var buf [16]byte
+	var buf [32]byte
 	if b[0]&0x80 != 0 {
 		for i := range buf {
 			buf[i] = 0xff
 		}
 	}
-	copy(buf[16-len(b):], b)
-	return decimal128.New(int64(binary.BigEndian.Uint64(buf[:8])), binary.BigEndian.Uint64(buf[8:])), true
+	copy(buf[32-len(b):], b)
+	w := func(i int) uint64 { return binary.BigEndian.Uint64(buf[8*i:]) }
+	if len(b) <= 16 {
+		return decimal128.New(int64(w(2)), w(3)), true
+	}
+	return decimal256.New(w(0), w(1), w(2), w(3)), true
 }
 
 func minMax(ts metadata.TypedStatistics, order schema.SortOrder) (lo, hi any, ok bool) {

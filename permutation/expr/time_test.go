@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -28,6 +29,7 @@ var timeSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "day64", Type: arrow.FixedWidthTypes.Date64, Nullable: true},
 	{Name: "price", Type: &arrow.Decimal128Type{Precision: 10, Scale: 2}, Nullable: true},
 	{Name: "big", Type: &arrow.Decimal128Type{Precision: 38, Scale: 0}, Nullable: true},
+	{Name: "huge", Type: &arrow.Decimal256Type{Precision: 60, Scale: 10}, Nullable: true},
 	{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
 }, nil)
 
@@ -36,13 +38,14 @@ var timeSchema = arrow.NewSchema([]arrow.Field{
 // instant, in its unit.
 const timeRows = `[
 {"t_s": 1796083200, "t_ms": 1796083200000, "t_us": 1796083200000000, "t_ns": 1796083200000000000,
- "day": 20788, "day64": 1796083200000, "price": "1.25", "big": "99999999999999999999999999999999999999", "s": "x"},
+ "day": 20788, "day64": 1796083200000, "price": "1.25", "big": "99999999999999999999999999999999999999",
+ "huge": "12345678901234567890123456789012345678901234567890.0000000001", "s": "x"},
 {"t_s": 1796079600, "t_ms": 1796079600500, "t_us": 1796079600500001, "t_ns": 1796079600500001001,
- "day": 20787, "day64": 1795996800000, "price": "-0.01", "big": "-5", "s": "y"},
+ "day": 20787, "day64": 1795996800000, "price": "-0.01", "big": "-5", "huge": "-0.5", "s": "y"},
 {"t_s": null, "t_ms": null, "t_us": null, "t_ns": null,
- "day": null, "day64": null, "price": null, "big": null, "s": null},
+ "day": null, "day64": null, "price": null, "big": null, "huge": null, "s": null},
 {"t_s": 0, "t_ms": 0, "t_us": 0, "t_ns": 0,
- "day": 0, "day64": 0, "price": "12345678.90", "big": "0", "s": "1970-01-01"}
+ "day": 0, "day64": 0, "price": "12345678.90", "big": "0", "huge": "0", "s": "1970-01-01"}
 ]`
 
 func timeRecord(t testing.TB, mem memory.Allocator) arrow.RecordBatch {
@@ -122,6 +125,12 @@ func TestTimeAndDecimal(t *testing.T) {
 		{"big < 999999999999999999999999999999999999999999.0", []int{0, 1, 3}}, // past decimal128
 		{"big > -999999999999999999999999999999999999999999.5", []int{0, 1, 3}},
 		{"big = -5.0", []int{1}},
+		{"huge > 12345678901234567890123456789012345678901234567890.0", []int{0}},
+		{"huge = 12345678901234567890123456789012345678901234567890.0000000001", []int{0}},
+		{"huge < -0.49999999999", []int{1}},
+		{"huge <= -0.5000000000000000001", nil},
+		{"huge IN (0, -0.50, 7)", []int{1, 3}},
+		{"huge BETWEEN -1 AND 1e-10", []int{1, 3}},
 	} {
 		e, err := expr.Parse(tc.text, timeSchema)
 		if err != nil {
@@ -208,6 +217,7 @@ func TestTimePruning(t *testing.T) {
 		{Name: "d9", Type: &arrow.Decimal128Type{Precision: 9, Scale: 2}, Nullable: true},   // INT32
 		{Name: "d18", Type: &arrow.Decimal128Type{Precision: 18, Scale: 3}, Nullable: true}, // INT64
 		{Name: "d30", Type: &arrow.Decimal128Type{Precision: 30, Scale: 1}, Nullable: true}, // FIXED_LEN_BYTE_ARRAY
+		{Name: "d60", Type: &arrow.Decimal256Type{Precision: 60, Scale: 1}, Nullable: true}, // FIXED_LEN_BYTE_ARRAY, 26 bytes
 	}, nil)
 	b := array.NewRecordBuilder(mem, schema)
 	defer b.Release()
@@ -218,8 +228,9 @@ func TestTimePruning(t *testing.T) {
 		b.Field(1).(*array.TimestampBuilder).Append(arrow.Timestamp(int64(start+3600*i) * 1e9))
 		b.Field(2).(*array.Date32Builder).Append(arrow.Date32(20788 + i/10))
 		for f, scale := range []int64{1, 10, 1} { // unscaled: i - 25 in units of the last digit
-			b.Field(3 + f).(*array.Decimal128Builder).Append(decimalOf(int64(i-25) * scale))
+			b.Field(3 + f).(*array.Decimal128Builder).Append(decimal128.FromI64(int64(i-25) * scale))
 		}
+		b.Field(6).(*array.Decimal256Builder).Append(decimal256.FromI64(int64(i - 25)))
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
@@ -241,8 +252,10 @@ func TestTimePruning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if got := r.MetaData().Schema.Column(5).PhysicalType(); got != parquet.Types.FixedLenByteArray {
-		t.Fatalf("d30 is stored as %s", got)
+	for i, width := range map[int]int{5: 13, 6: 26} { // d30, d60
+		if c := r.MetaData().Schema.Column(i); c.PhysicalType() != parquet.Types.FixedLenByteArray || c.TypeLength() != width {
+			t.Fatalf("%s is stored as %s of %d bytes", c.Name(), c.PhysicalType(), c.TypeLength())
+		}
 	}
 	st := rowGroupStats(r)
 	for _, tc := range []struct {
@@ -263,6 +276,8 @@ func TestTimePruning(t *testing.T) {
 		{"d30 >= 2.4", []bool{true, true, true, true, false}},
 		{"d30 < -1.55", []bool{false, true, true, true, true}},
 		{"d30 IN (0.5, 9.9)", []bool{true, true, true, false, true}},
+		{"d60 >= 2.4", []bool{true, true, true, true, false}},
+		{"d60 < -1.55", []bool{false, true, true, true, true}},
 	} {
 		e, err := expr.Parse(tc.text, schema)
 		if err != nil {
@@ -287,5 +302,3 @@ func TestTimePruning(t *testing.T) {
 		}
 	}
 }
-
-func decimalOf(v int64) decimal128.Num { return decimal128.FromI64(v) }
