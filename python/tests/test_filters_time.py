@@ -1,8 +1,8 @@
 """Filters on timestamps, dates and decimals keep the rows pyarrow.compute selects.
 
 Hypothesis draws a table (timestamps of every unit, one with a time zone, date32,
-date64 and two decimal128 columns, all with nulls; ``created_at`` sorted so that
-row group statistics rule some groups out) and predicates, each as SQL text with
+date64, two decimal128 columns and a decimal256 one, all with nulls; ``created_at``
+sorted so that row group statistics rule some groups out) and predicates, each as SQL text with
 the equivalent pyarrow.compute evaluation: pyarrow compares the columns with
 scalars of its own types (it casts to the finer unit, reads a date as its
 midnight and compares decimals at a common scale), so the two sides share no
@@ -46,7 +46,11 @@ TIMESTAMPS = {
     "t_ns": pa.timestamp("ns"),
 }
 DATES = {"day": pa.date32(), "day64": pa.date64()}
-DECIMALS = {"price": pa.decimal128(9, 2), "amount": pa.decimal128(20, 4)}
+DECIMALS = {
+    "price": pa.decimal128(9, 2),
+    "amount": pa.decimal128(20, 4),
+    "wide": pa.decimal256(40, 6),
+}
 
 
 @dataclass(frozen=True)
