@@ -103,9 +103,10 @@ def make_table(seed: int, n: int) -> pa.Table:
         ),
     }
     for name, typ in DECIMALS.items():
-        units = rng.integers(-3000, 3000, size=n)
+        # few distinct values, so that literals land on and next to them
+        units = rng.integers(-DECIMAL_UNITS, DECIMAL_UNITS + 1, size=n)
         columns[name] = pa.array(
-            [Decimal(int(u)).scaleb(-typ.scale + 1) for u in units], typ, mask=nulls()
+            [Decimal(int(u)).scaleb(-typ.scale) for u in units], typ, mask=nulls()
         )
     return pa.table(columns)
 
@@ -200,17 +201,27 @@ def date_comparison(draw: st.DrawFn) -> Term:
     return Term(f"({name} {op} {sql})", lambda t: COMPARISONS[op](t[name], scalar))
 
 
+DECIMAL_UNITS = 40  # a decimal column holds -40 … 40 units of its last digit
+
+
 @st.composite
-def decimal_literal(draw: st.DrawFn) -> Decimal:
-    digits = draw(st.integers(0, 6))
-    return Decimal(draw(st.integers(-4000, 4000))).scaleb(-digits)
+def decimal_literal(draw: st.DrawFn, name: str) -> Decimal:
+    """A value of column ``name``'s grid, or one up to 3 digits finer just beside it."""
+    scale = DECIMALS[name].scale
+    value = Decimal(draw(st.integers(-DECIMAL_UNITS - 2, DECIMAL_UNITS + 2))).scaleb(-scale)
+    finer = draw(st.integers(0, 3))
+    if finer:
+        value += Decimal(draw(st.integers(-9, 9))).scaleb(-scale - finer)
+    if draw(st.integers(0, 3)) == 0:
+        value = value.quantize(Decimal(1)) if scale else value  # an integer literal
+    return value
 
 
 @st.composite
 def decimal_comparison(draw: st.DrawFn) -> Term:
     name = draw(st.sampled_from(sorted(DECIMALS)))
     op = draw(st.sampled_from(sorted(COMPARISONS)))
-    value = draw(decimal_literal())
+    value = draw(decimal_literal(name))
     sql = format(value, "f")
     return Term(f"({name} {op} {sql})", lambda t: COMPARISONS[op](t[name], pa.scalar(value)))
 
@@ -240,7 +251,7 @@ def membership(draw: st.DrawFn) -> Term:
         typ: pa.DataType = pa.timestamp("us", tz=TIMESTAMPS[name].tz)
     else:
         name = draw(st.sampled_from(sorted(DECIMALS)))
-        values = draw(st.lists(decimal_literal(), min_size=1, max_size=4))
+        values = draw(st.lists(decimal_literal(name), min_size=1, max_size=4))
         sqls = [format(v, "f") for v in values]
         scalars = [pa.scalar(v) for v in values]
         typ = DECIMALS[name]
@@ -264,7 +275,7 @@ def between(draw: st.DrawFn) -> Term:
         lo_s, hi_s = instant_scalar(lo, name), instant_scalar(hi, name)
     else:
         name = draw(st.sampled_from(sorted(DECIMALS)))
-        lo_d, hi_d = draw(decimal_literal()), draw(decimal_literal())
+        lo_d, hi_d = draw(decimal_literal(name)), draw(decimal_literal(name))
         lo_sql, hi_sql = format(lo_d, "f"), format(hi_d, "f")
         lo_s, hi_s = pa.scalar(lo_d), pa.scalar(hi_d)
 
@@ -315,7 +326,7 @@ def kept(tbl: cr.Table, sql: str, root: Path) -> cr.Permutations:
 
 
 @settings(
-    max_examples=30,
+    max_examples=50,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -323,7 +334,7 @@ def kept(tbl: cr.Table, sql: str, root: Path) -> cr.Permutations:
 @given(
     seed=st.integers(0, 2**32 - 1),
     n=st.integers(1, 120),
-    preds=st.lists(predicates, min_size=1, max_size=5),
+    preds=st.lists(st.one_of(leaves, predicates), min_size=1, max_size=8),
 )
 def test_time_filter_matches_pyarrow(seed: int, n: int, preds: list[Term]) -> None:
     data = make_table(seed, n)
@@ -379,10 +390,14 @@ CASES: list[tuple[str, Eval]] = [
             pa.scalar(dt.date(2026, 11, 2), pa.date64()),
         ),
     ),
-    ("price > 1.25", lambda t: pc.greater(t["price"], pa.scalar(Decimal("1.25")))),
-    ("price >= 1.255", lambda t: pc.greater_equal(t["price"], pa.scalar(Decimal("1.255")))),
-    ("amount = 0.03", lambda t: pc.equal(t["amount"], pa.scalar(Decimal("0.03")))),
-    ("amount < -0.0001", lambda t: pc.less(t["amount"], pa.scalar(Decimal("-0.0001")))),
+    ("price > 0.25", lambda t: pc.greater(t["price"], pa.scalar(Decimal("0.25")))),
+    ("price > 0.249", lambda t: pc.greater(t["price"], pa.scalar(Decimal("0.249")))),
+    ("price >= 0.255", lambda t: pc.greater_equal(t["price"], pa.scalar(Decimal("0.255")))),
+    ("price <= -0.001", lambda t: pc.less_equal(t["price"], pa.scalar(Decimal("-0.001")))),
+    ("amount = 0.003", lambda t: pc.equal(t["amount"], pa.scalar(Decimal("0.003")))),
+    ("amount < -0.00015", lambda t: pc.less(t["amount"], pa.scalar(Decimal("-0.00015")))),
+    ("wide != 0.0000101", lambda t: pc.not_equal(t["wide"], pa.scalar(Decimal("0.0000101")))),
+    ("wide >= -0.0000005", lambda t: pc.greater_equal(t["wide"], pa.scalar(Decimal("-0.0000005")))),
 ]
 
 
