@@ -432,3 +432,70 @@ def test_refused(fixed_table: tuple[pa.Table, cr.Table, Path], sql: str, message
         cr.InvalidArgumentError, match=message.replace("(", r"\(").replace(")", r"\)")
     ):
         kept(tbl, sql, root / f"p{next(_counter)}")
+
+
+def test_hash_split_on_instants_and_decimals(tmp_path: Path) -> None:
+    """A hash split on a timestamp and a decimal puts each row in the split its values
+    choose, whatever the timestamp's unit and zone (a date being its midnight) and the
+    decimal's scale: the same instants and values, written four ways, split alike."""
+    rng = np.random.default_rng(5)
+    n = 400
+    instants = [BASE + int(k) * STEP for k in rng.integers(0, 2000, size=n)]
+    units = [int(u) for u in rng.integers(-500, 500, size=n)]
+    midnight = [dt.datetime.combine(i.date(), dt.time(), dt.UTC) for i in instants]
+    tables = {
+        "us": pa.table(
+            {
+                "at": pa.array(instants, pa.timestamp("us", tz="UTC")),
+                "v": pa.array([Decimal(u).scaleb(-2) for u in units], pa.decimal128(9, 2)),
+            }
+        ),
+        "s_zone": pa.table(
+            {
+                "at": pa.array(instants, pa.timestamp("s", tz="Asia/Kolkata")),
+                "v": pa.array([Decimal(u * 100).scaleb(-4) for u in units], pa.decimal128(20, 4)),
+            }
+        ),
+        "ns_naive": pa.table(
+            {
+                "at": pa.array([i.replace(tzinfo=None) for i in instants], pa.timestamp("ns")),
+                "v": pa.array([Decimal(u).scaleb(-2) for u in units], pa.decimal256(50, 2)),
+            }
+        ),
+    }
+    splits = {}
+    for name, data in tables.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        pq.write_table(data, folder / "part-0.parquet", row_group_size=64)
+        tbl = cr.open_table(uri(folder))
+        perms = (
+            cr.PermutationBuilder(tbl)
+            .split_hash(["at", "v"], [3, 1], split_names=["train", "val"])
+            .persist(uri(tmp_path / f"p-{name}"), progress=False)
+        )
+        splits[name] = [sorted(perms[i].row_ids().tolist()) for i in range(2)]
+        tbl.close()
+    assert 0 < len(splits["us"][1]) < n  # both splits hold rows
+    assert splits["s_zone"] == splits["us"]
+    assert splits["ns_naive"] == splits["us"]
+
+    # dates split as their midnights
+    by_day: dict[str, list[list[int]]] = {}
+    for name, typ, values in [
+        ("date32", pa.date32(), [i.date() for i in instants]),
+        ("midnight", pa.timestamp("ms", tz="UTC"), midnight),
+    ]:
+        folder = tmp_path / name
+        folder.mkdir()
+        pq.write_table(pa.table({"day": pa.array(values, typ)}), folder / "part-0.parquet")
+        tbl = cr.open_table(uri(folder))
+        perms = (
+            cr.PermutationBuilder(tbl)
+            .split_hash(["day"], [1, 1], split_names=["a", "b"])
+            .persist(uri(tmp_path / f"p-{name}"), progress=False)
+        )
+        by_day[name] = [sorted(perms[i].row_ids().tolist()) for i in range(2)]
+        tbl.close()
+    assert 0 < len(by_day["date32"][0]) < n
+    assert by_day["date32"] == by_day["midnight"]
