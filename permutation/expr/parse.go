@@ -655,7 +655,7 @@ func (c *compiler) function(e *callExpr) (node, error) {
 		if len(args) == 0 {
 			return nil, c.errf(e, "coalesce needs at least one argument")
 		}
-		if slicesHasKind(args, kDecimal) {
+		if hasKind(args, kDecimal) {
 			return nil, c.errf(e, "coalesce of a decimal is not supported; compare the column and test IS NULL")
 		}
 		if err := c.timeLiterals(e, args); err != nil {

@@ -367,6 +367,9 @@ func logicalMinMax(ts metadata.TypedStatistics, descr *schema.Column) (lo, hi an
 // nanosMinMax converts the bounds of a timestamp or date column, per
 // nanoseconds to its unit, to nanoseconds.
 func nanosMinMax(ts metadata.TypedStatistics, per int64) (lo, hi any, ok bool) {
+	if per == 0 { // a unit this package does not know
+		return nil, nil, false
+	}
 	var l, h int64
 	switch ts := ts.(type) {
 	case *metadata.Int32Statistics:
@@ -378,7 +381,7 @@ func nanosMinMax(ts metadata.TypedStatistics, per int64) (lo, hi any, ok bool) {
 	}
 	ln, okl := mulNanos(l, per)
 	hn, okh := mulNanos(h, per)
-	if per == 0 || !okl || !okh {
+	if !okl || !okh {
 		return nil, nil, false
 	}
 	return ln, hn, true

@@ -101,7 +101,11 @@ func parseTime(text string, date bool) (int64, error) {
 		}
 		return t.UnixNano(), nil
 	}
-	return 0, fmt.Errorf("%q is not a %s: write %s", text, map[bool]string{true: "date", false: "timestamp"}[date], form)
+	what := "timestamp"
+	if date {
+		what = "date"
+	}
+	return 0, fmt.Errorf("%q is not a %s: write %s", text, what, form)
 }
 
 // intervalUnits are the units of INTERVAL n unit, in nanoseconds: MySQL's
@@ -184,7 +188,7 @@ func (c *compiler) shift(e sexpr, xe sexpr, iv *intervalExpr, sub bool) (node, e
 // timeLiterals reads the string literals among nodes as timestamps when
 // any of nodes is a timestamp or date, as MySQL does.
 func (c *compiler) timeLiterals(e sexpr, nodes []node) error {
-	if !slicesHasKind(nodes, kTime) {
+	if !hasKind(nodes, kTime) {
 		return nil
 	}
 	for i, n := range nodes {
@@ -201,7 +205,8 @@ func (c *compiler) timeLiterals(e sexpr, nodes []node) error {
 	return nil
 }
 
-func slicesHasKind(nodes []node, k kind) bool {
+// hasKind reports whether any of nodes is of kind k.
+func hasKind(nodes []node, k kind) bool {
 	for _, n := range nodes {
 		if n.kind() == k {
 			return true
