@@ -25,7 +25,7 @@ type node interface {
 type (
 	literal struct {
 		k    kind
-		v    any // bool, int64 (kTime too), float64, string or decimal128.Num; unused when null
+		v    any // bool, int64 (kTime too), float64, string, decimal128.Num or decimal256.Num; unused when null
 		null bool
 		num  string // a number literal's text, with its sign, for decimal comparisons
 	}
