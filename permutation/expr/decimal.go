@@ -78,16 +78,28 @@ func cmpHolds(o cmpOp, c int) bool {
 
 func pow10(n int32) *big.Int { return new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n)), nil) }
 
-// scaled returns the number literal lit at the scale of decimal column col:
-// floor(lit·10^scale) and the integer after it, as values of the column's
-// width (clamped just past the 38 or 76 digits its values have, which keeps
-// every comparison's answer), and whether lit·10^scale is an integer.
-func (c *compiler) scaled(e sexpr, lit *literal, col *column) (floor, ceil any, exact bool, err error) {
+// decimalType is the type of a decimal expression: a column or coalesce.
+func decimalType(n node) (arrow.DecimalType, bool) {
+	var dt arrow.DataType
+	switch n := n.(type) {
+	case *column:
+		dt = n.dt
+	case *coalesce:
+		dt = n.dt
+	}
+	d, ok := dt.(arrow.DecimalType)
+	return d, ok
+}
+
+// scaled returns the number literal lit at the scale of decimal type dt:
+// floor(lit·10^scale) and the integer after it, as values of dt's width
+// (clamped just past the 38 or 76 digits its values have, which keeps every
+// comparison's answer), and whether lit·10^scale is an integer.
+func (c *compiler) scaled(e sexpr, lit *literal, dt arrow.DecimalType) (floor, ceil any, exact bool, err error) {
 	r, ok := new(big.Rat).SetString(lit.num)
 	if lit.num == "" || !ok {
-		return nil, nil, false, c.errf(e, "type mismatch: a decimal column is compared with a number, not a %s", lit.k)
+		return nil, nil, false, c.errf(e, "type mismatch: a decimal is compared with a number, not a %s", lit.k)
 	}
-	dt := col.dt.(arrow.DecimalType)
 	scale := dt.GetScale()
 	p := new(big.Rat).SetInt(pow10(abs32(scale)))
 	if scale >= 0 {
@@ -121,23 +133,23 @@ func abs32(v int32) int32 {
 	return v
 }
 
-// decimalCompare compiles a comparison of a decimal column with a number
-// literal or NULL, in either order.
+// decimalCompare compiles a comparison of a decimal column (or coalesce)
+// with a number literal or NULL, in either order.
 func (c *compiler) decimalCompare(e sexpr, o cmpOp, l, r node) (node, error) {
 	x, other := l, r
 	if _, ok := l.(*literal); ok {
 		x, other, o = r, l, flip[o]
 	}
-	col, isCol := x.(*column)
+	dt, isDec := decimalType(x)
 	lit, isLit := other.(*literal)
-	if !isCol || !isLit || x.kind() != kDecimal {
+	if !isDec || !isLit {
 		return nil, c.errf(e, "a decimal column is compared with a number literal or NULL, not with an expression of type %s",
 			other.kind())
 	}
 	if lit.null {
 		return &literal{k: kBool, null: true}, nil
 	}
-	f, ceil, exact, err := c.scaled(e, lit, col)
+	f, ceil, exact, err := c.scaled(e, lit, dt)
 	if err != nil {
 		return nil, err
 	}
@@ -155,14 +167,11 @@ func (c *compiler) decimalCompare(e sexpr, o cmpOp, l, r node) (node, error) {
 	return &logic{op: opOr, l: &decCmp{op: cmpLE, x: x, v: f}, r: &decCmp{op: cmpGE, x: x, v: ceil}}, nil
 }
 
-// decimalIn compiles x [NOT] IN (...) for a decimal column x: the list
-// holds number literals and NULLs; a literal with more fractional digits
-// than the column's scale equals no value and is left out.
+// decimalIn compiles x [NOT] IN (...) for a decimal column (or coalesce)
+// x: the list holds number literals and NULLs; a literal with more
+// fractional digits than x's scale equals no value and is left out.
 func (c *compiler) decimalIn(e *inExpr, x node, items []node) (node, error) {
-	col, isCol := x.(*column)
-	if !isCol {
-		return nil, c.errf(e, "IN on a decimal needs a decimal column")
-	}
+	dt, _ := decimalType(x)
 	var values []*literal
 	for _, it := range items {
 		lit, ok := it.(*literal)
@@ -173,7 +182,7 @@ func (c *compiler) decimalIn(e *inExpr, x node, items []node) (node, error) {
 			values = append(values, &literal{k: kDecimal, null: true})
 			continue
 		}
-		f, _, exact, err := c.scaled(e, lit, col)
+		f, _, exact, err := c.scaled(e, lit, dt)
 		if err != nil {
 			return nil, err
 		}
@@ -182,4 +191,50 @@ func (c *compiler) decimalIn(e *inExpr, x node, items []node) (node, error) {
 		}
 	}
 	return &in{x: x, values: values, neg: e.neg}, nil
+}
+
+// decimalCoalesce compiles coalesce over decimal columns of one type and
+// number literals and NULLs, which must be values of that type exactly.
+func (c *compiler) decimalCoalesce(e sexpr, args []node) (node, error) {
+	var dt arrow.DecimalType
+	for _, a := range args {
+		if d, ok := decimalType(a); ok {
+			if dt != nil && !arrow.TypeEqual(d, dt) {
+				return nil, c.errf(e, "type mismatch: coalesce of %s and %s; its decimals must be of one type", dt, d)
+			}
+			dt = d
+		}
+	}
+	out := make([]node, len(args))
+	for i, a := range args {
+		lit, isLit := a.(*literal)
+		switch {
+		case !isLit && a.kind() == kDecimal:
+			out[i] = a
+			continue
+		case !isLit:
+			return nil, c.errf(e, "type mismatch: coalesce of %s and %s", dt, a.kind())
+		case lit.null:
+			out[i] = &literal{k: kDecimal, null: true, dt: dt}
+			continue
+		}
+		f, _, exact, err := c.scaled(e, lit, dt)
+		if err != nil {
+			return nil, err
+		}
+		limit := pow10(dt.GetPrecision())
+		if v := decimalBig(f); !exact || v.CmpAbs(limit) >= 0 {
+			return nil, c.errf(e, "%s is not a value of %s", lit.num, dt)
+		}
+		out[i] = &literal{k: kDecimal, v: f, dt: dt}
+	}
+	return &coalesce{k: kDecimal, dt: dt, args: out}, nil
+}
+
+// decimalBig is a decimal128.Num or decimal256.Num as a big.Int.
+func decimalBig(v any) *big.Int {
+	if v, ok := v.(decimal128.Num); ok {
+		return v.BigInt()
+	}
+	return v.(decimal256.Num).BigInt()
 }

@@ -50,10 +50,11 @@
 // literals exactly, at the column's scale (decimal.go): the literal is the
 // rational number its text writes, and when scaling it leaves a fraction
 // the comparison becomes the equivalent one on the neighbouring integers
-// (price > 1.255 on a scale-2 column is price >= 1.26). A decimal is usable in comparisons, IN, BETWEEN
-// and IS NULL with literals; comparing two decimal columns, arithmetic and
-// coalesce on decimals are refused. Other types (time of day, duration,
-// binary, maps) are rejected by Parse.
+// (price > 1.255 on a scale-2 column is price >= 1.26). A decimal is
+// usable in comparisons, IN and BETWEEN with literals, IS NULL, and
+// coalesce over decimals of one type and literals that are values of it;
+// comparing two decimal columns and arithmetic on decimals are refused.
+// Other types (time of day, duration, binary, maps) are rejected by Parse.
 //
 // # Operators and functions
 //

@@ -8,6 +8,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/scalar"
 
@@ -27,7 +29,8 @@ type (
 		k    kind
 		v    any // bool, int64 (kTime too), float64, string, decimal128.Num or decimal256.Num; unused when null
 		null bool
-		num  string // a number literal's text, with its sign, for decimal comparisons
+		num  string         // a number literal's text, with its sign, for decimal comparisons
+		dt   arrow.DataType // a decimal literal's type
 	}
 	column struct {
 		path []string // top-level name, then struct field names
@@ -84,6 +87,7 @@ type (
 	}
 	coalesce struct {
 		k    kind
+		dt   arrow.DataType // the type of a decimal result
 		args []node
 	}
 )
@@ -139,10 +143,17 @@ func (n *coalesce) kind() kind  { return n.k }
 // scalar returns the literal as an Arrow scalar of its kind's type; the NULL
 // literal is a boolean null.
 func (n *literal) scalar() scalar.Scalar {
+	if n.null && n.dt != nil {
+		return scalar.MakeNullScalar(n.dt)
+	}
 	if n.null {
 		return scalar.MakeNullScalar(n.k.arrowType())
 	}
 	switch v := n.v.(type) {
+	case decimal128.Num:
+		return scalar.NewDecimal128Scalar(v, n.dt)
+	case decimal256.Num:
+		return scalar.NewDecimal256Scalar(v, n.dt)
 	case bool:
 		return scalar.NewBooleanScalar(v)
 	case int64:
@@ -528,7 +539,11 @@ func (n *coalesce) eval(ev *evaluator) (compute.Datum, error) {
 		return nil, err
 	}
 	defer releaseArrays(as...)
-	b := array.NewBuilder(ev.mem, n.k.arrowType())
+	typ := n.k.arrowType()
+	if n.dt != nil {
+		typ = n.dt
+	}
+	b := array.NewBuilder(ev.mem, typ)
 	defer b.Release()
 	b.Reserve(ev.n)
 rows:
@@ -544,6 +559,10 @@ rows:
 					b.(*array.Float64Builder).UnsafeAppend(a.Value(i))
 				case *array.String:
 					b.(*array.StringBuilder).Append(a.Value(i))
+				case *array.Decimal128:
+					b.(*array.Decimal128Builder).UnsafeAppend(a.Value(i))
+				case *array.Decimal256:
+					b.(*array.Decimal256Builder).UnsafeAppend(a.Value(i))
 				}
 				continue rows
 			}

@@ -656,7 +656,7 @@ func (c *compiler) function(e *callExpr) (node, error) {
 			return nil, c.errf(e, "coalesce needs at least one argument")
 		}
 		if hasKind(args, kDecimal) {
-			return nil, c.errf(e, "coalesce of a decimal is not supported; compare the column and test IS NULL")
+			return c.decimalCoalesce(e, args)
 		}
 		if err := c.timeLiterals(e, args); err != nil {
 			return nil, err

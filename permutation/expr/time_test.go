@@ -131,6 +131,11 @@ func TestTimeAndDecimal(t *testing.T) {
 		{"huge <= -0.5000000000000000001", nil},
 		{"huge IN (0, -0.50, 7)", []int{1, 3}},
 		{"huge BETWEEN -1 AND 1e-10", []int{1, 3}},
+		{"coalesce(price, 0) > 1", []int{0, 3}},
+		{"coalesce(price, 1.3) > 1.299", []int{2, 3}},
+		{"coalesce(NULL, price, NULL, -0.01) = -0.01", []int{1, 2}},
+		{"coalesce(huge, 0) IN (0, -0.5)", []int{1, 2, 3}},
+		{"coalesce(price, NULL) IS NULL", []int{2}},
 	} {
 		e, err := expr.Parse(tc.text, timeSchema)
 		if err != nil {
@@ -195,7 +200,10 @@ func TestTimeAndDecimalErrors(t *testing.T) {
 		{"price > big", "a decimal column is compared with a number literal or NULL"},
 		{"price > 'cheap'", "compared with a number, not a string"},
 		{"price IN (1, big)", "IN on a decimal column takes number literals and NULL"},
-		{"coalesce(price, 0) > 1", "coalesce of a decimal is not supported"},
+		{"coalesce(price, 0.001) > 1", "0.001 is not a value of decimal(10, 2)"},
+		{"coalesce(price, 100000000) > 1", "100000000 is not a value of decimal(10, 2)"},
+		{"coalesce(price, big) > 1", "its decimals must be of one type"},
+		{"coalesce(price, s) IS NULL", "type mismatch: coalesce of decimal(10, 2) and string"},
 		{"price * 2 > 1", "arithmetic * needs numbers, not a decimal"},
 	} {
 		_, err := expr.Parse(tc.text, timeSchema)

@@ -396,6 +396,13 @@ CASES: list[tuple[str, Eval]] = [
     ("price <= -0.001", lambda t: pc.less_equal(t["price"], pa.scalar(Decimal("-0.001")))),
     ("amount = 0.003", lambda t: pc.equal(t["amount"], pa.scalar(Decimal("0.003")))),
     ("amount < -0.00015", lambda t: pc.less(t["amount"], pa.scalar(Decimal("-0.00015")))),
+    (
+        "coalesce(price, 0.1) >= 0.1",
+        lambda t: pc.greater_equal(
+            pc.coalesce(t["price"], pa.scalar(Decimal("0.10"), DECIMALS["price"])),
+            pa.scalar(Decimal("0.1")),
+        ),
+    ),
     ("wide != 0.0000101", lambda t: pc.not_equal(t["wide"], pa.scalar(Decimal("0.0000101")))),
     ("wide >= -0.0000005", lambda t: pc.greater_equal(t["wide"], pa.scalar(Decimal("-0.0000005")))),
 ]
