@@ -444,28 +444,28 @@ def test_refused(fixed_table: tuple[pa.Table, cr.Table, Path], sql: str, message
 def test_hash_split_on_instants_and_decimals(tmp_path: Path) -> None:
     """A hash split on a timestamp and a decimal puts each row in the split its values
     choose, whatever the timestamp's unit and zone (a date being its midnight) and the
-    decimal's scale: the same instants and values, written four ways, split alike."""
+    decimal's scale: the same moments and values, written four ways, split alike."""
     rng = np.random.default_rng(5)
     n = 400
-    instants = [BASE + int(k) * STEP for k in rng.integers(0, 2000, size=n)]
+    moments = [BASE + int(k) * STEP for k in rng.integers(0, 2000, size=n)]
     units = [int(u) for u in rng.integers(-500, 500, size=n)]
-    midnight = [dt.datetime.combine(i.date(), dt.time(), dt.UTC) for i in instants]
+    midnight = [dt.datetime.combine(i.date(), dt.time(), dt.UTC) for i in moments]
     tables = {
         "us": pa.table(
             {
-                "at": pa.array(instants, pa.timestamp("us", tz="UTC")),
+                "at": pa.array(moments, pa.timestamp("us", tz="UTC")),
                 "v": pa.array([Decimal(u).scaleb(-2) for u in units], pa.decimal128(9, 2)),
             }
         ),
         "s_zone": pa.table(
             {
-                "at": pa.array(instants, pa.timestamp("s", tz="Asia/Kolkata")),
+                "at": pa.array(moments, pa.timestamp("s", tz="Asia/Kolkata")),
                 "v": pa.array([Decimal(u * 100).scaleb(-4) for u in units], pa.decimal128(20, 4)),
             }
         ),
         "ns_naive": pa.table(
             {
-                "at": pa.array([i.replace(tzinfo=None) for i in instants], pa.timestamp("ns")),
+                "at": pa.array([i.replace(tzinfo=None) for i in moments], pa.timestamp("ns")),
                 "v": pa.array([Decimal(u).scaleb(-2) for u in units], pa.decimal256(50, 2)),
             }
         ),
@@ -490,7 +490,7 @@ def test_hash_split_on_instants_and_decimals(tmp_path: Path) -> None:
     # dates split as their midnights
     by_day: dict[str, list[list[int]]] = {}
     for name, typ, values in [
-        ("date32", pa.date32(), [i.date() for i in instants]),
+        ("date32", pa.date32(), [i.date() for i in moments]),
         ("midnight", pa.timestamp("ms", tz="UTC"), midnight),
     ]:
         folder = tmp_path / name
