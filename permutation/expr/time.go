@@ -129,7 +129,7 @@ var calendarUnits = map[string]bool{"MONTH": true, "QUARTER": true, "YEAR": true
 var nowFunctions = map[string]bool{
 	"now": true, "current_timestamp": true, "current_date": true, "current_time": true,
 	"curdate": true, "curtime": true, "sysdate": true, "localtime": true, "localtimestamp": true,
-	"utc_timestamp": true, "utc_date": true, "utc_time": true, "unix_timestamp": true,
+	"utc_timestamp": true, "utc_date": true, "utc_time": true,
 }
 
 const nowRefused = "%s reads the clock, and a permutation must be the same whenever it is built: " +
