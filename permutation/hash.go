@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/big"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -21,9 +22,20 @@ import (
 //	float32/float64             0x04, then the float64 bits, little endian, with
 //	                            −0 as +0 and every NaN as 0x7FF8000000000000
 //	string/binary (any width)   0x05, then the length as uvarint, then the bytes
+//	timestamp (any unit or      0x06, then the seconds since 1970-01-01 00:00:00 UTC
+//	time zone), date32, date64  as int64 (rounded down), then the nanoseconds past
+//	                            them as uint32, both little endian; a date is its
+//	                            midnight
+//	decimal128/decimal256       0x07, then the value as d·10^e with d not a multiple
+//	                            of 10 (0 is 0·10^0): e as a zigzag varint, then 0x00
+//	                            for d ≥ 0 or 0x01 for d < 0, then |d| as uvarint
+//	                            length and big-endian bytes (none for 0)
 //
-// So the same value hashes the same whatever the column's integer width or
-// string offset width, and a row's hash never depends on its position.
+// So the same value hashes the same whatever the column's integer width,
+// string offset width, timestamp unit or time zone (an instant is one value),
+// or decimal precision and scale (1.50 and 1.5 are one value), and a row's
+// hash never depends on its position. Decimals hash apart from integers and
+// floats, and timestamps apart from integers.
 
 // hasher appends the canonical encoding of one column's values.
 type hasher func(buf []byte, row int) []byte
@@ -63,8 +75,22 @@ func newHasher(a arrow.Array) (hasher, error) {
 		return nullable(a, func(b []byte, i int) []byte { return appendBytes(b, a.Value(i)) }), nil
 	case *array.LargeBinary:
 		return nullable(a, func(b []byte, i int) []byte { return appendBytes(b, a.Value(i)) }), nil
+	case *array.Timestamp:
+		per := int64(a.DataType().(*arrow.TimestampType).Unit.Multiplier())
+		return nullable(a, func(b []byte, i int) []byte { return appendInstant(b, int64(a.Value(i)), per) }), nil
+	case *array.Date32:
+		return nullable(a, func(b []byte, i int) []byte { return appendInstant(b, int64(a.Value(i))*86400, 1e9) }), nil
+	case *array.Date64:
+		return nullable(a, func(b []byte, i int) []byte { return appendInstant(b, int64(a.Value(i)), 1e6) }), nil
+	case *array.Decimal128:
+		scale := a.DataType().(*arrow.Decimal128Type).Scale
+		return nullable(a, func(b []byte, i int) []byte { return appendDecimal(b, a.Value(i).BigInt(), scale) }), nil
+	case *array.Decimal256:
+		scale := a.DataType().(*arrow.Decimal256Type).Scale
+		return nullable(a, func(b []byte, i int) []byte { return appendDecimal(b, a.Value(i).BigInt(), scale) }), nil
 	}
-	return nil, fmt.Errorf("cannot hash values of type %s (hash splits and group keys take booleans, integers, floats, strings and binary)", a.DataType())
+	return nil, fmt.Errorf("cannot hash values of type %s (hash splits and group keys take booleans, integers, floats, "+
+		"strings, binary, timestamps, dates and decimals)", a.DataType())
 }
 
 func nullable(a arrow.Array, h hasher) hasher {
@@ -102,7 +128,50 @@ func appendFloat(b []byte, v float64) []byte {
 }
 
 func appendBytes(b, v []byte) []byte {
-	return append(binary.AppendUvarint(append(b, 5), uint64(len(v))), v...)
+	return appendBytesBody(append(b, 5), v)
+}
+
+// appendBytesBody appends v's length as uvarint, then v.
+func appendBytesBody(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+// appendInstant encodes v units of per nanoseconds since the epoch as
+// seconds and nanoseconds, which no unit's range overflows.
+func appendInstant(b []byte, v, per int64) []byte {
+	perSec := int64(1e9) / per
+	sec, frac := v/perSec, v%perSec
+	if frac < 0 {
+		sec, frac = sec-1, frac+perSec
+	}
+	b = binary.LittleEndian.AppendUint64(append(b, 6), uint64(sec))
+	return binary.LittleEndian.AppendUint32(b, uint32(frac*per))
+}
+
+var bigTen = big.NewInt(10)
+
+// appendDecimal encodes the decimal unscaled·10^−scale with the trailing
+// zeros of unscaled moved into the exponent. unscaled is modified.
+func appendDecimal(b []byte, unscaled *big.Int, scale int32) []byte {
+	exp := int64(-scale)
+	if unscaled.Sign() == 0 {
+		exp = 0
+	}
+	q, r := new(big.Int), new(big.Int)
+	for unscaled.Sign() != 0 {
+		if q.QuoRem(unscaled, bigTen, r); r.Sign() != 0 {
+			break
+		}
+		unscaled.Set(q)
+		exp++
+	}
+	b = binary.AppendVarint(append(b, 7), exp)
+	if unscaled.Sign() < 0 {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return appendBytesBody(b, unscaled.Bytes()) // Bytes is the absolute value
 }
 
 // HashRows sets out[i] to the hash of row i's values in cols.

@@ -36,8 +36,25 @@
 // as int64, float16/32/64 as float64, and string, large_string, string_view
 // and dictionary-encoded strings as utf8; booleans as booleans. A uint64
 // value above the int64 range makes evaluation fail. Lists are usable only
-// through length and cardinality. Other types (temporal, decimal, binary,
-// maps) are rejected by Parse.
+// through length and cardinality.
+//
+// Timestamps of every unit, with or without a time zone, and date32 and
+// date64 are evaluated as int64 nanoseconds since 1970-01-01 00:00:00 UTC
+// (time.go): Arrow stores a zoned timestamp as its UTC instant, a timestamp
+// without a zone is read as UTC, and a date is its midnight, as in MySQL, so
+// every temporal column compares with every other. Nanoseconds cover the
+// years 1678 to 2261; a value outside them makes evaluation fail, naming the
+// column, rather than compare wrongly.
+//
+// Decimal columns (decimal128 and decimal256) are compared with number
+// literals exactly, at the column's scale (decimal.go): the literal is the
+// rational number its text writes, and when scaling it leaves a fraction
+// the comparison becomes the equivalent one on the neighbouring integers
+// (price > 1.255 on a scale-2 column is price >= 1.26). A decimal is
+// usable in comparisons, IN and BETWEEN with literals, IS NULL, and
+// coalesce over decimals of one type and literals that are values of it;
+// comparing two decimal columns and arithmetic on decimals are refused.
+// Other types (time of day, duration, binary, maps) are rejected by Parse.
 //
 // # Operators and functions
 //
@@ -58,13 +75,34 @@
 //   - length(x): elements of a list, bytes of a string (MySQL's LENGTH);
 //     char_length(x) (or character_length): characters of a string or
 //     elements of a list; cardinality(x): elements of a list; abs(x);
-//     coalesce(x, ...): the first non-null argument.
+//     coalesce(x, ...): the first non-null argument;
+//   - ts + INTERVAL n unit, ts - INTERVAL n unit and INTERVAL n unit + ts
+//     for a timestamp or date ts, an integer literal n and a unit of fixed
+//     length: MICROSECOND, SECOND, MINUTE, HOUR, DAY or WEEK. MONTH,
+//     QUARTER and YEAR are refused by name: they need calendar arithmetic.
+//     A constant shifted by an interval is computed at Parse, so that
+//     pruning sees it.
 //
 // Literals are integers (int64), decimals and floats (float64), strings,
-// TRUE, FALSE and NULL. Subqueries, aggregates, other functions and
-// operators (bit operations, REGEXP, <=>, XOR, CASE, CAST, INTERVAL, the
-// JSON operators -> and ->>, placeholders, ...) are errors that name the
-// construct as SQL. Hexadecimal and bit literals (0x1f, X'1f') are refused.
+// TRUE, FALSE and NULL; TIMESTAMP 'YYYY-MM-DD[ HH:MM:SS[.fffffffff]]', in
+// UTC unless the text ends with Z or an offset (+05:30), and DATE
+// 'YYYY-MM-DD'. A string literal compared with a timestamp or date (or in
+// its IN list, BETWEEN or coalesce) is read as a TIMESTAMP literal, as
+// MySQL does. Subqueries, aggregates, other functions and operators (bit
+// operations, REGEXP, <=>, XOR, CASE, CAST, EXTRACT, the JSON operators ->
+// and ->>, placeholders, ...) are errors that name the construct as SQL.
+// Hexadecimal and bit literals (0x1f, X'1f') are refused.
+//
+// The functions that read the clock (now(), current_timestamp, curdate(),
+// sysdate(), ...) are refused, with an error that says to write the
+// instant as TIMESTAMP '...'. A permutation is built once, persisted, and
+// must be the same whenever and wherever it is built again from its spec
+// and table version; its manifest records the filter text as the account of
+// which rows it kept. A filter that read the clock would keep other rows at
+// every build while its recorded text stayed the same. Evaluating now() once
+// and recording the instant would keep the record true, but would make the
+// spec, as written, build something different each time; the caller, who
+// knows what "now" means for the run, writes the instant instead.
 //
 // # Limits
 //
@@ -93,6 +131,9 @@
 // MayMatch decides from per-column minimum, maximum and null count whether
 // any row of a row group can satisfy a filter, so that row groups whose
 // statistics rule a filter out are not read; RowGroupStats reads those
-// statistics from Parquet metadata. It answers false only when it can prove
-// no row matches.
+// statistics from Parquet metadata, converting timestamps (INT64 with a
+// unit) and dates (INT32 days) to nanoseconds and decimals (INT32, INT64 or
+// big-endian FIXED_LEN_BYTE_ARRAY, up to 32 bytes) to unscaled values. It reasons about
+// comparisons, IN, BETWEEN, IS NULL, boolean columns and LIKE 'prefix%',
+// and answers false only when it can prove no row matches.
 package expr

@@ -26,6 +26,9 @@ func FuzzParse(f *testing.F) {
 		"u > 100 AND g <= 0.5", "NOT (s >= 'b') OR d = 'red'", "i IS NOT NULL AND j IS NULL",
 		"b IS NOT TRUE", "f > -1e308 AND f < 1e308", "i = 9223372036854775807",
 		"i - -9223372036854775807 - 2 > 0", "s BETWEEN 'a' AND 'az'", "NOT NOT b",
+		"ts >= TIMESTAMP '2026-12-01 00:00:00' - INTERVAL 2 HOUR", "ts IN ('1970-01-01', NULL)",
+		"coalesce(ts, DATE '2000-01-01') < '1970-01-01 00:00:00.000001+01:00'", "ts + INTERVAL 1 WEEK > ts",
+		"dec > 1.245 OR dec = -0.5", "dec NOT IN (0, 1.25) AND dec BETWEEN -1 AND 1e7",
 	} {
 		f.Add(s)
 	}

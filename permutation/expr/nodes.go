@@ -8,6 +8,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/scalar"
 
@@ -25,8 +27,10 @@ type node interface {
 type (
 	literal struct {
 		k    kind
-		v    any // bool, int64, float64 or string; unused when null
+		v    any // bool, int64 (kTime too), float64, string, decimal128.Num or decimal256.Num; unused when null
 		null bool
+		num  string         // a number literal's text, with its sign, for decimal comparisons
+		dt   arrow.DataType // a decimal literal's type
 	}
 	column struct {
 		path []string // top-level name, then struct field names
@@ -83,6 +87,7 @@ type (
 	}
 	coalesce struct {
 		k    kind
+		dt   arrow.DataType // the type of a decimal result
 		args []node
 	}
 )
@@ -138,10 +143,17 @@ func (n *coalesce) kind() kind  { return n.k }
 // scalar returns the literal as an Arrow scalar of its kind's type; the NULL
 // literal is a boolean null.
 func (n *literal) scalar() scalar.Scalar {
+	if n.null && n.dt != nil {
+		return scalar.MakeNullScalar(n.dt)
+	}
 	if n.null {
 		return scalar.MakeNullScalar(n.k.arrowType())
 	}
 	switch v := n.v.(type) {
+	case decimal128.Num:
+		return scalar.NewDecimal128Scalar(v, n.dt)
+	case decimal256.Num:
+		return scalar.NewDecimal256Scalar(v, n.dt)
 	case bool:
 		return scalar.NewBooleanScalar(v)
 	case int64:
@@ -192,8 +204,16 @@ func (n *column) eval(ev *evaluator) (compute.Datum, error) {
 		return nil, errcode.New(errcode.InvalidArgument, evalOp, n.name(),
 			"column has type %s in the record batch but %s in the schema", arr.DataType(), n.dt)
 	}
+	if n.k == kTime {
+		defer arr.Release()
+		t, err := timeNanos(ev, n.name(), arr)
+		if err != nil {
+			return nil, err
+		}
+		return own(t), nil
+	}
 	d := own(arr)
-	if n.k == kList || n.k == kStruct || arrow.TypeEqual(n.dt, n.k.arrowType()) {
+	if n.k == kList || n.k == kStruct || n.k == kDecimal || arrow.TypeEqual(n.dt, n.k.arrowType()) {
 		return d, nil
 	}
 	defer d.Release()
@@ -362,6 +382,10 @@ func (n *in) eval(ev *evaluator) (compute.Datum, error) {
 			found = set[inKey(x.Value(i))]
 		case *array.Boolean:
 			found = set[x.Value(i)]
+		case *array.Decimal128:
+			found = set[x.Value(i)]
+		case *array.Decimal256:
+			found = set[x.Value(i)]
 		}
 		switch {
 		case found:
@@ -515,7 +539,11 @@ func (n *coalesce) eval(ev *evaluator) (compute.Datum, error) {
 		return nil, err
 	}
 	defer releaseArrays(as...)
-	b := array.NewBuilder(ev.mem, n.k.arrowType())
+	typ := n.k.arrowType()
+	if n.dt != nil {
+		typ = n.dt
+	}
+	b := array.NewBuilder(ev.mem, typ)
 	defer b.Release()
 	b.Reserve(ev.n)
 rows:
@@ -531,6 +559,10 @@ rows:
 					b.(*array.Float64Builder).UnsafeAppend(a.Value(i))
 				case *array.String:
 					b.(*array.StringBuilder).Append(a.Value(i))
+				case *array.Decimal128:
+					b.(*array.Decimal128Builder).UnsafeAppend(a.Value(i))
+				case *array.Decimal256:
+					b.(*array.Decimal256Builder).UnsafeAppend(a.Value(i))
 				}
 				continue rows
 			}

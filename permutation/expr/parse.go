@@ -18,17 +18,19 @@ import (
 type kind int
 
 const (
-	kNull   kind = iota // the untyped NULL literal
-	kBool               // boolean
-	kInt                // int64
-	kFloat              // float64
-	kString             // utf8
-	kList               // a list column; only an argument of length/cardinality or IS NULL
-	kStruct             // a struct column; only an argument of IS NULL
+	kNull    kind = iota // the untyped NULL literal
+	kBool                // boolean
+	kInt                 // int64
+	kFloat               // float64
+	kString              // utf8
+	kList                // a list column; only an argument of length/cardinality or IS NULL
+	kStruct              // a struct column; only an argument of IS NULL
+	kTime                // a timestamp or date: int64 nanoseconds since 1970-01-01 00:00:00 UTC
+	kDecimal             // a decimal128 or decimal256 column, compared with number literals at its scale
 )
 
 func (k kind) String() string {
-	return [...]string{"null", "boolean", "integer", "float", "string", "list", "struct"}[k]
+	return [...]string{"null", "boolean", "integer", "float", "string", "list", "struct", "timestamp", "decimal"}[k]
 }
 
 func (k kind) numeric() bool { return k == kInt || k == kFloat }
@@ -36,7 +38,7 @@ func (k kind) numeric() bool { return k == kInt || k == kFloat }
 // arrowType is the Arrow type values of kind k are evaluated as.
 func (k kind) arrowType() arrow.DataType {
 	switch k {
-	case kInt:
+	case kInt, kTime:
 		return arrow.PrimitiveTypes.Int64
 	case kFloat:
 		return arrow.PrimitiveTypes.Float64
@@ -47,7 +49,8 @@ func (k kind) arrowType() arrow.DataType {
 }
 
 // kindOf maps a column's Arrow type to a kind; ok is false for types that
-// expressions cannot use (temporal, decimal, binary, map, ...).
+// expressions cannot use (time of day, duration, interval, binary, map,
+// ...).
 func kindOf(dt arrow.DataType) (kind, bool) {
 	switch dt.ID() {
 	case arrow.BOOL:
@@ -63,6 +66,10 @@ func kindOf(dt arrow.DataType) (kind, bool) {
 		return kList, true
 	case arrow.STRUCT:
 		return kStruct, true
+	case arrow.TIMESTAMP, arrow.DATE32, arrow.DATE64:
+		return kTime, true
+	case arrow.DECIMAL128, arrow.DECIMAL256:
+		return kDecimal, true
 	case arrow.DICTIONARY:
 		vk, ok := kindOf(dt.(*arrow.DictionaryType).ValueType)
 		if ok && vk == kString {
@@ -134,6 +141,8 @@ func Parse(text string, schema *arrow.Schema) (*Expr, error) {
 		return nil, c.errf(tree, "the expression is a list; use length(...) or cardinality(...)")
 	case kStruct:
 		return nil, c.errf(tree, "the expression is a struct; name one of its fields")
+	case kTime, kDecimal:
+		return nil, c.errf(tree, "the expression is a %s; compare it with a value", n.kind())
 	}
 	e := &Expr{text: text, root: n}
 	for name := range c.cols {
@@ -234,6 +243,8 @@ func (c *compiler) compile(e sexpr) (node, error) {
 		return c.compile(e.x)
 	case *tupleExpr:
 		return nil, c.errf(e, "a row value (a, b, ...) outside IN is not supported")
+	case *intervalExpr:
+		return nil, c.errf(e, "INTERVAL is only added to or subtracted from a timestamp or date: ts + INTERVAL n unit, ts - INTERVAL n unit")
 	}
 	return nil, errcode.New(errcode.Internal, op, "", "no compiler for the syntax node %T of %q", e, c.fragment(e))
 }
@@ -278,19 +289,26 @@ func (c *compiler) literal(e *litExpr, negative bool) (node, error) {
 		if negative {
 			return nil, c.errf(e, "unary - needs a number, not a string")
 		}
+		if e.typed != "" {
+			v, err := parseTime(e.val, e.typed == "DATE")
+			if err != nil {
+				return nil, c.errf(e, "%v", err)
+			}
+			return &literal{k: kTime, v: v}, nil
+		}
 		return &literal{k: kString, v: e.val}, nil
 	case tInt:
 		v, err := strconv.ParseInt(sign+e.val, 10, 64)
 		if err != nil {
 			return nil, c.errf(e, "integer literal %s%s is out of the int64 range", sign, e.val)
 		}
-		return &literal{k: kInt, v: v}, nil
+		return &literal{k: kInt, v: v, num: sign + e.val}, nil
 	case tFloat, tDecimal:
 		v, err := strconv.ParseFloat(sign+e.val, 64)
 		if err != nil || math.IsInf(v, 0) {
 			return nil, c.errf(e, "number %s%s is out of the float64 range", sign, e.val)
 		}
-		return &literal{k: kFloat, v: v}, nil
+		return &literal{k: kFloat, v: v, num: sign + e.val}, nil
 	}
 	return nil, c.errf(e, "unsupported literal %s: the literals are numbers, strings, TRUE, FALSE and NULL", e.val)
 }
@@ -303,6 +321,9 @@ func (c *compiler) column(e *identExpr) (node, error) {
 		segs = append(segs, strings.Split(p, ".")...)
 	}
 	path, f, err := resolve(c.schema.Fields(), segs)
+	if w := strings.ToLower(strings.Join(segs, ".")); err != nil && nowFunctions[w] {
+		return nil, c.errf(e, nowRefused, strings.ToUpper(w))
+	}
 	if err != nil {
 		names := make([]string, 0, c.schema.NumFields())
 		for _, f := range c.schema.Fields() {
@@ -396,7 +417,7 @@ var cmpOps = map[string]cmpOp{
 // integer widened to float, NULL taking the other side's kind.
 func common(a, b kind) (kind, bool) {
 	switch {
-	case a == kList || a == kStruct || b == kList || b == kStruct:
+	case a == kList || a == kStruct || a == kDecimal || b == kList || b == kStruct || b == kDecimal:
 		return 0, false
 	case a == b:
 		return a, true
@@ -411,6 +432,14 @@ func common(a, b kind) (kind, bool) {
 }
 
 func (c *compiler) compare(e sexpr, o cmpOp, l, r node) (node, error) {
+	if l.kind() == kDecimal || r.kind() == kDecimal {
+		return c.decimalCompare(e, o, l, r)
+	}
+	lr := []node{l, r}
+	if err := c.timeLiterals(e, lr); err != nil {
+		return nil, err
+	}
+	l, r = lr[0], lr[1]
 	k, ok := common(l.kind(), r.kind())
 	if !ok {
 		return nil, c.errf(e, "type mismatch: cannot compare %s with %s", l.kind(), r.kind())
@@ -452,6 +481,16 @@ func (c *compiler) in(e *inExpr) (node, error) {
 		if items[i], err = c.compile(it); err != nil {
 			return nil, err
 		}
+	}
+	if k == kDecimal {
+		return c.decimalIn(e, x, items)
+	}
+	all := append([]node{x}, items...)
+	if err := c.timeLiterals(e, all); err != nil {
+		return nil, err
+	}
+	x, items, k = all[0], all[1:], all[0].kind()
+	for i := range items {
 		ck, ok := common(k, items[i].kind())
 		if !ok {
 			return nil, c.errf(e, "type mismatch: %s IN a list holding %s", x.kind(), items[i].kind())
@@ -546,6 +585,12 @@ func (c *compiler) arith(e *binaryExpr) (node, error) {
 	if !ok {
 		return nil, c.errf(e, "operator %s is not supported", e.op)
 	}
+	if iv, ok := e.r.(*intervalExpr); ok && (o == opAdd || o == opSub) {
+		return c.shift(e, e.l, iv, o == opSub)
+	}
+	if iv, ok := e.l.(*intervalExpr); ok && o == opAdd {
+		return c.shift(e, e.r, iv, false)
+	}
 	l, r, err := c.operands(e.l, e.r)
 	if err != nil {
 		return nil, err
@@ -610,6 +655,12 @@ func (c *compiler) function(e *callExpr) (node, error) {
 		if len(args) == 0 {
 			return nil, c.errf(e, "coalesce needs at least one argument")
 		}
+		if hasKind(args, kDecimal) {
+			return c.decimalCoalesce(e, args)
+		}
+		if err := c.timeLiterals(e, args); err != nil {
+			return nil, err
+		}
 		k := kNull
 		for _, a := range args {
 			ck, ok := common(k, a.kind())
@@ -625,6 +676,9 @@ func (c *compiler) function(e *callExpr) (node, error) {
 			args[i] = coerce(args[i], k)
 		}
 		return &coalesce{k: k, args: args}, nil
+	}
+	if nowFunctions[name] {
+		return nil, c.errf(e, nowRefused, name+"()")
 	}
 	return nil, c.errf(e, "unknown function %s; the functions are %s", name, functions)
 }

@@ -1,9 +1,12 @@
 package expr
 
 import (
+	"encoding/binary"
 	"math"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/schema"
@@ -11,7 +14,9 @@ import (
 
 // Stats summarises one column over a set of rows, such as a Parquet row
 // group. Min and Max bound the column's non-null values and hold the
-// evaluation type of the column: bool, int64, float64 or string.
+// evaluation type of the column: bool, int64, float64 or string; for a
+// timestamp or date, int64 nanoseconds since the epoch (UTC); for a
+// decimal, its unscaled value as a decimal128.Num or decimal256.Num.
 type Stats struct {
 	Min, Max     any
 	HasMinMax    bool  // Min and Max are set
@@ -32,9 +37,10 @@ var unknown = tri{true, true, true}
 //
 // MayMatch is conservative: it returns false only when the statistics prove
 // no row can match, so a false answer means the rows can be skipped. It
-// reasons about comparisons, BETWEEN, IN, IS [NOT] NULL, IS [NOT] TRUE/FALSE
-// and bare boolean columns between a column and constants, combined with
-// AND, OR and NOT; everything else counts as "may be anything".
+// reasons about comparisons, BETWEEN, IN, IS [NOT] NULL, IS [NOT] TRUE/FALSE,
+// LIKE 'prefix%' and bare boolean columns between a column and constants,
+// combined with AND, OR and NOT; everything else counts as "may be
+// anything".
 func (e *Expr) MayMatch(stats func(column string) (Stats, bool)) bool {
 	return mayBe(e.root, stats).t
 }
@@ -89,6 +95,10 @@ func mayBe(n node, stats func(string) (Stats, bool)) tri {
 		if lit, ok := n.l.(*literal); ok {
 			return compareStats(n.r, flip[n.op], lit.value(), stats)
 		}
+	case *decCmp:
+		return compareStats(n.x, n.op, n.v, stats)
+	case *like:
+		return likeStats(n, stats)
 	case *in:
 		s, ok := columnStats(n.x, stats)
 		if !ok {
@@ -107,6 +117,31 @@ func mayBe(n node, stats func(string) (Stats, bool)) tri {
 		return tri{t: match, f: true, null: true}
 	}
 	return unknown
+}
+
+// likeStats bounds x LIKE 'p%' (and NOT LIKE): a string with the prefix p
+// lies in [min, max] only if max ≥ p and min either is ≤ p or starts with p.
+func likeStats(n *like, stats func(string) (Stats, bool)) tri {
+	s, ok := columnStats(n.x, stats)
+	if !ok {
+		return unknown
+	}
+	if s.HasNullCount && s.NullCount >= s.NumRows {
+		return tri{null: true}
+	}
+	r := tri{t: true, f: true, null: !s.HasNullCount || s.NullCount > 0}
+	lo, hi, ok := bounds(s, kString)
+	if !s.HasMinMax || !ok || n.m.shape != likePrefix || n.m.lit == "" {
+		return r
+	}
+	p, min, max := n.m.lit, lo.(string), hi.(string)
+	some := max >= p && (min <= p || strings.HasPrefix(min, p))
+	all := strings.HasPrefix(min, p) && strings.HasPrefix(max, p)
+	if n.neg {
+		some, all = !all, !some
+	}
+	r.t, r.f = some, !all
+	return r
 }
 
 var flip = [...]cmpOp{cmpEQ: cmpEQ, cmpNE: cmpNE, cmpLT: cmpGT, cmpLE: cmpGE, cmpGT: cmpLT, cmpGE: cmpLE}
@@ -195,9 +230,14 @@ func bounds(s Stats, k kind) (lo, hi any, ok bool) {
 		case kBool:
 			b, ok := v.(bool)
 			return b, ok
-		case kInt:
+		case kInt, kTime:
 			i, ok := v.(int64)
 			return i, ok
+		case kDecimal:
+			switch v.(type) {
+			case decimal128.Num, decimal256.Num:
+				return v, true
+			}
 		case kFloat:
 			// Integer columns compared with floats are widened, and
 			// widening is monotone, so widened bounds still bound.
@@ -243,6 +283,20 @@ func cmpAny(a, b any) (int, bool) {
 	case string:
 		b, ok := b.(string)
 		return strings.Compare(a, b), ok
+	case decimal128.Num:
+		switch b := b.(type) {
+		case decimal128.Num:
+			return a.Cmp(b), true
+		case decimal256.Num:
+			return decimal256.FromDecimal128(a).Cmp(b), true
+		}
+	case decimal256.Num:
+		switch b := b.(type) {
+		case decimal128.Num:
+			return a.Cmp(decimal256.FromDecimal128(b)), true
+		case decimal256.Num:
+			return a.Cmp(b), true
+		}
 	}
 	return 0, false
 }
@@ -261,7 +315,10 @@ func cmp3[T int64 | float64](a, b T) int {
 // primitive columns in the form MayMatch takes. Columns inside structs or
 // lists, columns without trustworthy statistics (as the file's writer
 // version tells) and physical types other than BOOLEAN, INT32, INT64,
-// FLOAT, DOUBLE and BYTE_ARRAY have none.
+// FLOAT, DOUBLE, BYTE_ARRAY and (for decimals) FIXED_LEN_BYTE_ARRAY have
+// none. Timestamps (INT64 with a unit) and dates (INT32 days) become
+// nanoseconds since the epoch; decimals (INT32, INT64 or big-endian
+// two's-complement bytes) their unscaled values.
 func RowGroupStats(rg *metadata.RowGroupMetaData) func(column string) (Stats, bool) {
 	out := map[string]Stats{}
 	for i := 0; i < rg.NumColumns(); i++ {
@@ -282,7 +339,7 @@ func RowGroupStats(rg *metadata.RowGroupMetaData) func(column string) (Stats, bo
 		}
 		s := Stats{NumRows: rg.NumRows(), HasNullCount: ts.HasNullCount(), NullCount: ts.NullCount()}
 		if ts.HasMinMax() {
-			s.Min, s.Max, s.HasMinMax = minMax(ts, descr.SortOrder())
+			s.Min, s.Max, s.HasMinMax = logicalMinMax(ts, descr)
 		}
 		out[cc.PathInSchema()[0]] = s
 	}
@@ -290,6 +347,84 @@ func RowGroupStats(rg *metadata.RowGroupMetaData) func(column string) (Stats, bo
 		s, ok := out[column]
 		return s, ok
 	}
+}
+
+// logicalMinMax returns the bounds of a column chunk as MayMatch compares
+// them, from its physical statistics and its logical type.
+func logicalMinMax(ts metadata.TypedStatistics, descr *schema.Column) (lo, hi any, ok bool) {
+	switch lt := descr.LogicalType().(type) {
+	case schema.DecimalLogicalType:
+		return decimalMinMax(ts)
+	case schema.TimestampLogicalType:
+		per := map[schema.TimeUnitType]int64{schema.TimeUnitMillis: 1e6, schema.TimeUnitMicros: 1e3, schema.TimeUnitNanos: 1}
+		return nanosMinMax(ts, per[lt.TimeUnit()])
+	case schema.DateLogicalType:
+		return nanosMinMax(ts, 86400e9)
+	}
+	return minMax(ts, descr.SortOrder())
+}
+
+// nanosMinMax converts the bounds of a timestamp or date column, per
+// nanoseconds to its unit, to nanoseconds.
+func nanosMinMax(ts metadata.TypedStatistics, per int64) (lo, hi any, ok bool) {
+	if per == 0 { // a unit this package does not know
+		return nil, nil, false
+	}
+	var l, h int64
+	switch ts := ts.(type) {
+	case *metadata.Int32Statistics:
+		l, h = int64(ts.Min()), int64(ts.Max())
+	case *metadata.Int64Statistics:
+		l, h = ts.Min(), ts.Max()
+	default:
+		return nil, nil, false
+	}
+	ln, okl := mulNanos(l, per)
+	hn, okh := mulNanos(h, per)
+	if !okl || !okh {
+		return nil, nil, false
+	}
+	return ln, hn, true
+}
+
+// decimalMinMax reads the bounds of a decimal column as unscaled values.
+func decimalMinMax(ts metadata.TypedStatistics) (lo, hi any, ok bool) {
+	switch ts := ts.(type) {
+	case *metadata.Int32Statistics:
+		return decimal128.FromI64(int64(ts.Min())), decimal128.FromI64(int64(ts.Max())), true
+	case *metadata.Int64Statistics:
+		return decimal128.FromI64(ts.Min()), decimal128.FromI64(ts.Max()), true
+	case *metadata.FixedLenByteArrayStatistics:
+		l, okl := bigEndianDecimal(ts.Min())
+		h, okh := bigEndianDecimal(ts.Max())
+		return l, h, okl && okh
+	case *metadata.ByteArrayStatistics:
+		l, okl := bigEndianDecimal(ts.Min())
+		h, okh := bigEndianDecimal(ts.Max())
+		return l, h, okl && okh
+	}
+	return nil, nil, false
+}
+
+// bigEndianDecimal reads Parquet's big-endian two's-complement encoding of
+// a decimal's unscaled value: a decimal128.Num from 1 to 16 bytes, a
+// decimal256.Num from 17 to 32.
+func bigEndianDecimal(b []byte) (any, bool) {
+	if len(b) == 0 || len(b) > 32 {
+		return nil, false
+	}
+	var buf [32]byte
+	if b[0]&0x80 != 0 {
+		for i := range buf {
+			buf[i] = 0xff
+		}
+	}
+	copy(buf[32-len(b):], b)
+	w := func(i int) uint64 { return binary.BigEndian.Uint64(buf[8*i:]) }
+	if len(b) <= 16 {
+		return decimal128.New(int64(w(2)), w(3)), true
+	}
+	return decimal256.New(w(0), w(1), w(2), w(3)), true
 }
 
 func minMax(ts metadata.TypedStatistics, order schema.SortOrder) (lo, hi any, ok bool) {

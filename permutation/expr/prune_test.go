@@ -41,7 +41,8 @@ func TestMayMatchHandPicked(t *testing.T) {
 		{"f != 1.5", true}, {"f = 3", false},
 		{"b", false}, {"NOT b", true}, {"b IS TRUE", false}, {"b IS NOT TRUE", true}, {"b = true", false},
 		{"st.a = 3", true}, {"st.a != 3", false}, {"st.a IS NULL", true},
-		{"j > 1000", true}, {"i + 1 > 100", true}, {"s LIKE 'zz%'", true}, // no reasoning: may match
+		{"j > 1000", true}, {"i + 1 > 100", true}, {"s LIKE '%zz'", false}, // all null
+		{"length(s) > 1", true}, // no reasoning: may match
 		{"FALSE", false}, {"NULL", false}, {"TRUE", true}, {"i > 10 IS NOT TRUE", true},
 	} {
 		e, err := expr.Parse(tc.text, testSchema)
@@ -136,7 +137,7 @@ func TestRowGroupStats(t *testing.T) {
 		{"score IS NOT NULL", []bool{false, false, false, false, true}},
 		{"score > 2.5", []bool{true, true, true, true, true}},
 		{"name IS NULL", []bool{false, true, true, true, true}},
-		{"name LIKE 'nc%'", []bool{false, false, false, false, false}},
+		{"name LIKE 'nc%'", []bool{true, true, false, true, true}},
 		{"name >= 'nd'", []bool{true, true, true, false, false}},
 		{"flag", []bool{true, true, true, false, false}},
 		{"NOT flag", []bool{true, true, false, true, true}},

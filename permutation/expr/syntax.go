@@ -54,8 +54,14 @@ type (
 	}
 	litExpr struct {
 		span
-		kind tokKind // tString, tInt, tDecimal, tFloat or tOtherLit
-		val  string
+		kind  tokKind // tString, tInt, tDecimal, tFloat or tOtherLit
+		val   string
+		typed string // TIMESTAMP or DATE before a string, else ""
+	}
+	intervalExpr struct {
+		span
+		n    sexpr  // the number of units
+		unit string // upper-cased, as written
 	}
 	nullExpr struct{ span }
 	boolExpr struct {
@@ -123,7 +129,7 @@ var reserved = map[string]bool{
 
 // unsupportedWords names, as SQL, the constructs a reserved word starts.
 var unsupportedWords = map[string]string{
-	"CASE": "CASE", "CAST": "CAST", "CONVERT": "CONVERT", "INTERVAL": "INTERVAL",
+	"CASE": "CASE", "CAST": "CAST", "CONVERT": "CONVERT",
 	"EXISTS": "EXISTS", "BINARY": "BINARY", "DEFAULT": "DEFAULT", "MATCH": "MATCH ... AGAINST",
 	"XOR": "XOR", "COLLATE": "COLLATE", "REGEXP": "the operator REGEXP", "RLIKE": "the operator RLIKE",
 }
@@ -676,7 +682,7 @@ func (p *parser) primary() (sexpr, error) {
 	switch t.kind {
 	case tString, tInt, tDecimal, tFloat, tOtherLit:
 		p.next()
-		return &litExpr{sp, t.kind, t.val}, nil
+		return &litExpr{span: sp, kind: t.kind, val: t.val}, nil
 	case tQuoted:
 		return p.name()
 	case tParam:
@@ -712,6 +718,17 @@ func (p *parser) primary() (sexpr, error) {
 		if what, ok := unsupportedWords[w]; ok {
 			return nil, notSupported(p.text, t.pos, what)
 		}
+		next := p.toks[min(p.i+1, len(p.toks)-1)]
+		switch {
+		case w == "INTERVAL":
+			return p.interval()
+		case (w == "TIMESTAMP" || w == "DATE") && next.kind == tString:
+			p.next()
+			p.next()
+			return &litExpr{span{t.pos, next.end}, tString, next.val, w}, nil
+		case (w == "TIME" || w == "DATETIME") && next.kind == tString:
+			return nil, notSupported(p.text, t.pos, "a "+w+" literal (write TIMESTAMP '...')")
+		}
 		if strings.HasPrefix(t.val, "_") && p.toks[p.i+1].kind == tString {
 			return nil, notSupported(p.text, t.pos, "a character set introducer (_charset 'text')")
 		}
@@ -720,6 +737,21 @@ func (p *parser) primary() (sexpr, error) {
 		}
 	}
 	return nil, p.expected("an operand")
+}
+
+// interval parses INTERVAL n unit.
+func (p *parser) interval() (sexpr, error) {
+	start := p.next()
+	n, err := p.prefix()
+	if err != nil {
+		return nil, err
+	}
+	u := p.peek()
+	if u.kind != tIdent {
+		return nil, p.expected("a unit after INTERVAL's number (MICROSECOND, SECOND, MINUTE, HOUR, DAY or WEEK)")
+	}
+	p.next()
+	return &intervalExpr{span{start.pos, u.end}, n, strings.ToUpper(u.val)}, nil
 }
 
 // name parses a dotted column name, or a function call when a parenthesis
@@ -743,6 +775,9 @@ func (p *parser) name() (sexpr, error) {
 	name := strings.ToLower(strings.Join(e.parts, "."))
 	if aggregates[name] {
 		return nil, notSupported(p.text, e.pos, "the aggregate function "+name)
+	}
+	if name == "extract" {
+		return nil, notSupported(p.text, e.pos, "EXTRACT")
 	}
 	open := p.next()
 	call := &callExpr{span: span{e.pos, open.end}, name: e.parts}
