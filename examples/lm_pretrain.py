@@ -51,6 +51,7 @@ import croupier as cr
 
 VOCAB = 256
 SOURCES = ("web", "code")
+STRIDES = (1, 7)  # of the token sequences of each table
 WEIGHTS = ((0.9, 0.1), (0.5, 0.5))  # before --mix-start, from --mix-end on
 SEED = 1234
 
@@ -63,7 +64,11 @@ def write_tables(work: Path, rows: int, max_tokens: int) -> None:
         n = rows if s == 0 else rows // 2
         lengths = rng.integers(8, max_tokens + 1, n)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        values = rng.integers(0, VOCAB, int(lengths.sum()), dtype=np.int32)
+        # Token k of a document is start + stride * k (mod VOCAB), a stride of
+        # its own for each table: a sequence the model can learn to continue.
+        starts = np.repeat(rng.integers(0, VOCAB, n), lengths)
+        k = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1], lengths)
+        values = ((starts + STRIDES[s] * k) % VOCAB).astype(np.int32)
         documents = pa.table(
             {
                 "id": np.arange(n, dtype=np.int64) + 1_000_000 * s,  # the source in the id
