@@ -70,7 +70,7 @@ QUICK = {
     "memory": "--rows 32768 --seconds 1 --orders full --ratios 2 --peers lancedb",
     "ranks": "--rows 32768 --seconds 1 --ratio 2 --worlds 2 --workers 0,2 --orders full",
     "tokens": "--rows 2000 --imbalance-steps 5",
-    "mixture": "--rows 2000",
+    "mixture": "--rows 2000 --repeats 1",
 }
 
 # Arguments that select a part of a script that runs several.

@@ -106,7 +106,7 @@ def test_mixture_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tokens
 
     out = tmp_path / "RESULTS.md"
-    assert tokens.main(["--part=mixture", "--rows=1500", f"--out={out}"]) == 0
+    assert tokens.main(["--part=mixture", "--rows=1500", "--repeats=1", f"--out={out}"]) == 0
     text = out.read_text()
     assert "## Mixtures" in text
     for name in ("one source", "mixture of 3 sources"):
