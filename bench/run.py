@@ -24,6 +24,10 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
 ``tokens``
     token-budget steps against sample-count steps on the same rows: tokens per
     step, padding, ranks' loads (``bench/tokens.py``).
+``mixture``
+    a Mixture of three sources against one source of the same rows, in packed
+    token-budget steps: rows and tokens per second, peak memory
+    (``bench/tokens.py --part mixture``).
 
 Each part prints its tables, regenerates its section of ``--out`` (by default
 ``bench/RESULTS.md``) with the setup it ran with, and writes its plots under
@@ -54,7 +58,7 @@ import tokens
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-PARTS = ("objstore", "loader", "permutation", "commits", "memory", "ranks", "tokens")
+PARTS = ("objstore", "loader", "permutation", "commits", "memory", "ranks", "tokens", "mixture")
 
 # Arguments of each part in a --quick run.
 QUICK = {
@@ -66,7 +70,11 @@ QUICK = {
     "memory": "--rows 32768 --seconds 1 --orders full --ratios 2 --peers lancedb",
     "ranks": "--rows 32768 --seconds 1 --ratio 2 --worlds 2 --workers 0,2 --orders full",
     "tokens": "--rows 2000 --imbalance-steps 5",
+    "mixture": "--rows 2000 --repeats 1",
 }
+
+# Arguments that select a part of a script that runs several.
+PART_ARGS = {"mixture": ["--part", "mixture"]}
 
 
 def size(n: int) -> str:
@@ -206,11 +214,23 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.out),
                 ]
             ).returncode
-        elif part in ("memory", "ranks", "tokens"):
-            run_part = {"memory": beyond_memory.main, "ranks": ranks.main, "tokens": tokens.main}[
-                part
-            ]
-            rc = run_part([*quick[part], "--out", str(args.out), "--command", args.command])
+        elif part in ("memory", "ranks", "tokens", "mixture"):
+            run_part = {
+                "memory": beyond_memory.main,
+                "ranks": ranks.main,
+                "tokens": tokens.main,
+                "mixture": tokens.main,
+            }[part]
+            rc = run_part(
+                [
+                    *PART_ARGS.get(part, []),
+                    *quick[part],
+                    "--out",
+                    str(args.out),
+                    "--command",
+                    args.command,
+                ]
+            )
         else:
             rc = subprocess.run(["go", "run", "./bench/commits", *quick[part]], cwd=ROOT).returncode
         if rc:

@@ -19,12 +19,26 @@ share of padding in what reaches the model (padded cells ÷ all cells), the
 token loads of ``--world-size`` ranks in each step (the most loaded ÷ the
 least, the mean over steps), and the read rate in tokens per second. ``bench/run.py`` runs
 this as its ``tokens`` part.
+
+``--part mixture`` (``bench/run.py``'s ``mixture`` part) reads the same rows in
+packed token-budget steps two ways, in turn ``--repeats`` times, each read in a
+fresh process: one source (the permutation of every row), and a
+:class:`croupier.Mixture` of three sources (the three thirds of the rows by
+id, each a table of its own, weighted by their rows,
+``on_exhausted="renormalize"`` so that it deals every row once). Figures: rows
+and tokens per second over one epoch and the CPU time it took (the best of the
+repeats), the peak resident memory of the process (``VmHWM``) and how much of
+it came after the datasets were made, and the mixture's figures as ratios of
+the single source's.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -35,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import results
+from measure import peak_rss, tree_rss
 
 BENCH = Path(__file__).resolve().parent
 
@@ -101,6 +116,140 @@ def rank_imbalance(make: Any, world: int, lengths: np.ndarray, steps: int) -> fl
     return float((loads.max(axis=1) / np.maximum(loads.min(axis=1), 1)).mean())
 
 
+# How the mixture part keeps the best of its repeats: the least CPU time, the
+# most of every other figure.
+BEST = {"cpu_s": min}
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, every thread's (Go's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def read_mixture(perms: list[str], budget: int) -> dict[str, float]:
+    """In a fresh process: one epoch of packed token-budget steps of the
+    permutations ``perms``, a Mixture of them if there are several; the rows and
+    tokens read, their rates, and the process's resident memory."""
+    import croupier as cr
+
+    permutations = [cr.open_permutations(uri)["all"] for uri in perms]
+    sources = [
+        cr.StreamingDataset(
+            perm,
+            tokens_per_step=budget,
+            packing="packed",
+            pack_columns=["tokens", "logprobs"],
+            columns=["id", "tokens", "logprobs", "reward"],
+        )
+        for perm in permutations
+    ]
+    weights = [len(perm) for perm in permutations]
+    steps: Any = sources[0]
+    if len(sources) > 1:
+        mix = cr.Mixture(
+            list(zip(sources, weights, strict=True)), seed=1, on_exhausted="renormalize"
+        )
+        steps = (batch for [(_, batch)] in mix)
+    rss = tree_rss(os.getpid())
+    rows = tokens = 0
+    start, cpu = time.perf_counter(), cpu_seconds()
+    for batch in steps:
+        rows += len(batch["id"])
+        tokens += int(batch["cu_seqlens"][-1])
+    seconds = time.perf_counter() - start
+    return {
+        "cpu_s": cpu_seconds() - cpu,
+        "rows": rows,
+        "tokens": tokens,
+        "rows_per_s": rows / seconds,
+        "tokens_per_s": tokens / seconds,
+        "peak_rss": peak_rss(),
+        "over_start": peak_rss() - rss,
+    }
+
+
+def mixture_part(args: argparse.Namespace) -> list[str]:
+    """The "Mixtures" section: one source against a mixture of three, same rows."""
+    import croupier as cr
+
+    budget = args.tokens_per_step
+    with tempfile.TemporaryDirectory() as tmp:
+        lengths = write_rollouts(Path(tmp) / "rollouts", args)
+        # The mixture's sources: the three thirds of the rows by id, each a
+        # table of its own, as the sources of a mixture are.
+        whole = pq.read_table(Path(tmp) / "rollouts")
+        third = -(-args.rows // 3)
+        tables = {"single": ["rollouts"], "mixture": [f"third-{k}" for k in range(3)]}
+        for k, name in enumerate(tables["mixture"]):
+            (Path(tmp) / name).mkdir()
+            pq.write_table(
+                whole.slice(k * third, third),
+                Path(tmp) / name / "part-00000.parquet",
+                row_group_size=4096,
+                write_page_index=True,
+            )
+        uris: dict[str, list[str]] = {}
+        for way, names in tables.items():
+            uris[way] = []
+            for k, name in enumerate(names):
+                uris[way].append("file://" + str(Path(tmp) / f"{name}-permutation"))
+                (
+                    cr.PermutationBuilder(cr.open_table("file://" + str(Path(tmp) / name)))
+                    .lengths("tokens")
+                    .shuffle(seed=k)
+                    .persist(uris[way][-1])
+                )
+        # The two ways take turns, so that a change in the machine's load
+        # weighs on both; each figure is the best of the repeats, the one other
+        # processes disturbed least (the most memory).
+        spawn = multiprocessing.get_context("spawn")
+        reps: dict[str, list[dict[str, float]]] = {way: [] for way in tables}
+        for _ in range(args.repeats):
+            for name in tables:
+                with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                    reps[name].append(pool.submit(read_mixture, uris[name], budget).result())
+    runs = {
+        name: {key: float(BEST.get(key, max)(r[key] for r in rs)) for key in rs[0]}
+        for name, rs in reps.items()
+    }
+    single, mixed = runs["single"], runs["mixture"]
+    assert single["rows"] == mixed["rows"] == args.rows, (single["rows"], mixed["rows"])
+    mib = 2**20
+    lines = [
+        f"{args.rows:,} rows of `bench/tokens.py`'s table (mean {lengths.mean():.0f} tokens),"
+        f" read once in packed token-budget steps of {budget:,} tokens (`tokens` and `logprobs`"
+        " packed, `id` and `reward`), local files, two ways, in turn"
+        f" {args.repeats} times, each read in a fresh process (figures: the best of the"
+        " repeats, the most memory):"
+        " one source"
+        " (a shuffled permutation of every row), and a `cr.Mixture` of three (the three"
+        " thirds of the rows by id, each written as a table of its own with the same row"
+        " groups of 4,096 rows, shuffled; weights their rows,"
+        ' `on_exhausted="renormalize"`, so that it deals every row once). Peak RSS is the'
+        ' process\'s (VmHWM, torch and croupier loaded); "after start" is what it grew by'
+        " once the datasets were made.",
+        "",
+        "| read | rows/s | Mtokens/s | CPU s | peak RSS (MiB) | after start (MiB) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in (("one source", single), ("mixture of 3 sources", mixed)):
+        lines.append(
+            f"| {name} | {r['rows_per_s']:,.0f} | {r['tokens_per_s'] / 1e6:.2f} |"
+            f" {r['cpu_s']:.2f} |"
+            f" {r['peak_rss'] / mib:,.0f} | {r['over_start'] / mib:,.0f} |"
+        )
+    lines += [
+        "",
+        f"Mixture ÷ one source: rows/s {mixed['rows_per_s'] / single['rows_per_s']:.2f},"
+        f" tokens/s {mixed['tokens_per_s'] / single['tokens_per_s']:.2f} (goal ≥ 0.9);"
+        f" CPU time {mixed['cpu_s'] / single['cpu_s']:.2f}. CPU s is the process's CPU"
+        " time (every thread's) over the read, less sensitive than the rates to other"
+        " processes on the machine.",
+    ]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -112,11 +261,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--imbalance-steps", type=int, default=40)
     ap.add_argument("--out", type=Path, default=BENCH / "RESULTS.md")
     ap.add_argument("--command", default="python bench/tokens.py")
+    ap.add_argument("--part", choices=("tokens", "mixture"), default="tokens")
+    ap.add_argument("--repeats", type=int, default=3, help="reads of each way (mixture part)")
     args = ap.parse_args(argv)
 
     import croupier as cr
 
     load = os.getloadavg()[0]
+    if args.part == "mixture":
+        body = mixture_part(args)
+        lines = [
+            f"Generated by `{args.command}` (`bench/tokens.py`, its mixture part), run on"
+            f" {results.machine((load, os.getloadavg()[0]))}",
+            f"Versions: {results.versions([])}.",
+            "",
+            *body,
+        ]
+        print("\n".join(lines))
+        results.update_section(args.out, "Mixtures", lines)
+        print(f"wrote the Mixtures section of {args.out}")
+        return 0
     budget = args.tokens_per_step
     with tempfile.TemporaryDirectory() as tmp:
         lengths = write_rollouts(Path(tmp) / "rollouts", args)

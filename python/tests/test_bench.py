@@ -96,3 +96,21 @@ def test_tokens_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
     assert int(cells[5].replace(",", "")) <= 16384
     assert cells[7] == "0.0%"
+
+
+def test_mixture_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mixture part writes its section: one source and a mixture of three,
+    each with its rates, peak memory and the ratio (the part itself checks that
+    both read every row once)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import tokens
+
+    out = tmp_path / "RESULTS.md"
+    assert tokens.main(["--part=mixture", "--rows=1500", "--repeats=1", f"--out={out}"]) == 0
+    text = out.read_text()
+    assert "## Mixtures" in text
+    for name in ("one source", "mixture of 3 sources"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        assert all(float(c.replace(",", "")) > 0 for c in cells[1:4]), row
+    assert re.search(r"Mixture ÷ one source: rows/s \d+\.\d\d, tokens/s \d+\.\d\d", text)

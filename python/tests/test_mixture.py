@@ -4,7 +4,9 @@ order of each source (rank_batches)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +192,177 @@ def test_plan_depends_only_on_seed_step_and_weights(tmp_path: Path) -> None:
 
     for seed, t, j in [(0, 0, 0), (2**64 - 1, 12345, 3), (9, 1, 0)]:
         assert draw(seed, t, j) == ref.mixture_u(seed, t, j)
+
+
+# Realised proportions. A slot draws source i with probability w_i(t) / sum w(t),
+# independently of every other slot, so the count of source i among n slots is
+# binomial: its share has standard deviation sqrt(p (1 - p) / n).
+STEPS, SLOTS = 10_000, 8
+
+
+def drawn(seed: int, points: list[tuple[int, list[float]]], n: int) -> np.ndarray:
+    """The source of each slot of mixture steps 0..STEPS-1, [step, slot], as the
+    package draws them (draw, weights_at, pick: what Mixture._choose does while
+    no source is exhausted)."""
+    from croupier.mixture import draw, pick, weights_at
+
+    out = np.empty((STEPS, SLOTS), dtype=np.int64)
+    for t in range(STEPS):
+        weights = weights_at(points, t)
+        out[t] = [pick(draw(seed, t, j), weights) for j in range(SLOTS)]
+    assert out.min() >= 0
+    assert out.max() < n
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**64 - 1])
+def test_realised_proportions_of_constant_weights(seed: int) -> None:
+    """Over 10,000 steps of 8 slots each source fills its weight's share of the
+    slots within 1 % (absolute). With 80,000 slots the share's standard
+    deviation is at most sqrt(0.25 / 80,000) = 0.0018: 1 % is more than 5 of them."""
+    weights = [0.7, 0.2, 0.1]
+    shares = np.bincount(drawn(seed, [(0, weights)], 3).ravel(), minlength=3) / (STEPS * SLOTS)
+    assert np.abs(shares - weights).max() < 0.01, shares
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_schedule_takes_effect_at_its_steps(seed: int) -> None:
+    """90/10 until step 2,000, linear to 50/50 by step 4,000, 50/50 after: the
+    share of source 1 in each window of 500 steps is the window's mean weight
+    (from the reference's statement of the schedule) within 5 standard deviations
+    (sd) of the binomial.
+
+    A window holds 4,000 slots, so sd <= sqrt(0.25 / 4,000) = 0.008 and the
+    tolerance 5 sd <= 0.04. On the ramp the weight moves 0.4 in 2,000 steps, so a
+    schedule applied Δ steps early or late moves a ramp window's mean by
+    Δ / 5,000: 0.04 at Δ = 200. The test asserts that the same draws, held
+    against the schedule moved 500 steps either way (0.1 in a ramp window),
+    fail it: it tells the named step from its neighbours."""
+    window = 500
+    points = [(0, [0.9, 0.1]), (2_000, [0.9, 0.1]), (4_000, [0.5, 0.5])]
+    share = drawn(seed, points, 2).reshape(STEPS // window, window * SLOTS).mean(axis=1)
+
+    def misses(shift: int) -> np.ndarray:
+        """The windows whose share is off the schedule moved by ``shift`` steps."""
+        moved = [(0, [0.9, 0.1])] + [(t + shift, w) for t, w in points[1:]]
+        p = np.array([ref.mixture_weights(moved, t)[1] for t in range(STEPS)])
+        p = p.reshape(-1, window)  # source 1's probability at each step of each window
+        sigma = np.sqrt((p * (1 - p)).sum(axis=1) * SLOTS) / (window * SLOTS)
+        return np.abs(share - p.mean(axis=1)) > 5 * sigma
+
+    assert not misses(0).any(), share
+    assert misses(-window).any()
+    assert misses(window).any()
+
+
+def test_mixture_steps_come_from_the_drawn_sources(tables: list[cr.Table]) -> None:
+    """End to end, over a schedule of the same shape (90/10 until step 40, 50/50
+    from step 80, two slots, cycling sources): every slot of the Mixture's steps
+    holds a batch of the source draw/weights_at/pick name."""
+    from croupier.mixture import draw, pick, weights_at
+
+    points = [(0, [0.9, 0.1]), (40, [0.9, 0.1]), (80, [0.5, 0.5])]
+    mix = mixture(tables, [0.9, 0.1], seed=5, schedule=points[1:], on_exhausted="cycle", slots=2)
+    got = [ids(step) for _, step in zip(range(120), mix, strict=False)]
+    assert len(got) == 120
+    counts = [0, 0]
+    for t, step in enumerate(got):
+        for j, (i, batch) in enumerate(step):
+            assert i == pick(draw(5, t, j), weights_at(points, t)), (t, j)
+            assert {x // 1000 for x in batch} == {i}  # the rows of source i's table
+            counts[i] += 1
+    assert min(counts) > 0
+
+
+# Token-budget sources: table i holds TOKEN_ROWS[i] documents whose ids start at
+# 1000 * i and whose ``tokens`` hold length(id) tokens (0 to 30).
+TOKEN_ROWS = (120, 60)
+BUDGET = 64
+
+
+def length(row_id: int) -> int:
+    return row_id * 7 % 31
+
+
+@pytest.fixture(scope="module")
+def token_perms(tmp_path_factory: pytest.TempPathFactory) -> list[cr.Permutation]:
+    root = tmp_path_factory.mktemp("mixture-tokens")
+    out = []
+    for i, n in enumerate(TOKEN_ROWS):
+        ids = list(range(1000 * i, 1000 * i + n))
+        tokens = [[x % 251] * length(x) for x in ids]
+        data = pa.table({"id": ids, "tokens": pa.array(tokens, type=pa.list_(pa.int32()))})
+        tbl = cr.create_table("file://" + str(root / f"t{i}"), data)
+        perm = cr.PermutationBuilder(tbl).lengths("tokens").shuffle(seed=i)
+        out.append(perm.persist("file://" + str(root / f"p{i}"))["all"])
+    return out
+
+
+def test_mixture_of_token_budget_steps(token_perms: list[cr.Permutation]) -> None:
+    """A mixture of two token-budget datasets with packed output: each slot
+    holds the next step of the source drawn, in the source's own order (across
+    epochs), packed; at world size 3 the ranks' shares of a slot are the
+    world-size-1 step's rows, and a checkpoint taken at world size 1 resumes
+    there exactly."""
+    steps, kwargs = 60, {"seed": 3, "schedule": [(20, [1, 1])], "on_exhausted": "cycle", "slots": 2}
+
+    def sources(w: int = 1, r: int = 0) -> list[tuple[cr.StreamingDataset, float]]:
+        return [
+            (
+                cr.StreamingDataset(
+                    p,
+                    tokens_per_step=BUDGET,
+                    packing="packed",
+                    pack_columns=["tokens"],
+                    columns=["id", "tokens"],
+                    shuffle_seed=1,
+                    rank=r,
+                    world_size=w,
+                ),
+                x,
+            )
+            for p, x in zip(token_perms, [0.8, 0.2], strict=True)
+        ]
+
+    def run(w: int = 1, r: int = 0, state: dict[str, Any] | None = None) -> list[Any]:
+        mix = cr.Mixture(sources(w, r), **kwargs)
+        if state is not None:
+            mix.load_state_dict(state)
+        return list(itertools.islice(mix, steps - mix.steps_consumed))
+
+    def epochs(ds: cr.StreamingDataset) -> Iterator[Any]:
+        """The steps of ``ds`` alone, epoch after epoch."""
+        while True:
+            yield from ds
+
+    whole = run()
+    own = [epochs(ds) for ds, _ in sources()]
+    for t, step in enumerate(whole):
+        for i, batch in step:
+            want = next(own[i])["id"].tolist()
+            assert batch["id"].tolist() == want, t
+            lengths = [length(x) for x in want]
+            assert sum(lengths) <= BUDGET
+            assert batch["cu_seqlens"].tolist() == list(itertools.accumulate(lengths, initial=0))
+            assert batch["tokens"].tolist() == [x % 251 for x in want for _ in range(length(x))]
+            assert batch["position_ids"].tolist() == [k for n in lengths for k in range(n)]
+    assert {i for step in whole for i, _ in step} == {0, 1}
+
+    def by_rank(w: int, state: dict[str, Any] | None = None) -> list[list[Any]]:
+        """The sources and the ids of each slot of each step, the ranks' shares joined."""
+        shares = [run(w, r, state) for r in range(w)]
+        return [
+            [
+                ({i for i, _ in slot}, sorted(x for _, b in slot for x in b["id"].tolist()))
+                for slot in zip(*steps, strict=True)
+            ]
+            for steps in zip(*shares, strict=True)
+        ]
+
+    at_3 = by_rank(3)
+    assert at_3 == [[({i}, sorted(b["id"].tolist())) for i, b in step] for step in whole]
+    mix = cr.Mixture(sources(), **kwargs)
+    for _ in itertools.islice(mix, 25):
+        pass
+    state = json.loads(json.dumps(mix.state_dict()))
+    assert by_rank(3, state) == at_3[25:]
