@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -126,10 +127,7 @@ func TestRowGroupStats(t *testing.T) {
 	if s, ok := st[4]("u"); !ok || s.Min != int64(4000000040) || s.Max != int64(4000000049) {
 		t.Errorf("u statistics %+v (uint32 read as unsigned)", s)
 	}
-	for _, tc := range []struct {
-		text string
-		skip []bool
-	}{
+	checkSkips(t, schema, rec, st, mem, []skipCase{
 		{"id >= 35", []bool{true, true, true, false, false}},
 		{"id = 10", []bool{true, false, true, true, true}},
 		{"id < 10 OR id > 45", []bool{false, true, true, true, false}},
@@ -143,12 +141,27 @@ func TestRowGroupStats(t *testing.T) {
 		{"NOT flag", []bool{true, true, false, true, true}},
 		{"u > 4000000045", []bool{true, true, true, true, false}},
 		{"st.a > 45", []bool{false, false, false, false, false}},
-	} {
+	})
+}
+
+// skipCase is a filter and, for each of five row groups, whether its
+// statistics let the filter skip it.
+type skipCase struct {
+	text string
+	skip []bool
+}
+
+// checkSkips checks each case against rec, whose row groups of 10 rows have
+// the statistics st: the filter skips exactly the row groups the case names,
+// and never one that holds a matching row.
+func checkSkips(t *testing.T, schema *arrow.Schema, rec arrow.RecordBatch, st []func(string) (expr.Stats, bool), mem memory.Allocator, cases []skipCase) {
+	t.Helper()
+	for _, tc := range cases {
 		e, err := expr.Parse(tc.text, schema)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for g := range 5 {
+		for g := range tc.skip {
 			skip := !e.MayMatch(st[g])
 			part := rec.NewSlice(int64(g*10), int64(g*10+10))
 			mask, err := e.Mask(context.Background(), part, mem)
