@@ -16,7 +16,6 @@ import datetime as dt
 import itertools
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
@@ -28,11 +27,9 @@ import pytest
 from conftest import uri
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_filter_parity import Eval, Term, Values
 
 import croupier as cr
-
-Values = pa.Array | pa.ChunkedArray | pa.Scalar
-Eval = Callable[[pa.Table], Values]
 
 ROW_GROUP = 16
 BASE = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -51,17 +48,6 @@ DECIMALS = {
     "amount": pa.decimal128(20, 4),
     "wide": pa.decimal256(40, 6),
 }
-
-
-@dataclass(frozen=True)
-class Term:
-    """A SQL fragment and how pyarrow computes the same values on a table."""
-
-    sql: str
-    eval: Eval
-
-    def __repr__(self) -> str:  # what hypothesis prints for a failing example
-        return self.sql
 
 
 def make_table(seed: int, n: int) -> pa.Table:
