@@ -99,23 +99,7 @@ func TestRowGroupStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.Release()
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(schema, &buf,
-		parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(10), parquet.WithAllocator(mem)),
-		pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := writeRowGroups(t, schema, rec, mem)
 	defer r.Close()
 	if r.NumRowGroups() != 5 {
 		t.Fatalf("%d row groups", r.NumRowGroups())
@@ -179,6 +163,29 @@ func checkSkips(t *testing.T, schema *arrow.Schema, rec arrow.RecordBatch, st []
 			}
 		}
 	}
+}
+
+// writeRowGroups writes rec as Parquet in row groups of 10 rows and opens it.
+func writeRowGroups(t *testing.T, schema *arrow.Schema, rec arrow.RecordBatch, mem memory.Allocator) *file.Reader {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(schema, &buf,
+		parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(10), parquet.WithAllocator(mem)),
+		pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // rowGroupStats returns the statistics of every row group of r.

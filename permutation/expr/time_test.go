@@ -1,7 +1,6 @@
 package expr_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/croupier-data/croupier/permutation/expr"
 )
@@ -242,23 +239,7 @@ func TestTimePruning(t *testing.T) {
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(schema, &buf,
-		parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(10), parquet.WithAllocator(mem)),
-		pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := writeRowGroups(t, schema, rec, mem)
 	defer r.Close()
 	for i, width := range map[int]int{5: 13, 6: 26} { // d30, d60
 		if c := r.MetaData().Schema.Column(i); c.PhysicalType() != parquet.Types.FixedLenByteArray || c.TypeLength() != width {
