@@ -258,6 +258,13 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	}
 	got, err := Do(r.ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
 		r.reads.Add(1)
+		if path, ok := r.loc.localPath(r.obj.Key); ok {
+			got, seen, err := r.loc.readLocal(path, r.obj, p[:n], off)
+			if err == nil {
+				r.seen.Store(&seen)
+			}
+			return got, err
+		}
 		opts, found := r.loc.conditional(r.obj)
 		rr, err := r.loc.Bucket.NewRangeReader(ctx, r.obj.Key, off, n, opts)
 		var changed *changedError

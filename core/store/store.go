@@ -71,11 +71,12 @@ type Location struct {
 	// Retry bounds the retries of the location's requests; Open sets it to
 	// the process's policy (see SetRetryPolicy).
 	Retry  RetryPolicy
-	base   string // URI of the bucket's root, without query, ending in "/"
-	root   string // file:// only: the folder the bucket is rooted at
-	shared bool   // a process-wide mem:// bucket, never closed
-	pooled string // the key of the pooled bucket it holds (see pool), or ""
-	driver Driver // the remote store's driver; nil for file:// and mem://
+	base   string    // URI of the bucket's root, without query, ending in "/"
+	root   string    // file:// only: the folder the bucket is rooted at
+	shared bool      // a process-wide mem:// bucket, never closed
+	pooled string    // the key of the pooled bucket it holds (see pool), or ""
+	driver Driver    // the remote store's driver; nil for file:// and mem://
+	files  openFiles // file:// only: the files held open for reads
 	closed atomic.Bool
 }
 
@@ -90,6 +91,7 @@ func (l *Location) Close() error {
 	case l.pooled != "":
 		return release(l.pooled)
 	}
+	l.files.close()
 	return l.Bucket.Close()
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
@@ -173,4 +174,87 @@ func keysOf(objs []store.Object) []string {
 		keys[i] = o.Key
 	}
 	return keys
+}
+
+// TestLocalFilesHeldOpen reads 100 local files in turn from 8 goroutines: a
+// file:// Location holds at most 64 of them open, returns their bytes, closes
+// them all when it closes, and still refuses a file rewritten in place while
+// it is held open.
+func TestLocalFilesHeldOpen(t *testing.T) {
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd to count descriptors")
+		}
+		return len(ents)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	const files = 100
+	for i := range files {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), []byte(fmt.Sprintf("file %03d", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := fds()
+	loc, err := store.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := loc.Match(ctx)
+	if err != nil || len(objs) != files {
+		t.Fatalf("Match = %d objects, %v", len(objs), err)
+	}
+	var wg sync.WaitGroup
+	var most atomic.Int64
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 3)
+			for k := range 3 * files {
+				i := (k*7 + w*13) % files
+				obj, err := loc.Stat(ctx, objs[i].Key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := loc.NewReaderAt(ctx, obj).ReadAt(buf, 5); err != nil || string(buf) != fmt.Sprintf("%03d", i) {
+					t.Errorf("read of %s = %q, %v", obj.Key, buf, err)
+					return
+				}
+				if n := int64(fds() - before); n > most.Load() {
+					most.Store(n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() > 64+8 { // the held files, and a few the Location opens to stat and list
+		t.Errorf("%d descriptors open while reading, want at most 64 held", most.Load())
+	}
+	obj, err := loc.Stat(ctx, "f000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := loc.NewReaderAt(ctx, obj)
+	buf := make([]byte, len("file 000"))
+	if _, err := r.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	// In place: same inode, same size, a later modification time.
+	if err := os.WriteFile(filepath.Join(dir, "f000"), []byte("FILE 000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := obj.ModTime.Add(time.Second)
+	if err := os.Chtimes(filepath.Join(dir, "f000"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(buf, 0); errcode.Of(err) != errcode.Changed || !strings.Contains(err.Error(), "f000") {
+		t.Fatalf("read of a file rewritten in place = %q, %v; want Changed naming it", buf, err)
+	}
+	loc.Close()
+	if after := fds(); after != before {
+		t.Errorf("%d descriptors open after Close, %d before Open", after, before)
+	}
 }
