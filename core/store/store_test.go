@@ -179,7 +179,8 @@ func keysOf(objs []store.Object) []string {
 // TestLocalFilesHeldOpen reads 100 local files in turn from 8 goroutines: a
 // file:// Location holds at most 64 of them open, returns their bytes, closes
 // them all when it closes, and still refuses a file rewritten in place while
-// it is held open.
+// it is held open; one removed while held open is still read, its pinned
+// bytes.
 func TestLocalFilesHeldOpen(t *testing.T) {
 	fds := func() int {
 		ents, err := os.ReadDir("/proc/self/fd")
@@ -240,6 +241,16 @@ func TestLocalFilesHeldOpen(t *testing.T) {
 	r := loc.NewReaderAt(ctx, obj)
 	buf := make([]byte, len("file 000"))
 	if _, err := r.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Removed: the descriptor held open still reads the pinned bytes.
+	if err := os.Rename(filepath.Join(dir, "f000"), filepath.Join(dir, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(buf, 0); err != nil || string(buf) != "file 000" {
+		t.Fatalf("read of a removed file held open = %q, %v; want its pinned bytes", buf, err)
+	}
+	if err := os.Rename(filepath.Join(dir, "gone"), filepath.Join(dir, "f000")); err != nil {
 		t.Fatal(err)
 	}
 	// In place: same inode, same size, a later modification time.

@@ -109,6 +109,16 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// bytes returns the fetched bytes of r where one fetched range holds them all.
+func (f *fetched) bytes(r byteRange) ([]byte, bool) {
+	for i, fr := range f.ranges {
+		if r.off >= fr.off && r.off+r.n <= fr.off+fr.n && f.data[i] != nil {
+			return f.data[i][r.off-fr.off : r.off-fr.off+r.n], true
+		}
+	}
+	return nil, false
+}
+
 // fetch reads ranges of obj in parallel, at most cap(slots) requests at a
 // time across the reader.
 func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots chan struct{}, stats *readerStats, where string) (*fetched, error) {

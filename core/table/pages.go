@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -285,9 +286,17 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 	props := parquet.NewReaderProperties(mem)
 	props.BufferedStreamEnabled = true
 	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), open: func(s byteRange) (file.PageReader, error) {
-		stream, err := props.GetStream(src, s.off, s.n)
-		if err != nil {
-			return nil, err
+		var stream parquet.BufferedReader
+		if f, ok := src.(*fetched); ok {
+			if b, ok := f.bytes(s); ok {
+				stream = &memStream{b: b}
+			}
+		}
+		if stream == nil {
+			var err error
+			if stream, err = props.GetStream(src, s.off, s.n); err != nil {
+				return nil, err
+			}
 		}
 		// A page reader of a section of pages, which it reads to the end:
 		// the offset index has located them. arrow-go has no other reader of
@@ -398,3 +407,54 @@ func (t *Table) RowsPerPage(ctx context.Context) (int64, error) {
 	pages := max(1, (size+defaultPageBytes-1)/defaultPageBytes)
 	return max(1, rows/pages), nil
 }
+
+// memStream is a parquet.BufferedReader over a section of pages already in
+// memory, a slice of a fetched range: the page reader peeks at page headers
+// and copies page bodies where they lie, where a buffered stream would copy
+// each page into a buffer of its own first (a new one for every section).
+type memStream struct {
+	// Outer and Reset, which it does not implement, are called only by the
+	// page readers of a row group (to read its dictionary page, or seek),
+	// never by one made by file.NewPageReader; should that change, they
+	// panic on this nil rather than read wrong bytes.
+	parquet.BufferedReader
+	b []byte
+}
+
+// Peek returns the next n bytes, or what is left and io.EOF.
+func (m *memStream) Peek(n int) ([]byte, error) {
+	if n < 0 {
+		return nil, bufio.ErrNegativeCount
+	}
+	if n > len(m.b) {
+		return m.b, io.EOF
+	}
+	return m.b[:n], nil
+}
+
+// Discard skips the next n bytes.
+func (m *memStream) Discard(n int) (int, error) {
+	if n < 0 {
+		return 0, bufio.ErrNegativeCount
+	}
+	if n > len(m.b) {
+		n = len(m.b)
+		m.b = nil
+		return n, io.EOF
+	}
+	m.b = m.b[n:]
+	return n, nil
+}
+
+// Read copies the next bytes into p.
+func (m *memStream) Read(p []byte) (int, error) {
+	if len(m.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b)
+	m.b = m.b[n:]
+	return n, nil
+}
+
+// BufferSize is the bytes left: all of them are in memory.
+func (m *memStream) BufferSize() int { return len(m.b) }
