@@ -44,7 +44,7 @@ func FuzzDatasetOptions(f *testing.F) {
 			}
 			return
 		}
-		defer l.Close()
+		defer closeObject(l)
 		var s *loader.Stream
 		err = recovered(func() (err error) {
 			s, err = openStream(l, stream)

@@ -211,11 +211,19 @@ func croupier_release(h C.uint64_t, errOut **C.char) C.int {
 		if err != nil {
 			return err
 		}
-		if c, ok := v.(io.Closer); ok {
-			return c.Close()
-		}
-		return nil
+		return closeObject(v)
 	})
+}
+
+// closeObject closes the object of a released handle.
+func closeObject(v any) error {
+	if l, ok := v.(*loader.Loader); ok {
+		defer holdBudget(-l.Options().MemoryBudget)
+	}
+	if c, ok := v.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // tableOptions are the JSON options of croupier_table_open and the writers:
@@ -477,7 +485,11 @@ func newLoader(t *table.Table, order permutation.Order, options []byte) (*loader
 	if err := decodeBytes(options, &opts, "dataset options"); err != nil {
 		return nil, err
 	}
-	return loader.New(t, order, opts)
+	l, err := loader.New(t, order, opts)
+	if err == nil {
+		holdBudget(l.Options().MemoryBudget) // until closeObject
+	}
+	return l, err
 }
 
 // openStream decodes a stream's JSON options and opens it.

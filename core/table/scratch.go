@@ -14,11 +14,21 @@ import (
 // overwrite the bytes they read. It implements memory.Allocator.
 type scratch struct{}
 
-// scratchPools holds free buffers of capacity 1<<c in scratchPools[c].
-var scratchPools [40]sync.Pool // of *[]byte
+// scratchPools holds free buffers of capacity classBytes(c) in
+// scratchPools[c].
+var scratchPools [8 * 40]sync.Pool // of *[]byte
 
-// sizeClass is the smallest c with 1<<c >= n.
-func sizeClass(n int) int { return bits.Len(uint(n - 1)) }
+// sizeClass is the class of the smallest buffer that holds n bytes. Classes
+// step by an eighth to a quarter of their size (5, 6, 7 or 8 times a power
+// of two), not by doubling: a buffer is at most a quarter larger than asked,
+// so the bytes a stream's budget counts are about the bytes it holds.
+func sizeClass(n int) int {
+	shift := max(bits.Len(uint(n-1))-3, 0)
+	return shift*8 + (n-1)>>shift
+}
+
+// classBytes is the capacity of the buffers of class c.
+func classBytes(c int) int { return (c%8 + 1) << (c / 8) }
 
 // Allocate returns a buffer of n bytes.
 func (scratch) Allocate(n int) []byte {
@@ -29,7 +39,7 @@ func (scratch) Allocate(n int) []byte {
 	if p, ok := scratchPools[c].Get().(*[]byte); ok {
 		return (*p)[:n]
 	}
-	return make([]byte, n, 1<<c)
+	return make([]byte, n, classBytes(c))
 }
 
 // Reallocate returns a buffer of n bytes starting with b's.
@@ -46,7 +56,7 @@ func (s scratch) Reallocate(n int, b []byte) []byte {
 // Free recycles b, which no one may use after.
 func (scratch) Free(b []byte) {
 	c := sizeClass(cap(b))
-	if cap(b) == 0 || cap(b) != 1<<c || c >= len(scratchPools) {
+	if cap(b) == 0 || c >= len(scratchPools) || cap(b) != classBytes(c) {
 		return // not one of ours
 	}
 	b = b[:cap(b)]
