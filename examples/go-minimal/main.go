@@ -1,10 +1,12 @@
 // Command go-minimal is the smallest program that deals batches with
 // croupier, kept as a module of its own so that it builds exactly as a
 // service importing croupier would: with its own go.mod, its own flags, the
-// file:// store only (no driver imported) and, by choice, without cgo.
+// built-in file:// store and the one driver most services link in, s3://,
+// and, by choice, without cgo.
 //
 //	cd examples/go-minimal && CGO_ENABLED=0 go build -ldflags='-s -w' .
 //	./go-minimal -v -global-batch-size 64 file:///data/rollouts
+//	./go-minimal 's3://bucket/rollouts?region=us-east-1'
 //
 // It defines -v itself: importing croupier registers no flags.
 // internal/sideeffects' TestMinimalProgram builds it, runs it, and bounds
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"os"
 
+	_ "github.com/croupier-data/croupier/drivers/s3" // s3:// URIs
 	"github.com/croupier-data/croupier/loader"
 )
 
