@@ -25,7 +25,9 @@ require (
 	// preconditions of pinned reads on these SDKs' requests through
 	// gocloud's As, and find credentials themselves (Application Default
 	// Credentials, DefaultAzureCredential) to say how to provide them when
-	// there are none.
+	// there are none (drivers/gcs asks the metadata server that
+	// GCE_METADATA_HOST names whether it answers).
+	cloud.google.com/go/compute/metadata v0.9.0
 	cloud.google.com/go/storage v1.67.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.1
 	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.14.1
@@ -41,7 +43,6 @@ require (
 	cloud.google.com/go v0.123.0 // indirect
 	cloud.google.com/go/auth v0.23.2 // indirect
 	cloud.google.com/go/auth/oauth2adapt v0.2.8 // indirect
-	cloud.google.com/go/compute/metadata v0.9.0 // indirect
 	cloud.google.com/go/iam v1.13.0 // indirect
 	cloud.google.com/go/monitoring v1.30.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
