@@ -202,10 +202,15 @@ func (driver) Condition(o store.Object, as func(any) bool) {
 	}
 }
 
-// Observe records the generation of the version a read got.
+// Observe records the generation of the version a read got, which names it
+// exactly, in place of its modification time: a read reports the
+// Last-Modified header, to the second, where a listing or an attribute
+// request reports the update time to the microsecond, so the two differ for
+// one version.
 func (driver) Observe(found *store.Object, as func(any) bool) {
 	var r *storage.Reader
-	if as(&r) {
+	if as(&r) && r.Attrs.Generation != 0 {
 		found.Generation = r.Attrs.Generation
+		found.ModTime = time.Time{}
 	}
 }
