@@ -6,8 +6,12 @@ CHECKLIB := build/cgocheck2/libcroupier.so
 GO_SRC  := $(shell find core permutation loader cabi drivers internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 GOFLAGS_SO := -buildmode=c-shared -trimpath -ldflags='-s -w'
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Azurite, the Azure Blob Storage emulator of the Go tests (internal/azurite):
+# 3.35.0 is the newest release that runs on Node.js 20 (3.36 wants 21).
+AZURITE_VERSION := 3.35.0
+AZURITE := build/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: dev build wheel test-wheel demo test test-go test-cgocheck test-py lint bench clean
+.PHONY: dev build wheel test-wheel demo test test-go test-cgocheck test-py lint bench clean azurite
 
 # The virtual environment is rebuilt only when requirements-dev.txt changes:
 # torch from PyPI is large.
@@ -50,11 +54,19 @@ test: test-go test-cgocheck test-py
 # Then the core again without cgo: arrow-go's pure-Go zstd and Go-heap
 # buffers (about 40 s on 2 cores); and the side effects of importing croupier,
 # with the packages and size of examples/go-minimal printed (-v).
-test-go:
+test-go: $(AZURITE)
 	go vet ./...
 	go test -race -count=1 ./...
 	CGO_ENABLED=0 go test -count=1 ./core/table/... ./core/cmem/...
 	CGO_ENABLED=0 go test -count=1 -v ./internal/sideeffects/...
+
+# Installed from the npm registry into build/ (about 15 s, 190 MB).
+azurite: $(AZURITE)
+
+$(AZURITE):
+	mkdir -p build/azurite
+	echo '{"private": true}' > build/azurite/package.json
+	cd build/azurite && npm install --no-audit --no-fund --omit=dev --save-exact azurite@$(AZURITE_VERSION)
 
 # The export path under the strictest cgo pointer checks.
 test-cgocheck: dev $(CHECKLIB)

@@ -109,14 +109,22 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		loc.Close()
 		return nil, errcode.Wrap(err, errcode.Internal, op, uri)
 	}
-	rec, _ := json.Marshal(BuildRecord{ID: m.ID, BuiltAt: start.UTC(), Seconds: time.Since(start).Seconds()})
-	if err := loc.WriteAll(ctx, path.Join(loc.Key, buildKey), rec, nil); err != nil {
-		loc.Close()
-		return nil, err
-	}
 	p, err := open(ctx, loc)
 	if err != nil {
 		loc.Close()
+		return nil, err
+	}
+	if p.ID() != m.ID {
+		p.Close()
+		return nil, errcode.New(errcode.Changed, op, uri,
+			"the store accepted this build's exclusive create of %s and then held another permutation (%s, not %s) under it: "+
+				"another build persisted there at the same time and the store does not honour conditional writes; "+
+				"this build's permutation is not the one at %s", manifestKey, p.ID(), m.ID, uri)
+	}
+	p.build = BuildRecord{ID: m.ID, BuiltAt: start.UTC(), Seconds: time.Since(start).Seconds()}
+	rec, _ := json.Marshal(p.build)
+	if err := loc.WriteAll(ctx, path.Join(loc.Key, buildKey), rec, nil); err != nil {
+		p.Close()
 		return nil, err
 	}
 	return p, nil
@@ -687,6 +695,22 @@ func shuffle(ids []uint64, sh ShuffleSpec, r *Rand) {
 // folder named by the permutation's content ID, so a concurrent build of other
 // inputs at the same URI can never overwrite them: the loser of the manifest
 // race leaves only unreferenced chunks behind.
+//
+// Unlike a table commit (core/table's checkExclusiveCreate), a build does not
+// probe the store's conditional writes nor refuse a store that ignores them,
+// because every object it writes but build.json is a function of its inputs
+// and is never replaced by different bytes under the same key: a chunk's key
+// holds the content ID, and the manifest is that ID's sealed description. Two
+// builds of the same permutation at one URI, racing or repeated, write the
+// same bytes to the same keys, so either order leaves one whole permutation
+// that verifies (and on a store that honours the condition, CreateExclusive
+// reads the manifest back and finds its own bytes). Two builds of different
+// permutations at one URI on a store that ignores the condition leave the
+// manifest written last, whose chunks are all there (each build writes its
+// chunks first): nothing stored is corrupted, and a permutation is derived
+// data that the pinned table rebuilds. Build reads the manifest back and fails
+// with Changed when it holds another permutation; it cannot see a manifest
+// written after that read, as docs/storage.md says.
 func (b *builder) write(ctx context.Context, loc *store.Location, names []string) (Manifest, error) {
 	width := 8
 	if b.t.NumRows() <= 1<<32 {

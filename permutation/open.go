@@ -56,9 +56,14 @@ func open(ctx context.Context, loc *store.Location) (*Permutations, error) {
 			errcode.Changed, "open permutation", loc.URI)
 	}
 	p := &Permutations{loc: loc, m: m, table: t}
-	// The build record is informative: a missing or unreadable one is no error.
+	// The build record is informative: a missing or unreadable one is no
+	// error, and one of another build at this URI (see builder.write) is
+	// not this permutation's.
 	if b, err := loc.ReadAll(ctx, path.Join(loc.Key, buildKey)); err == nil {
-		json.Unmarshal(b, &p.build)
+		var rec BuildRecord
+		if json.Unmarshal(b, &rec) == nil && rec.ID == m.ID {
+			p.build = rec
+		}
 	}
 	for i, s := range m.Splits {
 		p.splits = append(p.splits, &Split{p: p, index: i, info: s,

@@ -50,7 +50,7 @@ func (l *Location) CreateExclusive(ctx context.Context, key string, data []byte)
 		return createLinked(filepath.Join(l.root, filepath.FromSlash(key)), filepath.Join(l.root, TempDir), data, where)
 	}
 	_, err := Do(ctx, l.Retry, op, where, func(ctx context.Context) (struct{}, error) {
-		err := l.Bucket.WriteAll(ctx, key, data, &blob.WriterOptions{IfNotExist: true})
+		err := l.writeAll(ctx, key, data, &blob.WriterOptions{IfNotExist: true})
 		if c := gcerrors.Code(err); c == gcerrors.FailedPrecondition || c == gcerrors.AlreadyExists {
 			return struct{}{}, errcode.Wrap(err, errcode.AlreadyExists, op, where)
 		}

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path"
 	"slices"
 	"strings"
@@ -77,9 +79,31 @@ func (l *Location) ReadAll(ctx context.Context, key string) ([]byte, error) {
 // keys that are new and unique to the writer, or that name their content.
 func (l *Location) WriteAll(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
 	_, err := Do(ctx, l.Retry, "write", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.Bucket.WriteAll(ctx, key, data, opts)
+		return struct{}{}, l.writeAll(ctx, key, data, opts)
 	})
 	return err
+}
+
+// writeAll is one attempt of WriteAll: gocloud's Bucket.WriteAll, except on
+// azblob://, where gocloud.dev v0.47's writer, fed by Write as WriteAll
+// feeds it, dereferences a nil pipe in Close whenever the upload fails (an
+// exclusive create that lost, a refused request) and panics instead of
+// returning the error (fixed in v0.49). There the whole body goes to the
+// SDK through Bucket.Upload, which cannot carry the ContentMD5 that
+// WriteAll computes; the object is written alike otherwise.
+func (l *Location) writeAll(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
+	if !strings.HasPrefix(l.URI, "azblob://") {
+		return l.Bucket.WriteAll(ctx, key, data, opts)
+	}
+	var o blob.WriterOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.ContentMD5 = nil
+	if o.ContentType == "" {
+		o.ContentType = http.DetectContentType(data)
+	}
+	return l.Bucket.Upload(ctx, key, bytes.NewReader(data), &o)
 }
 
 // Delete removes the object at key; an object already gone is no error.

@@ -163,8 +163,10 @@ func randomRows(rng *rand.Rand, n int64) []uint64 {
 			}
 		}
 	}
-	for range rng.IntN(5) { // repeats
-		ids = append(ids, ids[rng.IntN(len(ids))])
+	for range rng.IntN(5) { // repeats, of a random fraction that may be none
+		if len(ids) > 0 {
+			ids = append(ids, ids[rng.IntN(len(ids))])
+		}
 	}
 	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	return ids

@@ -16,6 +16,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/azurite"
 )
 
 // randomRows yields n rows of one column of random 64-bit integers drawn
@@ -41,21 +42,69 @@ func randomRows(seed uint64, n int) array.RecordReader {
 }
 
 // TestSameSizeRewriteIsChanged replaces a data file of a croupier table with
-// one of the same size that holds other rows, keeping its modification time
-// (on S3, whose Last-Modified has a resolution of one second, any rewrite
-// within the second does), and reads the table by every path: opening it,
-// opening the version, and reopening a pin that went through its serialized
-// form. Each must fail with Changed naming the file, never return the
-// replacement's rows.
+// one of the same size that holds other rows, and reads the table by every
+// path: opening it, opening the version, and reopening a pin that went
+// through its serialized form. Each must fail with Changed naming the file,
+// never return the replacement's rows. On S3 and file:// the replacement
+// keeps the modification time (on S3, whose Last-Modified has a resolution of
+// one second, any rewrite within the second does); on GCS (fake-gcs-server)
+// and Azure (Azurite) it is written by an ordinary upload, and a read of it
+// must have carried the pinned generation or ETag as its condition. S3 and
+// Azure refuse such a read themselves; fake-gcs-server serves it (see
+// startGCS) and croupier refuses the generation it reports. The other table,
+// left alone, reads on every store.
 func TestSameSizeRewriteIsChanged(t *testing.T) {
 	ctx := context.Background()
 	s := startS3(t)
+	gcs := startGCS(t)
 	dir := t.TempDir()
-	for name, uris := range map[string][2]string{
-		"s3":   {s.URI("bkt", "tables/pinned"), s.URI("bkt", "tables/other")},
-		"file": {"file://" + filepath.Join(dir, "pinned"), "file://" + filepath.Join(dir, "other")},
-	} {
+	type target struct {
+		uris      [2]string
+		overwrite func(key string, data []byte)
+		// conditioned, where set, reports whether a read of key carried a
+		// condition on obj's version.
+		conditioned func(key string, obj store.Object) bool
+		// refused: the store itself refuses the conditional read (412),
+		// rather than croupier finding another version in its answer.
+		refused bool
+	}
+	targets := map[string]func(t *testing.T) target{
+		"s3": func(t *testing.T) target {
+			return target{uris: [2]string{s.URI("bkt", "tables/pinned"), s.URI("bkt", "tables/other")}, refused: true,
+				overwrite: func(key string, data []byte) {
+					if err := s.Overwrite("bkt", key, data); err != nil {
+						t.Fatal(err)
+					}
+				}}
+		},
+		"file": func(t *testing.T) target {
+			return target{uris: [2]string{"file://" + filepath.Join(dir, "pinned"), "file://" + filepath.Join(dir, "other")},
+				overwrite: func(key string, data []byte) {
+					replaceFile(t, filepath.Join(dir, "pinned", filepath.FromSlash(key)), data)
+				}}
+		},
+		"gcs": func(t *testing.T) target {
+			uri := "gs://bkt/tables/pinned"
+			return target{uris: [2]string{uri, "gs://bkt/tables/other"},
+				overwrite:   func(key string, data []byte) { writeObject(t, uri, key, data) },
+				conditioned: gcs.conditioned}
+		},
+		"azure": func(t *testing.T) target {
+			az := azurite.Start(t)
+			azurite.Env(t)
+			az.CreateContainer(t, "ctr")
+			rc := newReadConditions()
+			proxied := &azurite.Server{Host: rc.proxy(t, az.Host)}
+			uri := proxied.URI("ctr", "tables/pinned")
+			return target{uris: [2]string{uri, proxied.URI("ctr", "tables/other")}, refused: true,
+				overwrite:   func(key string, data []byte) { writeObject(t, uri, key, data) },
+				conditioned: rc.conditioned}
+		},
+	}
+	for name, start := range targets {
 		t.Run(name, func(t *testing.T) {
+			tg := start(t)
+			uris := tg.uris
 			tb, err := table.Create(ctx, uris[0], randomRows(1, 1000), table.WriteOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -74,13 +123,9 @@ func TestSameSizeRewriteIsChanged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data := readObject(t, uris[1], replacement.Object)
-			if name == "s3" {
-				if err := s.Overwrite("bkt", victim.Key, data); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				replaceFile(t, filepath.Join(dir, "pinned", filepath.FromSlash(victim.Key)), data)
+			tg.overwrite(victim.Key, readObject(t, uris[1], replacement.Object))
+			if err := readRows(other); err != nil {
+				t.Fatalf("reading the table left alone: %v", err)
 			}
 			for path, open := range map[string]func() (*table.Table, error){
 				"open":         func() (*table.Table, error) { return table.Open(ctx, uris[0]) },
@@ -102,7 +147,13 @@ func TestSameSizeRewriteIsChanged(t *testing.T) {
 					if errcode.Of(err) != errcode.Changed || !strings.Contains(err.Error(), victim.Key) {
 						t.Fatalf("reading a file rewritten with as many bytes: %v; want Changed naming %s", err, victim.Key)
 					}
+					if refused := strings.Contains(err.Error(), "no longer holds the pinned version"); refused != tg.refused {
+						t.Errorf("the store refused the read: %v, want %v: %v", refused, tg.refused, err)
+					}
 				})
+			}
+			if tg.conditioned != nil && !tg.conditioned(victim.Key, victim.Object) {
+				t.Errorf("no read of %s carried a condition on its pinned version (%s)", victim.Key, victim.Object)
 			}
 		})
 	}
@@ -121,6 +172,20 @@ func readObject(t *testing.T, uri string, obj store.Object) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// writeObject writes data to key in the location uri names, by an ordinary
+// upload: a new version of the object.
+func writeObject(t *testing.T, uri, key string, data []byte) {
+	t.Helper()
+	loc, err := store.Open(context.Background(), uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	if err := loc.WriteAll(context.Background(), key, data, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // replaceFile replaces the file at path with a new file (a new inode) holding

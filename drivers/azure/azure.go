@@ -13,9 +13,13 @@ package azure
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"syscall"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	azpolicy "github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -61,9 +65,10 @@ func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (
 }
 
 // defaultCredentialClient is the client of a container whose requests
-// DefaultAzureCredential signs.
+// DefaultAzureCredential signs, its token requests sent by refusalsFinal.
 func defaultCredentialClient(svcURL azureblob.ServiceURL, name azureblob.ContainerName) (*container.Client, error) {
-	cred, err := azidentity.NewDefaultAzureCredential(nil)
+	cred, err := azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
+		ClientOptions: azcore.ClientOptions{Transport: refusalsFinal{&http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}}})
 	if err != nil {
 		return nil, errcode.Wrap(fmt.Errorf("no Azure credentials: %s: %w", howToAuthenticate, err),
 			errcode.PermissionDenied, "find credentials", "")
@@ -74,6 +79,33 @@ func defaultCredentialClient(svcURL azureblob.ServiceURL, name azureblob.Contain
 	}
 	return container.NewClient(containerURL, tokenCredential{cred}, nil)
 }
+
+// refusalsFinal sends DefaultAzureCredential's token requests, and makes a
+// refused connection or a host name that does not resolve final: the SDK
+// retries neither. Off Azure, a managed identity endpoint named by the
+// environment (IDENTITY_ENDPOINT, MSI_ENDPOINT) where nothing listens would
+// otherwise be retried for about 8 s per token request, longer than a short
+// core/store attempt, which would then retry the whole request as
+// Unavailable; now the chain fails at once and tokenCredential reports
+// PermissionDenied. (Its probe of the instance metadata service already
+// gives up after one try of at most 1 s.) Every other failure keeps the SDK's
+// retries, those of the metadata service among them.
+type refusalsFinal struct{ client *http.Client }
+
+func (t refusalsFinal) Do(r *http.Request) (*http.Response, error) {
+	resp, err := t.client.Do(r)
+	var dns *net.DNSError
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dns) && dns.IsNotFound {
+		return nil, finalError{err}
+	}
+	return resp, err
+}
+
+// finalError is an error that azcore's retry policy does not retry.
+type finalError struct{ error }
+
+func (finalError) NonRetriable()   {}
+func (e finalError) Unwrap() error { return e.error }
 
 // tokenCredential is DefaultAzureCredential, whose failure to get a token it
 // makes a PermissionDenied error that says how to provide credentials: the

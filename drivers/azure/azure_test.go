@@ -2,6 +2,9 @@ package azure_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +72,62 @@ func TestMissingCredentials(t *testing.T) {
 	defer loc.Close()
 	_, err = loc.Stat(ctx, "t/obj")
 	wantHint(t, err, "azblob://container/t/obj")
+}
+
+// TestManagedIdentityOffAzure: off Azure, with the managed identity endpoint
+// that azidentity reads from the environment at a closed loopback port
+// (the instance metadata service, App Service's, Cloud Shell's), the first
+// request fails with PermissionDenied naming the credentials looked for,
+// not Unavailable: core/store's attempts are given less time than the SDK's
+// retries of a refused connection took, so retrying it would end each
+// attempt canceled. The context's deadline only guards against a hang.
+func TestManagedIdentityOffAzure(t *testing.T) {
+	defer store.SetRetryPolicy(store.SetRetryPolicy(store.RetryPolicy{Attempts: 2, BaseDelay: time.Millisecond,
+		MaxDelay: time.Millisecond, AttemptTimeout: 3 * time.Second}))
+	for _, c := range []struct{ name, env, url, header string }{
+		{"instance metadata service", "AZURE_POD_IDENTITY_AUTHORITY_HOST", "http://%s", ""},
+		{"App Service", "IDENTITY_ENDPOINT", "http://%s/token", "IDENTITY_HEADER"},
+		{"Cloud Shell", "MSI_ENDPOINT", "http://%s/token", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			noCredentials(t)
+			// Unset, not empty: azidentity takes an empty AZURE_CLIENT_ID
+			// as a user-assigned identity with no id, and fails at once.
+			for _, v := range []string{"AZURE_TOKEN_CREDENTIALS", "AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET",
+				"AZURE_FEDERATED_TOKEN_FILE", "AZURE_POD_IDENTITY_AUTHORITY_HOST", "IDENTITY_ENDPOINT", "IDENTITY_HEADER",
+				"IDENTITY_SERVER_THUMBPRINT", "IMDS_ENDPOINT", "MSI_ENDPOINT"} {
+				t.Setenv(v, "")
+				os.Unsetenv(v)
+			}
+			addr := closedPort(t)
+			os.Setenv(c.env, fmt.Sprintf(c.url, addr))
+			if c.header != "" {
+				os.Setenv(c.header, "secret")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			loc, err := store.Open(ctx, "azblob://container/t?storage_account=acct&domain="+closedPort(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer loc.Close()
+			_, err = loc.Stat(ctx, "t/obj")
+			wantHint(t, err, "azblob://container/t/obj")
+			if !strings.Contains(err.Error(), "ManagedIdentityCredential") {
+				t.Errorf("error does not name the managed identity: %v", err)
+			}
+		})
+	}
+}
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }

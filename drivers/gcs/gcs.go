@@ -13,13 +13,16 @@ package gcs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"time"
 
+	"cloud.google.com/go/compute/metadata"
 	"cloud.google.com/go/storage"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
@@ -86,19 +89,40 @@ func isAnonymous(q url.Values) (bool, error) {
 	return anonymous, nil
 }
 
+// metadataWait bounds asking the metadata server that GCE_METADATA_HOST
+// names whether it answers: the metadata library's own retries of a refused
+// connection back off for up to about 3 s, and a token request would retry for
+// as long as the storage client does.
+const metadataWait = 3 * time.Second
+
 // credentials finds Application Default Credentials: the key file that
 // GOOGLE_APPLICATION_CREDENTIALS names, else the file `gcloud auth
 // application-default login` writes, else the metadata server of a Google
 // Cloud machine. Asking whether there is a metadata server probes the
 // network; with NO_GCE_CHECK=true (as Google's Python libraries read it) and
-// neither file, it is not asked. The search ends with ctx. When none are
-// found, the error is PermissionDenied and says how to provide them.
+// neither file, it is not asked. With GCE_METADATA_HOST set, the Google
+// library takes the metadata server there on trust, and every request would
+// then retry its token request until the storage client gives up; so that
+// server is asked first, for at most metadataWait. The search ends with ctx.
+// When none are found, or the metadata server does not answer, the error is
+// PermissionDenied and says how to provide them.
 func credentials(ctx context.Context, universeDomain string) (*google.Credentials, error) {
 	adcFile := wellKnownFile()
 	_, statErr := os.Stat(adcFile)
 	noGCECheck, _ := strconv.ParseBool(os.Getenv("NO_GCE_CHECK"))
-	if os.Getenv("GOOGLE_APPLICATION_CREDENTIALS") == "" && statErr != nil && noGCECheck {
-		return nil, noCredentials(adcFile, "not asked: NO_GCE_CHECK is set", nil)
+	if os.Getenv("GOOGLE_APPLICATION_CREDENTIALS") == "" && statErr != nil {
+		if noGCECheck {
+			return nil, noCredentials(adcFile, "not asked: NO_GCE_CHECK is set", nil)
+		}
+		if host := os.Getenv("GCE_METADATA_HOST"); host != "" {
+			if err := askMetadataServer(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, errcode.Wrap(ctx.Err(), errcode.Canceled, "find credentials", "")
+				}
+				return nil, noCredentials(adcFile,
+					fmt.Sprintf("the one GCE_METADATA_HOST names, %s, did not answer; asked for up to %s", host, metadataWait), err)
+			}
+		}
 	}
 	type found struct {
 		creds *google.Credentials
@@ -118,6 +142,20 @@ func credentials(ctx context.Context, universeDomain string) (*google.Credential
 	case <-ctx.Done():
 		return nil, errcode.Wrap(ctx.Err(), errcode.Canceled, "find credentials", "")
 	}
+}
+
+// askMetadataServer asks the metadata server for the project id, as the
+// Google library does when it takes its credentials from there, within
+// metadataWait; an answer that the id is not defined is an answer.
+func askMetadataServer(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, metadataWait)
+	defer cancel()
+	_, err := metadata.ProjectIDWithContext(ctx)
+	var undefined metadata.NotDefinedError
+	if errors.As(err, &undefined) {
+		return nil
+	}
+	return err
 }
 
 // noCredentials is the PermissionDenied error of credentials: where they
@@ -164,10 +202,15 @@ func (driver) Condition(o store.Object, as func(any) bool) {
 	}
 }
 
-// Observe records the generation of the version a read got.
+// Observe records the generation of the version a read got, which names it
+// exactly, in place of its modification time: a read reports the
+// Last-Modified header, to the second, where a listing or an attribute
+// request reports the update time to the microsecond, so the two differ for
+// one version.
 func (driver) Observe(found *store.Object, as func(any) bool) {
 	var r *storage.Reader
-	if as(&r) {
+	if as(&r) && r.Attrs.Generation != 0 {
 		found.Generation = r.Attrs.Generation
+		found.ModTime = time.Time{}
 	}
 }

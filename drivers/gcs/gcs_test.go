@@ -2,6 +2,7 @@ package gcs_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,50 @@ func TestMissingCredentials(t *testing.T) {
 	}
 	for _, want := range []string{"gs://bucket/t", "GOOGLE_APPLICATION_CREDENTIALS", "gcloud auth application-default login",
 		"application_default_credentials.json", "metadata server", "anonymous=true"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+}
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestUnreachableMetadataServer: with GCE_METADATA_HOST naming a metadata
+// server that does not answer (a closed loopback port) and no credentials
+// file, opening a gs:// URI fails with PermissionDenied naming the address
+// and the other ways to provide credentials, instead of every request
+// retrying its token request as Unavailable. The context's deadline only
+// guards against a hang: the retries it replaces ran until it passed.
+func TestUnreachableMetadataServer(t *testing.T) {
+	addr := closedPort(t)
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("CLOUDSDK_CONFIG", "")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	t.Setenv("STORAGE_EMULATOR_HOST", "")
+	t.Setenv("NO_GCE_CHECK", "")
+	t.Setenv("GCE_METADATA_HOST", addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	loc, err := store.Open(ctx, "gs://bucket/t")
+	if err == nil {
+		_, err = loc.Stat(ctx, "t/obj")
+		loc.Close()
+	}
+	if errcode.Of(err) != errcode.PermissionDenied {
+		t.Fatalf("code %s, want PermissionDenied: %v", errcode.Of(err), err)
+	}
+	for _, want := range []string{"gs://bucket/t", "GCE_METADATA_HOST", addr, "GOOGLE_APPLICATION_CREDENTIALS",
+		"gcloud auth application-default login", "anonymous=true"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}
