@@ -73,6 +73,9 @@ func (m *Mixture) Stream(ctx context.Context, pos MixturePosition, so MixtureStr
 	return &MixtureStream{ctx: ctx, cancel: cancel, m: m, pos: pos, start: pos.Step, worker: int64(so.Worker), k: int64(k)}, nil
 }
 
+// Mixture returns the mixture the stream deals.
+func (s *MixtureStream) Mixture() *Mixture { return s.m }
+
 // Next returns the worker's next mixture step, or io.EOF after the last step
 // of the iteration. If ctx ends first, Next returns its error and a later
 // Next returns the same step.
