@@ -876,13 +876,9 @@ def mixture_resume(mixture: int, state: dict[str, Any]) -> dict[str, Any]:
     return json.loads(_str_out("croupier_mixture_resume", mixture, _encode(state)))
 
 
-def mixture_stream_open(
-    mixture: int, position: dict[str, Any], options: dict[str, Any]
-) -> Handle:
+def mixture_stream_open(mixture: int, position: dict[str, Any], options: dict[str, Any]) -> Handle:
     """Open a stream of one worker's mixture steps from ``position``."""
-    return _handle_out(
-        "croupier_mixture_stream_open", mixture, _encode(position), _encode(options)
-    )
+    return _handle_out("croupier_mixture_stream_open", mixture, _encode(position), _encode(options))
 
 
 def mixture_stream_next(

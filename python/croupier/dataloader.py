@@ -280,7 +280,9 @@ class DataLoader(torch.utils.data.DataLoader):
         """Batches the next iteration yields: the steps left in the dataset's epoch
         (``len(dataset)``), also after a resume. A Mixture has no length."""
         if isinstance(self.dataset, Mixture):
-            raise TypeError("a croupier.Mixture has no length: its iterations end when a source does")
+            raise TypeError(
+                "a croupier.Mixture has no length: its iterations end when a source does"
+            )
         return len(self.dataset)
 
     def state_dict(self) -> dict[str, Any]:

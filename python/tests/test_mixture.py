@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -195,7 +194,10 @@ GOLDEN = {
         "01020001211222221020122001022000022202002022222100202202000000022202000222020002",
         [(0, 5, 5), (0, 6, 0), (2, 1, 9)],
     ),
-    "renormalize": ("010200012112222210211221121221122222222222", [(2, 0, 21), (2, 0, 22), (2, 0, 23)]),
+    "renormalize": (
+        "010200012112222210211221121221122222222222",
+        [(2, 0, 21), (2, 0, 22), (2, 0, 23)],
+    ),
 }
 
 
@@ -203,9 +205,7 @@ GOLDEN = {
 def test_golden_plan(tables: list[cr.Table], policy: str) -> None:
     """The package's plan and the reference's are the golden one."""
     points = [(0, [0.7, 0.2, 0.1]), (10, [0.1, 0.2, 0.7]), (30, [1.0, 0.0, 1.0])]
-    mix = mixture(
-        tables, points[0][1], seed=11, schedule=points[1:], on_exhausted=policy, slots=2
-    )
+    mix = mixture(tables, points[0][1], seed=11, schedule=points[1:], on_exhausted=policy, slots=2)
     sources, last = GOLDEN[policy]
     for plan in (mix.plan(40), ref.mixture_plan(11, points, 2, [6, 12, 25], policy, 40)):
         slots = [slot for step in plan for slot in step]
@@ -241,7 +241,8 @@ def test_realised_proportions_of_constant_weights(tables: list[cr.Table], seed: 
     slots within 1 % (absolute). With 80,000 slots the share's standard
     deviation is at most sqrt(0.25 / 80,000) = 0.0018: 1 % is more than 5 of them."""
     weights = [0.7, 0.2, 0.1]
-    shares = np.bincount(drawn(tables, seed, [(0, weights)], 3).ravel(), minlength=3) / (STEPS * SLOTS)
+    counts = np.bincount(drawn(tables, seed, [(0, weights)], 3).ravel(), minlength=3)
+    shares = counts / (STEPS * SLOTS)
     assert np.abs(shares - weights).max() < 0.01, shares
 
 
