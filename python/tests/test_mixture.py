@@ -4,6 +4,7 @@ order of each source (rank_batches)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Iterator
@@ -386,3 +387,147 @@ def test_mixture_of_token_budget_steps(token_perms: list[cr.Permutation]) -> Non
         pass
     state = json.loads(json.dumps(mix.state_dict()))
     assert by_rank(3, state) == at_3[25:]
+
+
+# Sources of the property and worker tests: tables of WIDE[i] rows whose ids
+# start at 100,000 * i, dealt in stored order with WIDE_G rows a step, which
+# 1 to 8 ranks divide.
+WIDE_G = 840
+WIDE = (2 * WIDE_G, 3 * WIDE_G, 5 * WIDE_G)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> list[cr.Table]:
+    root = tmp_path_factory.mktemp("mixture-wide")
+    out = []
+    for i, n in enumerate(WIDE):
+        ids = np.arange(100_000 * i, 100_000 * i + n, dtype=np.int64)
+        out.append(cr.create_table("file://" + str(root / f"t{i}"), pa.table({"id": ids})))
+    return out
+
+
+@functools.cache
+def wide_steps(i: int) -> list[list[int]]:
+    """The ids of each step of source i's epochs (the same every epoch)."""
+    order = list(range(100_000 * i, 100_000 * i + WIDE[i]))
+    return ref.rank_batches(order, WIDE_G, WIDE_G, 1, 0, True)
+
+
+def wide_step(i: int, step: int) -> list[int]:
+    return wide_steps(i)[step]
+
+
+def wide_mixture(tables: list[cr.Table], w: int, r: int, **kwargs: Any) -> cr.Mixture:
+    weights = kwargs.pop("weights")
+    sources = [
+        (cr.StreamingDataset(t, global_batch_size=WIDE_G, format="numpy", rank=r, world_size=w), x)
+        for t, x in zip(tables, weights, strict=True)
+    ]
+    return cr.Mixture(sources, **kwargs)
+
+
+def deal(
+    tables: list[cr.Table],
+    w: int,
+    steps: int,
+    workers: int = 0,
+    state: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> list[list[tuple[int, list[int]]]]:
+    """Up to ``steps`` mixture steps at world size w, the ranks' shares of each
+    slot joined and sorted; rank 0 through croupier.DataLoader with
+    ``workers`` workers when there are any."""
+    shares = []
+    for r in range(w):
+        mix = wide_mixture(tables, w, r, **kwargs)
+        if state is not None:
+            mix.load_state_dict(state)
+        source: Any = mix
+        if r == 0 and workers:
+            source = cr.DataLoader(mix, num_workers=workers)
+        shares.append([ids(step) for step in itertools.islice(source, steps)])
+        assert mix.steps_consumed == (state or {}).get("steps_consumed", 0) + len(shares[-1])
+    assert len({len(s) for s in shares}) == 1
+    return [
+        [
+            (slots[0][0], sorted(x for _, rows in slots for x in rows))
+            for slots in zip(*step, strict=True)
+        ]
+        for step in zip(*shares, strict=True)
+    ]
+
+
+@settings(
+    derandomize=True,
+    deadline=None,
+    max_examples=12,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 2**64 - 1),
+    weights=st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=3, max_size=3).filter(any),
+    slots=st.integers(1, 2),
+    policy=st.sampled_from(["stop", "cycle", "renormalize"]),
+    w=st.integers(1, 8),
+    workers=st.sampled_from([0, 0, 0, 0, 1, 2, 3]),
+    w2=st.integers(1, 8),
+    at=st.integers(0, 11),
+)
+def test_mixture_is_world_size_and_worker_invariant(
+    wide: list[cr.Table],
+    seed: int,
+    weights: list[float],
+    slots: int,
+    policy: str,
+    w: int,
+    workers: int,
+    w2: int,
+    at: int,
+) -> None:
+    """Every step holds the same sources' steps and rows at world sizes 1 to 8,
+    with 0 to 3 workers; no row of a source comes twice in one of its epochs;
+    a checkpoint taken after any step resumes at another world size with
+    exactly the steps that follow."""
+    steps = 12
+    kwargs = {"seed": seed, "weights": weights, "slots": slots, "on_exhausted": policy}
+    whole = deal(wide, 1, steps, **kwargs)
+    plan = wide_mixture(wide, 1, 0, **kwargs).plan(steps)
+    assert [[i for i, _ in step] for step in whole] == [[i for i, _, _ in s] for s in plan]
+    seen: dict[tuple[int, int], set[int]] = {}
+    for step, slots_plan in zip(whole, plan, strict=True):
+        for (i, rows), (_, epoch, s) in zip(step, slots_plan, strict=True):
+            assert rows == sorted(wide_step(i, s))
+            epoch_rows = seen.setdefault((i, epoch), set())
+            assert epoch_rows.isdisjoint(rows)
+            epoch_rows.update(rows)
+    assert deal(wide, w, steps, workers, **kwargs) == whole
+    at = min(at, len(whole))
+    mix = wide_mixture(wide, 1, 0, **kwargs)
+    for _ in itertools.islice(mix, at):
+        pass
+    state = json.loads(json.dumps(mix.state_dict()))
+    assert deal(wide, w2, steps - at, state=state, **kwargs) == whole[at:]
+
+
+def test_dataloader_workers_deal_a_mixture_and_resume(wide: list[cr.Table]) -> None:
+    """Under croupier.DataLoader with 2 workers a mixture delivers the steps of 0
+    workers; its state dict after 7 steps resumes at world size 2, with 3
+    workers on rank 0, exactly; and an iteration that ends leaves the mixture
+    where one of 0 workers does."""
+    kwargs = {"seed": 3, "weights": [1.0, 1.0, 2.0], "on_exhausted": "renormalize"}
+    mix = wide_mixture(wide, 1, 0, **kwargs)
+    whole = [ids(step) for step in mix]
+    assert len(whole) == sum(WIDE) // WIDE_G  # every source's epoch, whole
+    end = mix.state_dict()
+    loader = cr.DataLoader(wide_mixture(wide, 1, 0, **kwargs), num_workers=2)
+    got = []
+    for step in loader:
+        got.append(ids(step))
+        if len(got) == 7:
+            state = json.loads(json.dumps(loader.state_dict()))
+    assert got == whole
+    assert loader.state_dict() == end
+    rest = deal(wide, 2, len(whole), workers=3, state=state, **kwargs)
+    assert [[(i, rows) for i, rows in step] for step in rest] == [
+        [(i, sorted(rows)) for i, rows in step] for step in whole[7:]
+    ]
