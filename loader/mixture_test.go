@@ -76,7 +76,7 @@ func TestMixtureGolden(t *testing.T) {
 		{loader.ExhaustedRenormalize, "010200012112222210211221121221122222222222", []loader.MixtureSlot{{2, 0, 21}, {2, 0, 22}, {2, 0, 23}}},
 	} {
 		m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: 11, Weights: []float64{0.7, 0.2, 0.1},
-			Schedule: []loader.MixturePoint{{Step: 10, Weights: []float64{0.1, 0.2, 0.7}}, {Step: 30, Weights: []float64{1, 0, 1}}},
+			Schedule:    []loader.MixturePoint{{Step: 10, Weights: []float64{0.1, 0.2, 0.7}}, {Step: 30, Weights: []float64{1, 0, 1}}},
 			OnExhausted: c.policy, Slots: 2})
 		if err != nil {
 			t.Fatal(err)
