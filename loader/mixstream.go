@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -32,10 +33,14 @@ type MixtureBatch struct {
 }
 
 // mixtureWindow is the number of mixture steps a MixtureStream plans at a
-// time: it opens one stream per source and epoch for the slots of its steps
-// in a window, so a window amortises the opening (a footer read, the memory
-// budget's guesses) over many steps.
-const mixtureWindow = 256
+// time. It opens one Stream per source and epoch for the worker's slots in
+// a window, and a Stream decodes the row groups its steps touch, so each
+// window boundary costs a stream opening (a footer read, the memory budget's
+// guesses) and, in shuffled orders, decoding again the row groups whose rows
+// the windows on both sides of it deal. Planning a step costs a few
+// microseconds (SHA-256 draws), so a window of 4,096 steps is planned in
+// milliseconds and holds a few hundred kilobytes of slots.
+const mixtureWindow = 4096
 
 // MixtureStream makes one worker's mixture steps of one iteration in order,
 // each source's steps read ahead by a Stream of that source's loader (so it
@@ -125,9 +130,13 @@ func (s *MixtureStream) fail(err error) error {
 }
 
 // plan lays out the next window of mixture steps and opens a stream for
-// each source and epoch the worker's steps draw from.
+// each source and epoch the worker's steps draw from. A window holds one
+// epoch of each source (but where one step's slots cross into the next), so
+// that it holds no more than one stream, and one memory budget, per source
+// while a small source cycles through many epochs.
 func (s *MixtureStream) plan(ctx context.Context) error {
 	wanted := map[[2]int64][]int64{}
+	epochs := map[int]int64{} // of each source in the window
 	var order [][2]int64
 	for range mixtureWindow {
 		if err := ctx.Err(); err != nil {
@@ -142,8 +151,15 @@ func (s *MixtureStream) plan(ctx context.Context) error {
 			break
 		}
 		if (s.pos.Step-s.start)%s.k == s.worker {
+			if len(s.steps) > 0 && slices.ContainsFunc(slots, func(sl MixtureSlot) bool {
+				e, ok := epochs[sl.Source]
+				return ok && e != sl.Epoch
+			}) {
+				break // the step opens a source's next epoch: it begins the next window
+			}
 			s.steps = append(s.steps, MixtureBatch{Step: s.pos.Step, Slots: slots, Next: next})
 			for _, slot := range slots {
+				epochs[slot.Source] = slot.Epoch
 				key := [2]int64{int64(slot.Source), slot.Epoch}
 				if _, ok := wanted[key]; !ok {
 					order = append(order, key)

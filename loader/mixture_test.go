@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -352,5 +353,57 @@ func TestMixtureRefusals(t *testing.T) {
 	}
 	if _, err := loader.ParseMixtureCheckpoint([]byte(`{"format": 9}`), "x.json"); err == nil || !strings.Contains(err.Error(), "format") {
 		t.Errorf("format 9: %v", err)
+	}
+}
+
+// TestMixtureStreamAcrossWindows checks a stream of more mixture steps than
+// it plans at a time: every rank's and worker's steps hold the slots the
+// plan names and each slot the rank's rows of that source step, to the end
+// of the iteration, where every row of every source has been dealt once.
+func TestMixtureStreamAcrossWindows(t *testing.T) {
+	ctx := context.Background()
+	sizes := []int64{3000, 4000, 5000}
+	tables := mixTables(t, sizes...)
+	opts := loader.MixtureOptions{Seed: 9, Weights: []float64{1, 1, 1}, OnExhausted: loader.ExhaustedRenormalize}
+	mix := func(w int64) func(int64) *loader.Mixture {
+		return func(r int64) *loader.Mixture {
+			m, err := loader.NewMixture(mixLoaders(t, tables, 2, w, r), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+	}
+	run := dealMixture(t, mix(2), mix(2)(0).Start(), 2, 2, math.MaxInt)
+	if len(run.slots) != 6000 {
+		t.Fatalf("%d steps, want 6,000: every source's epoch of 2-row steps", len(run.slots))
+	}
+	m := mix(1)(0)
+	pos := m.Start()
+	seen := map[int64]bool{}
+	for i, slots := range run.slots {
+		want, next, ok, err := m.Next(ctx, pos)
+		if err != nil || !ok || !slices.Equal(slots, want) {
+			t.Fatalf("step %d: slots %v, plan %v (%v, %v)", i, slots, want, ok, err)
+		}
+		for j, sl := range slots {
+			ids, err := m.Sources()[sl.Source].RowIDs(ctx, sl.Epoch, sl.Step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := make([]int64, len(ids))
+			for k, id := range ids {
+				rows[k] = 100_000*int64(sl.Source) + int64(id)
+				seen[rows[k]] = true
+			}
+			slices.Sort(rows)
+			if !slices.Equal(run.rows[i][j], rows) {
+				t.Fatalf("step %d slot %d: rows %v, want %v", i, j, run.rows[i][j], rows)
+			}
+		}
+		pos = next
+	}
+	if len(seen) != 12000 {
+		t.Fatalf("%d rows dealt, want 12,000", len(seen))
 	}
 }
