@@ -206,7 +206,10 @@ class DataLoader(torch.utils.data.DataLoader):
         convert (see croupier.dataset.Steps), unless something must run on
         converted batches in the workers: the dataset's collate, a collate_fn,
         pinning. They divide the dataset's memory budget unless divide_budget
-        is False. Only the copies of the dataset the workers get are told to.
+        is False. A Mixture's workers send single converted steps with the
+        mixture's position after each (croupier.mixture.MixtureStep), and its
+        sources divide their budgets. Only the copies of the dataset the
+        workers get are told to.
         """
         ds = self.dataset
         if isinstance(ds, Mixture):
