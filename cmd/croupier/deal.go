@@ -66,7 +66,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "deal",
 		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) (--global-batch-size G | --tokens-per-step N) --step T [flags]\n"+
 			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]\n"+
-			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]")
+			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]\n"+
+			"       croupier deal --checkpoint MIXTURE.json [--step T] [flags]")
 	permURI := fs.String("perm", "", "permutation to deal")
 	splitName := fs.String("split", "", "split of the permutation (default: its first)")
 	tableURI := fs.String("table", "", "table to deal in row id order")
@@ -80,7 +81,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	epoch := fs.Int64("epoch", 0, "epoch")
 	seed := fs.Uint64("shuffle-seed", 0, "the run's shuffle seed")
 	dropLast := fs.Bool("drop-last", true, "drop the final partial step of an epoch (as the Python dataset does by default)")
-	step := fs.Int64("step", -1, "global step")
+	step := fs.Int64("step", -1, "global step (with a mixture's --checkpoint: the mixture step, by default the one after it)")
 	ckptPath := fs.String("checkpoint", "", "state dict JSON: show the step after it")
 	columns := fs.String("columns", "", "also print these columns of each row: col1,col2")
 	which := fs.String("which-steps", "", "with --checkpoint: the steps up to it that trained on the rows where COLUMN=VALUE")
