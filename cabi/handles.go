@@ -61,6 +61,10 @@ func kindName(v any) string {
 		return "dataset"
 	case *loader.Stream:
 		return "stream"
+	case *loader.Mixture:
+		return "mixture"
+	case *loader.MixtureStream:
+		return "mixture stream"
 	}
 	return "object"
 }

@@ -23,8 +23,8 @@ What it does:
    exactly the steps of one uninterrupted run (``steps.jsonl`` logs the source
    and document ids of every step and rank).
 
-A Mixture deals in the process that iterates it: iterate it directly (as
-here), or through a DataLoader without worker processes (``num_workers=0``).
+A Mixture is iterated directly here; ``croupier.DataLoader(mix,
+num_workers=K)`` deals the same steps from K worker processes.
 
 Under torchrun (``WORLD_SIZE`` set) the script is the trainer;
 ``--work`` must then hold the tables the plain run writes.

@@ -111,13 +111,37 @@ func ParseCheckpoint(data []byte, where string) (Checkpoint, error) {
 // token-budget steps it plans the epoch's steps (see EpochSteps).
 func (l *Loader) Resume(ctx context.Context, c Checkpoint) (epoch, step int64, err error) {
 	const op = "resume"
+	if err := l.checkDeals(c); err != nil {
+		return 0, 0, err
+	}
+	steps, err := l.EpochSteps(ctx, c.Epoch)
+	if err != nil {
+		return 0, 0, err
+	}
+	if c.StepsConsumed > steps && !c.WorkerPosition {
+		return 0, 0, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			"checkpoint steps_consumed is %d, past the end of an epoch of %d steps", c.StepsConsumed, steps)
+	}
+	if c.StepsConsumed < steps {
+		return c.Epoch, c.StepsConsumed, nil
+	}
+	if c.Epoch == math.MaxInt64 {
+		return 0, 0, errcode.New(errcode.InvalidArgument, op, l.table.URI(), "checkpoint ends epoch %d, the last there is", c.Epoch)
+	}
+	return c.Epoch + 1, 0, nil
+}
+
+// checkDeals checks that c was made by a run dealing what l deals (see
+// Resume), whatever its position.
+func (l *Loader) checkDeals(c Checkpoint) error {
+	const op = "resume"
 	mine := l.Checkpoint(0, 0)
 	if kinds := [2]string{"sample-count steps", "token-budget steps"}; (c.TokensPerStep != 0) != (mine.TokensPerStep != 0) {
 		theirs, ours := kinds[0], kinds[1]
 		if c.TokensPerStep != 0 {
 			theirs, ours = ours, theirs
 		}
-		return 0, 0, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+		return errcode.New(errcode.InvalidArgument, op, l.table.URI(),
 			"checkpoint tokens_per_step is %d but this loader's is %d: the checkpoint deals %s, this loader %s",
 			c.TokensPerStep, mine.TokensPerStep, theirs, ours)
 	}
@@ -137,25 +161,11 @@ func (l *Loader) Resume(ctx context.Context, c Checkpoint) (epoch, step int64, e
 		{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed, false},
 	} {
 		if !f.skip && f.theirs != f.ours {
-			return 0, 0, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			return errcode.New(errcode.InvalidArgument, op, l.table.URI(),
 				"checkpoint %s is %s but this loader's is %s", f.name, quote(f.theirs), quote(f.ours))
 		}
 	}
-	steps, err := l.EpochSteps(ctx, c.Epoch)
-	if err != nil {
-		return 0, 0, err
-	}
-	if c.StepsConsumed > steps && !c.WorkerPosition {
-		return 0, 0, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
-			"checkpoint steps_consumed is %d, past the end of an epoch of %d steps", c.StepsConsumed, steps)
-	}
-	if c.StepsConsumed < steps {
-		return c.Epoch, c.StepsConsumed, nil
-	}
-	if c.Epoch == math.MaxInt64 {
-		return 0, 0, errcode.New(errcode.InvalidArgument, op, l.table.URI(), "checkpoint ends epoch %d, the last there is", c.Epoch)
-	}
-	return c.Epoch + 1, 0, nil
+	return nil
 }
 
 // quote writes a string value as JSON does, other values as they are.

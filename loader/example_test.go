@@ -132,3 +132,60 @@ func ExampleOpen() {
 	// step 2 [4 5]
 	// missing table is ErrNotFound: true
 }
+
+// A mixture of two tables, 3 to 1 at step 0 and 1 to 1 from step 4: each
+// step names the source step that fills its slot, and a checkpoint taken
+// after step 2 resumes with the same steps.
+func ExampleMixture() {
+	ctx := context.Background()
+	var sources []*loader.Loader
+	for _, name := range []string{"web", "code"} {
+		t := exampleTable(ctx, "mem://example-mixture/"+name, 8)
+		l, err := loader.New(t, permutation.Identity{N: t.NumRows()}, loader.Options{GlobalBatchSize: 2, DropLast: true})
+		t.Close() // the loader holds the table
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer l.Close()
+		sources = append(sources, l)
+	}
+	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: 7, Weights: []float64{3, 1},
+		Schedule: []loader.MixturePoint{{Step: 4, Weights: []float64{1, 1}}}, OnExhausted: loader.ExhaustedCycle})
+	if err != nil {
+		log.Fatal(err)
+	}
+	deal := func(pos loader.MixturePosition, steps int) loader.MixturePosition {
+		s, err := m.Stream(ctx, pos, loader.MixtureStreamOptions{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer s.Close()
+		for range steps {
+			b, err := s.Next(ctx)
+			if err != nil {
+				log.Fatal(err)
+			}
+			sl := b.Slots[0]
+			fmt.Printf("step %d: source %d epoch %d step %d, ids %v\n", b.Step, sl.Source, sl.Epoch, sl.Step, b.Records[0].Column(0))
+			b.Records[0].Release()
+			pos = b.Next
+		}
+		return pos
+	}
+	after := deal(m.Start(), 3)
+	c := m.Checkpoint(after) // json.Marshal(c) is what Python's mix.state_dict() holds
+	pos, err := m.Resume(ctx, c)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("resumed")
+	deal(pos, 3)
+	// Output:
+	// step 0: source 0 epoch 0 step 0, ids [0 4]
+	// step 1: source 0 epoch 0 step 1, ids [1 5]
+	// step 2: source 0 epoch 0 step 2, ids [2 6]
+	// resumed
+	// step 3: source 1 epoch 0 step 0, ids [0 4]
+	// step 4: source 0 epoch 0 step 3, ids [3 7]
+	// step 5: source 0 epoch 1 step 0, ids [0 4]
+}

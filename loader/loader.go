@@ -16,6 +16,11 @@
 // a bounded number of steps on Go threads. Batches are Arrow record batches whose memory
 // comes from Options.Allocator, so they can leave through the C Data Interface
 // without copying.
+//
+// A Mixture interleaves the steps of several loaders by weight: which source
+// fills each slot of a mixture step is a pure function of a seed, the step
+// and the weights at that step, so a mixture, too, deals the same steps at
+// every world size and number of workers, and resumes exactly.
 package loader
 
 import (

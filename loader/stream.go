@@ -144,7 +144,15 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 			so.StartStep, so.Worker, -so.Worker, d.Steps())
 	}
 	steps := workerSteps(so.StartStep, d.Steps(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
-	order := l.EpochOrder(so.Epoch)
+	return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes)
+}
+
+// stepStream starts producing this rank's batches of steps, steps of epoch
+// (whose dealing order is d) in [0, d.Steps()), in that order: each once,
+// in any order a consumer asks for (a Stream's worker turns, a Mixture's
+// draws).
+func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []int64, coalesce int64) (*Stream, error) {
+	order := l.EpochOrder(epoch)
 	// The sizes of rows are guessed from the first the stream deals, or the
 	// epoch's first when the rank's first step has none.
 	first, err := order.RowIDs(ctx, 0, 1)
@@ -160,7 +168,7 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 			first = ids
 		}
 	}
-	m, err := l.shares(ctx, first[0], d.RankRows(), so.CoalesceBytes)
+	m, err := l.shares(ctx, first[0], d.RankRows(), coalesce)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +181,7 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: table.NewBudget(m.Kept),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
-	go s.plan(ctx, l, d, order, steps, so.CoalesceBytes)
+	go s.plan(ctx, l, d, order, steps, coalesce)
 	go s.produce(ctx)
 	return s, nil
 }

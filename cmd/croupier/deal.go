@@ -16,15 +16,6 @@ import (
 	"github.com/croupier-data/croupier/permutation"
 )
 
-// readCheckpoint reads a state dict JSON file.
-func readCheckpoint(path string) (loader.Checkpoint, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return loader.Checkpoint{}, errcode.Wrap(err, errcode.NotFound, "read checkpoint", path)
-	}
-	return loader.ParseCheckpoint(data, path)
-}
-
 // dealRank is one rank's batch, with --columns its rows, and for token-budget
 // steps its rows' lengths and their tokens (each at most the budget).
 type dealRank struct {
@@ -75,7 +66,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "deal",
 		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) (--global-batch-size G | --tokens-per-step N) --step T [flags]\n"+
 			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]\n"+
-			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]")
+			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]\n"+
+			"       croupier deal --checkpoint MIXTURE.json [--step T] [flags]")
 	permURI := fs.String("perm", "", "permutation to deal")
 	splitName := fs.String("split", "", "split of the permutation (default: its first)")
 	tableURI := fs.String("table", "", "table to deal in row id order")
@@ -89,7 +81,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	epoch := fs.Int64("epoch", 0, "epoch")
 	seed := fs.Uint64("shuffle-seed", 0, "the run's shuffle seed")
 	dropLast := fs.Bool("drop-last", true, "drop the final partial step of an epoch (as the Python dataset does by default)")
-	step := fs.Int64("step", -1, "global step")
+	step := fs.Int64("step", -1, "global step (with a mixture's --checkpoint: the mixture step, by default the one after it)")
 	ckptPath := fs.String("checkpoint", "", "state dict JSON: show the step after it")
 	columns := fs.String("columns", "", "also print these columns of each row: col1,col2")
 	which := fs.String("which-steps", "", "with --checkpoint: the steps up to it that trained on the rows where COLUMN=VALUE")
@@ -102,12 +94,23 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 
 	var ckpt *loader.Checkpoint
 	if *ckptPath != "" {
-		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch", "step"} {
+		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch"} {
 			if set[n] {
 				return usagef("deal: --%s comes from the checkpoint; do not give it with --checkpoint", n)
 			}
 		}
-		c, err := readCheckpoint(*ckptPath)
+		data, err := os.ReadFile(*ckptPath)
+		if err != nil {
+			return errcode.Wrap(err, errcode.NotFound, "read checkpoint", *ckptPath)
+		}
+		if isMixture(data) {
+			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
+				dropLast: *dropLast, dropLastSet: set["drop-last"], columns: splitList(*columns), asJSON: *asJSON})
+		}
+		if set["step"] {
+			return usagef("deal: --step comes from the checkpoint; do not give it with --checkpoint (but for a mixture's)")
+		}
+		c, err := loader.ParseCheckpoint(data, *ckptPath)
 		if err != nil {
 			return err
 		}
@@ -115,17 +118,12 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		*g, *s, *seed, *epoch = c.GlobalBatchSize, c.NumSplits, c.ShuffleSeed, c.Epoch
 		*tokens, *oversize = c.TokensPerStep, c.Oversize
 		if *permURI == "" && *tableURI == "" {
-			switch {
-			case c.PermutationID == (permutation.Identity{}).ID():
-				*tableURI = c.TableURI
-			case c.PermutationURI != nil && *c.PermutationURI != "":
-				*permURI = *c.PermutationURI
-				if *splitName == "" {
-					_, *splitName, _ = strings.Cut(c.PermutationID, "/")
-				}
-			default:
-				return usagef("deal: checkpoint %s deals permutation %s and does not record where it lives (format 1): give its --perm URI",
-					*ckptPath, c.PermutationID)
+			var split string
+			if *permURI, split, *tableURI, err = dealtBy(c, *ckptPath); err != nil {
+				return err
+			}
+			if *splitName == "" {
+				*splitName = split
 			}
 		}
 	} else {
@@ -178,43 +176,11 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("deal: --row is %d; it must be at least 0", *rowID)
 	}
 
-	// Open the order and its table.
-	var (
-		t     *table.Table
-		order permutation.Order
-	)
-	if *permURI != "" {
-		uri, err := toURI(*permURI)
-		if err != nil {
-			return err
-		}
-		p, err := permutation.Open(ctx, uri)
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		var sp *permutation.Split
-		if *splitName != "" {
-			sp, err = p.Split(*splitName)
-		} else {
-			sp, err = p.SplitAt(0)
-		}
-		if err != nil {
-			return err
-		}
-		t, order = p.Table(), sp
-	} else {
-		uri, err := toURI(*tableURI)
-		if err != nil {
-			return err
-		}
-		tb, err := table.OpenVersion(ctx, uri, *version)
-		if err != nil {
-			return err
-		}
-		defer tb.Close()
-		t, order = tb, permutation.Identity{N: tb.NumRows()}
+	t, order, closeOrder, err := openDealt(ctx, *permURI, *splitName, *tableURI, *version)
+	if err != nil {
+		return err
 	}
+	defer closeOrder()
 	opts := loader.Options{GlobalBatchSize: *g, NumSplits: *s, TokensPerStep: *tokens, Oversize: *oversize,
 		WorldSize: *w, ShuffleSeed: *seed, DropLast: *dropLast}
 	l0, err := loader.New(t, order, opts)
@@ -262,45 +228,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	var (
-		ranks  [][]uint64
-		shares []loader.Share // of a token-budget step
-	)
-	if *tokens != 0 {
-		d, err := l0.TokenDeal(ctx, *epoch)
-		if err != nil {
-			return err
-		}
-		if shares, err = d.Shares(ctx, l0.EpochOrder(*epoch).(permutation.LengthOrder), *step); err != nil {
-			return err
-		}
-		for _, sh := range shares {
-			ranks = append(ranks, sh.RowIDs)
-		}
-	} else if ranks, err = l0.Step(ctx, *epoch, *step); err != nil {
+	if out.Ranks, err = stepRanks(ctx, l0, *epoch, *step, *rank, splitList(*columns)); err != nil {
 		return err
-	}
-	var reader *table.Reader
-	if cols := splitList(*columns); len(cols) > 0 {
-		if reader, err = t.NewReader(table.ReaderOptions{Columns: cols}); err != nil {
-			return err
-		}
-		defer reader.Close()
-	}
-	for r, ids := range ranks {
-		if *rank >= 0 && int64(r) != *rank {
-			continue
-		}
-		rb := dealRank{Rank: int64(r), RowIDs: ids}
-		if shares != nil {
-			rb.Lengths, rb.Tokens = shares[r].Lengths, &shares[r].Tokens
-		}
-		if reader != nil {
-			if rb.Rows, err = readRows(ctx, reader, ids); err != nil {
-				return err
-			}
-		}
-		out.Ranks = append(out.Ranks, rb)
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, out)
@@ -314,7 +243,113 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed, out.DropLast, out.StepsPerEpoch)
 	}
 	fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", out.Epoch, out.Step)
-	for _, rb := range out.Ranks {
+	printRanks(e, out.Ranks, splitList(*columns), "")
+	return nil
+}
+
+// dealtBy returns where the order a checkpoint deals lives: a permutation's
+// URI and split, or a table's URI. where names the checkpoint in errors.
+func dealtBy(c loader.Checkpoint, where string) (permURI, split, tableURI string, err error) {
+	switch {
+	case c.PermutationID == (permutation.Identity{}).ID():
+		return "", "", c.TableURI, nil
+	case c.PermutationURI != nil && *c.PermutationURI != "":
+		_, split, _ = strings.Cut(c.PermutationID, "/")
+		return *c.PermutationURI, split, "", nil
+	}
+	return "", "", "", usagef("deal: checkpoint %s deals permutation %s and does not record where it lives (format 1): give its --perm URI",
+		where, c.PermutationID)
+}
+
+// openDealt opens the order to deal and its table: split splitName (its
+// first if "") of the permutation at permURI, or the rows of version version
+// of the table at tableURI (its latest if 0). close closes what it opened.
+func openDealt(ctx context.Context, permURI, splitName, tableURI string, version int64) (t *table.Table, order permutation.Order, close func(), err error) {
+	if permURI != "" {
+		uri, err := toURI(permURI)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		p, err := permutation.Open(ctx, uri)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		var sp *permutation.Split
+		if splitName != "" {
+			sp, err = p.Split(splitName)
+		} else {
+			sp, err = p.SplitAt(0)
+		}
+		if err != nil {
+			p.Close()
+			return nil, nil, nil, err
+		}
+		return p.Table(), sp, func() { p.Close() }, nil
+	}
+	uri, err := toURI(tableURI)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tb, err := table.OpenVersion(ctx, uri, version)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return tb, permutation.Identity{N: tb.NumRows()}, func() { tb.Close() }, nil
+}
+
+// stepRanks returns each rank's batch of step of epoch as l deals it (only
+// rank's when rank >= 0), with the rows' columns when there are any, and for
+// token-budget steps the rows' lengths and tokens.
+func stepRanks(ctx context.Context, l *loader.Loader, epoch, step, rank int64, columns []string) ([]dealRank, error) {
+	var (
+		ranks  [][]uint64
+		shares []loader.Share // of a token-budget step
+		err    error
+	)
+	if l.Options().TokensPerStep != 0 {
+		d, err := l.TokenDeal(ctx, epoch)
+		if err != nil {
+			return nil, err
+		}
+		if shares, err = d.Shares(ctx, l.EpochOrder(epoch).(permutation.LengthOrder), step); err != nil {
+			return nil, err
+		}
+		for _, sh := range shares {
+			ranks = append(ranks, sh.RowIDs)
+		}
+	} else if ranks, err = l.Step(ctx, epoch, step); err != nil {
+		return nil, err
+	}
+	var reader *table.Reader
+	if len(columns) > 0 {
+		if reader, err = l.Table().NewReader(table.ReaderOptions{Columns: columns}); err != nil {
+			return nil, err
+		}
+		defer reader.Close()
+	}
+	out := []dealRank{}
+	for r, ids := range ranks {
+		if rank >= 0 && int64(r) != rank {
+			continue
+		}
+		rb := dealRank{Rank: int64(r), RowIDs: ids}
+		if shares != nil {
+			rb.Lengths, rb.Tokens = shares[r].Lengths, &shares[r].Tokens
+		}
+		if reader != nil {
+			if rb.Rows, err = readRows(ctx, reader, ids); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, rb)
+	}
+	return out, nil
+}
+
+// printRanks prints each rank's row ids on a line, and under it the columns
+// of each row, every line after indent.
+func printRanks(e *env, ranks []dealRank, columns []string, indent string) {
+	for _, rb := range ranks {
 		ids := make([]string, len(rb.RowIDs))
 		for i, id := range rb.RowIDs {
 			ids[i] = fmt.Sprint(id)
@@ -323,17 +358,16 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		if rb.Tokens != nil {
 			tokens = fmt.Sprintf(" (%d tokens)", *rb.Tokens)
 		}
-		fmt.Fprintf(e.stdout, "rank %d%s: %s\n", rb.Rank, tokens, strings.Join(ids, " "))
+		fmt.Fprintf(e.stdout, "%srank %d%s: %s\n", indent, rb.Rank, tokens, strings.Join(ids, " "))
 		for i, row := range rb.Rows {
-			fields := []string{fmt.Sprintf("  row %d:", rb.RowIDs[i])}
-			for _, c := range splitList(*columns) {
+			fields := []string{fmt.Sprintf("%s  row %d:", indent, rb.RowIDs[i])}
+			for _, c := range columns {
 				v, _ := json.Marshal(row[c])
 				fields = append(fields, fmt.Sprintf("%s=%s", c, v))
 			}
 			fmt.Fprintln(e.stdout, strings.Join(fields, " "))
 		}
 	}
-	return nil
 }
 
 // readRows returns the rows ids of r's columns, each as column name → value.

@@ -25,6 +25,7 @@
 //	    [--world-size W] [--rank R]
 //	    (both: [--columns col1,col2] prints those columns of each row of the step)
 //	croupier deal --checkpoint STATE.json (--which-steps COLUMN=VALUE | --row ID) [--world-size W]
+//	croupier deal --checkpoint MIXTURE.json [--step T] [--world-size W] [--rank R] [--columns col1,col2]
 //
 //	croupier bench [--dir REPO] [--quick] [--dry-run]
 //
@@ -87,6 +88,17 @@
 // With --tokens-per-step the steps are token budgets (docs/concepts.md,
 // "Token-budget steps") of a permutation built with --lengths: each rank's
 // line also gives its tokens, and --json each row's length.
+//
+// deal --checkpoint with a mixture's state dict (Python's
+// Mixture.state_dict(), recognised by its "sources") answers which rows of
+// which source made mixture step T: for each slot of the step, the source,
+// the source's epoch and step that fill it, and each rank's rows of that
+// step at --world-size (every rank unless --rank). Each source is opened
+// where its checkpoint says (permutation_uri and split, or table_uri). T
+// defaults to the step after the checkpoint; a T after it is planned from
+// the checkpoint on, and a T before it by replaying the mixture from its
+// start, every source at step 0 of epoch 0 (an error when that replay does
+// not reach the checkpoint's position).
 //
 // bench runs the benchmark harness, `make bench` in the repository named by
 // --dir (bench/run.py: object-store throughput, croupier and its peers reading

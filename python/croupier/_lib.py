@@ -125,7 +125,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -191,6 +191,27 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     ),
     "croupier_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_stream_stats": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_mixture_open": (
+        [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int64, _STR, _HANDLE_OUT, _ERR],
+        _INT,
+    ),
+    "croupier_mixture_plan": ([_HANDLE, _STR, ctypes.c_int64, _STR_OUT, _ERR], _INT),
+    "croupier_mixture_weights": ([_HANDLE, ctypes.c_int64, _STR_OUT, _ERR], _INT),
+    "croupier_mixture_checkpoint": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),
+    "croupier_mixture_resume": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),
+    "croupier_mixture_stream_open": ([_HANDLE, _STR, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_mixture_stream_next": (
+        [
+            _HANDLE,
+            ctypes.c_int64,
+            ctypes.POINTER(ArrowArray),
+            ctypes.POINTER(ArrowSchema),
+            ctypes.POINTER(ctypes.c_int64),
+            _STR_OUT,
+            _ERR,
+        ],
+        _INT,
+    ),
     "croupier_stream_next": (
         [
             _HANDLE,
@@ -822,3 +843,72 @@ def permutation_info(permutation: int) -> dict[str, Any]:
 def permutation_row_ids(permutation: int, split: int, start: int, stop: int, dst: Any) -> None:
     """Fill ``dst`` (a uint64 pointer to ``stop - start`` slots) with a split's row ids."""
     _call(_lib().croupier_permutation_row_ids, permutation, split, start, stop, dst)
+
+
+# ---------------------------------------------------------------------------
+# Mixtures
+
+
+def mixture_open(datasets: list[int], options: dict[str, Any]) -> Handle:
+    """Open the mixture of open datasets (options of ``croupier_mixture_open``)."""
+    handles = (ctypes.c_uint64 * len(datasets))(*datasets)
+    return _handle_out("croupier_mixture_open", handles, len(datasets), _encode(options))
+
+
+def mixture_plan(mixture: int, position: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``{"steps", "ended", "position"}``: the slots of up to ``steps`` mixture
+    steps from ``position`` and the position after them (``croupier_mixture_plan``)."""
+    return json.loads(_str_out("croupier_mixture_plan", mixture, _encode(position), steps))
+
+
+def mixture_weights(mixture: int, step: int) -> list[float]:
+    """The weights of a mixture's sources at ``step``."""
+    return json.loads(_str_out("croupier_mixture_weights", mixture, step))
+
+
+def mixture_checkpoint(mixture: int, position: dict[str, Any]) -> dict[str, Any]:
+    """The state dict of a mixture at ``position``."""
+    return json.loads(_str_out("croupier_mixture_checkpoint", mixture, _encode(position)))
+
+
+def mixture_resume(mixture: int, state: dict[str, Any]) -> dict[str, Any]:
+    """The position a mixture state dict records, once checked against the mixture."""
+    return json.loads(_str_out("croupier_mixture_resume", mixture, _encode(state)))
+
+
+def mixture_stream_open(mixture: int, position: dict[str, Any], options: dict[str, Any]) -> Handle:
+    """Open a stream of one worker's mixture steps from ``position``."""
+    return _handle_out("croupier_mixture_stream_open", mixture, _encode(position), _encode(options))
+
+
+def mixture_stream_next(
+    stream: int, slots: int
+) -> tuple[int, dict[str, Any], list[pa.RecordBatch]] | None:
+    """The next ``(mixture step, {"slots", "next"}, one record batch per slot)`` of
+    a mixture stream, or None at its end."""
+    arrays, schemas = (ArrowArray * slots)(), (ArrowSchema * slots)()
+    step, out = ctypes.c_int64(-1), ctypes.c_void_p()
+    try:
+        try:
+            _call(
+                _lib().croupier_mixture_stream_next,
+                stream,
+                slots,
+                arrays,
+                schemas,
+                ctypes.byref(step),
+                ctypes.byref(out),
+            )
+        finally:
+            text = _take_string(out)
+        if step.value < 0:
+            return None
+        batches = [
+            pa.RecordBatch._import_from_c(ctypes.addressof(a), ctypes.addressof(s))
+            for a, s in zip(arrays, schemas, strict=True)
+        ]
+        return step.value, json.loads(text), batches
+    finally:
+        for a, s in zip(arrays, schemas, strict=True):
+            _release_unimported(a)
+            _release_unimported(s)

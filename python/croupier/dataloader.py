@@ -16,6 +16,7 @@ import torch.utils.data._utils.worker
 
 from .dataset import Steps, StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
+from .mixture import Mixture, MixtureStep
 
 __all__ = ["DataLoader"]
 
@@ -109,7 +110,8 @@ def _die_with_parent(trainer: int) -> None:
 
 
 class DataLoader(torch.utils.data.DataLoader):
-    """A thin :class:`torch.utils.data.DataLoader` for a :class:`StreamingDataset`.
+    """A thin :class:`torch.utils.data.DataLoader` for a :class:`StreamingDataset`
+    or a :class:`Mixture`.
 
     Differences from torch's loader:
 
@@ -140,7 +142,7 @@ class DataLoader(torch.utils.data.DataLoader):
       ``os._exit``, it leaves none behind holding memory (see ``_WorkerStart``).
 
     Args:
-        dataset: the dataset to load.
+        dataset: the dataset or mixture to load.
         num_workers: worker processes (0: the batches are made in this process).
         divide_budget: give each worker ``memory_budget // num_workers`` of the
             dataset's memory budget (True), or all of it (False).
@@ -148,19 +150,19 @@ class DataLoader(torch.utils.data.DataLoader):
             (``pin_memory``, ``prefetch_factor``, ...).
     """
 
-    dataset: StreamingDataset
+    dataset: StreamingDataset | Mixture
 
     def __init__(
         self,
-        dataset: StreamingDataset,
+        dataset: StreamingDataset | Mixture,
         num_workers: int = 0,
         *,
         divide_budget: bool = True,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(dataset, StreamingDataset):
+        if not isinstance(dataset, (StreamingDataset, Mixture)):
             raise TypeError(
-                f"croupier.DataLoader needs a croupier.StreamingDataset, got "
+                f"croupier.DataLoader needs a croupier.StreamingDataset or Mixture, got "
                 f"{type(dataset).__name__}"
             )
         if kwargs.pop("batch_size", None) is not None:
@@ -193,6 +195,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.num_workers == 0:
             return super().__iter__()  # the dataset counts what it yields in this process
+        if isinstance(self.dataset, Mixture):
+            return self._mixture_steps(self._from_workers())
         return self._counted(self._from_workers())
 
     def _from_workers(self) -> Iterator[Any]:
@@ -202,16 +206,24 @@ class DataLoader(torch.utils.data.DataLoader):
         convert (see croupier.dataset.Steps), unless something must run on
         converted batches in the workers: the dataset's collate, a collate_fn,
         pinning. They divide the dataset's memory budget unless divide_budget
-        is False. Only the copies of the dataset the workers get are told to.
+        is False. A Mixture's workers send single converted steps with the
+        mixture's position after each (croupier.mixture.MixtureStep), and its
+        sources divide their budgets. Only the copies of the dataset the
+        workers get are told to.
         """
         ds = self.dataset
-        ds._send_runs = (
-            not ds.tokens_per_step  # runs are cut by a fixed number of rows a step
-            and ds._collate is None
-            and self.collate_fn is torch.utils.data.default_convert
-            and not self.pin_memory
-        )
-        ds._divide_budget = self.divide_budget
+        if isinstance(ds, Mixture):
+            ds._in_loader = True
+            for source in ds.sources:
+                source._divide_budget = self.divide_budget
+        else:
+            ds._send_runs = (
+                not ds.tokens_per_step  # runs are cut by a fixed number of rows a step
+                and ds._collate is None
+                and self.collate_fn is torch.utils.data.default_convert
+                and not self.pin_memory
+            )
+            ds._divide_budget = self.divide_budget
         init_fn = self.worker_init_fn
         spawned = self.multiprocessing_context.get_start_method() == "spawn"
         main = threading.current_thread() is threading.main_thread()
@@ -219,8 +231,30 @@ class DataLoader(torch.utils.data.DataLoader):
         try:
             return super().__iter__()  # starts the workers: they get the dataset now
         finally:
-            ds._send_runs = ds._divide_budget = False
+            if isinstance(ds, Mixture):
+                ds._in_loader = False
+                for source in ds.sources:
+                    source._divide_budget = False
+            else:
+                ds._send_runs = ds._divide_budget = False
             self.worker_init_fn = init_fn
+
+    def _mixture_steps(self, steps: Iterator[Any]) -> Iterator[Any]:
+        """A Mixture's steps from the workers, each taking the mixture to the
+        position after it as it is handed over."""
+        mix = self.dataset
+        assert isinstance(mix, Mixture)
+        for step in steps:
+            if not isinstance(step, MixtureStep) or step.step != mix.steps_consumed:
+                got = step.step if isinstance(step, MixtureStep) else type(step).__name__
+                raise InternalError(
+                    f"croupier.DataLoader: a worker sent mixture step {got} when step "
+                    f"{mix.steps_consumed} was next"
+                )
+            out = self.collate_fn(step.slots)
+            mix._position = step.next
+            yield out
+        mix._end()
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         ds = self.dataset
@@ -247,7 +281,11 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the steps left in the dataset's epoch
-        (``len(dataset)``), also after a resume."""
+        (``len(dataset)``), also after a resume. A Mixture has no length."""
+        if isinstance(self.dataset, Mixture):
+            raise TypeError(
+                "a croupier.Mixture has no length: its iterations end when a source does"
+            )
         return len(self.dataset)
 
     def state_dict(self) -> dict[str, Any]:
@@ -257,6 +295,12 @@ class DataLoader(torch.utils.data.DataLoader):
     def load_state_dict(self, state_dict: Mapping[str, Any], *, table_moved: bool = False) -> None:
         """Load a checkpoint into the dataset; the next iteration continues from it.
 
-        ``table_moved`` is :meth:`StreamingDataset.load_state_dict`'s.
+        ``table_moved`` is :meth:`StreamingDataset.load_state_dict`'s (a Mixture
+        takes none).
         """
-        self.dataset.load_state_dict(state_dict, table_moved=table_moved)
+        if isinstance(self.dataset, Mixture):
+            if table_moved:
+                raise InvalidArgumentError("a Mixture's state dict takes no table_moved")
+            self.dataset.load_state_dict(state_dict)
+        else:
+            self.dataset.load_state_dict(state_dict, table_moved=table_moved)

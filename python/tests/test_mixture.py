@@ -4,10 +4,10 @@ order of each source (rank_batches)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,17 +104,16 @@ def test_mixture_follows_the_reference(
         assert mix.steps_consumed == len(want)
 
 
-def test_schedule_moves_the_weights() -> None:
+def test_schedule_moves_the_weights(tables: list[cr.Table]) -> None:
     """Weights move linearly between the schedule's points and stay at the last."""
-    from croupier.mixture import weights_at
-
     points = [(0, [1.0, 0.0]), (10, [0.0, 1.0]), (20, [1.0, 1.0])]
-    assert weights_at(points, 0) == [1.0, 0.0]
-    assert weights_at(points, 5) == [0.5, 0.5]
-    assert weights_at(points, 15) == [0.5, 1.0]
-    assert weights_at(points, 99) == [1.0, 1.0]
+    mix = mixture(tables, points[0][1], seed=0, schedule=points[1:])
+    assert mix.weights_at(0) == [1.0, 0.0]
+    assert mix.weights_at(5) == [0.5, 0.5]
+    assert mix.weights_at(15) == [0.5, 1.0]
+    assert mix.weights_at(99) == [1.0, 1.0]
     for t in (0, 5, 15, 99):
-        assert weights_at(points, t) == ref.mixture_weights(points, t)
+        assert mix.weights_at(t) == ref.mixture_weights(points, t)
 
 
 def test_resume_at_another_world_size(tables: list[cr.Table]) -> None:
@@ -186,12 +185,33 @@ def test_refusals(tables: list[cr.Table]) -> None:
         next(iter(loader))
 
 
-def test_plan_depends_only_on_seed_step_and_weights(tmp_path: Path) -> None:
-    """The reference's draws are those the package makes."""
-    from croupier.mixture import draw
+# The sources of the slots of a scheduled mixture of sources of 6, 12 and 25
+# steps, under each policy, until its iteration ends (at most 40 steps), and
+# its last three slots: loader/mixture_test.go's TestMixtureGolden checks the
+# same values.
+GOLDEN = {
+    "stop": ("010200012112222210", [(2, 0, 6), (1, 0, 4), (0, 0, 5)]),
+    "cycle": (
+        "01020001211222221020122001022000022202002022222100202202000000022202000222020002",
+        [(0, 5, 5), (0, 6, 0), (2, 1, 9)],
+    ),
+    "renormalize": (
+        "010200012112222210211221121221122222222222",
+        [(2, 0, 21), (2, 0, 22), (2, 0, 23)],
+    ),
+}
 
-    for seed, t, j in [(0, 0, 0), (2**64 - 1, 12345, 3), (9, 1, 0)]:
-        assert draw(seed, t, j) == ref.mixture_u(seed, t, j)
+
+@pytest.mark.parametrize("policy", sorted(GOLDEN))
+def test_golden_plan(tables: list[cr.Table], policy: str) -> None:
+    """The package's plan and the reference's are the golden one."""
+    points = [(0, [0.7, 0.2, 0.1]), (10, [0.1, 0.2, 0.7]), (30, [1.0, 0.0, 1.0])]
+    mix = mixture(tables, points[0][1], seed=11, schedule=points[1:], on_exhausted=policy, slots=2)
+    sources, last = GOLDEN[policy]
+    for plan in (mix.plan(40), ref.mixture_plan(11, points, 2, [6, 12, 25], policy, 40)):
+        slots = [slot for step in plan for slot in step]
+        assert "".join(str(i) for i, _, _ in slots) == sources
+        assert slots[-3:] == last
 
 
 # Realised proportions. A slot draws source i with probability w_i(t) / sum w(t),
@@ -200,33 +220,35 @@ def test_plan_depends_only_on_seed_step_and_weights(tmp_path: Path) -> None:
 STEPS, SLOTS = 10_000, 8
 
 
-def drawn(seed: int, points: list[tuple[int, list[float]]], n: int) -> np.ndarray:
+def drawn(
+    tables: list[cr.Table], seed: int, points: list[tuple[int, list[float]]], n: int
+) -> np.ndarray:
     """The source of each slot of mixture steps 0..STEPS-1, [step, slot], as the
-    package draws them (draw, weights_at, pick: what Mixture._choose does while
-    no source is exhausted)."""
-    from croupier.mixture import draw, pick, weights_at
-
-    out = np.empty((STEPS, SLOTS), dtype=np.int64)
-    for t in range(STEPS):
-        weights = weights_at(points, t)
-        out[t] = [pick(draw(seed, t, j), weights) for j in range(SLOTS)]
+    package draws them: a mixture of n sources that cycle, so that no source
+    is ever out of the draw."""
+    mix = mixture(
+        tables[:n], points[0][1], seed=seed, schedule=points[1:], on_exhausted="cycle", slots=SLOTS
+    )
+    out = np.array([[i for i, _, _ in step] for step in mix.plan(STEPS)], dtype=np.int64)
+    assert out.shape == (STEPS, SLOTS)
     assert out.min() >= 0
     assert out.max() < n
     return out
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**64 - 1])
-def test_realised_proportions_of_constant_weights(seed: int) -> None:
+def test_realised_proportions_of_constant_weights(tables: list[cr.Table], seed: int) -> None:
     """Over 10,000 steps of 8 slots each source fills its weight's share of the
     slots within 1 % (absolute). With 80,000 slots the share's standard
     deviation is at most sqrt(0.25 / 80,000) = 0.0018: 1 % is more than 5 of them."""
     weights = [0.7, 0.2, 0.1]
-    shares = np.bincount(drawn(seed, [(0, weights)], 3).ravel(), minlength=3) / (STEPS * SLOTS)
+    counts = np.bincount(drawn(tables, seed, [(0, weights)], 3).ravel(), minlength=3)
+    shares = counts / (STEPS * SLOTS)
     assert np.abs(shares - weights).max() < 0.01, shares
 
 
 @pytest.mark.parametrize("seed", [0, 7])
-def test_schedule_takes_effect_at_its_steps(seed: int) -> None:
+def test_schedule_takes_effect_at_its_steps(tables: list[cr.Table], seed: int) -> None:
     """90/10 until step 2,000, linear to 50/50 by step 4,000, 50/50 after: the
     share of source 1 in each window of 500 steps is the window's mean weight
     (from the reference's statement of the schedule) within 5 standard deviations
@@ -240,7 +262,7 @@ def test_schedule_takes_effect_at_its_steps(seed: int) -> None:
     fail it: it tells the named step from its neighbours."""
     window = 500
     points = [(0, [0.9, 0.1]), (2_000, [0.9, 0.1]), (4_000, [0.5, 0.5])]
-    share = drawn(seed, points, 2).reshape(STEPS // window, window * SLOTS).mean(axis=1)
+    share = drawn(tables, seed, points, 2).reshape(STEPS // window, window * SLOTS).mean(axis=1)
 
     def misses(shift: int) -> np.ndarray:
         """The windows whose share is off the schedule moved by ``shift`` steps."""
@@ -258,18 +280,17 @@ def test_schedule_takes_effect_at_its_steps(seed: int) -> None:
 def test_mixture_steps_come_from_the_drawn_sources(tables: list[cr.Table]) -> None:
     """End to end, over a schedule of the same shape (90/10 until step 40, 50/50
     from step 80, two slots, cycling sources): every slot of the Mixture's steps
-    holds a batch of the source draw/weights_at/pick name."""
-    from croupier.mixture import draw, pick, weights_at
-
+    holds a batch of the source the reference names."""
     points = [(0, [0.9, 0.1]), (40, [0.9, 0.1]), (80, [0.5, 0.5])]
     mix = mixture(tables, [0.9, 0.1], seed=5, schedule=points[1:], on_exhausted="cycle", slots=2)
     got = [ids(step) for _, step in zip(range(120), mix, strict=False)]
     assert len(got) == 120
+    plan = ref.mixture_plan(5, points, 2, [6, 12], "cycle", 120)
     counts = [0, 0]
     for t, step in enumerate(got):
         for j, (i, batch) in enumerate(step):
-            assert i == pick(draw(5, t, j), weights_at(points, t)), (t, j)
-            assert {x // 1000 for x in batch} == {i}  # the rows of source i's table
+            assert i == plan[t][j][0], (t, j)
+            assert batch == expected(i, plan[t][j][2], 1, 0)
             counts[i] += 1
     assert min(counts) > 0
 
@@ -366,3 +387,147 @@ def test_mixture_of_token_budget_steps(token_perms: list[cr.Permutation]) -> Non
         pass
     state = json.loads(json.dumps(mix.state_dict()))
     assert by_rank(3, state) == at_3[25:]
+
+
+# Sources of the property and worker tests: tables of WIDE[i] rows whose ids
+# start at 100,000 * i, dealt in stored order with WIDE_G rows a step, which
+# 1 to 8 ranks divide.
+WIDE_G = 840
+WIDE = (2 * WIDE_G, 3 * WIDE_G, 5 * WIDE_G)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> list[cr.Table]:
+    root = tmp_path_factory.mktemp("mixture-wide")
+    out = []
+    for i, n in enumerate(WIDE):
+        ids = np.arange(100_000 * i, 100_000 * i + n, dtype=np.int64)
+        out.append(cr.create_table("file://" + str(root / f"t{i}"), pa.table({"id": ids})))
+    return out
+
+
+@functools.cache
+def wide_steps(i: int) -> list[list[int]]:
+    """The ids of each step of source i's epochs (the same every epoch)."""
+    order = list(range(100_000 * i, 100_000 * i + WIDE[i]))
+    return ref.rank_batches(order, WIDE_G, WIDE_G, 1, 0, True)
+
+
+def wide_step(i: int, step: int) -> list[int]:
+    return wide_steps(i)[step]
+
+
+def wide_mixture(tables: list[cr.Table], w: int, r: int, **kwargs: Any) -> cr.Mixture:
+    weights = kwargs.pop("weights")
+    sources = [
+        (cr.StreamingDataset(t, global_batch_size=WIDE_G, format="numpy", rank=r, world_size=w), x)
+        for t, x in zip(tables, weights, strict=True)
+    ]
+    return cr.Mixture(sources, **kwargs)
+
+
+def deal(
+    tables: list[cr.Table],
+    w: int,
+    steps: int,
+    workers: int = 0,
+    state: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> list[list[tuple[int, list[int]]]]:
+    """Up to ``steps`` mixture steps at world size w, the ranks' shares of each
+    slot joined and sorted; rank 0 through croupier.DataLoader with
+    ``workers`` workers when there are any."""
+    shares = []
+    for r in range(w):
+        mix = wide_mixture(tables, w, r, **kwargs)
+        if state is not None:
+            mix.load_state_dict(state)
+        source: Any = mix
+        if r == 0 and workers:
+            source = cr.DataLoader(mix, num_workers=workers)
+        shares.append([ids(step) for step in itertools.islice(source, steps)])
+        assert mix.steps_consumed == (state or {}).get("steps_consumed", 0) + len(shares[-1])
+    assert len({len(s) for s in shares}) == 1
+    return [
+        [
+            (slots[0][0], sorted(x for _, rows in slots for x in rows))
+            for slots in zip(*step, strict=True)
+        ]
+        for step in zip(*shares, strict=True)
+    ]
+
+
+@settings(
+    derandomize=True,
+    deadline=None,
+    max_examples=12,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 2**64 - 1),
+    weights=st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=3, max_size=3).filter(any),
+    slots=st.integers(1, 2),
+    policy=st.sampled_from(["stop", "cycle", "renormalize"]),
+    w=st.integers(1, 8),
+    workers=st.sampled_from([0, 0, 0, 0, 1, 2, 3]),
+    w2=st.integers(1, 8),
+    at=st.integers(0, 11),
+)
+def test_mixture_is_world_size_and_worker_invariant(
+    wide: list[cr.Table],
+    seed: int,
+    weights: list[float],
+    slots: int,
+    policy: str,
+    w: int,
+    workers: int,
+    w2: int,
+    at: int,
+) -> None:
+    """Every step holds the same sources' steps and rows at world sizes 1 to 8,
+    with 0 to 3 workers; no row of a source comes twice in one of its epochs;
+    a checkpoint taken after any step resumes at another world size with
+    exactly the steps that follow."""
+    steps = 12
+    kwargs = {"seed": seed, "weights": weights, "slots": slots, "on_exhausted": policy}
+    whole = deal(wide, 1, steps, **kwargs)
+    plan = wide_mixture(wide, 1, 0, **kwargs).plan(steps)
+    assert [[i for i, _ in step] for step in whole] == [[i for i, _, _ in s] for s in plan]
+    seen: dict[tuple[int, int], set[int]] = {}
+    for step, slots_plan in zip(whole, plan, strict=True):
+        for (i, rows), (_, epoch, s) in zip(step, slots_plan, strict=True):
+            assert rows == sorted(wide_step(i, s))
+            epoch_rows = seen.setdefault((i, epoch), set())
+            assert epoch_rows.isdisjoint(rows)
+            epoch_rows.update(rows)
+    assert deal(wide, w, steps, workers, **kwargs) == whole
+    at = min(at, len(whole))
+    mix = wide_mixture(wide, 1, 0, **kwargs)
+    for _ in itertools.islice(mix, at):
+        pass
+    state = json.loads(json.dumps(mix.state_dict()))
+    assert deal(wide, w2, steps - at, state=state, **kwargs) == whole[at:]
+
+
+def test_dataloader_workers_deal_a_mixture_and_resume(wide: list[cr.Table]) -> None:
+    """Under croupier.DataLoader with 2 workers a mixture delivers the steps of 0
+    workers; its state dict after 7 steps resumes at world size 2, with 3
+    workers on rank 0, exactly; and an iteration that ends leaves the mixture
+    where one of 0 workers does."""
+    kwargs = {"seed": 3, "weights": [1.0, 1.0, 2.0], "on_exhausted": "renormalize"}
+    mix = wide_mixture(wide, 1, 0, **kwargs)
+    whole = [ids(step) for step in mix]
+    assert len(whole) == sum(WIDE) // WIDE_G  # every source's epoch, whole
+    end = mix.state_dict()
+    loader = cr.DataLoader(wide_mixture(wide, 1, 0, **kwargs), num_workers=2)
+    got = []
+    for step in loader:
+        got.append(ids(step))
+        if len(got) == 7:
+            state = json.loads(json.dumps(loader.state_dict()))
+    assert got == whole
+    assert loader.state_dict() == end
+    rest = deal(wide, 2, len(whole), workers=3, state=state, **kwargs)
+    assert [[(i, rows) for i, rows in step] for step in rest] == [
+        [(i, sorted(rows)) for i, rows in step] for step in whole[7:]
+    ]

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/loader"
+)
+
+// isMixture reports whether a state dict is a mixture's: it has sources.
+func isMixture(data []byte) bool {
+	var probe struct {
+		Sources json.RawMessage `json:"sources"`
+	}
+	return json.Unmarshal(data, &probe) == nil && probe.Sources != nil
+}
+
+// mixtureFlags are the flags of deal that apply to a mixture's checkpoint.
+type mixtureFlags struct {
+	step        int64
+	stepSet     bool
+	w, rank     int64
+	dropLast    bool
+	dropLastSet bool
+	columns     []string
+	asJSON      bool
+}
+
+// mixtureSlotOutput is one slot of a mixture step: the source step that
+// fills it, and that step's rows by rank.
+type mixtureSlotOutput struct {
+	Slot          int        `json:"slot"`
+	Source        int        `json:"source"`
+	PermutationID string     `json:"permutation_id"`
+	TableURI      string     `json:"table_uri"`
+	Epoch         int64      `json:"epoch"`
+	Step          int64      `json:"step"`
+	Ranks         []dealRank `json:"ranks"`
+}
+
+type mixtureOutput struct {
+	Seed          uint64              `json:"seed"`
+	OnExhausted   string              `json:"on_exhausted"`
+	NumSlots      int64               `json:"slots"`
+	WorldSize     int64               `json:"world_size"`
+	StepsConsumed int64               `json:"steps_consumed"` // the checkpoint's
+	Step          int64               `json:"step"`
+	Weights       []float64           `json:"weights"` // at Step
+	Slots         []mixtureSlotOutput `json:"slot_batches"`
+}
+
+// dealMixture answers deal --checkpoint for a mixture's state dict (Python's
+// Mixture.state_dict()): which step of which source fills each slot of
+// mixture step --step (the step after the checkpoint by default), and each
+// rank's rows of it.
+func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtureFlags) error {
+	c, err := loader.ParseMixtureCheckpoint(data, path)
+	if err != nil {
+		return err
+	}
+	if f.w < 1 || f.rank >= f.w {
+		return usagef("deal: --world-size %d and --rank %d: want at least one rank, and --rank below --world-size", f.w, f.rank)
+	}
+	if len(c.Schedule) == 0 {
+		return errcode.New(errcode.InvalidArgument, "deal", path, "mixture state dict has no schedule: it has the weights at step 0 first")
+	}
+	var sources []*loader.Loader
+	defer func() {
+		for _, l := range sources {
+			l.Close()
+		}
+	}()
+	for i, sc := range c.Sources {
+		permURI, split, tableURI, err := dealtBy(sc, fmt.Sprintf("%s (source %d)", path, i))
+		if err != nil {
+			return err
+		}
+		t, order, closeOrder, err := openDealt(ctx, permURI, split, tableURI, 0)
+		if err != nil {
+			return err
+		}
+		dropLast := f.dropLast
+		if sc.TokensPerStep != 0 && !f.dropLastSet {
+			dropLast = false // token-budget steps deal every row
+		}
+		l, err := loader.New(t, order, loader.Options{GlobalBatchSize: sc.GlobalBatchSize, NumSplits: sc.NumSplits,
+			TokensPerStep: sc.TokensPerStep, Oversize: sc.Oversize, WorldSize: f.w, ShuffleSeed: sc.ShuffleSeed, DropLast: dropLast})
+		closeOrder() // the loader holds its table
+		if err != nil {
+			return err
+		}
+		sources = append(sources, l)
+	}
+	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
+		Schedule: c.Schedule[1:], OnExhausted: c.OnExhausted, Slots: c.Slots})
+	if err != nil {
+		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
+	}
+	pos, err := m.Resume(ctx, c)
+	if err != nil {
+		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
+	}
+	if f.stepSet && f.step < pos.Step {
+		if pos, err = replay(ctx, m, pos, f.step); err != nil {
+			return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
+		}
+	}
+	target := pos.Step
+	if f.stepSet {
+		target = f.step
+	}
+	slots, err := stepOf(ctx, m, pos, target)
+	if err != nil {
+		return err
+	}
+	out := mixtureOutput{Seed: c.Seed, OnExhausted: c.OnExhausted, NumSlots: c.Slots, WorldSize: f.w,
+		StepsConsumed: c.StepsConsumed, Step: target, Weights: m.WeightsAt(target)}
+	for j, sl := range slots {
+		l := sources[sl.Source]
+		ranks, err := stepRanks(ctx, l, sl.Epoch, sl.Step, f.rank, f.columns)
+		if err != nil {
+			return err
+		}
+		out.Slots = append(out.Slots, mixtureSlotOutput{Slot: j, Source: sl.Source, PermutationID: l.Order().ID(),
+			TableURI: l.Table().URI(), Epoch: sl.Epoch, Step: sl.Step, Ranks: ranks})
+	}
+	if f.asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	weights := make([]string, len(out.Weights))
+	for i, w := range out.Weights {
+		weights[i] = fmt.Sprint(w)
+	}
+	fmt.Fprintf(e.stdout, "mixture of %d sources, seed %d, on_exhausted=%s, %d slots a step, W=%d: step %d (weights %s)\n",
+		len(sources), out.Seed, out.OnExhausted, out.NumSlots, out.WorldSize, out.Step, strings.Join(weights, " "))
+	for _, s := range out.Slots {
+		fmt.Fprintf(e.stdout, "slot %d: source %d (%s of %s), epoch %d, step %d:\n", s.Slot, s.Source, s.PermutationID, s.TableURI, s.Epoch, s.Step)
+		printRanks(e, s.Ranks, f.columns, "  ")
+	}
+	return nil
+}
+
+// stepOf returns the slots of mixture step target, planned from pos (at or
+// before it), through the ends of iterations on the way.
+func stepOf(ctx context.Context, m *loader.Mixture, pos loader.MixturePosition, target int64) ([]loader.MixtureSlot, error) {
+	ended := false // the last Next ended an iteration
+	for {
+		slots, next, ok, err := m.Next(ctx, pos)
+		if err != nil {
+			return nil, err
+		}
+		if !ok && ended {
+			return nil, errcode.New(errcode.Internal, "deal", "", "mixture step %d ends two iterations in a row", pos.Step)
+		}
+		if ok && pos.Step == target {
+			return slots, nil
+		}
+		pos, ended = next, !ok
+	}
+}
+
+// replay returns the position before step target of the run that reached
+// at, replaying it from its start (every source at step 0 of epoch 0). It
+// fails when that run does not reach at: the checkpoint's sources started
+// elsewhere, so the steps before it are not known.
+func replay(ctx context.Context, m *loader.Mixture, at loader.MixturePosition, target int64) (loader.MixturePosition, error) {
+	var before loader.MixturePosition
+	ended := false // the last Next ended an iteration
+	for pos := m.Start(); ; {
+		if pos.Step == target && before.Sources == nil {
+			before = pos
+		}
+		if samePosition(pos, at) {
+			return before, nil
+		}
+		if pos.Step > at.Step {
+			return before, errcode.New(errcode.InvalidArgument, "deal", "",
+				"the checkpoint's mixture did not start with every source at step 0 of epoch 0: the steps before its step %d cannot be replayed", at.Step)
+		}
+		_, next, ok, err := m.Next(ctx, pos)
+		if err != nil {
+			return before, err
+		}
+		if !ok && ended {
+			return before, errcode.New(errcode.Internal, "deal", "", "mixture step %d ends two iterations in a row", pos.Step)
+		}
+		pos, ended = next, !ok
+	}
+}
+
+func samePosition(a, b loader.MixturePosition) bool {
+	return a.Step == b.Step && slices.Equal(a.Sources, b.Sources) && slices.Equal(a.OutOfDraw, b.OutOfDraw)
+}

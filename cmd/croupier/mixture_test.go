@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// TestDealMixture checks that deal --checkpoint, given a mixture's state
+// dict, names the source step of each slot of a mixture step, before the
+// checkpoint (replayed from the start), at it and after it, and each rank's
+// rows of it: at world size 2 the ranks' rows are those of the source's
+// step at world size 1.
+func TestDealMixture(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	var sources []*loader.Loader
+	for i, n := range []int64{64, 160} {
+		uri := "file://" + filepath.Join(t.TempDir(), "tbl")
+		ok(t, "tables", "create", uri, parquetFile(t, src, int64(i)*1000, n))
+		tb, err := table.Open(ctx, uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, DropLast: true})
+		tb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		sources = append(sources, l)
+	}
+	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: 4, Weights: []float64{1, 3},
+		Schedule: []loader.MixturePoint{{Step: 6, Weights: []float64{3, 1}}}, OnExhausted: loader.ExhaustedCycle, Slots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan [][]loader.MixtureSlot
+	var at loader.MixturePosition
+	for pos := m.Start(); pos.Step < 12; {
+		slots, next, _, err := m.Next(ctx, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pos.Step == 5 {
+			at = pos
+		}
+		plan, pos = append(plan, slots), next
+	}
+	data, err := json.Marshal(m.Checkpoint(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "mixture.json")
+	if err := os.WriteFile(state, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		step int64
+	}{{nil, 5}, {[]string{"--step", "2"}, 2}, {[]string{"--step", "11"}, 11}} {
+		var got mixtureOutput
+		okJSON(t, &got, append([]string{"deal", "--checkpoint", state, "--world-size", "2"}, c.args...)...)
+		if got.Step != c.step || len(got.Slots) != 2 || !slices.Equal(got.Weights, m.WeightsAt(c.step)) {
+			t.Fatalf("%v: %+v", c.args, got)
+		}
+		for j, s := range got.Slots {
+			want := plan[c.step][j]
+			if s.Source != want.Source || s.Epoch != want.Epoch || s.Step != want.Step || len(s.Ranks) != 2 {
+				t.Fatalf("%v: slot %d is %+v, want %+v", c.args, j, s, want)
+			}
+			rows, err := sources[s.Source].Step(ctx, s.Epoch, s.Step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if joined := append(slices.Clone(s.Ranks[0].RowIDs), s.Ranks[1].RowIDs...); !slices.Equal(joined, rows[0]) {
+				t.Fatalf("%v: slot %d rows %v, want %v", c.args, j, joined, rows[0])
+			}
+		}
+	}
+	if out := ok(t, "deal", "--checkpoint", state, "--rank", "0", "--world-size", "2"); !strings.Contains(out, "step 5 (weights") || !strings.Contains(out, "slot 1: source") {
+		t.Fatalf("text output:\n%s", out)
+	}
+
+	// A checkpoint whose sources did not start at step 0 of epoch 0 cannot be
+	// replayed to an earlier step.
+	moved := m.Checkpoint(at)
+	moved.Sources[0].Epoch = 7
+	if data, err = json.Marshal(moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := croupier(t, "deal", "--checkpoint", state, "--step", "1"); r.code != 1 || !strings.Contains(r.stderr, "cannot be replayed") {
+		t.Fatalf("moved sources: exit %d: %s", r.code, r.stderr)
+	}
+}
