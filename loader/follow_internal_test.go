@@ -125,4 +125,3 @@ func TestRoundRuleProperty(t *testing.T) {
 		}
 	}
 }
-
