@@ -93,7 +93,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 3
+const abiVersion = 4
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -551,7 +551,7 @@ func croupier_stream_open(dh C.uint64_t, optionsJSON *C.char, out *C.uint64_t, e
 //export croupier_stream_next
 func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema *C.struct_ArrowSchema, outStep, outSteps *C.int64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		s, err := lookup[*loader.Stream](uint64(h))
+		s, err := lookup[batchStream](uint64(h))
 		if err != nil {
 			return err
 		}
@@ -579,11 +579,14 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 //export croupier_stream_stats
 func croupier_stream_stats(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		s, err := lookup[*loader.Stream](uint64(h))
+		s, err := lookup[batchStream](uint64(h))
 		if err != nil {
 			return err
 		}
-		return encodeJSON(s.Stats(), out)
+		if f, ok := s.(*loader.FollowStream); ok {
+			return encodeJSON(f.FollowStats(), out)
+		}
+		return encodeJSON(s.(*loader.Stream).Stats(), out)
 	})
 }
 

@@ -101,7 +101,7 @@ func follow(t testing.TB, uri string, opts loader.Options, fo loader.FollowOptio
 			p = *pos
 		}
 		for w := range workers {
-			s, err := f.Stream(p, startStep, loader.StreamOptions{Worker: w, NumWorkers: workers, CoalesceBytes: int64(w) * 256})
+			s, err := f.Stream(context.Background(), p, startStep, loader.StreamOptions{Worker: w, NumWorkers: workers, CoalesceBytes: int64(w) * 256})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,7 +278,7 @@ func TestFollowRefusesRewrittenTable(t *testing.T) {
 	tb.Close()
 	appendRows(t, uri, 25, []int64{30, 10, 5})
 	f := newFollower(t, uri, opts, fo)
-	s, err := f.Stream(pos, pos.Step, loader.StreamOptions{})
+	s, err := f.Stream(context.Background(), pos, pos.Step, loader.StreamOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestFollowRefusesRewrittenTable(t *testing.T) {
 	if _, err := table.Cleanup(context.Background(), uri, table.CleanupOptions{KeepLast: 1, Grace: time.Nanosecond}); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := newFollower(t, uri, opts, fo).Stream(f.Start(), 0, loader.StreamOptions{})
+	s2, err := newFollower(t, uri, opts, fo).Stream(context.Background(), f.Start(), 0, loader.StreamOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,6 +186,8 @@ type FollowStats struct {
 // FollowStream makes one worker's batches of following, round after round,
 // from a position. It is not safe for concurrent use; Close it when done.
 type FollowStream struct {
+	ctx    context.Context // of the stream's life: the rounds' streams run in it
+	cancel context.CancelFunc
 	f      *Follower
 	so     StreamOptions
 	from   int64 // the worker's first global step
@@ -202,8 +204,9 @@ type FollowStream struct {
 // Stream starts following at pos (Start, or a Round's Next: a checkpoint)
 // for one worker: global steps startStep + so.Worker, + so.NumWorkers, … of
 // the rounds from pos on, startStep at least pos.Step. so.Epoch and
-// so.StartStep must be 0 and so.Run at most 1.
-func (f *Follower) Stream(pos FollowPosition, startStep int64, so StreamOptions) (*FollowStream, error) {
+// so.StartStep must be 0 and so.Run at most 1. The stream stops when ctx
+// is canceled or Close is called.
+func (f *Follower) Stream(ctx context.Context, pos FollowPosition, startStep int64, so StreamOptions) (*FollowStream, error) {
 	const op = "open follow stream"
 	k := max(so.NumWorkers, 1)
 	switch {
@@ -219,7 +222,8 @@ func (f *Follower) Stream(pos FollowPosition, startStep int64, so StreamOptions)
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(), "start step %d is before the position's step %d", startStep, pos.Step)
 	}
 	f.table.Retain()
-	return &FollowStream{f: f, so: so, from: startStep + int64(so.Worker), next: pos}, nil
+	ctx, cancel := context.WithCancel(ctx)
+	return &FollowStream{ctx: ctx, cancel: cancel, f: f, so: so, from: startStep + int64(so.Worker), next: pos}, nil
 }
 
 // advance forms rounds until one holds a step of the worker, and opens its
@@ -254,7 +258,7 @@ func (s *FollowStream) advance(ctx context.Context) error {
 		}
 		so := s.so
 		so.StartStep = first - r.Step - int64(so.Worker)
-		st, err := l.Stream(ctx, so)
+		st, err := l.Stream(s.ctx, so)
 		if err != nil {
 			l.Close()
 			return err
@@ -374,6 +378,7 @@ func (s *FollowStream) Close() error {
 	if s.f == nil {
 		return nil
 	}
+	s.cancel()
 	err := errors.Join(s.closeRound(), s.f.table.Close())
 	s.f = nil
 	if s.err == nil {
