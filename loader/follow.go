@@ -265,9 +265,8 @@ type rowOrder struct {
 	ids []uint64
 }
 
-func (o rowOrder) ID() string     { return o.id }
-func (o rowOrder) Len() int64     { return int64(len(o.ids)) }
-func (o rowOrder) String() string { return o.id }
+func (o rowOrder) ID() string { return o.id }
+func (o rowOrder) Len() int64 { return int64(len(o.ids)) }
 
 func (o rowOrder) RowIDs(_ context.Context, start, stop int64) ([]uint64, error) {
 	if start < 0 || stop > o.Len() || start > stop {

@@ -259,8 +259,9 @@ func TestFollowWhileAppending(t *testing.T) {
 }
 
 // TestFollowRefusesRewrittenTable checks that a position taken on one table
-// does not resume on another written at the same place with as many
-// versions, and that a version removed before it was followed is named.
+// does not resume on another written at the same place, with as many
+// versions or fewer, and that a version removed before it was followed is
+// named.
 func TestFollowRefusesRewrittenTable(t *testing.T) {
 	sizes := []int64{20, 30, 10}
 	uri := growingTable(t, sizes)
@@ -287,6 +288,24 @@ func TestFollowRefusesRewrittenTable(t *testing.T) {
 	if !errors.Is(err, errcode.ErrChanged) || !strings.Contains(err.Error(), "version 3") {
 		t.Fatalf("resuming on a rewritten table: %v, want Changed naming version 3", err)
 	}
+
+	// Fewer versions than the position saw.
+	if err := os.RemoveAll(strings.TrimPrefix(uri, "file://")); err != nil {
+		t.Fatal(err)
+	}
+	if tb, err = table.Create(context.Background(), uri, rowsReader(t, 0, 25), table.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	s1, err := newFollower(t, uri, opts, fo).Stream(context.Background(), pos, pos.Step, loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	if _, err := s1.Next(context.Background()); !errors.Is(err, errcode.ErrChanged) || !strings.Contains(err.Error(), "latest version is 1") {
+		t.Fatalf("resuming on a table of fewer versions: %v", err)
+	}
+	appendRows(t, uri, 25, []int64{30, 10, 5})
 
 	// Version 1 gone: following from it fails naming it.
 	if _, err := table.Cleanup(context.Background(), uri, table.CleanupOptions{KeepLast: 1, Grace: time.Nanosecond}); err != nil {

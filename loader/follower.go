@@ -71,7 +71,7 @@ func (f *Follower) FollowOptions() FollowOptions { return f.follow }
 
 // Start is the position of the first round.
 func (f *Follower) Start() FollowPosition {
-	return FollowPosition{After: f.follow.StartVersion - 1}
+	return FollowPosition{After: f.follow.StartVersion - 1, Carry: []uint64{}}
 }
 
 // refresh reads the versions committed since the log's latest, checking
@@ -144,6 +144,10 @@ func (f *Follower) Round(ctx context.Context, pos FollowPosition) (r Round, wait
 		if grew {
 			landed = time.Now()
 			continue
+		}
+		if log := f.snapshot(); log.latest() < pos.After {
+			return Round{}, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
+				"the position is after version %d, but the latest version is %d: the table was replaced", pos.After, log.latest())
 		}
 		waits++
 		if f.follow.WaitTimeout > 0 && time.Since(landed) >= f.follow.WaitTimeout {
@@ -218,6 +222,9 @@ func (f *Follower) Stream(ctx context.Context, pos FollowPosition, startStep int
 	case pos.Round < 0 || pos.After < f.follow.StartVersion-1 || !slices.IsSorted(pos.Carry):
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
 			"position round %d after version %d with %d rows carried is not one of following from version %d", pos.Round, pos.After, len(pos.Carry), f.follow.StartVersion)
+	case int64(len(pos.Carry)) >= f.opts.GlobalBatchSize:
+		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
+			"position carries %d rows, a round carries fewer than global_batch_size %d", len(pos.Carry), f.opts.GlobalBatchSize)
 	case startStep < pos.Step:
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(), "start step %d is before the position's step %d", startStep, pos.Step)
 	}
