@@ -167,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     ratio = (best["following"][0] / best["following"][1]) / (best["pinned"][0] / best["pinned"][1])
     lines += [
         "",
-        f"Following ÷ pinned, rows/s: {ratio:.2f}. Following deals the rows of full steps only:"
-        " those left over past the last round's last step wait for a next round.",
+        f"Following ÷ pinned, rows/s: {ratio:.2f}. A round shuffles the rows of its own"
+        " versions only, so its steps read fewer data files than the pinned read's, which"
+        " shuffles every row; each round opens its version and a stream of its own. Following"
+        " deals the rows of full steps only: those left past the last round's last step wait"
+        " for a next round.",
         "",
         f"Commit to first dealt: {args.commits} appends of one step's rows, one every"
         f" {args.gap:g} s, each a round of its own; milliseconds from `Table.append` returning"
