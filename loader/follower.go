@@ -30,6 +30,12 @@ type Follower struct {
 
 	mu  sync.Mutex
 	log versionLog // versions from StartVersion on, as far as seen
+	// at is the version rounds read their rows from: appends keep row ids,
+	// so it holds the rows of every version before it, and its footers and
+	// pages, once read, serve the rounds after.
+	at        *table.Table
+	atVersion int64
+	closed    bool
 }
 
 // NewFollower returns a follower of t's croupier table dealing
@@ -60,8 +66,21 @@ func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, err
 	return &Follower{table: t, opts: l.opts, follow: fo, log: versionLog{first: fo.StartVersion}}, nil
 }
 
-// Close releases the follower's reference to its table.
-func (f *Follower) Close() error { return f.table.Close() }
+// Close releases the follower's references to its table.
+func (f *Follower) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	err := f.table.Close()
+	if f.at != nil {
+		err = errors.Join(err, f.at.Close())
+		f.at = nil
+	}
+	return err
+}
 
 // Options returns the dealing options with defaults filled in.
 func (f *Follower) Options() Options { return f.opts }
@@ -164,14 +183,44 @@ func (f *Follower) Round(ctx context.Context, pos FollowPosition) (r Round, wait
 }
 
 // Loader returns a loader dealing round r's steps (steps 0, … of epoch 0 are
-// the round's), over the version the round ends at. Close it when done.
+// the round's), over a version holding the rows of the version the round
+// ends at. Close it when done.
 func (f *Follower) Loader(ctx context.Context, r *Round) (*Loader, error) {
-	t, err := table.OpenVersion(ctx, f.table.URI(), r.Version)
+	t, err := f.tableFor(ctx, r.Version)
 	if err != nil {
 		return nil, err
 	}
 	defer t.Close() // the loader holds its own reference
 	return New(t, rowOrder{id: fmt.Sprintf("follow/round/%d", r.Round), ids: r.order}, f.opts)
+}
+
+// tableFor returns, retained, an open version of the table holding the rows
+// of version v: the one opened last when it is v or later, else the latest
+// version the log has read, which it checks holds the rows the log says.
+func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, errcode.New(errcode.Closed, "follow", f.table.URI(), "the follower is closed")
+	}
+	if f.at == nil || f.atVersion < v {
+		latest := f.log.latest()
+		t, err := table.OpenVersion(ctx, f.table.URI(), latest)
+		if err != nil {
+			return nil, err
+		}
+		if rows := f.log.rowsStart(latest + 1); t.NumRows() != rows {
+			t.Close()
+			return nil, errcode.New(errcode.Changed, "follow", f.table.URI(),
+				"version %d holds %d rows, %d when it was first read: the table was replaced", latest, t.NumRows(), rows)
+		}
+		if f.at != nil {
+			f.at.Close()
+		}
+		f.at, f.atVersion = t, latest
+	}
+	f.at.Retain()
+	return f.at, nil
 }
 
 // FollowStats describe what a follow stream has done so far.
@@ -227,6 +276,11 @@ func (f *Follower) Stream(ctx context.Context, pos FollowPosition, startStep int
 			"position carries %d rows, a round carries fewer than global_batch_size %d", len(pos.Carry), f.opts.GlobalBatchSize)
 	case startStep < pos.Step:
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(), "start step %d is before the position's step %d", startStep, pos.Step)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, errcode.New(errcode.Closed, op, f.table.URI(), "the follower is closed")
 	}
 	f.table.Retain()
 	ctx, cancel := context.WithCancel(ctx)
