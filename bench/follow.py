@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Following ÷ pinned, rows/s: {ratio:.2f}. A round shuffles the rows of its own"
         " versions only, so its steps read fewer data files than the pinned read's, which"
-        " shuffles every row; each round opens its version and a stream of its own. Following"
+        " shuffles every row; each round opens a stream of its own. Following"
         " deals the rows of full steps only: those left past the last round's last step wait"
         " for a next round.",
         "",
