@@ -13,6 +13,8 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -218,3 +220,35 @@ def test_refuses_dataloader_workers(growing: str) -> None:
     loader = torch.utils.data.DataLoader(follow(growing), batch_size=None, num_workers=1)
     with pytest.raises(cr.InvalidArgumentError, match="num_workers=0"):
         next(iter(loader))
+
+
+CHILD = """
+import sys
+import croupier as cr
+follow = cr.Follow(wait_timeout=None, poll_interval=0.01)
+ds = cr.FollowingDataset(sys.argv[1], follow, global_batch_size=8, columns=["id"], format="numpy")
+batches = iter(ds)
+for _ in range(18):  # the steps of the five rounds there are
+    next(batches)
+try:
+    print("ready", flush=True)
+    next(batches)  # waits for a version that never lands
+except KeyboardInterrupt:
+    print("interrupted after", ds.steps_consumed, "steps", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_wait_without_limit(growing: str) -> None:
+    """A follower waiting without limit for a round that never completes stops at Ctrl-C."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, growing], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    assert out.strip() == "interrupted after 18 steps"
