@@ -32,10 +32,16 @@ type FollowOptions struct {
 	// version v_r at which the rows carried into the round and the rows of
 	// versions (v_{r−1}, v_r] reach it. 0: each round takes one version.
 	RowsPerRound int64 `json:"rows_per_round"`
-	// ReplayRows adds this many rows of earlier rounds to each round;
-	// ReplayFraction, ⌊fraction × the round's new rows⌋. At most one is
-	// set; the sample is drawn from the versions the staleness rule keeps.
-	ReplayRows     int64   `json:"replay_rows"`
+	// GroupBy, when set, deals groups whole: adjacent rows of one version
+	// with equal values in these columns (as permutation.Spec.GroupBy
+	// compares them) go to one step and one rank, are carried and replayed
+	// together. Without it every row is a group of its own.
+	GroupBy []string `json:"group_by"`
+	// ReplayCount adds this many groups (rows, without GroupBy) of earlier
+	// rounds to each round; ReplayFraction, ⌊fraction × the round's new
+	// groups⌋. At most one is set; the sample is drawn from the versions the
+	// staleness rule keeps.
+	ReplayCount    int64   `json:"replay_count"`
 	ReplayFraction float64 `json:"replay_fraction"`
 	// MaxVersionsBehind, when set to k, keeps only rows of versions at most k
 	// behind the round's last version: v ≥ v_r − k. Older rows, new or
@@ -61,12 +67,12 @@ func (fo *FollowOptions) check(uri string) error {
 	switch {
 	case fo.RowsPerRound < 0:
 		return bad("rows_per_round is %d; it must be positive (0: one version per round)", fo.RowsPerRound)
-	case fo.ReplayRows < 0:
-		return bad("replay rows %d is negative", fo.ReplayRows)
+	case fo.ReplayCount < 0:
+		return bad("replay count %d is negative", fo.ReplayCount)
 	case fo.ReplayFraction < 0 || math.IsNaN(fo.ReplayFraction) || math.IsInf(fo.ReplayFraction, 0):
 		return bad("replay fraction %v must be a finite number ≥ 0", fo.ReplayFraction)
-	case fo.ReplayRows > 0 && fo.ReplayFraction > 0:
-		return bad("replay is a number of rows (%d) or a fraction (%v), not both", fo.ReplayRows, fo.ReplayFraction)
+	case fo.ReplayCount > 0 && fo.ReplayFraction > 0:
+		return bad("replay is a count (%d) or a fraction (%v), not both", fo.ReplayCount, fo.ReplayFraction)
 	case fo.MaxVersionsBehind != nil && *fo.MaxVersionsBehind < 0:
 		return bad("max_versions_behind is %d; it must be ≥ 0 (None: no limit)", *fo.MaxVersionsBehind)
 	case fo.StartVersion < 0:
@@ -104,7 +110,7 @@ type FollowPosition struct {
 type Round struct {
 	FollowPosition
 	Version int64 `json:"version"` // v_r, the last version whose rows it deals
-	Steps   int64 `json:"steps"`   // global steps: the first Steps·G rows of its order
+	Steps   int64 `json:"steps"`   // global steps: the groups of its order starting before Steps·G
 	// NewRows are the rows of versions (After, Version] and the carried rows
 	// it deals; ReplayedRows, rows of earlier rounds added; SkippedRows,
 	// rows the staleness rule dropped, SkippedVersions the versions all of
@@ -114,8 +120,9 @@ type Round struct {
 	SkippedRows     int64 `json:"skipped_rows"`
 	SkippedVersions int64 `json:"skipped_versions"`
 
-	order []uint64       // the round's rows shuffled; those past Steps·G carry
-	next  FollowPosition // of the round after
+	order  []uint64       // the rows of the groups dealt, in dealing order
+	starts []int64        // with GroupBy, the position of each group in order
+	next   FollowPosition // of the round after
 }
 
 // Next returns the position of the round after r.
@@ -128,6 +135,11 @@ type versionLog struct {
 	first, start int64
 	ends         []int64
 	heads        []string
+	// With GroupBy, groups are the first row ids of the groups, ascending
+	// (every version's first row among them); grouped is false without
+	// GroupBy, and every row is a group of its own.
+	grouped bool
+	groups  []int64
 }
 
 // latest is the last version in the log (first − 1 when empty).
@@ -149,6 +161,45 @@ func (l *versionLog) head(v int64) string {
 	return l.heads[v-l.first]
 }
 
+// group returns the index in groups of the group holding row id.
+func (l *versionLog) group(id int64) int {
+	i, found := slices.BinarySearch(l.groups, id)
+	if !found {
+		i--
+	}
+	return i
+}
+
+// groupStart returns the first row of the group holding row id.
+func (l *versionLog) groupStart(id int64) int64 {
+	if !l.grouped {
+		return id
+	}
+	return l.groups[l.group(id)]
+}
+
+// groupEnd returns the end of the group starting at row s.
+func (l *versionLog) groupEnd(s int64) int64 {
+	if !l.grouped {
+		return s + 1
+	}
+	if i := l.group(s) + 1; i < len(l.groups) {
+		return l.groups[i]
+	}
+	return l.rowsStart(l.latest() + 1)
+}
+
+// groupsIn returns the number of groups starting in rows [from, to) and a
+// function giving the first row of the i-th of them.
+func (l *versionLog) groupsIn(from, to int64) (int64, func(i int64) int64) {
+	if !l.grouped {
+		return max(to-from, 0), func(i int64) int64 { return from + i }
+	}
+	a, _ := slices.BinarySearch(l.groups, from)
+	b, _ := slices.BinarySearch(l.groups, to)
+	return int64(max(b-a, 0)), func(i int64) int64 { return l.groups[a+int(i)] }
+}
+
 // versionOf returns the version that added row id.
 func (l *versionLog) versionOf(id uint64) int64 {
 	return l.first + int64(sort.Search(len(l.ends), func(i int) bool { return uint64(l.ends[i]) > id }))
@@ -156,19 +207,21 @@ func (l *versionLog) versionOf(id uint64) int64 {
 
 // planRound forms the round at pos from the versions of log, or returns ok
 // false while log lacks the versions that complete it. g is the global
-// batch size, seed the run's shuffle seed. The rule (docs/concepts.md):
+// batch size, seed the run's shuffle seed. The rule (docs/concepts.md), in
+// groups (rows, without GroupBy):
 //
 //  1. v_r is After+1 without RowsPerRound, else the first version at which
 //     len(Carry) plus the rows of versions (After, v_r] reach RowsPerRound.
-//  2. With MaxVersionsBehind k, rows of versions below lo = v_r − k, carried
-//     or new, are skipped (lo is StartVersion without a limit).
-//  3. The replay sample is ReplayRows, or ⌊ReplayFraction × the rows of 2⌋,
-//     rows drawn uniformly without replacement (Floyd's algorithm, key
-//     DeriveKey(seed, "follow/replay/<r>")) from the rows of versions
+//  2. With MaxVersionsBehind k, groups of versions below lo = v_r − k,
+//     carried or new, are skipped (lo is StartVersion without a limit).
+//  3. The replay sample is ReplayCount, or ⌊ReplayFraction × the groups of
+//     2⌋, groups drawn uniformly without replacement (Floyd's algorithm, key
+//     DeriveKey(seed, "follow/replay/<r>")) from the groups of versions
 //     [lo, After] not carried, or all of them when fewer.
-//  4. The rows of 2 and 3, ascending, are shuffled (Fisher–Yates, key
-//     DeriveKey(seed, "follow/round/<r>")); the first ⌊n/G⌋·G are the
-//     round's steps, the rest carry into round r+1.
+//  4. The groups of 2 and 3, ascending, are shuffled (Fisher–Yates, key
+//     DeriveKey(seed, "follow/round/<r>")) and laid end to end: with n rows,
+//     the groups starting before ⌊n/G⌋·G make the round's ⌊n/G⌋ steps, the
+//     rest carry into round r+1.
 func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, seed uint64) (Round, bool) {
 	if log.latest() <= pos.After {
 		return Round{}, false
@@ -190,17 +243,18 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, 
 	if fo.MaxVersionsBehind != nil {
 		lo = max(lo, vr-*fo.MaxVersionsBehind)
 	}
-	fresh := uint64(log.rowsStart(lo)) // rows below it are stale
+	fresh := log.rowsStart(lo) // rows below it are stale
 	r := Round{FollowPosition: pos, Version: vr}
-	var rows, carried []uint64
+	var groups, carried []int64 // first rows
 	for _, id := range pos.Carry {
-		if id >= fresh {
-			carried = append(carried, id)
-		} else {
+		switch s := log.groupStart(int64(id)); {
+		case s < fresh:
 			r.SkippedRows++
+		case len(carried) == 0 || carried[len(carried)-1] != s:
+			carried = append(carried, s)
 		}
 	}
-	rows = append(rows, carried...)
+	groups = append(groups, carried...)
 	for v := pos.After + 1; v <= vr; v++ {
 		from, to := log.rowsStart(v), log.rowsStart(v+1)
 		if v < lo {
@@ -208,35 +262,53 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, 
 			r.SkippedVersions++
 			continue
 		}
-		for id := from; id < to; id++ {
-			rows = append(rows, uint64(id))
+		n, at := log.groupsIn(from, to)
+		for i := range n {
+			groups = append(groups, at(i))
 		}
 	}
-	r.NewRows = int64(len(rows))
-	// Replay: rows of [fresh, start of After+1) not carried.
-	want := fo.ReplayRows
+	fresher := len(groups)
+	// Replay: groups of [fresh, start of After+1) not carried.
+	want := fo.ReplayCount
 	if fo.ReplayFraction > 0 {
-		want = int64(math.Floor(fo.ReplayFraction * float64(r.NewRows)))
+		want = int64(math.Floor(fo.ReplayFraction * float64(fresher)))
 	}
-	if older := log.rowsStart(max(pos.After+1, log.first)) - int64(fresh) - int64(len(carried)); want > 0 && older > 0 {
+	n, at := log.groupsIn(fresh, log.rowsStart(max(pos.After+1, log.first)))
+	if older := n - int64(len(carried)); want > 0 && older > 0 {
 		rng := permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/replay/%d", pos.Round)))
-		picked := sampleIndices(rng, older, min(want, older))
-		c := 0
-		for _, i := range picked { // the i-th id of [fresh, …) that is not carried
-			id := fresh + i + uint64(c)
-			for c < len(carried) && carried[c] <= id {
+		c := int64(0)
+		for _, i := range sampleIndices(rng, older, min(want, older)) { // the i-th group not carried
+			s := at(int64(i) + c)
+			for c < int64(len(carried)) && carried[c] <= s {
 				c++
-				id++
+				s = at(int64(i) + c)
 			}
-			rows = append(rows, id)
+			groups = append(groups, s)
 		}
-		r.ReplayedRows = int64(len(picked))
 	}
-	slices.Sort(rows)
-	permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/round/%d", pos.Round))), rows)
-	r.Steps = int64(len(rows)) / g
-	r.order = rows[:r.Steps*g]
-	carry := slices.Clone(rows[r.Steps*g:])
+	for i, s := range groups {
+		if i < fresher {
+			r.NewRows += log.groupEnd(s) - s
+		} else {
+			r.ReplayedRows += log.groupEnd(s) - s
+		}
+	}
+	slices.Sort(groups)
+	permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/round/%d", pos.Round))), groups)
+	r.Steps = (r.NewRows + r.ReplayedRows) / g
+	carry := []uint64{}
+	for _, s := range groups {
+		ids := &carry
+		if p := int64(len(r.order)); len(carry) == 0 && p < r.Steps*g {
+			ids = &r.order
+			if log.grouped {
+				r.starts = append(r.starts, p)
+			}
+		}
+		for id := s; id < log.groupEnd(s); id++ {
+			*ids = append(*ids, uint64(id))
+		}
+	}
 	slices.Sort(carry)
 	r.next = FollowPosition{Round: pos.Round + 1, Step: pos.Step + r.Steps, After: vr, Head: log.head(vr), Carry: carry}
 	return r, true
@@ -273,4 +345,38 @@ func (o rowOrder) RowIDs(_ context.Context, start, stop int64) ([]uint64, error)
 		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
 	}
 	return slices.Clone(o.ids[start:stop]), nil
+}
+
+// groupedOrder is a rowOrder whose groups start at positions starts: a
+// permutation.GroupedOrder, which the loader deals a group at a time.
+type groupedOrder struct {
+	rowOrder
+	starts []int64
+}
+
+// Groups returns the positions where the groups starting in [start, stop)
+// start, then the end of the last; nothing when none starts there.
+func (o groupedOrder) Groups(_ context.Context, start, stop int64) ([]int64, error) {
+	if start < 0 || stop > o.Len() || start > stop {
+		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
+	}
+	i, _ := slices.BinarySearch(o.starts, start)
+	j, _ := slices.BinarySearch(o.starts, stop)
+	if i == j {
+		return nil, nil
+	}
+	end := o.Len()
+	if j < len(o.starts) {
+		end = o.starts[j]
+	}
+	return append(slices.Clone(o.starts[i:j]), end), nil
+}
+
+// dealt returns the Order of r's steps.
+func (r *Round) dealt() permutation.Order {
+	o := rowOrder{id: fmt.Sprintf("follow/round/%d", r.Round), ids: r.order}
+	if r.starts == nil {
+		return o
+	}
+	return groupedOrder{rowOrder: o, starts: r.starts}
 }

@@ -164,7 +164,7 @@ func randomFollow(rng *rand.Rand) (sizes []int64, opts loader.Options, fo loader
 	}
 	switch rng.IntN(3) {
 	case 1:
-		fo.ReplayRows = rng.Int64N(10)
+		fo.ReplayCount = rng.Int64N(10)
 	case 2:
 		fo.ReplayFraction = rng.Float64()
 	}
@@ -316,5 +316,102 @@ func TestFollowRefusesRewrittenTable(t *testing.T) {
 	defer s2.Close()
 	if _, err := s2.Next(context.Background()); !errors.Is(err, errcode.ErrChanged) || !strings.Contains(err.Error(), "version 1 was removed") {
 		t.Fatalf("following removed versions: %v", err)
+	}
+}
+
+// promptRows yields rows [start, start+n) of a table of rollouts: id, and
+// prompt = id / 3, so that rows come in runs of three samples of a prompt
+// (shorter where a version starts or ends inside one).
+func promptRows(t testing.TB, start, n int64) array.RecordReader {
+	t.Helper()
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "prompt", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for id := start; id < start+n; id++ {
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.Int64Builder).Append(id / 3)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	r, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestFollowDealsGroupsWhole checks, on random version sizes, that
+// following with GroupBy deals each group (a run of one version's rows of
+// one prompt) whole, in one step and on one rank, the same steps at world
+// sizes 1, 2 and 4, and from a resume at every step.
+func TestFollowDealsGroupsWhole(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 5))
+	ctx := context.Background()
+	uri := "file://" + t.TempDir()
+	sizes := []int64{1 + rng.Int64N(30)}
+	tb, err := table.Create(ctx, uri, promptRows(t, 0, sizes[0]), table.WriteOptions{RowGroupRows: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	start := sizes[0]
+	for range 8 {
+		n := rng.Int64N(30)
+		if _, err := table.Append(ctx, uri, promptRows(t, start, n), table.WriteOptions{RowGroupRows: 16}); err != nil {
+			t.Fatal(err)
+		}
+		sizes, start = append(sizes, n), start+n
+	}
+	var ends []int64 // of each version's rows
+	for i, n := range sizes {
+		ends = append(ends, n)
+		if i > 0 {
+			ends[i] += ends[i-1]
+		}
+	}
+	group := func(id int64) [2]int64 { // the version and prompt of a row
+		v, _ := slices.BinarySearch(ends, id+1)
+		return [2]int64{int64(v), id / 3}
+	}
+	opts := loader.Options{GlobalBatchSize: 8, NumSplits: 4, Columns: []string{"id"}, ShuffleSeed: rng.Uint64()}
+	fo := loader.FollowOptions{GroupBy: []string{"prompt"}, RowsPerRound: 20, ReplayFraction: 0.5,
+		WaitTimeout: time.Millisecond, PollInterval: time.Millisecond}
+	want := follow(t, uri, opts, fo, 1, 1, nil, 0)
+	ref := sortedSteps(want)
+	if len(ref) == 0 {
+		t.Fatal("no step")
+	}
+	for _, world := range []int{1, 2, 4} {
+		got := follow(t, uri, opts, fo, world, 1+rng.IntN(2), nil, 0)
+		if steps := sortedSteps(got); !slices.EqualFunc(steps, ref, slices.Equal) {
+			t.Fatalf("world size %d deals other steps than world size 1", world)
+		}
+		// Whole groups: a group's rows in a step are all of the rows of it
+		// the round holds, on one rank; the batches of the step are rank by
+		// rank, so a group's rows are adjacent.
+		stepOf := map[[3]int64]int64{} // (round, version, prompt): the step of the group in the round
+		for step, ids := range got.ids {
+			seen := map[[2]int64]int{}
+			for i, id := range ids {
+				g := group(id)
+				if j, ok := seen[g]; ok && j != i-1 {
+					t.Fatalf("world size %d step %d: the rows of group %v are split", world, step, g)
+				}
+				seen[g] = i
+				key := [3]int64{got.rounds[step].Round, g[0], g[1]}
+				if s, ok := stepOf[key]; ok && s != step {
+					t.Fatalf("world size %d: group %v is in steps %d and %d of round %d", world, g, s, step, key[0])
+				}
+				stepOf[key] = step
+			}
+		}
+	}
+	for at := range int64(len(ref)) {
+		r := want.rounds[at]
+		resumed := sortedSteps(follow(t, uri, opts, fo, 2, 1, &r.FollowPosition, at))
+		if !slices.EqualFunc(resumed[at:], ref[at:], slices.Equal) {
+			t.Fatalf("resumed at step %d (round %d), the steps after differ", at, r.Round)
+		}
 	}
 }

@@ -1,9 +1,9 @@
 package loader
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -52,6 +52,8 @@ func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, err
 	if opts.TokensPerStep != 0 {
 		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(), "tokens_per_step: following deals sample-count steps; give global_batch_size")
 	}
+	// Rounds deal whole steps only: what does not fill one is carried.
+	opts.DropLast = true
 	// A loader over one step of the identity checks the other options.
 	l, err := New(t, permutation.Identity{N: max(opts.GlobalBatchSize, 1)}, opts)
 	if err != nil {
@@ -62,8 +64,15 @@ func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, err
 		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(),
 			"the table has a column %q, which following adds to each batch; read the other columns", VersionColumn)
 	}
+	if len(fo.GroupBy) > 0 {
+		r, err := t.NewReader(table.ReaderOptions{Columns: fo.GroupBy})
+		if err != nil {
+			return nil, errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", t.URI())
+		}
+		r.Close()
+	}
 	t.Retain()
-	return &Follower{table: t, opts: l.opts, follow: fo, log: versionLog{first: fo.StartVersion}}, nil
+	return &Follower{table: t, opts: l.opts, follow: fo, log: versionLog{first: fo.StartVersion, grouped: len(fo.GroupBy) > 0}}, nil
 }
 
 // Close releases the follower's references to its table.
@@ -112,26 +121,79 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	for v := log.latest() + 1; v <= versions[len(versions)-1]; v++ {
+	// Build on a copy, so that a failure leaves the log as it was. Snapshots
+	// see only their own lengths of the slices the copy appends to.
+	next := *log
+	read := next.rowsStart(next.latest() + 1) // rows whose groups are read, when the log has versions
+	for v := next.latest() + 1; v <= versions[len(versions)-1]; v++ {
 		a, err := f.table.Appended(ctx, v)
 		if errcode.Of(err) == errcode.NotFound {
 			return false, errcode.New(errcode.Changed, op, f.table.URI(),
 				"version %d was removed (by cleanup?) before it was followed: following reads every version from start_version %d; "+
-					"keep the versions a learner has not reached, or start it at a later version", v, log.first)
+					"keep the versions a learner has not reached, or start it at a later version", v, next.first)
 		}
 		if err != nil {
 			return false, err
 		}
-		if len(log.ends) == 0 {
-			log.start = a.Start
-		} else if a.Base != log.heads[len(log.heads)-1] || a.Start != log.rowsStart(v) {
+		if len(next.ends) == 0 {
+			next.start, read = a.Start, a.Start
+		} else if a.Base != next.heads[len(next.heads)-1] || a.Start != next.rowsStart(v) {
 			return false, errcode.New(errcode.Changed, op, f.table.URI(),
 				"version %d does not keep the rows of version %d (it was overwritten or rewritten): following needs a table that only grows by appends", v, v-1)
 		}
-		log.ends = append(log.ends, a.End)
-		log.heads = append(log.heads, a.Head)
+		next.ends = append(next.ends, a.End)
+		next.heads = append(next.heads, a.Head)
 	}
+	if next.grouped {
+		if err := f.readGroups(ctx, &next, read); err != nil {
+			return false, err
+		}
+	}
+	*log = next
 	return true, nil
+}
+
+// readGroups adds to log the groups of its rows from row id from on: runs
+// of adjacent rows of one version with equal GroupBy values, read from the
+// log's latest version.
+func (f *Follower) readGroups(ctx context.Context, log *versionLog, from int64) error {
+	latest := log.latest()
+	t, err := table.OpenVersion(ctx, f.table.URI(), latest)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	r, err := t.NewReader(table.ReaderOptions{Columns: f.follow.GroupBy})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for v := log.versionOf(uint64(from)); v <= latest; v++ {
+		start, end := log.rowsStart(v), log.rowsStart(v+1)
+		if start == end {
+			continue
+		}
+		ids := make([]uint64, end-start)
+		for i := range ids {
+			ids[i] = uint64(start) + uint64(i)
+		}
+		rec, err := r.Read(ctx, ids)
+		if err != nil {
+			return err
+		}
+		var prev []byte
+		err = permutation.EncodeRows(rec.Columns(), len(ids), func(row int, key []byte) {
+			if row == 0 || !bytes.Equal(key, prev) {
+				log.groups = append(log.groups, start+int64(row))
+			}
+			prev = append(prev[:0], key...)
+		})
+		rec.Release()
+		if err != nil {
+			return errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", f.table.URI())
+		}
+	}
+	return nil
 }
 
 // snapshot returns a copy of the log; its slices only ever grow, so the
@@ -191,7 +253,7 @@ func (f *Follower) Loader(ctx context.Context, r *Round) (*Loader, error) {
 		return nil, err
 	}
 	defer t.Close() // the loader holds its own reference
-	return New(t, rowOrder{id: fmt.Sprintf("follow/round/%d", r.Round), ids: r.order}, f.opts)
+	return New(t, r.dealt(), f.opts)
 }
 
 // tableFor returns, retained, an open version of the table holding the rows

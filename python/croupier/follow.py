@@ -44,15 +44,19 @@ class Follow:
         rows_per_round: a round ends at the first committed version at which
             the rows carried into it and the rows of the versions since the
             round before reach this many. None: each round takes one version.
-        replay: rows of earlier rounds added to each round: an ``int`` is a
-            number of rows, a ``float`` a fraction of the round's new rows (0.25:
-            one old row for four new ones). Drawn without replacement, seeded by
-            the dataset's ``shuffle_seed`` and the round, from the versions the
-            staleness rule keeps. None: no replay.
+        replay: groups (rows, without ``group_by``) of earlier rounds added to
+            each round: an ``int`` is a number of them, a ``float`` a fraction of
+            the round's new ones (0.25: one old for four new). Drawn without
+            replacement, seeded by the dataset's ``shuffle_seed`` and the round,
+            from the versions the staleness rule keeps. None: no replay.
         max_versions_behind: a round ending at version ``v`` keeps only rows of
             versions ``>= v - max_versions_behind``; older rows, new or carried,
             are skipped and counted in :meth:`FollowingDataset.stats`. None: no
             limit.
+        group_by: a column or columns whose equal values, in adjacent rows of
+            one version, make a group dealt whole: in one step, on one rank,
+            carried and replayed together (GRPO's samples of one prompt, appended
+            together). None: every row on its own.
         start_version: the first version whose rows are dealt.
         wait_timeout: seconds to wait for the versions that complete the next
             round, from the last version that landed; then the iteration ends,
@@ -64,6 +68,7 @@ class Follow:
     rows_per_round: int | None = None
     replay: int | float | None = None
     max_versions_behind: int | None = None
+    group_by: str | Sequence[str] | None = None
     start_version: int = 1
     wait_timeout: float | None = 60.0
     poll_interval: float = 0.2
@@ -81,9 +86,13 @@ class Follow:
             )
         rows = _args.optional_integer("rows_per_round", self.rows_per_round)
         timeout = self.wait_timeout
+        group_by = self.group_by
+        if isinstance(group_by, str):
+            group_by = [group_by]
         return {
             "rows_per_round": rows or 0,
-            "replay_rows": _args.integer("replay", replay) if isinstance(replay, int) else 0,
+            "group_by": None if group_by is None else _args.strings("group_by", group_by),
+            "replay_count": _args.integer("replay", replay) if isinstance(replay, int) else 0,
             "replay_fraction": _args.number("replay", replay, 0.0, 1e9)
             if isinstance(replay, float)
             else 0.0,
@@ -107,7 +116,8 @@ def _in_worker() -> bool:
 class FollowingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
     """Deals one rank's share of every global step of following a growing croupier table.
 
-    Each batch is this rank's ``G / world_size`` rows of one global step, with
+    Each batch is this rank's ``G / world_size`` rows of one global step (with
+    ``group_by``, this rank's whole groups of the step, whose size varies), with
     the dataset's columns and ``_version``: the table version that added each
     row. Rounds and steps are those of docs/concepts.md ("Following a growing
     table"); :attr:`last_round` describes the round of the last batch.
@@ -239,7 +249,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
 
     @property
     def rank_batch_size(self) -> int:
-        """Rows of each of this rank's batches: ``G / world_size``."""
+        """Rows of each of this rank's batches: ``G / world_size`` (the mean with ``group_by``)."""
         return self.global_batch_size // self.world_size
 
     @property
@@ -289,7 +299,10 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
                     self._round["step"] <= first < self._round["step"] + self._round["steps"]
                 ):
                     self._round = _lib.follow_round(stream.value)
-                outs = convert_steps(batch, [rows] * steps, self._format, self._list_format)
+                # A batch of several steps has rows rows in each; a grouped
+                # step, whose size varies, comes alone.
+                sizes = [rows] * steps if steps > 1 else [batch.num_rows]
+                outs = convert_steps(batch, sizes, self._format, self._list_format)
                 del batch
                 for i, out in enumerate(outs):
                     step = first + i

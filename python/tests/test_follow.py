@@ -252,3 +252,31 @@ def test_ctrl_c_stops_a_wait_without_limit(growing: str) -> None:
     finally:
         child.kill()
     assert out.strip() == "interrupted after 18 steps"
+
+
+def test_groups_are_dealt_whole(tmp_path: Path) -> None:
+    """With group_by, the rows of a prompt appended together reach one step and one rank."""
+    table_uri = uri(tmp_path / "g")
+
+    def prompts(ids: list[int]) -> pa.Table:  # four samples a prompt
+        return pa.table({"id": ids, "prompt": [i // 4 for i in ids]})
+
+    table = cr.create_table(table_uri, prompts(list(range(0, 24))))
+    for v in range(1, 6):
+        table.append(prompts(list(range(24 * v, 24 * (v + 1)))))
+    follow = cr.Follow(group_by="prompt", rows_per_round=40, replay=2, wait_timeout=0.01)
+    steps: dict[int, list[list[int]]] = {}
+    for rank in range(2):
+        ds = cr.FollowingDataset(table_uri, follow, global_batch_size=8, num_splits=2, rank=rank,
+                                 world_size=2, columns=["id"], format="numpy")  # fmt: skip
+        for batch in ds:
+            steps.setdefault(ds.steps_consumed - 1, []).append(batch["id"].tolist())
+        assert ds.stats()["replayed_rows"] > 0
+    assert len(steps) > 5
+    for t, ranks in steps.items():
+        for rank in ranks:  # each rank's rows hold whole prompts of 4 rows
+            assert sorted(rank) == sorted({i // 4 * 4 + k for i in rank for k in range(4)}), (
+                t,
+                rank,
+            )
+        assert not {i // 4 for i in ranks[0]} & {i // 4 for i in ranks[1]}
