@@ -28,7 +28,8 @@ With ``--online`` the fleet keeps generating while the learner trains:
 generator processes append a version of rollouts after each "policy update",
 and the learner follows the table (``cr.FollowingDataset``): each round deals
 the rows of the versions committed since the round before, with a replay
-sample of older rows, skipping versions too far behind. Rows not to train on
+sample of older ones, skipping versions too far behind, and each problem's
+rollouts of a version (a GRPO group) whole, in one step. Rows not to train on
 (prompts, truncated answers) are masked out of the loss. It saves the policy
 with the learner's checkpoint and, for every step, the table versions and the
 rollouts that trained it (each batch's ``_version`` and ``rollout_id``).
@@ -180,7 +181,10 @@ def online(args: argparse.Namespace) -> None:
     for g in generators:
         g.start()
 
-    follow = cr.Follow(rows_per_round=128, replay=0.25, max_versions_behind=4, wait_timeout=30.0)
+    # GRPO's groups, the rollouts of one problem, are appended together and
+    # dealt whole: in one step, on one rank, replayed together.
+    follow = cr.Follow(rows_per_round=128, group_by="problem_id", replay=0.25,
+                       max_versions_behind=4, wait_timeout=30.0)  # fmt: skip
     ds = cr.FollowingDataset(
         uri,
         follow,

@@ -123,15 +123,23 @@ def test_rl_learner_online(tmp_path: Path) -> None:
     trainable = {
         r for r, k in zip(rows["rollout_id"], rows["include_in_training"], strict=True) if k
     }
+    # A GRPO group, the trainable rollouts of one problem in one version
+    # ("p<policy>-<problem>-<k>"), is trained on whole, in one step.
+    group: dict[str, set[str]] = {}
+    for r in trainable:
+        group.setdefault(r.rsplit("-", 1)[0], set()).add(r)
     for s in record["trained_on"]:
         assert s["rollouts"], s
         assert set(s["rollouts"]) <= trainable
         assert {version_of[r] for r in s["rollouts"]} <= set(s["versions"])
+        for prefix in {r.rsplit("-", 1)[0] for r in s["rollouts"]}:
+            assert group[prefix] <= set(s["rollouts"]), (s["step"], prefix)
 
     # The checkpoint continues on the grown table with the next step.
     state = record["loader_state"]
     assert state["steps_consumed"] == 6
-    follow = cr.Follow(rows_per_round=128, replay=0.25, max_versions_behind=4, wait_timeout=1.0)
+    follow = cr.Follow(rows_per_round=128, group_by="problem_id", replay=0.25,
+                       max_versions_behind=4, wait_timeout=1.0)  # fmt: skip
     ds = cr.FollowingDataset(record["table_uri"], follow, global_batch_size=16, num_splits=8,
                              columns=["rollout_id"], shuffle_seed=1234)  # fmt: skip
     ds.load_state_dict(state)
