@@ -28,6 +28,9 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
     a Mixture of three sources against one source of the same rows, in packed
     token-budget steps: rows and tokens per second, peak memory
     (``bench/tokens.py --part mixture``).
+``follow``
+    following a growing croupier table against reading a pinned version of it,
+    and the latency from a commit to its first step (``bench/follow.py``).
 
 Each part prints its tables, regenerates its section of ``--out`` (by default
 ``bench/RESULTS.md``) with the setup it ran with, and writes its plots under
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import beyond_memory
+import follow
 import loader_throughput
 import ranks
 import results
@@ -58,7 +62,17 @@ import tokens
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-PARTS = ("objstore", "loader", "permutation", "commits", "memory", "ranks", "tokens", "mixture")
+PARTS = (
+    "objstore",
+    "loader",
+    "permutation",
+    "commits",
+    "memory",
+    "ranks",
+    "tokens",
+    "mixture",
+    "follow",
+)
 
 # Arguments of each part in a --quick run.
 QUICK = {
@@ -71,6 +85,7 @@ QUICK = {
     "ranks": "--rows 32768 --seconds 1 --ratio 2 --worlds 2 --workers 0,2 --orders full",
     "tokens": "--rows 2000 --imbalance-steps 5",
     "mixture": "--rows 2000 --repeats 1",
+    "follow": "--rows 20000 --versions 20 --rows-per-round 4000 --repeats 1 --commits 5",
 }
 
 # Arguments that select a part of a script that runs several.
@@ -214,12 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.out),
                 ]
             ).returncode
-        elif part in ("memory", "ranks", "tokens", "mixture"):
+        elif part in ("memory", "ranks", "tokens", "mixture", "follow"):
             run_part = {
                 "memory": beyond_memory.main,
                 "ranks": ranks.main,
                 "tokens": tokens.main,
                 "mixture": tokens.main,
+                "follow": follow.main,
             }[part]
             rc = run_part(
                 [

@@ -33,7 +33,7 @@ func lookup[T any](h uint64) (T, error) {
 	t, isT := v.(T)
 	if !ok || !isT {
 		var zero T
-		return zero, errcode.New(errcode.Closed, "lookup", "", "handle %d is not an open %s (released or never opened)", h, kindName(zero))
+		return zero, errcode.New(errcode.Closed, "lookup", "", "handle %d is not an open %s (released or never opened)", h, kindName[T]())
 	}
 	return t, nil
 }
@@ -50,21 +50,23 @@ func release(h uint64) (any, error) {
 	return v, nil
 }
 
-// kindName names the kind of object a handle stands for as the ABI does.
-func kindName(v any) string {
-	switch v.(type) {
-	case *table.Table:
+// kindName names the kind of object a handle of type T stands for as the ABI does.
+func kindName[T any]() string {
+	switch any((*T)(nil)).(type) {
+	case **table.Table:
 		return "table"
-	case *permutation.Permutations:
+	case **permutation.Permutations:
 		return "permutation"
-	case *loader.Loader:
+	case **loader.Loader:
 		return "dataset"
-	case *loader.Stream:
+	case **loader.Stream, *batchStream, **loader.FollowStream:
 		return "stream"
-	case *loader.Mixture:
+	case **loader.Mixture:
 		return "mixture"
-	case *loader.MixtureStream:
+	case **loader.MixtureStream:
 		return "mixture stream"
+	case **loader.Follower:
+		return "follower"
 	}
 	return "object"
 }

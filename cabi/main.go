@@ -217,8 +217,8 @@ func croupier_release(h C.uint64_t, errOut **C.char) C.int {
 
 // closeObject closes the object of a released handle.
 func closeObject(v any) error {
-	if l, ok := v.(*loader.Loader); ok {
-		defer holdBudget(-l.Options().MemoryBudget)
+	if b := budgetOf(v); b > 0 {
+		defer holdBudget(-b)
 	}
 	if c, ok := v.(io.Closer); ok {
 		return c.Close()
@@ -487,7 +487,7 @@ func newLoader(t *table.Table, order permutation.Order, options []byte) (*loader
 	}
 	l, err := loader.New(t, order, opts)
 	if err == nil {
-		holdBudget(l.Options().MemoryBudget) // until closeObject
+		holdBudget(budgetOf(l)) // until closeObject
 	}
 	return l, err
 }
@@ -563,7 +563,7 @@ func croupier_stream_open(dh C.uint64_t, optionsJSON *C.char, out *C.uint64_t, e
 //export croupier_stream_next
 func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema *C.struct_ArrowSchema, outStep, outSteps *C.int64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		s, err := lookup[*loader.Stream](uint64(h))
+		s, err := lookup[batchStream](uint64(h))
 		if err != nil {
 			return err
 		}
@@ -591,11 +591,14 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 //export croupier_stream_stats
 func croupier_stream_stats(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		s, err := lookup[*loader.Stream](uint64(h))
+		s, err := lookup[batchStream](uint64(h))
 		if err != nil {
 			return err
 		}
-		return encodeJSON(s.Stats(), out)
+		if f, ok := s.(*loader.FollowStream); ok {
+			return encodeJSON(f.FollowStats(), out)
+		}
+		return encodeJSON(s.(*loader.Stream).Stats(), out)
 	})
 }
 

@@ -5,6 +5,8 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+
+	"github.com/croupier-data/croupier/loader"
 )
 
 // The Go heap under the datasets' memory budgets.
@@ -35,7 +37,8 @@ func init() { _, goHeap.user = os.LookupEnv("GOMEMLIMIT") }
 // page indexes, permutations, goroutines.
 const goHeapBase = 32 << 20
 
-// holdBudget adds the budget of a dataset opened (or, negative, released)
+// holdBudget adds the budget of a dataset or follower opened (or, negative,
+// released)
 // and sets the Go runtime's memory limit to match.
 func holdBudget(budget int64) {
 	goHeap.Lock()
@@ -49,4 +52,22 @@ func holdBudget(budget int64) {
 		limit = goHeapBase + goHeap.budgets/4
 	}
 	debug.SetMemoryLimit(limit)
+}
+
+// budgetOf is the memory budget an open dataset or follower gives its
+// streams; 0 for other objects.
+func budgetOf(v any) int64 {
+	var b int64
+	switch o := v.(type) {
+	case *loader.Loader:
+		b = o.Options().MemoryBudget
+	case *loader.Follower:
+		b = o.Options().MemoryBudget
+	default:
+		return 0
+	}
+	if b <= 0 {
+		b = loader.DefaultMemoryBudget
+	}
+	return b
 }

@@ -1,8 +1,9 @@
 """An RL learner reading rollouts from a croupier table, with the data provenance recorded.
 
     python examples/rl_learner.py --data ./rl-data --steps 12
+    python examples/rl_learner.py --data ./rl-online --steps 12 --online
 
-What it does:
+What it does (offline, the default):
 
 1. A generation fleet writes rollouts: one row per message of a rollout
    (RolloutRecord-style: rollout_id, problem_id, sequence_order, role, tokens,
@@ -22,6 +23,16 @@ What it does:
 4. It saves the policy and, next to it, a JSON record of the table version and
    permutation that trained it, the loader's checkpoint, and exactly which
    rollouts each step trained on (``rows_of_step`` and ``Table.take``).
+
+With ``--online`` the fleet keeps generating while the learner trains:
+generator processes append a version of rollouts after each "policy update",
+and the learner follows the table (``cr.FollowingDataset``): each round deals
+the rows of the versions committed since the round before, with a replay
+sample of older ones, skipping versions too far behind, and each problem's
+rollouts of a version (a GRPO group) whole, in one step. Rows not to train on
+(prompts, truncated answers) are masked out of the loss. It saves the policy
+with the learner's checkpoint and, for every step, the table versions and the
+rollouts that trained it (each batch's ``_version`` and ``rollout_id``).
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +146,8 @@ def policy_loss(
 
     # Pairs (token i, token i + 1) of the packed tokens; only pairs inside one sequence count.
     scored = seq[1:] == seq[:-1]
+    if "include_in_training" in batch:
+        scored &= batch["include_in_training"][seq[1:]]
     logits = model(tokens[:-1])
     new_logp = torch.log_softmax(logits, -1).gather(1, tokens[1:].long()[:, None])[:, 0]
     old_logp = batch["output_logprobs"][1:]  # the generator's logprob of each scored token
@@ -143,6 +158,96 @@ def policy_loss(
     return -(surrogate * scored).sum() / scored.sum().clamp(min=1)
 
 
+def generate(uri: str, generator: int, versions: int, seed: int) -> None:
+    """A generator process: after each policy update, append one version of rollouts."""
+    rng = np.random.default_rng([seed, generator])
+    with cr.open_table(uri) as tbl:  # appends commit on the latest version, whatever it pins
+        for update in range(1, versions + 1):
+            first = 1000 * (generator + 1) + 8 * update  # new problems: rollout ids stay unique
+            tbl.append(rollouts(rng, range(first, first + 8), samples=4, policy=update))
+            time.sleep(0.05)
+
+
+def online(args: argparse.Namespace) -> None:
+    """Train while generator processes append rollouts; record what trained the policy."""
+    uri = as_uri(args.data / "rollouts")
+    with contextlib.suppress(cr.AlreadyExistsError):
+        rng = np.random.default_rng(args.seed)
+        cr.create_table(uri, rollouts(rng, range(0, 16), samples=4, policy=0)).close()
+    ctx = multiprocessing.get_context("spawn")
+    generators = [
+        ctx.Process(target=generate, args=(uri, g, args.versions, args.seed)) for g in range(2)
+    ]
+    for g in generators:
+        g.start()
+
+    # GRPO's groups, the rollouts of one problem, are appended together and
+    # dealt whole: in one step, on one rank, replayed together.
+    follow = cr.Follow(rows_per_round=128, group_by="problem_id", replay=0.25,
+                       max_versions_behind=4, wait_timeout=30.0)  # fmt: skip
+    ds = cr.FollowingDataset(
+        uri,
+        follow,
+        global_batch_size=args.global_batch_size,
+        num_splits=args.num_splits,
+        columns=[*COLUMNS, "include_in_training", "rollout_id"],
+        shuffle_seed=args.seed,
+        list_format="packed",
+    )
+    model = TinyPolicy()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses: list[float] = []
+    trained_on = []
+    for batch in ds:
+        loss = policy_loss(model, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        keep = batch["include_in_training"].tolist()
+        rollout_ids = [r for r, k in zip(batch["rollout_id"], keep, strict=True) if k]
+        step = {
+            "step": ds.steps_consumed - 1,
+            "round": ds.last_round["round"] if ds.last_round else None,
+            "versions": sorted(set(batch["_version"].tolist())),
+            "rollouts": sorted(set(rollout_ids)),
+        }
+        trained_on.append(step)
+        print(
+            f"step {step['step']:3d}  round {step['round']}  versions {step['versions']}  "
+            f"loss {loss.item():+.4f}"
+        )
+        if len(losses) == args.steps:
+            break
+    for g in generators:
+        g.join()
+    stats = ds.stats()
+    print(
+        f"{stats.get('rounds', 0)} rounds up to version {stats.get('version')}: "
+        f"{stats.get('new_rows', 0)} new rows, {stats.get('replayed_rows', 0)} replayed, "
+        f"{stats.get('skipped_rows', 0)} skipped as stale"
+    )
+    rollouts_seen = sorted({r for s in trained_on for r in s["rollouts"]})
+    versions_seen = sorted({v for s in trained_on for v in s["versions"]})
+    print(
+        f"rollouts that trained the checkpoint: {len(rollouts_seen)}, "
+        f"from table versions {versions_seen}"
+    )
+    torch.save(model.state_dict(), args.data / "policy.pt")
+    record = {
+        "checkpoint": "policy.pt",
+        "table_uri": uri,
+        "columns": COLUMNS,
+        "loader_state": ds.state_dict(),
+        "steps": len(losses),
+        "losses": losses,
+        "trained_on": trained_on,
+    }
+    (args.data / "policy.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"saved {args.data / 'policy.pt'} and policy.json")
+    ds.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("rl-data"), help="folder for everything")
@@ -150,9 +255,16 @@ def main() -> None:
     parser.add_argument("--global-batch-size", type=int, default=16)
     parser.add_argument("--num-splits", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument(
+        "--online", action="store_true", help="train while generators append (follow the table)"
+    )
+    parser.add_argument("--versions", type=int, default=6, help="versions each generator appends")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     args.data.mkdir(parents=True, exist_ok=True)
+    if args.online:
+        online(args)
+        return
 
     # 1. rollouts, as a generation fleet writes them
     tbl = write_rollouts(as_uri(args.data / "rollouts"), args.seed)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -188,4 +190,41 @@ func ExampleMixture() {
 	// step 3: source 1 epoch 0 step 0, ids [0 4]
 	// step 4: source 0 epoch 0 step 3, ids [3 7]
 	// step 5: source 0 epoch 1 step 0, ids [0 4]
+}
+
+// A follower deals a table that grows, round by round: here one version a
+// round, steps of 4 rows, and the rows a round leaves past its last full
+// step carried into the next. The stream ends once no version has landed
+// for WaitTimeout.
+func ExampleFollower() {
+	ctx := context.Background()
+	t := exampleTable(ctx, "mem://example-follow/rows", 6) // version 1: rows 0..5
+	defer t.Close()
+	f, err := loader.NewFollower(t, loader.Options{GlobalBatchSize: 4}, loader.FollowOptions{WaitTimeout: time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	s, err := f.Stream(ctx, f.Start(), 0, loader.StreamOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	for {
+		b, err := s.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		r := s.Round()
+		fmt.Printf("step %d: round %d of versions (%d, %d], %d rows of version %v, %d carried on\n",
+			b.Step, r.Round, r.After, r.Version, b.Record.NumRows(), b.Record.Column(1).(*array.Int64).Value(0), len(r.Next().Carry))
+		b.Record.Release()
+	}
+	fmt.Println("waited out:", s.FollowStats().WaitedOut)
+	// Output:
+	// step 0: round 0 of versions (0, 1], 4 rows of version 1, 2 carried on
+	// waited out: true
 }

@@ -432,7 +432,7 @@ func (b *builder) rowKeys(rec arrow.RecordBatch, keep []bool) ([]string, error) 
 		cols[i] = rec.Column(rec.Schema().FieldIndices(c)[0])
 	}
 	keys := make([]string, rec.NumRows())
-	err := encodeRows(cols, len(keys), func(row int, key []byte) {
+	err := EncodeRows(cols, len(keys), func(row int, key []byte) {
 		if keep[row] {
 			keys[row] = string(key)
 		}

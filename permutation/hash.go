@@ -176,12 +176,14 @@ func appendDecimal(b []byte, unscaled *big.Int, scale int32) []byte {
 
 // HashRows sets out[i] to the hash of row i's values in cols.
 func HashRows(cols []arrow.Array, out []uint64) error {
-	return encodeRows(cols, len(out), func(row int, key []byte) { out[row] = xxhash.Sum64(key) })
+	return EncodeRows(cols, len(out), func(row int, key []byte) { out[row] = xxhash.Sum64(key) })
 }
 
-// encodeRows calls fn with the canonical encoding of each of the first rows
-// rows' values in cols. The encoding is fn's only until it returns.
-func encodeRows(cols []arrow.Array, rows int, fn func(row int, key []byte)) error {
+// EncodeRows calls fn with the canonical encoding of each of the first rows
+// rows' values in cols: two rows' values are equal, as group_by compares
+// them, exactly when their encodings are. The encoding is fn's only until it
+// returns.
+func EncodeRows(cols []arrow.Array, rows int, fn func(row int, key []byte)) error {
 	hs := make([]hasher, len(cols))
 	for i, c := range cols {
 		h, err := newHasher(c)

@@ -703,3 +703,43 @@ func removeFiles(ctx context.Context, loc *store.Location, files []File) {
 		loc.Delete(context.WithoutCancel(ctx), loc.Join(f.Key))
 	}
 }
+
+// Appended describes the rows one committed version of a croupier table
+// added to its parent: row ids [Start, End) of that version and of every
+// later one, for appends keep the parent's files and add theirs at the end.
+// Base and Head identify the files the version kept from its parent and all
+// its files (as Table.ID does), so that a reader following the table can
+// check that version v+1 kept exactly v's files: v+1's Base is v's Head.
+type Appended struct {
+	Version int64  `json:"version"`
+	Start   int64  `json:"start"`
+	End     int64  `json:"end"`
+	Base    string `json:"base"`
+	Head    string `json:"head"`
+}
+
+// Rows is the number of rows the version added.
+func (a Appended) Rows() int64 { return a.End - a.Start }
+
+// Appended returns what version v of t's croupier table added to its
+// parent. It fails with errcode.NotFound when v is not committed, yet or any
+// more (see Cleanup).
+func (t *Table) Appended(ctx context.Context, v int64) (Appended, error) {
+	if t.pin.Kind != KindCroupier {
+		return Appended{}, errcode.New(errcode.InvalidArgument, "read version", t.pin.URI,
+			"a plain Parquet dataset has no versions to follow")
+	}
+	if v < 1 {
+		return Appended{}, errcode.New(errcode.InvalidArgument, "read version", t.pin.URI, "version %d: versions start at 1", v)
+	}
+	m, err := readManifest(ctx, t.loc, t.cat, v)
+	if err != nil {
+		return Appended{}, err
+	}
+	kept := m.Files[:len(m.Files)-m.Added]
+	a := Appended{Version: v, End: m.NumRows, Base: filesID(KindCroupier, kept), Head: filesID(KindCroupier, m.Files)}
+	for _, f := range kept {
+		a.Start += f.NumRows
+	}
+	return a, nil
+}

@@ -174,6 +174,22 @@ func TestCreateAppendTimeTravel(t *testing.T) {
 				t.Fatalf("latest: version %s", latest.Version())
 			}
 			checkRowsOf(t, latest, []uint64{39, 0, 17})
+			// Each version added the ten ids after its parent's, and kept
+			// its parent's files: its Base is the parent's Head.
+			var head string
+			for k := int64(1); k <= 4; k++ {
+				a, err := tb.Appended(ctx, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a.Version != k || a.Start != 10*(k-1) || a.End != 10*k || a.Rows() != 10 || (k > 1 && a.Base != head) || a.Head == a.Base {
+					t.Errorf("version %d appended %+v after head %s", k, a, head)
+				}
+				head = a.Head
+			}
+			if _, err := tb.Appended(ctx, 5); errcode.Of(err) != errcode.NotFound {
+				t.Errorf("version 5 appended: %v, want NotFound", err)
+			}
 			for k := int64(1); k <= 4; k++ {
 				tk, err := table.OpenVersion(ctx, uri, k)
 				if err != nil {

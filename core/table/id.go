@@ -17,11 +17,14 @@ import (
 // data files are named by random UUIDs, so its ID tells its versions and its
 // copies apart from any other table; a plain dataset is identified by its
 // pinned files.
-func (t *Table) ID() string {
+func (t *Table) ID() string { return filesID(t.pin.Kind, t.pin.Files) }
+
+// filesID is the ID of files of a table of kind, in their order.
+func filesID(kind string, files []File) string {
 	h := sha256.New()
-	h.Write([]byte(t.pin.Kind))
+	h.Write([]byte(kind))
 	var n [8]byte
-	for _, f := range t.pin.Files {
+	for _, f := range files {
 		h.Write([]byte{0})
 		h.Write([]byte(f.Key))
 		h.Write([]byte{0})

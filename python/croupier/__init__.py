@@ -45,6 +45,7 @@ from .table import Table, cleanup, create_table, lookup, open_table, register, r
 if TYPE_CHECKING:
     from .dataloader import DataLoader
     from .dataset import StreamingDataset
+    from .follow import Follow, FollowingDataset
     from .mixture import Mixture
 
 # The project's version, written once in the repository's VERSION file, which
@@ -59,6 +60,8 @@ __all__ = [
     "CorruptError",
     "CroupierError",
     "DataLoader",
+    "Follow",
+    "FollowingDataset",
     "ForkError",
     "InternalError",
     "InvalidArgumentError",
@@ -97,6 +100,10 @@ def __getattr__(name: str) -> Any:
         from .dataset import StreamingDataset
 
         return StreamingDataset
+    if name in ("Follow", "FollowingDataset"):
+        from . import follow
+
+        return getattr(follow, name)
     if name == "Mixture":
         from .mixture import Mixture
 

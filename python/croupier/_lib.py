@@ -190,6 +190,10 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         _INT,
     ),
     "croupier_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_follow_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_follow_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_follow_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_follow_round": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_stream_stats": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_mixture_open": (
         [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int64, _STR, _HANDLE_OUT, _ERR],
@@ -802,6 +806,26 @@ def stream_next(
 def stream_stats(stream: int) -> dict[str, int]:
     """The counters of an open stream (``croupier_stream_stats``)."""
     return json.loads(_json_out("croupier_stream_stats", stream))
+
+
+def follow_open(table: int, options: dict[str, Any]) -> Handle:
+    """Open a follower of a croupier table (options of ``croupier_follow_open``)."""
+    return _handle_out("croupier_follow_open", table, _encode(options))
+
+
+def follow_info(follower: int) -> dict[str, Any]:
+    """The JSON info of ``croupier_follow_info`` as a dict."""
+    return json.loads(_json_out("croupier_follow_info", follower))
+
+
+def follow_stream_open(follower: int, options: dict[str, Any]) -> Handle:
+    """Open a follow stream (options of ``croupier_follow_stream_open``)."""
+    return _handle_out("croupier_follow_stream_open", follower, _encode(options))
+
+
+def follow_round(stream: int) -> dict[str, Any]:
+    """The round of a follow stream's last batch (``croupier_follow_round``)."""
+    return json.loads(_json_out("croupier_follow_round", stream))
 
 
 def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) -> Handle:

@@ -114,3 +114,29 @@ def test_mixture_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
         assert all(float(c.replace(",", "")) > 0 for c in cells[1:4]), row
     assert re.search(r"Mixture ÷ one source: rows/s \d+\.\d\d, tokens/s \d+\.\d\d", text)
+
+
+def test_follow_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follow part writes its section: both reads deal the same rows, and the
+    latency of each poll interval."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import follow
+
+    out = tmp_path / "RESULTS.md"
+    argv = ["--rows=2000", "--versions=8", "--rows-per-round=500", "--repeats=1", "--commits=3",
+            "--gap=0.01", f"--out={out}"]  # fmt: skip
+    assert follow.main(argv) == 0
+    text = out.read_text()
+    assert "## Following a growing table" in text
+
+    def cells(first: str) -> list[str]:
+        line = next(line for line in text.splitlines() if line.startswith(f"| {first} |"))
+        return [c.strip() for c in line.strip().strip("|").split("|")][1:]
+
+    # Pinned: 2,000 rows in 7 full steps of 256. Following: rounds of two versions
+    # of 250 rows (500 rows, then 494 + 250 with the carry, ...) deal 1, 2, 2 and 2 steps.
+    assert cells("pinned")[0] == cells("following")[0] == "1,792"
+    assert re.search(r"Following ÷ pinned, rows/s: \d+\.\d\d", text)
+    for poll in ("20 ms", "200 ms"):
+        p50, p90, most = (float(c) for c in cells(poll))
+        assert p50 <= p90 <= most

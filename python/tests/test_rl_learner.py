@@ -89,3 +89,59 @@ def test_rl_learner(tmp_path: Path) -> None:
         assert not seen & set(in_step)
         seen |= set(in_step)
     assert len({len(s["rollout_id"]) for s in steps}) > 1  # whole groups: sizes vary
+
+
+@pytest.mark.slow
+def test_rl_learner_online(tmp_path: Path) -> None:
+    """Online: generators append while the learner follows the table; the record names,
+    for every step, the table versions and the rollouts that trained it, and its
+    checkpoint resumes a follower of the grown table."""
+    data = tmp_path / "rl-online"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--data", str(data), "--steps", "6", "--online"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((data / "policy.json").read_text())
+    assert record["steps"] == len(record["losses"]) == 6
+    assert "rollouts that trained the checkpoint" in done.stdout
+
+    # Two generators appended 6 versions each to the first one.
+    with cr.open_table(record["table_uri"]) as tbl:
+        assert tbl.versions() == list(range(1, 14))
+        rows = tbl.take(range(tbl.num_rows), ["rollout_id", "include_in_training"]).to_pydict()
+    version_starts = [0]
+    for v in range(1, 14):
+        manifest = json.loads((data / "rollouts" / "_versions" / f"{v:020d}.json").read_text())
+        version_starts.append(manifest["num_rows"])
+    version_of = {}
+    for v in range(1, 14):
+        for i in range(version_starts[v - 1], version_starts[v]):
+            version_of[rows["rollout_id"][i]] = v
+    trainable = {
+        r for r, k in zip(rows["rollout_id"], rows["include_in_training"], strict=True) if k
+    }
+    # A GRPO group, the trainable rollouts of one problem in one version
+    # ("p<policy>-<problem>-<k>"), is trained on whole, in one step.
+    group: dict[str, set[str]] = {}
+    for r in trainable:
+        group.setdefault(r.rsplit("-", 1)[0], set()).add(r)
+    for s in record["trained_on"]:
+        assert s["rollouts"], s
+        assert set(s["rollouts"]) <= trainable
+        assert {version_of[r] for r in s["rollouts"]} <= set(s["versions"])
+        for prefix in {r.rsplit("-", 1)[0] for r in s["rollouts"]}:
+            assert group[prefix] <= set(s["rollouts"]), (s["step"], prefix)
+
+    # The checkpoint continues on the grown table with the next step.
+    state = record["loader_state"]
+    assert state["steps_consumed"] == 6
+    follow = cr.Follow(rows_per_round=128, group_by="problem_id", replay=0.25,
+                       max_versions_behind=4, wait_timeout=1.0)  # fmt: skip
+    ds = cr.FollowingDataset(record["table_uri"], follow, global_batch_size=16, num_splits=8,
+                             columns=["rollout_id"], shuffle_seed=1234)  # fmt: skip
+    ds.load_state_dict(state)
+    next(iter(ds))
+    assert ds.steps_consumed == 7

@@ -1,0 +1,382 @@
+package loader
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// Following deals a croupier table that grows while it is read, in rounds
+// (docs/concepts.md, "Following a growing table"). Which rows a round deals
+// is a pure function of the committed versions (the rows each added) and the
+// options, never of when they were seen: every rank and worker process, and a
+// run resumed from a checkpoint, forms the same rounds. The rule is planRound;
+// Follower and FollowStream deal each round's order with the loader's Deal.
+
+// Defaults of FollowOptions fields left zero.
+const (
+	DefaultWaitTimeout  = time.Minute
+	DefaultPollInterval = 200 * time.Millisecond
+)
+
+// FollowOptions choose the rounds of following a croupier table.
+// JSON names match the Python keyword arguments of croupier.Follow.
+type FollowOptions struct {
+	// RowsPerRound, when positive, ends round r at the first committed
+	// version v_r at which the rows carried into the round and the rows of
+	// versions (v_{r−1}, v_r] reach it. 0: each round takes one version.
+	RowsPerRound int64 `json:"rows_per_round"`
+	// GroupBy, when set, deals groups whole: adjacent rows of one version
+	// with equal values in these columns (as permutation.Spec.GroupBy
+	// compares them) go to one step and one rank, are carried and replayed
+	// together. Without it every row is a group of its own.
+	GroupBy []string `json:"group_by"`
+	// ReplayCount adds this many groups (rows, without GroupBy) of earlier
+	// rounds to each round; ReplayFraction, ⌊fraction × the round's new
+	// groups⌋. At most one is set; the sample is drawn from the versions the
+	// staleness rule keeps.
+	ReplayCount    int64   `json:"replay_count"`
+	ReplayFraction float64 `json:"replay_fraction"`
+	// MaxVersionsBehind, when set to k, keeps only rows of versions at most k
+	// behind the round's last version: v ≥ v_r − k. Older rows, new or
+	// carried, are skipped and counted (FollowStats). nil: no limit.
+	MaxVersionsBehind *int64 `json:"max_versions_behind"`
+	// StartVersion is the first version whose rows are dealt; 0 means 1.
+	StartVersion int64 `json:"start_version"`
+	// WaitTimeout bounds the wait for a version that completes the next
+	// round, counted from the last version that landed: when it passes, the
+	// stream ends (io.EOF) and FollowStats.WaitedOut says so. 0 means
+	// DefaultWaitTimeout; negative, no limit.
+	WaitTimeout time.Duration `json:"wait_timeout_ns"`
+	// PollInterval is the pause between listings of the table's versions
+	// while waiting; 0 means DefaultPollInterval.
+	PollInterval time.Duration `json:"poll_interval_ns"`
+}
+
+// check validates the options, filling in defaults.
+func (fo *FollowOptions) check(uri string) error {
+	bad := func(format string, args ...any) error {
+		return errcode.New(errcode.InvalidArgument, "follow", uri, format, args...)
+	}
+	switch {
+	case fo.RowsPerRound < 0:
+		return bad("rows_per_round is %d; it must be positive (0: one version per round)", fo.RowsPerRound)
+	case fo.ReplayCount < 0:
+		return bad("replay count %d is negative", fo.ReplayCount)
+	case fo.ReplayFraction < 0 || math.IsNaN(fo.ReplayFraction) || math.IsInf(fo.ReplayFraction, 0):
+		return bad("replay fraction %v must be a finite number ≥ 0", fo.ReplayFraction)
+	case fo.ReplayCount > 0 && fo.ReplayFraction > 0:
+		return bad("replay is a count (%d) or a fraction (%v), not both", fo.ReplayCount, fo.ReplayFraction)
+	case fo.MaxVersionsBehind != nil && *fo.MaxVersionsBehind < 0:
+		return bad("max_versions_behind is %d; it must be ≥ 0 (None: no limit)", *fo.MaxVersionsBehind)
+	case fo.StartVersion < 0:
+		return bad("start_version %d: versions start at 1", fo.StartVersion)
+	case fo.PollInterval < 0:
+		return bad("poll interval %v is negative", fo.PollInterval)
+	}
+	fo.StartVersion = max(fo.StartVersion, 1)
+	if fo.WaitTimeout == 0 {
+		fo.WaitTimeout = DefaultWaitTimeout
+	}
+	if fo.PollInterval == 0 {
+		fo.PollInterval = DefaultPollInterval
+	}
+	return nil
+}
+
+// FollowPosition is where following stands when a round starts: all a
+// checkpoint needs to form that round and the ones after it again.
+type FollowPosition struct {
+	Round int64 `json:"round"` // the round's index, from 0
+	Step  int64 `json:"step"`  // the global step of its first step
+	// After is the last version the rounds before dealt the rows of
+	// (StartVersion − 1 before the first), and Head identifies its files
+	// (table.Appended), so that a resumed run refuses a rewritten table; ""
+	// before the first round.
+	After int64  `json:"after"`
+	Head  string `json:"head"`
+	// Carry are the row ids, ascending, that the round before left over past
+	// its last full step.
+	Carry []uint64 `json:"carry"`
+}
+
+// Round is one round of following: the rows it deals, in dealing order.
+type Round struct {
+	FollowPosition
+	Version int64 `json:"version"` // v_r, the last version whose rows it deals
+	Steps   int64 `json:"steps"`   // global steps: the groups of its order starting before Steps·G
+	// NewRows are the rows of versions (After, Version] and the carried rows
+	// it deals; ReplayedRows, rows of earlier rounds added; SkippedRows,
+	// rows the staleness rule dropped, SkippedVersions the versions all of
+	// whose rows it dropped.
+	NewRows         int64 `json:"new_rows"`
+	ReplayedRows    int64 `json:"replayed_rows"`
+	SkippedRows     int64 `json:"skipped_rows"`
+	SkippedVersions int64 `json:"skipped_versions"`
+
+	order  []uint64       // the rows of the groups dealt, in dealing order
+	starts []int64        // with GroupBy, the position of each group in order
+	next   FollowPosition // of the round after
+}
+
+// Next returns the position of the round after r.
+func (r Round) Next() FollowPosition { return r.next }
+
+// versionLog holds the rows of consecutive committed versions first,
+// first+1, …: version first+i added row ids [ends[i−1], ends[i]) (start for
+// i = 0), and heads[i] identifies its files.
+type versionLog struct {
+	first, start int64
+	ends         []int64
+	heads        []string
+	// With GroupBy, groups are the first row ids of the groups, ascending
+	// (every version's first row among them); grouped is false without
+	// GroupBy, and every row is a group of its own.
+	grouped bool
+	groups  []int64
+}
+
+// latest is the last version in the log (first − 1 when empty).
+func (l *versionLog) latest() int64 { return l.first + int64(len(l.ends)) - 1 }
+
+// rowsStart is the first row id of version v, for v in [first, latest+1].
+func (l *versionLog) rowsStart(v int64) int64 {
+	if v == l.first {
+		return l.start
+	}
+	return l.ends[v-l.first-1]
+}
+
+// head identifies version v's files, "" for a version before the log.
+func (l *versionLog) head(v int64) string {
+	if v < l.first {
+		return ""
+	}
+	return l.heads[v-l.first]
+}
+
+// group returns the index in groups of the group holding row id.
+func (l *versionLog) group(id int64) int {
+	i, found := slices.BinarySearch(l.groups, id)
+	if !found {
+		i--
+	}
+	return i
+}
+
+// groupStart returns the first row of the group holding row id.
+func (l *versionLog) groupStart(id int64) int64 {
+	if !l.grouped {
+		return id
+	}
+	return l.groups[l.group(id)]
+}
+
+// groupEnd returns the end of the group starting at row s.
+func (l *versionLog) groupEnd(s int64) int64 {
+	if !l.grouped {
+		return s + 1
+	}
+	if i := l.group(s) + 1; i < len(l.groups) {
+		return l.groups[i]
+	}
+	return l.rowsStart(l.latest() + 1)
+}
+
+// groupsIn returns the number of groups starting in rows [from, to) and a
+// function giving the first row of the i-th of them.
+func (l *versionLog) groupsIn(from, to int64) (int64, func(i int64) int64) {
+	if !l.grouped {
+		return max(to-from, 0), func(i int64) int64 { return from + i }
+	}
+	a, _ := slices.BinarySearch(l.groups, from)
+	b, _ := slices.BinarySearch(l.groups, to)
+	return int64(max(b-a, 0)), func(i int64) int64 { return l.groups[a+int(i)] }
+}
+
+// versionOf returns the version that added row id.
+func (l *versionLog) versionOf(id uint64) int64 {
+	return l.first + int64(sort.Search(len(l.ends), func(i int) bool { return uint64(l.ends[i]) > id }))
+}
+
+// planRound forms the round at pos from the versions of log, or returns ok
+// false while log lacks the versions that complete it. g is the global
+// batch size, seed the run's shuffle seed. The rule (docs/concepts.md), in
+// groups (rows, without GroupBy):
+//
+//  1. v_r is After+1 without RowsPerRound, else the first version at which
+//     len(Carry) plus the rows of versions (After, v_r] reach RowsPerRound.
+//  2. With MaxVersionsBehind k, groups of versions below lo = v_r − k,
+//     carried or new, are skipped (lo is StartVersion without a limit).
+//  3. The replay sample is ReplayCount, or ⌊ReplayFraction × the groups of
+//     2⌋, groups drawn uniformly without replacement (Floyd's algorithm, key
+//     DeriveKey(seed, "follow/replay/<r>")) from the groups of versions
+//     [lo, After] not carried, or all of them when fewer.
+//  4. The groups of 2 and 3, ascending, are shuffled (Fisher–Yates, key
+//     DeriveKey(seed, "follow/round/<r>")) and laid end to end: with n rows,
+//     the groups starting before ⌊n/G⌋·G make the round's ⌊n/G⌋ steps, the
+//     rest carry into round r+1.
+func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, seed uint64) (Round, bool) {
+	if log.latest() <= pos.After {
+		return Round{}, false
+	}
+	vr := pos.After + 1
+	if fo.RowsPerRound > 0 {
+		have := int64(len(pos.Carry))
+		for ; ; vr++ {
+			if vr > log.latest() {
+				return Round{}, false
+			}
+			have += log.rowsStart(vr+1) - log.rowsStart(vr)
+			if have >= fo.RowsPerRound {
+				break
+			}
+		}
+	}
+	lo := log.first
+	if fo.MaxVersionsBehind != nil {
+		lo = max(lo, vr-*fo.MaxVersionsBehind)
+	}
+	fresh := log.rowsStart(lo) // rows below it are stale
+	r := Round{FollowPosition: pos, Version: vr}
+	var groups, carried []int64 // first rows
+	for _, id := range pos.Carry {
+		switch s := log.groupStart(int64(id)); {
+		case s < fresh:
+			r.SkippedRows++
+		case len(carried) == 0 || carried[len(carried)-1] != s:
+			carried = append(carried, s)
+		}
+	}
+	groups = append(groups, carried...)
+	for v := pos.After + 1; v <= vr; v++ {
+		from, to := log.rowsStart(v), log.rowsStart(v+1)
+		if v < lo {
+			r.SkippedRows += to - from
+			r.SkippedVersions++
+			continue
+		}
+		n, at := log.groupsIn(from, to)
+		for i := range n {
+			groups = append(groups, at(i))
+		}
+	}
+	fresher := len(groups)
+	// Replay: groups of [fresh, start of After+1) not carried.
+	want := fo.ReplayCount
+	if fo.ReplayFraction > 0 {
+		want = int64(math.Floor(fo.ReplayFraction * float64(fresher)))
+	}
+	n, at := log.groupsIn(fresh, log.rowsStart(max(pos.After+1, log.first)))
+	if older := n - int64(len(carried)); want > 0 && older > 0 {
+		rng := permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/replay/%d", pos.Round)))
+		c := int64(0)
+		for _, i := range sampleIndices(rng, older, min(want, older)) { // the i-th group not carried
+			s := at(int64(i) + c)
+			for c < int64(len(carried)) && carried[c] <= s {
+				c++
+				s = at(int64(i) + c)
+			}
+			groups = append(groups, s)
+		}
+	}
+	for i, s := range groups {
+		if i < fresher {
+			r.NewRows += log.groupEnd(s) - s
+		} else {
+			r.ReplayedRows += log.groupEnd(s) - s
+		}
+	}
+	slices.Sort(groups)
+	permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/round/%d", pos.Round))), groups)
+	r.Steps = (r.NewRows + r.ReplayedRows) / g
+	carry := []uint64{}
+	for _, s := range groups {
+		ids := &carry
+		if p := int64(len(r.order)); len(carry) == 0 && p < r.Steps*g {
+			ids = &r.order
+			if log.grouped {
+				r.starts = append(r.starts, p)
+			}
+		}
+		for id := s; id < log.groupEnd(s); id++ {
+			*ids = append(*ids, uint64(id))
+		}
+	}
+	slices.Sort(carry)
+	r.next = FollowPosition{Round: pos.Round + 1, Step: pos.Step + r.Steps, After: vr, Head: log.head(vr), Carry: carry}
+	return r, true
+}
+
+// sampleIndices draws k distinct integers of [0, n) uniformly (Floyd's
+// algorithm) and returns them ascending.
+func sampleIndices(rng *permutation.Rand, n, k int64) []uint64 {
+	chosen := make(map[uint64]struct{}, k)
+	out := make([]uint64, 0, k)
+	for j := n - k; j < n; j++ {
+		t := rng.Uint64n(uint64(j + 1))
+		if _, dup := chosen[t]; dup {
+			t = uint64(j)
+		}
+		chosen[t] = struct{}{}
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rowOrder is an Order of explicit row ids: one round's.
+type rowOrder struct {
+	id  string
+	ids []uint64
+}
+
+func (o rowOrder) ID() string { return o.id }
+func (o rowOrder) Len() int64 { return int64(len(o.ids)) }
+
+func (o rowOrder) RowIDs(_ context.Context, start, stop int64) ([]uint64, error) {
+	if start < 0 || stop > o.Len() || start > stop {
+		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
+	}
+	return slices.Clone(o.ids[start:stop]), nil
+}
+
+// groupedOrder is a rowOrder whose groups start at positions starts: a
+// permutation.GroupedOrder, which the loader deals a group at a time.
+type groupedOrder struct {
+	rowOrder
+	starts []int64
+}
+
+// Groups returns the positions where the groups starting in [start, stop)
+// start, then the end of the last; nothing when none starts there.
+func (o groupedOrder) Groups(_ context.Context, start, stop int64) ([]int64, error) {
+	if start < 0 || stop > o.Len() || start > stop {
+		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
+	}
+	i, _ := slices.BinarySearch(o.starts, start)
+	j, _ := slices.BinarySearch(o.starts, stop)
+	if i == j {
+		return nil, nil
+	}
+	end := o.Len()
+	if j < len(o.starts) {
+		end = o.starts[j]
+	}
+	return append(slices.Clone(o.starts[i:j]), end), nil
+}
+
+// dealt returns the Order of r's steps.
+func (r *Round) dealt() permutation.Order {
+	o := rowOrder{id: fmt.Sprintf("follow/round/%d", r.Round), ids: r.order}
+	if r.starts == nil {
+		return o
+	}
+	return groupedOrder{rowOrder: o, starts: r.starts}
+}

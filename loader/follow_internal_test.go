@@ -1,0 +1,191 @@
+package loader
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/croupier-data/croupier/internal/seedtest"
+)
+
+// plan forms every round log completes from pos.
+func plan(log *versionLog, fo *FollowOptions, g int64, seed uint64, pos FollowPosition) []Round {
+	var out []Round
+	for {
+		r, ok := planRound(pos, log, fo, g, seed)
+		if !ok {
+			return out
+		}
+		out = append(out, r)
+		pos = r.next
+	}
+}
+
+// randomLog returns a log of 1 to 30 versions of 0 to 49 rows each, in
+// groups of 1 to 5 adjacent rows when grouped.
+func randomLog(rng *rand.Rand, grouped bool) versionLog {
+	first := 1 + rng.Int64N(3)
+	log := versionLog{first: first, start: rng.Int64N(50), grouped: grouped}
+	end := log.start
+	for range 1 + rng.IntN(30) {
+		next := end + rng.Int64N(50)
+		for s := end; grouped && s < next; s += 1 + rng.Int64N(5) {
+			log.groups = append(log.groups, s)
+		}
+		end = next
+		log.ends = append(log.ends, end)
+		log.heads = append(log.heads, "h")
+	}
+	return log
+}
+
+// prefix is log as it was when its first n versions had landed.
+func prefix(log versionLog, n int) versionLog {
+	part := log
+	part.ends, part.heads = log.ends[:n], log.heads[:n]
+	if log.grouped {
+		k, _ := slices.BinarySearch(log.groups, log.ends[n-1])
+		part.groups = log.groups[:k]
+	}
+	return part
+}
+
+// TestRoundRuleProperty checks the round rule on random version sizes,
+// groups and options: the rounds formed while versions land one by one are
+// those formed from all of them at once (a pure function of the committed
+// versions); no row is dealt twice within a round; every group is dealt
+// whole, in one step, or carried whole; rows are accounted for: every row of
+// a version is dealt, carried or skipped by the staleness rule; replayed
+// groups are groups of earlier rounds within the staleness rule, as many as
+// asked when there are enough; carries are shorter than a step.
+func TestRoundRuleProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 1))
+	for iter := range 400 {
+		log := randomLog(rng, rng.IntN(2) == 0)
+		first := log.first
+		fo := FollowOptions{StartVersion: first}
+		if rng.IntN(2) == 0 {
+			fo.RowsPerRound = 1 + rng.Int64N(120)
+		}
+		switch rng.IntN(3) {
+		case 1:
+			fo.ReplayCount = rng.Int64N(20)
+		case 2:
+			fo.ReplayFraction = rng.Float64() * 1.5
+		}
+		if rng.IntN(2) == 0 {
+			k := rng.Int64N(6)
+			fo.MaxVersionsBehind = &k
+		}
+		g, seed := 1+rng.Int64N(16), rng.Uint64()
+		all := plan(&log, &fo, g, seed, FollowPosition{After: first - 1})
+		// Versions landing one at a time form the same rounds.
+		var got []Round
+		pos := FollowPosition{After: first - 1}
+		for n := range log.ends {
+			part := prefix(log, n+1)
+			more := plan(&part, &fo, g, seed, pos)
+			got = append(got, more...)
+			if len(more) > 0 {
+				pos = more[len(more)-1].next
+			}
+		}
+		if len(got) != len(all) {
+			t.Fatalf("iter %d: %d rounds formed as versions landed, %d from all of them", iter, len(got), len(all))
+		}
+		for i := range all {
+			a, b := all[i], got[i]
+			if a.Version != b.Version || a.Steps != b.Steps || !slices.Equal(a.order, b.order) || !slices.Equal(a.next.Carry, b.next.Carry) {
+				t.Fatalf("iter %d round %d: differs when versions land one by one: version %d/%d, steps %d/%d", iter, i, a.Version, b.Version, a.Steps, b.Steps)
+			}
+		}
+		step := int64(0)
+		for i, r := range all {
+			if r.Round != int64(i) || r.Step != step {
+				t.Fatalf("iter %d: round %d at index %d starts at step %d, want %d", iter, r.Round, i, r.Step, step)
+			}
+			step += r.Steps
+			checkRound(t, iter, &log, &fo, g, r)
+		}
+	}
+}
+
+// checkRound checks one round formed from log.
+func checkRound(t *testing.T, iter int, log *versionLog, fo *FollowOptions, g int64, r Round) {
+	t.Helper()
+	order, carry := r.order, r.next.Carry
+	if int64(len(carry)) >= g || int64(len(order))/g != r.Steps || (!log.grouped && int64(len(order)) != r.Steps*g) {
+		t.Fatalf("iter %d round %d: %d rows in %d steps of %d, %d carried", iter, r.Round, len(order), r.Steps, g, len(carry))
+	}
+	dealt := append(slices.Clone(order), carry...)
+	slices.Sort(dealt)
+	if len(slices.Compact(slices.Clone(dealt))) != len(dealt) {
+		t.Fatalf("iter %d round %d: a row is dealt twice", iter, r.Round)
+	}
+	if int64(len(dealt)) != r.NewRows+r.ReplayedRows {
+		t.Fatalf("iter %d round %d: %d rows, %d new and %d replayed", iter, r.Round, len(dealt), r.NewRows, r.ReplayedRows)
+	}
+	arrived := int64(len(r.Carry)) + log.rowsStart(r.Version+1) - log.rowsStart(r.After+1)
+	if r.NewRows+r.SkippedRows != arrived {
+		t.Fatalf("iter %d round %d: %d new and %d skipped of %d rows carried or added", iter, r.Round, r.NewRows, r.SkippedRows, arrived)
+	}
+	// Groups whole: a group's rows follow one another in order, starting
+	// at one of its starts, or are all carried; a step holds whole groups.
+	for p := 0; p < len(order); {
+		s := int64(order[p])
+		end := log.groupEnd(s)
+		if log.groupStart(s) != s || int64(len(order)-p) < end-s {
+			t.Fatalf("iter %d round %d: the group at position %d is cut", iter, r.Round, p)
+		}
+		for k := range end - s {
+			if order[p+int(k)] != uint64(s+k) {
+				t.Fatalf("iter %d round %d: the group of row %d is not whole at position %d", iter, r.Round, s, p)
+			}
+		}
+		if log.grouped && !slices.Contains(r.starts, int64(p)) {
+			t.Fatalf("iter %d round %d: no group starts at position %d", iter, r.Round, p)
+		}
+		p += int(end - s)
+	}
+	if log.grouped {
+		d := Deal{M: int64(len(order)), S: 1, G: g, W: 1, DropLast: true, Grouped: true}
+		if d.Steps() != r.Steps {
+			t.Fatalf("iter %d round %d: a grouped deal of %d rows has %d steps, the round %d", iter, r.Round, len(order), d.Steps(), r.Steps)
+		}
+		bounds, err := groupedOrder{rowOrder{ids: order}, r.starts}.Groups(context.Background(), 0, int64(len(order)))
+		if err != nil || (len(order) > 0 && bounds[len(bounds)-1] != int64(len(order))) {
+			t.Fatalf("iter %d round %d: groups %v, %v", iter, r.Round, bounds, err)
+		}
+	}
+	for _, id := range carry {
+		if s := log.groupStart(int64(id)); !slices.Contains(carry, uint64(s)) || (log.groupEnd(s)-1 > int64(id) && !slices.Contains(carry, id+1)) {
+			t.Fatalf("iter %d round %d: the group of row %d is carried in part", iter, r.Round, id)
+		}
+	}
+	lo := log.first
+	if fo.MaxVersionsBehind != nil {
+		lo = max(lo, r.Version-*fo.MaxVersionsBehind)
+	}
+	var replayed []int64
+	for _, id := range dealt {
+		v := log.versionOf(id)
+		if v < lo || v > r.Version {
+			t.Fatalf("iter %d round %d: row %d of version %d outside [%d, %d]", iter, r.Round, id, v, lo, r.Version)
+		}
+		if s := log.groupStart(int64(id)); v <= r.After && !slices.Contains(r.Carry, uint64(s)) && !slices.Contains(replayed, s) {
+			replayed = append(replayed, s)
+		}
+	}
+	var freshCarried []int64
+	for _, id := range r.Carry {
+		if s := log.groupStart(int64(id)); log.versionOf(id) >= lo && !slices.Contains(freshCarried, s) {
+			freshCarried = append(freshCarried, s)
+		}
+	}
+	older, _ := log.groupsIn(log.rowsStart(lo), log.rowsStart(max(r.After+1, log.first)))
+	older = max(older-int64(len(freshCarried)), 0)
+	if fo.ReplayCount > 0 && int64(len(replayed)) != min(fo.ReplayCount, older) {
+		t.Fatalf("iter %d round %d: %d groups replayed, %d asked of %d", iter, r.Round, len(replayed), fo.ReplayCount, older)
+	}
+}

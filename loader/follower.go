@@ -1,0 +1,511 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// VersionColumn is the column following adds to every batch: the version
+// that added each row.
+const VersionColumn = "_version"
+
+// Follower deals a growing croupier table in rounds (see planRound) for one
+// rank. It is safe for concurrent use; its streams are not.
+type Follower struct {
+	table  *table.Table // any version of the table: it lists and reads manifests
+	opts   Options
+	follow FollowOptions
+
+	mu  sync.Mutex
+	log versionLog // versions from StartVersion on, as far as seen
+	// at is the version rounds read their rows from: appends keep row ids,
+	// so it holds the rows of every version before it, and its footers and
+	// pages, once read, serve the rounds after.
+	at        *table.Table
+	atVersion int64
+	closed    bool
+}
+
+// NewFollower returns a follower of t's croupier table dealing
+// sample-count steps as opts say (TokensPerStep and groups do not apply). It
+// validates the options and the columns; t may be any version of the table.
+func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, error) {
+	const op = "follow"
+	if t.Kind() != table.KindCroupier {
+		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(), "a plain Parquet dataset does not grow: follow a croupier table")
+	}
+	if err := fo.check(t.URI()); err != nil {
+		return nil, err
+	}
+	if opts.TokensPerStep != 0 {
+		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(), "tokens_per_step: following deals sample-count steps; give global_batch_size")
+	}
+	// Rounds deal whole steps only: what does not fill one is carried.
+	opts.DropLast = true
+	// A loader over one step of the identity checks the other options.
+	l, err := New(t, permutation.Identity{N: max(opts.GlobalBatchSize, 1)}, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	if slices.Contains(l.opts.Columns, VersionColumn) {
+		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(),
+			"the table has a column %q, which following adds to each batch; read the other columns", VersionColumn)
+	}
+	if len(fo.GroupBy) > 0 {
+		r, err := t.NewReader(table.ReaderOptions{Columns: fo.GroupBy})
+		if err != nil {
+			return nil, errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", t.URI())
+		}
+		r.Close()
+	}
+	t.Retain()
+	return &Follower{table: t, opts: l.opts, follow: fo, log: versionLog{first: fo.StartVersion, grouped: len(fo.GroupBy) > 0}}, nil
+}
+
+// Close releases the follower's references to its table.
+func (f *Follower) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	err := f.table.Close()
+	if f.at != nil {
+		err = errors.Join(err, f.at.Close())
+		f.at = nil
+	}
+	return err
+}
+
+// Options returns the dealing options with defaults filled in.
+func (f *Follower) Options() Options { return f.opts }
+
+// FollowOptions returns the following options with defaults filled in.
+func (f *Follower) FollowOptions() FollowOptions { return f.follow }
+
+// Start is the position of the first round.
+func (f *Follower) Start() FollowPosition {
+	return FollowPosition{After: f.follow.StartVersion - 1, Carry: []uint64{}}
+}
+
+// refresh reads the versions committed since the log's latest, checking
+// that each kept the files of the one before (appends only). It reports
+// whether the log grew.
+func (f *Follower) refresh(ctx context.Context) (bool, error) {
+	const op = "follow"
+	versions, err := f.table.Versions(ctx)
+	if err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	log := &f.log
+	if len(versions) == 0 || versions[len(versions)-1] <= log.latest() {
+		if len(versions) > 0 && versions[len(versions)-1] < log.latest() {
+			return false, errcode.New(errcode.Changed, op, f.table.URI(),
+				"the latest version is %d, but version %d was committed: the table was replaced", versions[len(versions)-1], log.latest())
+		}
+		return false, nil
+	}
+	// Build on a copy, so that a failure leaves the log as it was. Snapshots
+	// see only their own lengths of the slices the copy appends to.
+	next := *log
+	read := next.rowsStart(next.latest() + 1) // rows whose groups are read, when the log has versions
+	for v := next.latest() + 1; v <= versions[len(versions)-1]; v++ {
+		a, err := f.table.Appended(ctx, v)
+		if errcode.Of(err) == errcode.NotFound {
+			return false, errcode.New(errcode.Changed, op, f.table.URI(),
+				"version %d was removed (by cleanup?) before it was followed: following reads every version from start_version %d; "+
+					"keep the versions a learner has not reached, or start it at a later version", v, next.first)
+		}
+		if err != nil {
+			return false, err
+		}
+		if len(next.ends) == 0 {
+			next.start, read = a.Start, a.Start
+		} else if a.Base != next.heads[len(next.heads)-1] || a.Start != next.rowsStart(v) {
+			return false, errcode.New(errcode.Changed, op, f.table.URI(),
+				"version %d does not keep the rows of version %d (it was overwritten or rewritten): following needs a table that only grows by appends", v, v-1)
+		}
+		next.ends = append(next.ends, a.End)
+		next.heads = append(next.heads, a.Head)
+	}
+	if next.grouped {
+		if err := f.readGroups(ctx, &next, read); err != nil {
+			return false, err
+		}
+	}
+	*log = next
+	return true, nil
+}
+
+// readGroups adds to log the groups of its rows from row id from on: runs
+// of adjacent rows of one version with equal GroupBy values, read from the
+// log's latest version.
+func (f *Follower) readGroups(ctx context.Context, log *versionLog, from int64) error {
+	latest := log.latest()
+	t, err := table.OpenVersion(ctx, f.table.URI(), latest)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	r, err := t.NewReader(table.ReaderOptions{Columns: f.follow.GroupBy})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for v := log.versionOf(uint64(from)); v <= latest; v++ {
+		start, end := log.rowsStart(v), log.rowsStart(v+1)
+		if start == end {
+			continue
+		}
+		ids := make([]uint64, end-start)
+		for i := range ids {
+			ids[i] = uint64(start) + uint64(i)
+		}
+		rec, err := r.Read(ctx, ids)
+		if err != nil {
+			return err
+		}
+		var prev []byte
+		err = permutation.EncodeRows(rec.Columns(), len(ids), func(row int, key []byte) {
+			if row == 0 || !bytes.Equal(key, prev) {
+				log.groups = append(log.groups, start+int64(row))
+			}
+			prev = append(prev[:0], key...)
+		})
+		rec.Release()
+		if err != nil {
+			return errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", f.table.URI())
+		}
+	}
+	return nil
+}
+
+// snapshot returns a copy of the log; its slices only ever grow, so the
+// copy stays valid.
+func (f *Follower) snapshot() versionLog {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.log
+}
+
+// Round forms the round at pos, waiting for the versions that complete it
+// as FollowOptions say. When the wait times out it returns io.EOF; waits
+// counts the listings that found nothing new.
+func (f *Follower) Round(ctx context.Context, pos FollowPosition) (r Round, waits int64, err error) {
+	landed := time.Now()
+	for {
+		log := f.snapshot()
+		if pos.Head != "" && pos.After <= log.latest() && log.head(pos.After) != pos.Head {
+			return Round{}, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
+				"version %d is not the version %d the position was taken at (its files differ): the table was replaced", pos.After, pos.After)
+		}
+		if r, ok := planRound(pos, &log, &f.follow, f.opts.GlobalBatchSize, f.opts.ShuffleSeed); ok {
+			return r, waits, nil
+		}
+		grew, err := f.refresh(ctx)
+		if err != nil {
+			return Round{}, waits, err
+		}
+		if grew {
+			landed = time.Now()
+			continue
+		}
+		if log := f.snapshot(); log.latest() < pos.After {
+			return Round{}, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
+				"the position is after version %d, but the latest version is %d: the table was replaced", pos.After, log.latest())
+		}
+		waits++
+		if f.follow.WaitTimeout > 0 && time.Since(landed) >= f.follow.WaitTimeout {
+			return Round{}, waits, io.EOF
+		}
+		t := time.NewTimer(f.follow.PollInterval)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Round{}, waits, errcode.Wrap(ctx.Err(), errcode.Canceled, "follow", f.table.URI())
+		}
+	}
+}
+
+// Loader returns a loader dealing round r's steps (steps 0, … of epoch 0 are
+// the round's), over a version holding the rows of the version the round
+// ends at. Close it when done.
+func (f *Follower) Loader(ctx context.Context, r *Round) (*Loader, error) {
+	t, err := f.tableFor(ctx, r.Version)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close() // the loader holds its own reference
+	return New(t, r.dealt(), f.opts)
+}
+
+// tableFor returns, retained, an open version of the table holding the rows
+// of version v: the one opened last when it is v or later, else the latest
+// version the log has read, which it checks holds the rows the log says.
+func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, errcode.New(errcode.Closed, "follow", f.table.URI(), "the follower is closed")
+	}
+	if f.at == nil || f.atVersion < v {
+		latest := f.log.latest()
+		t, err := table.OpenVersion(ctx, f.table.URI(), latest)
+		if err != nil {
+			return nil, err
+		}
+		if rows := f.log.rowsStart(latest + 1); t.NumRows() != rows {
+			t.Close()
+			return nil, errcode.New(errcode.Changed, "follow", f.table.URI(),
+				"version %d holds %d rows, %d when it was first read: the table was replaced", latest, t.NumRows(), rows)
+		}
+		if f.at != nil {
+			f.at.Close()
+		}
+		f.at, f.atVersion = t, latest
+	}
+	f.at.Retain()
+	return f.at, nil
+}
+
+// FollowStats describe what a follow stream has done so far.
+type FollowStats struct {
+	Stats
+	Rounds          int64 `json:"rounds"`  // rounds formed
+	Version         int64 `json:"version"` // the last version of the last round formed
+	NewRows         int64 `json:"new_rows"`
+	ReplayedRows    int64 `json:"replayed_rows"`
+	SkippedRows     int64 `json:"skipped_rows"`
+	SkippedVersions int64 `json:"skipped_versions"`
+	Waits           int64 `json:"waits"`      // listings that found no new version
+	WaitedOut       bool  `json:"waited_out"` // the stream ended after WaitTimeout
+}
+
+// FollowStream makes one worker's batches of following, round after round,
+// from a position. It is not safe for concurrent use; Close it when done.
+type FollowStream struct {
+	ctx    context.Context // of the stream's life: the rounds' streams run in it
+	cancel context.CancelFunc
+	f      *Follower
+	so     StreamOptions
+	from   int64 // the worker's first global step
+	next   FollowPosition
+	round  *Round // being dealt
+	loader *Loader
+	stream *Stream
+	last   Round // of the last batch Next returned
+	stats  FollowStats
+	done   Stats // counters of the rounds' streams closed
+	err    error
+}
+
+// Stream starts following at pos (Start, or a Round's Next: a checkpoint)
+// for one worker: global steps startStep + so.Worker, + so.NumWorkers, … of
+// the rounds from pos on, startStep at least pos.Step. so.Epoch and
+// so.StartStep must be 0 and so.Run at most 1. The stream stops when ctx
+// is canceled or Close is called.
+func (f *Follower) Stream(ctx context.Context, pos FollowPosition, startStep int64, so StreamOptions) (*FollowStream, error) {
+	const op = "open follow stream"
+	k := max(so.NumWorkers, 1)
+	switch {
+	case so.Epoch != 0 || so.StartStep != 0 || so.Run > 1:
+		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
+			"epoch %d, start_step %d, run %d: a follow stream has no epochs, starts at its position and deals single steps", so.Epoch, so.StartStep, so.Run)
+	case so.Worker < 0 || so.Worker >= k:
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "worker %d out of range [0, %d)", so.Worker, k)
+	case pos.Round < 0 || pos.After < f.follow.StartVersion-1 || !slices.IsSorted(pos.Carry):
+		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
+			"position round %d after version %d with %d rows carried is not one of following from version %d", pos.Round, pos.After, len(pos.Carry), f.follow.StartVersion)
+	case int64(len(pos.Carry)) >= f.opts.GlobalBatchSize:
+		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
+			"position carries %d rows, a round carries fewer than global_batch_size %d", len(pos.Carry), f.opts.GlobalBatchSize)
+	case startStep < pos.Step:
+		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(), "start step %d is before the position's step %d", startStep, pos.Step)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, errcode.New(errcode.Closed, op, f.table.URI(), "the follower is closed")
+	}
+	f.table.Retain()
+	ctx, cancel := context.WithCancel(ctx)
+	return &FollowStream{ctx: ctx, cancel: cancel, f: f, so: so, from: startStep + int64(so.Worker), next: pos}, nil
+}
+
+// advance forms rounds until one holds a step of the worker, and opens its
+// stream.
+func (s *FollowStream) advance(ctx context.Context) error {
+	k := int64(max(s.so.NumWorkers, 1))
+	for {
+		r, waits, err := s.f.Round(ctx, s.next)
+		s.stats.Waits += waits
+		if err != nil {
+			s.stats.WaitedOut = err == io.EOF
+			return err
+		}
+		s.stats.Rounds++
+		s.stats.Version = r.Version
+		s.stats.NewRows += r.NewRows
+		s.stats.ReplayedRows += r.ReplayedRows
+		s.stats.SkippedRows += r.SkippedRows
+		s.stats.SkippedVersions += r.SkippedVersions
+		s.next = r.next
+		// The worker's first step in the round: from + j·K ≥ r.Step.
+		first := s.from
+		if first < r.Step {
+			first += (r.Step - first + k - 1) / k * k
+		}
+		if first >= r.Step+r.Steps {
+			continue
+		}
+		l, err := s.f.Loader(ctx, &r)
+		if err != nil {
+			return err
+		}
+		so := s.so
+		so.StartStep = first - r.Step - int64(so.Worker)
+		st, err := l.Stream(s.ctx, so)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		s.round, s.loader, s.stream = &r, l, st
+		return nil
+	}
+}
+
+// closeRound closes the stream and loader of the round being dealt.
+func (s *FollowStream) closeRound() error {
+	if s.stream == nil {
+		return nil
+	}
+	st := s.stream.Stats()
+	s.done.Steps += st.Steps
+	s.done.Rows += st.Rows
+	s.done.StallTime += st.StallTime
+	err := errors.Join(s.stream.Close(), s.loader.Close())
+	s.round, s.loader, s.stream = nil, nil, nil
+	return err
+}
+
+// Next returns the next batch: Step is a global step, and the record has
+// the VersionColumn after the loader's columns. It returns io.EOF once
+// WaitTimeout passed with no version to complete the next round.
+func (s *FollowStream) Next(ctx context.Context) (Batch, error) {
+	for s.err == nil {
+		if s.stream == nil {
+			if s.err = s.advance(ctx); s.err != nil {
+				if errcode.Of(s.err) == errcode.Canceled && ctx.Err() != nil {
+					err := s.err
+					s.err = nil // a later Next tries again
+					return Batch{}, err
+				}
+				break
+			}
+		}
+		b, err := s.stream.Next(ctx)
+		if err == io.EOF {
+			s.err = s.closeRound()
+			continue
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.err = err
+			}
+			return Batch{}, err
+		}
+		rec, err := s.withVersions(ctx, b)
+		b.Record.Release()
+		if err != nil {
+			s.err = err
+			return Batch{}, err
+		}
+		s.last = *s.round
+		return Batch{Step: s.round.Step + b.Step, Steps: b.Steps, Record: rec}, nil
+	}
+	return Batch{}, s.err
+}
+
+// withVersions returns b's record with the VersionColumn added.
+func (s *FollowStream) withVersions(ctx context.Context, b Batch) (arrow.RecordBatch, error) {
+	k := int64(max(s.so.NumWorkers, 1))
+	bld := array.NewInt64Builder(s.f.opts.Allocator)
+	defer bld.Release()
+	bld.Reserve(int(b.Record.NumRows()))
+	log := s.f.snapshot()
+	for i := range int64(b.Steps) {
+		ids, err := s.loader.RowIDs(ctx, 0, b.Step+i*k)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			bld.Append(log.versionOf(id))
+		}
+	}
+	versions := bld.NewArray()
+	defer versions.Release()
+	if int64(versions.Len()) != b.Record.NumRows() {
+		return nil, errcode.New(errcode.Internal, "follow", s.f.table.URI(),
+			"step %d: %d rows, %d row ids", s.round.Step+b.Step, b.Record.NumRows(), versions.Len())
+	}
+	schema := b.Record.Schema()
+	fields := append(slices.Clone(schema.Fields()), arrow.Field{Name: VersionColumn, Type: arrow.PrimitiveTypes.Int64})
+	cols := append(slices.Clone(b.Record.Columns()), versions)
+	md := schema.Metadata()
+	return array.NewRecordBatch(arrow.NewSchema(fields, &md), cols, b.Record.NumRows()), nil
+}
+
+// Round returns the round of the last batch Next returned: its position is
+// the checkpoint of any step in it.
+func (s *FollowStream) Round() Round { return s.last }
+
+// FollowStats returns the stream's counters.
+func (s *FollowStream) FollowStats() FollowStats {
+	out := s.stats
+	out.Stats = s.Stats()
+	return out
+}
+
+// Stats returns the counters of the round being read, with Steps, Rows and
+// StallTime summed over the rounds so far.
+func (s *FollowStream) Stats() Stats {
+	var st Stats
+	if s.stream != nil {
+		st = s.stream.Stats()
+	}
+	st.Steps += s.done.Steps
+	st.Rows += s.done.Rows
+	st.StallTime += s.done.StallTime
+	return st
+}
+
+// Close stops the stream and frees what it holds.
+func (s *FollowStream) Close() error {
+	if s.f == nil {
+		return nil
+	}
+	s.cancel()
+	err := errors.Join(s.closeRound(), s.f.table.Close())
+	s.f = nil
+	if s.err == nil {
+		s.err = errcode.New(errcode.Closed, "next", "", "stream is closed")
+	}
+	return err
+}

@@ -1,0 +1,412 @@
+"""``FollowingDataset``: one rank's batches of a croupier table that grows while it trains.
+
+Generators append rollouts to a croupier table while a learner reads it. The
+learner cannot pin one version: it deals the table in rounds, each round the
+rows of newly committed versions, optionally mixed with a replay sample of
+older rows (docs/concepts.md, "Following a growing table"). Which rows a
+round holds is a pure function of the committed versions and the options,
+computed by the Go core only, so every rank sees the same global steps at any
+world size, and a checkpoint resumes exactly, even after more appends.
+
+The position of a dataset is the round holding its next step (the round's
+first step, the last version the rounds before it dealt and the rows they left
+over) and ``steps_consumed``: global steps delivered to the training loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from . import _args, _lib
+from .dataset import _COALESCE_BYTES, _distributed_rank_world, _read
+from .errors import ClosedError, InvalidArgumentError
+from .formats import check_format, convert_steps
+from .table import Table, open_table
+
+__all__ = ["STATE_FORMAT", "Follow", "FollowingDataset"]
+
+STATE_FORMAT = 1
+# The column following adds to every batch (loader.VersionColumn).
+VERSION_COLUMN = "_version"
+
+
+@dataclasses.dataclass(frozen=True)
+class Follow:
+    """How a :class:`FollowingDataset` forms its rounds (docs/concepts.md,
+    "Following a growing table").
+
+    Args:
+        rows_per_round: a round ends at the first committed version at which
+            the rows carried into it and the rows of the versions since the
+            round before reach this many. None: each round takes one version.
+        replay: groups (rows, without ``group_by``) of earlier rounds added to
+            each round: an ``int`` is a number of them, a ``float`` a fraction of
+            the round's new ones (0.25: one old for four new). Drawn without
+            replacement, seeded by the dataset's ``shuffle_seed`` and the round,
+            from the versions the staleness rule keeps. None: no replay.
+        max_versions_behind: a round ending at version ``v`` keeps only rows of
+            versions ``>= v - max_versions_behind``; older rows, new or carried,
+            are skipped and counted in :meth:`FollowingDataset.stats`. None: no
+            limit.
+        group_by: a column or columns whose equal values, in adjacent rows of
+            one version, make a group dealt whole: in one step, on one rank,
+            carried and replayed together (GRPO's samples of one prompt, appended
+            together). None: every row on its own.
+        start_version: the first version whose rows are dealt.
+        wait_timeout: seconds to wait for the versions that complete the next
+            round, from the last version that landed; then the iteration ends,
+            and ``stats()["waited_out"]`` is True. None: wait without limit.
+        poll_interval: seconds between listings of the table's versions while
+            waiting.
+    """
+
+    rows_per_round: int | None = None
+    replay: int | float | None = None
+    max_versions_behind: int | None = None
+    group_by: str | Sequence[str] | None = None
+    start_version: int = 1
+    wait_timeout: float | None = 60.0
+    poll_interval: float = 0.2
+
+    def options(self) -> dict[str, Any]:
+        """The options of the Go core (``"follow"`` of ``croupier_follow_open``).
+
+        Raises:
+            InvalidArgumentError: a value out of range, named.
+        """
+        replay = self.replay
+        if isinstance(replay, bool) or not (replay is None or isinstance(replay, (int, float))):
+            raise InvalidArgumentError(
+                f"replay must be a number of rows (int), a fraction (float) or None, got {replay!r}"
+            )
+        rows = _args.optional_integer("rows_per_round", self.rows_per_round)
+        timeout = self.wait_timeout
+        group_by = self.group_by
+        if isinstance(group_by, str):
+            group_by = [group_by]
+        return {
+            "rows_per_round": rows or 0,
+            "group_by": None if group_by is None else _args.strings("group_by", group_by),
+            "replay_count": _args.integer("replay", replay) if isinstance(replay, int) else 0,
+            "replay_fraction": _args.number("replay", replay, 0.0, 1e9)
+            if isinstance(replay, float)
+            else 0.0,
+            "max_versions_behind": _args.optional_integer(
+                "max_versions_behind", self.max_versions_behind, 0
+            ),
+            "start_version": _args.integer("start_version", self.start_version, 1),
+            "wait_timeout_ns": -1
+            if timeout is None
+            else max(int(_args.number("wait_timeout", timeout, 1e-9, 1e9) * 1e9), 1),
+            "poll_interval_ns": max(
+                int(_args.number("poll_interval", self.poll_interval, 1e-9, 1e9) * 1e9), 1
+            ),
+        }
+
+
+def _in_worker() -> bool:
+    return torch.utils.data.get_worker_info() is not None
+
+
+class FollowingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
+    """Deals one rank's share of every global step of following a growing croupier table.
+
+    Each batch is this rank's ``G / world_size`` rows of one global step (with
+    ``group_by``, this rank's whole groups of the step, whose size varies), with
+    the dataset's columns and ``_version``: the table version that added each
+    row. Rounds and steps are those of docs/concepts.md ("Following a growing
+    table"); :attr:`last_round` describes the round of the last batch.
+
+    Args:
+        table: a croupier table (any version; following starts at
+            ``follow.start_version``), or its URI.
+        follow: how rounds are formed (:class:`Follow`).
+        global_batch_size: samples per global step, all ranks together (``G``).
+        num_splits: streams each round is dealt from (``S``); must divide ``G``,
+            and ``world_size`` must divide it. Defaults to ``G``.
+        columns: the columns to read (all if None); ``_version`` is added.
+        shuffle_seed: seeds each round's shuffle and replay sample.
+        rank, world_size: this process's rank; default to torch.distributed's
+            when it is initialised, else 0 and 1.
+        format, list_format, collate, read_ahead, memory_budget, max_reads: as
+            for :class:`~croupier.StreamingDataset`.
+
+    Raises:
+        InvalidArgumentError: a plain Parquet dataset, a table with a
+            ``_version`` column, an unknown column, or numbers that do not fit
+            together; the message names them.
+
+    The reading happens on Go threads: iterate in the training process
+    (``num_workers=0``). In a DataLoader worker process iteration raises
+    InvalidArgumentError.
+    """
+
+    def __init__(
+        self,
+        table: Table | str,
+        follow: Follow,
+        global_batch_size: int,
+        num_splits: int | None = None,
+        columns: Sequence[str] | None = None,
+        shuffle_seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        format: str = "torch",
+        collate: Callable[[Any], Any] | None = None,
+        read_ahead: int | None = None,
+        memory_budget: int | None = None,
+        list_format: str = "packed",
+        max_reads: int | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(table, str):
+            table = open_table(table)
+        if not isinstance(table, Table):
+            raise TypeError(f"table must be a croupier.Table or a URI, got {type(table).__name__}")
+        if not isinstance(follow, Follow):
+            raise TypeError(f"follow must be a croupier.Follow, got {type(follow).__name__}")
+        check_format(format, list_format)
+        default_rank, default_world = _distributed_rank_world()
+
+        def optional(name: str, value: int | None, default: int = 0) -> int:
+            checked = _args.optional_integer(name, value)
+            return default if checked is None else checked
+
+        self._follow = follow
+        self._options: dict[str, Any] = {
+            "global_batch_size": _args.integer("global_batch_size", global_batch_size, 1),
+            "num_splits": optional("num_splits", num_splits),
+            "rank": default_rank if rank is None else _args.integer("rank", rank),
+            "world_size": optional("world_size", world_size, default_world),
+            "columns": None if columns is None else _args.strings("columns", columns),
+            "shuffle_seed": _args.integer("shuffle_seed", shuffle_seed, 0, _args.UINT64_MAX),
+            "drop_last": True,
+            "read_ahead": optional("read_ahead", read_ahead),
+            "memory_budget": optional("memory_budget", memory_budget),
+            "max_reads": optional("max_reads", max_reads),
+            "follow": follow.options(),
+        }
+        self._table = table
+        self._format, self._list_format, self._collate = format, list_format, collate
+        self._go: _lib.Handle | None = None
+        self._closed = False
+        self._info: dict[str, Any] = _lib.follow_info(self._handle())
+        self._position: dict[str, Any] = self._info["start"]
+        self._next_step = 0
+        self._round: dict[str, Any] | None = None
+        self._stream: _lib.Handle | None = None
+        self._stats: dict[str, Any] = {}
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def _handle(self) -> int:
+        """The Go follower handle, reopened on first use after unpickling."""
+        if self._closed:
+            raise ClosedError("the FollowingDataset is closed")
+        if self._go is None:
+            self._go = _lib.follow_open(self._table._handle(), self._options)
+        return self._go.value
+
+    def close(self) -> None:
+        """Release the Go follower and any stream (idempotent). The table stays open."""
+        self._closed = True
+        if self._stream is not None:
+            self._stream.close()
+        if self._go is not None:
+            self._go.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_go"] = state["_stream"] = None  # handles do not cross processes
+        return state
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per global step, all ranks together."""
+        return int(self._info["global_batch_size"])
+
+    @property
+    def num_splits(self) -> int:
+        """Streams each round is dealt from."""
+        return int(self._info["num_splits"])
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return int(self._info["rank"])
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return int(self._info["world_size"])
+
+    @property
+    def rank_batch_size(self) -> int:
+        """Rows of each of this rank's batches: ``G / world_size`` (the mean with ``group_by``)."""
+        return self.global_batch_size // self.world_size
+
+    @property
+    def steps_consumed(self) -> int:
+        """Global steps delivered to the training loop so far (the next step's number)."""
+        return self._next_step
+
+    @property
+    def last_round(self) -> dict[str, Any] | None:
+        """The round of the last batch delivered, or None before the first.
+
+        Keys: ``round``, ``step`` (its first global step), ``steps``, ``after``
+        (the last version of the rounds before), ``version`` (the last version it
+        deals), ``new_rows``, ``replayed_rows``, ``skipped_rows``,
+        ``skipped_versions``, ``carry`` (rows carried into it) and ``next`` (the
+        position of the round after it).
+        """
+        return self._round
+
+    # -- iteration -------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        if _in_worker():
+            raise InvalidArgumentError(
+                "FollowingDataset runs in the training process: iterate it with "
+                "num_workers=0 (its reads and decoding already run on Go threads); "
+                "DataLoader worker processes would each wait for and form the rounds "
+                "on their own, and could not report the round of a delivered step"
+            )
+        if self._stream is not None:
+            self._stream.close()
+        stream = _lib.follow_stream_open(
+            self._handle(),
+            {
+                "position": self._position,
+                "step": self._next_step,
+                "worker": 0,
+                "num_workers": 1,
+                "coalesce_bytes": _COALESCE_BYTES,
+            },
+        )
+        self._stream = stream
+        rows = self.rank_batch_size
+        try:
+            for first, steps, batch in _read(stream):
+                if self._round is None or not (
+                    self._round["step"] <= first < self._round["step"] + self._round["steps"]
+                ):
+                    self._round = _lib.follow_round(stream.value)
+                # A batch of several steps has rows rows in each; a grouped
+                # step, whose size varies, comes alone.
+                sizes = [rows] * steps if steps > 1 else [batch.num_rows]
+                outs = convert_steps(batch, sizes, self._format, self._list_format)
+                del batch
+                for i, out in enumerate(outs):
+                    step = first + i
+                    end = self._round["step"] + self._round["steps"]
+                    self._next_step = step + 1
+                    self._position = (
+                        self._round["next"] if step + 1 == end else self._round_position()
+                    )
+                    yield out if self._collate is None else self._collate(out)
+        finally:
+            if not stream.closed:
+                self._stats = _lib.stream_stats(stream.value)
+            stream.close()
+            self._stream = None
+
+    def _round_position(self) -> dict[str, Any]:
+        """The position of the round of the last batch."""
+        assert self._round is not None
+        return {key: self._round[key] for key in ("round", "step", "after", "head", "carry")}
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the iteration running now, or of the last one.
+
+        The keys of :meth:`croupier.StreamingDataset.stats`, summed over the
+        rounds for ``steps``, ``rows`` and ``stall_ns``, and: ``rounds`` formed,
+        ``version`` (the last version of the last round), ``new_rows``,
+        ``replayed_rows``, ``skipped_rows`` and ``skipped_versions`` (dropped by
+        the staleness rule), ``waits`` (listings that found no new version) and
+        ``waited_out`` (the iteration ended because ``wait_timeout`` passed).
+        Empty before the first iteration.
+        """
+        if self._stream is not None and not self._stream.closed:
+            return _lib.stream_stats(self._stream.value)
+        return dict(self._stats)
+
+    # -- checkpoints -----------------------------------------------------------------
+
+    def _identity(self) -> dict[str, Any]:
+        """The fields of a state dict that must match the dataset it is loaded into."""
+        return {
+            "table_uri": self._table.uri,
+            "global_batch_size": self.global_batch_size,
+            "num_splits": self.num_splits,
+            "shuffle_seed": self._options["shuffle_seed"],
+            "follow": {
+                key: value
+                for key, value in self._options["follow"].items()
+                if key not in ("wait_timeout_ns", "poll_interval_ns")
+            },
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-serialisable dict: the position and what the rounds depend on.
+
+        ``position`` is the round holding the next step (docs/concepts.md,
+        "Following a growing table"), ``steps_consumed`` the global steps
+        delivered. It is the same on every rank.
+        """
+        return {
+            "format": STATE_FORMAT,
+            "kind": "follow",
+            **self._identity(),
+            "position": dict(self._position),
+            "steps_consumed": self._next_step,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint of any world size: the next iteration deals
+        exactly the steps the uninterrupted run would have, after the checkpoint.
+
+        Raises:
+            InvalidArgumentError: the dict is of another format or kind, or
+                describes another table, ``global_batch_size``, ``num_splits``,
+                ``shuffle_seed`` or rule of rounds (named with both values).
+        """
+        if not isinstance(state_dict, Mapping):
+            raise InvalidArgumentError(
+                f"state dict must be a mapping, got {type(state_dict).__name__}"
+            )
+        if state_dict.get("format") != STATE_FORMAT or state_dict.get("kind") != "follow":
+            raise InvalidArgumentError(
+                f"state dict format {state_dict.get('format')!r}, kind {state_dict.get('kind')!r}: "
+                f"a FollowingDataset reads format {STATE_FORMAT}, kind 'follow'"
+            )
+        for field, mine in self._identity().items():
+            theirs = state_dict.get(field)
+            if theirs != mine:
+                raise InvalidArgumentError(
+                    f"state dict {field} is {theirs!r} but this dataset's {field} is {mine!r}"
+                )
+        position = state_dict.get("position")
+        if not isinstance(position, Mapping):
+            raise InvalidArgumentError(f"state dict position must be a mapping, got {position!r}")
+        step = _args.integer("state dict steps_consumed", state_dict.get("steps_consumed"))
+        start = _args.integer("state dict position step", position.get("step"))
+        if step < start:
+            raise InvalidArgumentError(
+                f"state dict steps_consumed {step} is before its position's step {start}"
+            )
+        self._position, self._next_step, self._round = dict(position), step, None
+
+    def __repr__(self) -> str:
+        return (
+            f"<croupier.FollowingDataset {self._table.uri} G={self.global_batch_size} "
+            f"S={self.num_splits} rank={self.rank}/{self.world_size} "
+            f"steps_consumed={self._next_step}>"
+        )
