@@ -513,6 +513,36 @@ class Closeable:
         self.close()
 
 
+class GoObject(Closeable):
+    """A Python object in front of one Go object.
+
+    Its handle is opened on first use, and again on first use after
+    unpickling (a DataLoader worker process), by :meth:`_open_go`, and
+    released by :meth:`close`. Subclasses set ``_go = None`` and ``_closed =
+    False`` before their first use.
+    """
+
+    _go: Handle | None
+    _closed: bool
+
+    def _open_go(self) -> Handle:
+        raise NotImplementedError
+
+    def _handle(self) -> int:
+        """The Go handle, opened if this process has none yet."""
+        if self._closed:
+            raise ClosedError(f"the {type(self).__name__} is closed")
+        if self._go is None:
+            self._go = self._open_go()
+        return self._go.value
+
+    def close(self) -> None:
+        """Release the Go object (idempotent). What it reads from stays open."""
+        self._closed = True
+        if self._go is not None:
+            self._go.close()
+
+
 class Handle:
     """Owns one Go handle and releases it exactly once.
 

@@ -33,7 +33,7 @@ import torch
 import torch.utils.data
 
 from . import _args, _lib
-from .errors import ClosedError, InvalidArgumentError
+from .errors import InvalidArgumentError
 from .formats import check_format, check_packing, convert_steps, pack
 from .permutation import Permutation
 from .table import Table
@@ -138,7 +138,7 @@ class Steps:
         return range(self.first, self.first + self.steps)
 
 
-class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
+class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
     """Deals one rank's share of every global step of an epoch (docs/concepts.md).
 
     Args:
@@ -326,20 +326,6 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
             return None
         # At least one byte: 0 would mean the default to Go.
         return max(int(self._info["memory_budget"]) // worker.num_workers, 1)
-
-    def _handle(self) -> int:
-        """The Go dataset handle, reopened on first use in a worker process."""
-        if self._closed:
-            raise ClosedError("the StreamingDataset is closed")
-        if self._go is None:
-            self._go = self._open_go()
-        return self._go.value
-
-    def close(self) -> None:
-        """Release the Go dataset (idempotent). The table stays open."""
-        self._closed = True
-        if self._go is not None:
-            self._go.close()
 
     def __getstate__(self) -> dict[str, Any]:
         if _in_main_process():

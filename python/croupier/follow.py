@@ -24,7 +24,7 @@ import torch.utils.data
 
 from . import _args, _lib
 from .dataset import _COALESCE_BYTES, _distributed_rank_world, _read
-from .errors import ClosedError, InvalidArgumentError
+from .errors import InvalidArgumentError
 from .formats import check_format, convert_steps
 from .table import Table, open_table
 
@@ -113,7 +113,7 @@ def _in_worker() -> bool:
     return torch.utils.data.get_worker_info() is not None
 
 
-class FollowingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
+class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
@@ -204,21 +204,14 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.Closeable):
 
     # -- lifetime ------------------------------------------------------------------
 
-    def _handle(self) -> int:
-        """The Go follower handle, reopened on first use after unpickling."""
-        if self._closed:
-            raise ClosedError("the FollowingDataset is closed")
-        if self._go is None:
-            self._go = _lib.follow_open(self._table._handle(), self._options)
-        return self._go.value
+    def _open_go(self) -> _lib.Handle:
+        return _lib.follow_open(self._table._handle(), self._options)
 
     def close(self) -> None:
         """Release the Go follower and any stream (idempotent). The table stays open."""
-        self._closed = True
         if self._stream is not None:
             self._stream.close()
-        if self._go is not None:
-            self._go.close()
+        super().close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

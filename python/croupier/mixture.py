@@ -35,7 +35,7 @@ import torch.utils.data
 
 from . import _args, _lib
 from .dataset import StreamingDataset
-from .errors import ClosedError, InvalidArgumentError
+from .errors import InvalidArgumentError
 
 __all__ = ["ON_EXHAUSTED", "STATE_FORMAT", "Mixture", "MixtureStep"]
 
@@ -55,7 +55,7 @@ class MixtureStep:
         self.step, self.slots, self.next = step, slots, next
 
 
-class Mixture(torch.utils.data.IterableDataset, _lib.Closeable):
+class Mixture(torch.utils.data.IterableDataset, _lib.GoObject):
     """Interleaves the steps of several :class:`~croupier.StreamingDataset` by weight.
 
     Args:
@@ -132,20 +132,6 @@ class Mixture(torch.utils.data.IterableDataset, _lib.Closeable):
 
     def _open_go(self) -> _lib.Handle:
         return _lib.mixture_open([ds._handle() for ds in self._sources], self._options)
-
-    def _handle(self) -> int:
-        """The Go mixture handle, reopened on first use in a worker process."""
-        if self._closed:
-            raise ClosedError("the Mixture is closed")
-        if self._go is None:
-            self._go = self._open_go()
-        return self._go.value
-
-    def close(self) -> None:
-        """Release the Go mixture (idempotent). The sources stay open."""
-        self._closed = True
-        if self._go is not None:
-            self._go.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
