@@ -157,7 +157,10 @@ def _shared_ipc(batch: pa.RecordBatch) -> torch.Tensor:
 
     size = pa.MockOutputStream()  # counts the bytes, copies none
     write(size)
-    data = torch.empty(size.size(), dtype=torch.uint8).share_memory_()
+    # Made in shared memory, as torch.multiprocessing makes the storages it
+    # moves there: Tensor.share_memory_() would copy a tensor made first,
+    # faulting in its pages, about ten times the CPU of writing the batch.
+    data = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size.size()))
     write(pa.FixedSizeBufferWriter(pa.py_buffer(data.numpy())))
     return data
 
