@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 import textwrap
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.multiprocessing  # registers torch's reductions with ForkingPickler
 import torch.utils.data
 from conftest import plain
 
@@ -108,6 +111,31 @@ def test_runs_are_cut_from_the_streams_batches(table_uri: str, coalesce: int) ->
                 rows = [i for t in r.step_numbers() for i in want[t]]
                 assert r.batch.column("id").to_pylist() == rows
                 assert r.batch.get_total_buffer_size() == r.batch.nbytes  # no slice of more
+
+
+def test_runs_cross_in_shared_memory(table_uri: str) -> None:
+    """A run pickles for a worker's result queue, with torch's reductions, as a
+    handle to shared memory and not its rows; what arrives reads the same rows,
+    in place."""
+    columns = ["id", "tokens", "text"]
+    ds = cr.StreamingDataset(cr.open_table(table_uri), global_batch_size=G, num_splits=S,
+                             columns=columns, drop_last=False)  # fmt: skip
+    want = [b["id"].tolist() for b in cr.DataLoader(ds)]
+    options = {"epoch": 0, "start_step": 0, "worker": 0, "num_workers": 1,
+               "run": _RUN_STEPS, "coalesce_bytes": 1 << 20}  # fmt: skip
+    stream = _lib.stream_open(ds._handle(), options)
+    try:
+        runs = list(ds._runs(stream, 0, 0, 1))
+    finally:
+        stream.close()
+    assert [t for r in runs for t in r.step_numbers()] == list(range(len(want)))
+    for r in runs:
+        sent = ForkingPickler.dumps(r)
+        assert len(sent) < 4096 < r.batch.nbytes
+        got = pickle.loads(sent)
+        assert got.batch.equals(r.batch)
+        assert got.batch.column("id").to_pylist() == [i for t in r.step_numbers() for i in want[t]]
+        assert got.data.is_shared()
 
 
 @pytest.fixture
