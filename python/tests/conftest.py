@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -13,6 +14,13 @@ import torch
 
 # A factory: write_table(folder, file_sizes, start_id=0) -> file:// URI of the folder.
 WriteTable = Callable[..., str]
+
+# The tests that interrupt a child with SIGINT need Python's KeyboardInterrupt
+# in it. A suite started in the background by a non-interactive shell (`make
+# test &`) inherits SIGINT ignored, and so would every child it starts:
+# restore the default here, so that children start with it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def rows(start: int, n: int) -> pa.Table:
