@@ -74,6 +74,8 @@ type Stream struct {
 	uri      string // of the table, for errors
 	reader   *table.Reader
 	budget   *table.Budget    // of the rows kept for horizons
+	slots    chan struct{}    // read-ahead: one per batch in pending or being taken by Next
+	finished chan struct{}    // closed once every row is decoded and every read started
 	horizons chan *horizon    // planned, in step order
 	pending  chan chan result // one per batch being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
@@ -118,6 +120,18 @@ func (s *Stream) Stats() Stats {
 // The stream stops when ctx is canceled or Close is called. It fails when
 // the memory budget cannot hold one step (see budget.go).
 func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) {
+	return l.streamAfter(ctx, so, nil)
+}
+
+// streamAfter is Stream for a stream whose batches a consumer takes after
+// those of stream prev, if not nil: the two share prev's memory budget for
+// kept rows and its read-ahead slots, so that the new stream reads ahead
+// while prev is dealt without the two holding more than one stream does.
+// Its rows are kept once prev's are read (see table.Budget). Open it once
+// prev is finished (Stream.finished): prev then needs no read-ahead slot
+// the new stream could hold while waiting for its turn, and the readers'
+// fetch and decoding shares do not overlap either.
+func (l *Loader) streamAfter(ctx context.Context, so StreamOptions, prev *Stream) (*Stream, error) {
 	const op = "open stream"
 	k := max(so.NumWorkers, 1)
 	switch {
@@ -144,14 +158,14 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 			so.StartStep, so.Worker, -so.Worker, d.Steps())
 	}
 	steps := workerSteps(so.StartStep, d.Steps(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
-	return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes)
+	return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes, prev)
 }
 
 // stepStream starts producing this rank's batches of steps, steps of epoch
 // (whose dealing order is d) in [0, d.Steps()), in that order: each once,
 // in any order a consumer asks for (a Stream's worker turns, a Mixture's
-// draws).
-func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []int64, coalesce int64) (*Stream, error) {
+// draws). prev is nil, or as streamAfter says.
+func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []int64, coalesce int64, prev *Stream) (*Stream, error) {
 	order := l.EpochOrder(epoch)
 	// The sizes of rows are guessed from the first the stream deals, or the
 	// epoch's first when the rank's first step has none.
@@ -177,8 +191,12 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 	if err != nil {
 		return nil, err
 	}
+	budget, slots := table.NewBudget(m.Kept), make(chan struct{}, l.opts.ReadAhead)
+	if prev != nil {
+		budget, slots = prev.budget, prev.slots
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: table.NewBudget(m.Kept),
+	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, slots: slots, finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
 	go s.plan(ctx, l, d, order, steps, coalesce)
@@ -206,7 +224,8 @@ type horizon struct {
 // memory budget keeps rows for, keeps their rows (table.Reader.Keep) and
 // hands them to produce in order. It plans a horizon as soon as produce has
 // taken the one before, so that the next horizon's rows are decoded while
-// the one before is read, as fast as the budget frees room for them.
+// the one before is read, as fast as the budget frees room for them. It
+// returns once the last horizon's rows are decoded.
 func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, coalesce int64) (err error) {
 	defer func() {
 		if err != nil {
@@ -219,6 +238,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
+	var last *table.Kept
 	for len(steps) > 0 {
 		// Take steps while their rows fit the budget, at least one; ends[i]
 		// is where step i's rows end in ids. rowBytes is guessed from the
@@ -253,6 +273,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			return err
 		}
 		h := &horizon{kept: kept}
+		last = kept
 		s.mu.Lock()
 		s.kepts = append(s.kepts, kept)
 		s.mu.Unlock()
@@ -278,22 +299,24 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		s.horizon.Store(int64(n))
 		steps = steps[n:]
 	}
+	if last != nil {
+		_ = last.Built(ctx) // fails only canceled, when finished stays open
+	}
 	return nil
 }
 
 // produce starts one read per batch, at most ReadAhead at a time (the
 // capacity of pending), and hands them to Next in step order. The planner's
-// error, or a panic here, takes the place of the next batch.
+// error, or a panic here, takes the place of the next batch. Once every read
+// has started and the planner has returned (every row decoded), it closes
+// finished: the stream fetches, decodes and takes read-ahead slots no more.
 func (s *Stream) produce(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			ch := make(chan result, 1)
 			ch <- result{err: err}
 			s.ready.Add(1)
-			select {
-			case s.pending <- ch:
-			case <-ctx.Done():
-			}
+			s.enqueue(ctx, ch)
 		}
 		close(s.pending)
 		s.wg.Done()
@@ -305,16 +328,35 @@ func (s *Stream) produce(ctx context.Context) (err error) {
 		}
 		for _, b := range h.batches {
 			ch := make(chan result, 1)
-			select {
-			case s.pending <- ch:
-			case <-ctx.Done():
+			if !s.enqueue(ctx, ch) {
 				return nil
 			}
 			s.wg.Add(1)
 			go s.read(ctx, h, b, ch)
 		}
 	}
+	if ctx.Err() == nil {
+		close(s.finished)
+	}
 	return nil
+}
+
+// enqueue hands ch to Next in turn once a read-ahead slot is free, and
+// reports whether it did before ctx ended. Next frees the slot when it takes
+// the batch.
+func (s *Stream) enqueue(ctx context.Context, ch chan result) bool {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case s.pending <- ch:
+		return true
+	case <-ctx.Done():
+		<-s.slots
+		return false
+	}
 }
 
 // read makes batch b of h and sends it on ch; a panic becomes the result's
@@ -384,6 +426,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 		s.stall.Add(int64(time.Since(start)))
 	}
 	s.waiting = nil
+	<-s.slots
 	s.ready.Add(-1)
 	if res.err != nil {
 		s.err = res.err
@@ -416,15 +459,18 @@ func (s *Stream) All(ctx context.Context) iter.Seq2[Batch, error] {
 func (s *Stream) Close() error {
 	s.cancel()
 	// Drain: reads in flight finish (canceled) and their batches are freed.
-	if s.waiting != nil {
-		if res := <-s.waiting; res.batch.Record != nil {
-			res.batch.Record.Release()
-		}
-	}
-	for ch := range s.pending {
+	drain := func(ch chan result) {
 		if res := <-ch; res.batch.Record != nil {
 			res.batch.Record.Release()
 		}
+		<-s.slots
+	}
+	if s.waiting != nil {
+		drain(s.waiting)
+		s.waiting = nil
+	}
+	for ch := range s.pending {
+		drain(ch)
 	}
 	s.wg.Wait()
 	for _, k := range slices.Clone(s.kepts) {
