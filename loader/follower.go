@@ -460,16 +460,16 @@ func (s *FollowStream) advance(ctx context.Context) error {
 }
 
 // readAhead opens the next round's stream in the background once the
-// stream of the round being dealt is finished (every row decoded, every
-// read started) and the versions of the next round are committed, so that
-// its reads overlap the last steps of this one; the two share one stream's
+// stream of the round being dealt has decoded all its rows and the
+// versions of the next round are committed, so that its rows are decoded
+// while the last steps of this one are read; the two share one stream's
 // memory budget and read-ahead (Loader.streamAfter).
 func (s *FollowStream) readAhead() {
 	if s.ahead != nil {
 		return
 	}
 	select {
-	case <-s.stream.finished:
+	case <-s.stream.decoded:
 	default:
 		return
 	}

@@ -75,7 +75,8 @@ type Stream struct {
 	reader   *table.Reader
 	budget   *table.Budget    // of the rows kept for horizons
 	slots    chan struct{}    // read-ahead: one per batch in pending or being taken by Next
-	finished chan struct{}    // closed once every row is decoded and every read started
+	decoded  chan struct{}    // closed once the reader has nothing more to fetch or decode
+	finished chan struct{}    // closed once decoded and every read has started
 	horizons chan *horizon    // planned, in step order
 	pending  chan chan result // one per batch being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
@@ -126,11 +127,12 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 // streamAfter is Stream for a stream whose batches a consumer takes after
 // those of stream prev, if not nil: the two share prev's memory budget for
 // kept rows and its read-ahead slots, so that the new stream reads ahead
-// while prev is dealt without the two holding more than one stream does.
-// Its rows are kept once prev's are read (see table.Budget). Open it once
-// prev is finished (Stream.finished): prev then needs no read-ahead slot
-// the new stream could hold while waiting for its turn, and the readers'
-// fetch and decoding shares do not overlap either.
+// while prev is dealt without the two holding more than one stream does:
+// its rows are kept as room is made by reading prev's (see table.Budget),
+// and it starts reads once prev has started all of its own, so that it
+// never holds a slot prev needs. Open it once prev has decoded all its
+// rows (Stream.decoded), so that the readers' fetch and decoding shares do
+// not overlap either.
 func (l *Loader) streamAfter(ctx context.Context, so StreamOptions, prev *Stream) (*Stream, error) {
 	const op = "open stream"
 	k := max(so.NumWorkers, 1)
@@ -196,11 +198,16 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 		budget, slots = prev.budget, prev.slots
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, slots: slots, finished: make(chan struct{}),
+	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, slots: slots,
+		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
 	go s.plan(ctx, l, d, order, steps, coalesce)
-	go s.produce(ctx)
+	var after <-chan struct{}
+	if prev != nil {
+		after = prev.finished
+	}
+	go s.produce(ctx, after)
 	return s, nil
 }
 
@@ -224,8 +231,8 @@ type horizon struct {
 // memory budget keeps rows for, keeps their rows (table.Reader.Keep) and
 // hands them to produce in order. It plans a horizon as soon as produce has
 // taken the one before, so that the next horizon's rows are decoded while
-// the one before is read, as fast as the budget frees room for them. It
-// returns once the last horizon's rows are decoded.
+// the one before is read, as fast as the budget frees room for them. Once
+// the last horizon's rows are decoded it closes decoded.
 func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, coalesce int64) (err error) {
 	defer func() {
 		if err != nil {
@@ -299,18 +306,20 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		s.horizon.Store(int64(n))
 		steps = steps[n:]
 	}
-	if last != nil {
-		_ = last.Built(ctx) // fails only canceled, when finished stays open
+	if last != nil && last.Built(ctx) != nil {
+		return nil // canceled
 	}
+	close(s.decoded)
 	return nil
 }
 
 // produce starts one read per batch, at most ReadAhead at a time (the
 // capacity of pending), and hands them to Next in step order. The planner's
-// error, or a panic here, takes the place of the next batch. Once every read
-// has started and the planner has returned (every row decoded), it closes
-// finished: the stream fetches, decodes and takes read-ahead slots no more.
-func (s *Stream) produce(ctx context.Context) (err error) {
+// error, or a panic here, takes the place of the next batch. It starts none
+// before after is closed, if not nil. Once every read has started and the
+// planner has decoded every row, it closes finished: the stream fetches,
+// decodes and takes read-ahead slots no more.
+func (s *Stream) produce(ctx context.Context, after <-chan struct{}) (err error) {
 	defer func() {
 		if err != nil {
 			ch := make(chan result, 1)
@@ -322,6 +331,13 @@ func (s *Stream) produce(ctx context.Context) (err error) {
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "read ahead", s.uri)
+	if after != nil {
+		select {
+		case <-after:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	for h := range s.horizons {
 		if h.err != nil {
 			return h.err
@@ -335,8 +351,10 @@ func (s *Stream) produce(ctx context.Context) (err error) {
 			go s.read(ctx, h, b, ch)
 		}
 	}
-	if ctx.Err() == nil {
+	select {
+	case <-s.decoded:
 		close(s.finished)
+	case <-ctx.Done():
 	}
 	return nil
 }
