@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
@@ -125,8 +126,10 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 	// see only their own lengths of the slices the copy appends to.
 	next := *log
 	read := next.rowsStart(next.latest() + 1) // rows whose groups are read, when the log has versions
-	for v := next.latest() + 1; v <= versions[len(versions)-1]; v++ {
-		a, err := f.table.Appended(ctx, v)
+	from := next.latest() + 1
+	added, errs := f.appended(ctx, from, versions[len(versions)-1])
+	for i, a := range added {
+		v, err := from+int64(i), errs[i]
 		if errcode.Of(err) == errcode.NotFound {
 			return false, errcode.New(errcode.Changed, op, f.table.URI(),
 				"version %d was removed (by cleanup?) before it was followed: following reads every version from start_version %d; "+
@@ -151,6 +154,27 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 	}
 	*log = next
 	return true, nil
+}
+
+// manifestReads bounds the manifests refresh reads at once: a follower
+// that starts behind, or on a distant store, would otherwise wait a round
+// trip for each version.
+const manifestReads = 16
+
+// appended reads what versions from to to added, manifestReads at a time;
+// errs[i] is the error of version from+i.
+func (f *Follower) appended(ctx context.Context, from, to int64) (added []table.Appended, errs []error) {
+	added, errs = make([]table.Appended, to-from+1), make([]error, to-from+1)
+	var g errgroup.Group
+	g.SetLimit(manifestReads)
+	for i := range added {
+		g.Go(func() error {
+			added[i], errs[i] = f.table.Appended(ctx, from+int64(i))
+			return nil
+		})
+	}
+	g.Wait()
+	return added, errs
 }
 
 // readGroups adds to log the groups of its rows from row id from on: runs
