@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -292,8 +293,10 @@ func (f *Follower) Loader(ctx context.Context, r *Round) (*Loader, error) {
 }
 
 // tableFor returns, retained, an open version of the table holding the rows
-// of version v: the one opened last when it is v or later, else the latest
-// version the log has read, which it checks holds the rows the log says.
+// of version v: the one opened last when it is v or later, else the
+// follower's own table when it is (opened already, with its footers), else
+// the latest version the log has read. It checks that the version holds
+// the rows the log says.
 func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -301,20 +304,25 @@ func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) 
 		return nil, errcode.New(errcode.Closed, "follow", f.table.URI(), "the follower is closed")
 	}
 	if f.at == nil || f.atVersion < v {
-		latest := f.log.latest()
-		t, err := table.OpenVersion(ctx, f.table.URI(), latest)
-		if err != nil {
-			return nil, err
+		t := f.table
+		at, err := strconv.ParseInt(t.Version(), 10, 64) // a croupier table's version number
+		if err != nil || at < v || at > f.log.latest() {
+			at = f.log.latest()
+			if t, err = table.OpenVersion(ctx, f.table.URI(), at); err != nil {
+				return nil, err
+			}
+		} else {
+			t.Retain()
 		}
-		if rows := f.log.rowsStart(latest + 1); t.NumRows() != rows {
+		if rows := f.log.rowsStart(at + 1); t.NumRows() != rows {
 			t.Close()
 			return nil, errcode.New(errcode.Changed, "follow", f.table.URI(),
-				"version %d holds %d rows, %d when it was first read: the table was replaced", latest, t.NumRows(), rows)
+				"version %d holds %d rows, %d when it was first read: the table was replaced", at, t.NumRows(), rows)
 		}
 		if f.at != nil {
 			f.at.Close()
 		}
-		f.at, f.atVersion = t, latest
+		f.at, f.atVersion = t, at
 	}
 	f.at.Retain()
 	return f.at, nil
