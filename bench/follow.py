@@ -1,9 +1,14 @@
 """Following a growing croupier table against reading a pinned version of it.
 
 A croupier table of ``--rows`` rollouts (``id``, a ``tokens`` list of 16 to 112
-int32 values, ``reward``) is written as ``--versions`` appends of equal size.
-Its rows are then read once, in torch format with the token lists packed,
-``--global-batch-size`` rows a step, two ways, in turn ``--repeats`` times:
+int32 values, ``reward``) is written as ``--versions`` appends of equal size,
+on each ``--storage``: local files, the local S3-compatible server
+(``internal/s3serve``, started as ``bench/loader_throughput.py`` starts it), and
+that server waiting ``--s3-latency`` ms before it serves each request, as a
+distant store delays the first byte (the tables are written before the delay is
+set). Its rows are then read once, in torch format with the token lists packed,
+``--global-batch-size`` rows a step, two ways, in turn ``--repeats`` times, with
+the wall time and the process's CPU time of each read:
 
 - pinned: a ``StreamingDataset`` over a shuffled permutation of the latest
   version (the permutation's build is not timed);
@@ -32,12 +37,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import loader_throughput
+import measure
 import numpy as np
 import pyarrow as pa
 import results
 
 BENCH = Path(__file__).resolve().parent
 WAIT = 0.5  # seconds of waiting that ends the following read; not timed
+STORAGES = ("file", "s3", "s3+latency")
 
 
 def rollouts(start: int, n: int, rng: np.random.Generator) -> pa.Table:
@@ -51,20 +59,61 @@ def rollouts(start: int, n: int, rng: np.random.Generator) -> pa.Table:
     return pa.table({"id": ids, "tokens": tokens, "reward": rng.random(n).astype(np.float32)})
 
 
-def read(ds: Any, steps: int | None = None) -> tuple[int, float]:
-    """Rows of one pass over ``ds`` (or its first ``steps``) and the seconds it took,
-    less the wait that ended it."""
+def read(ds: Any) -> tuple[int, float, float]:
+    """Rows of one pass over ``ds``, and the seconds and CPU seconds it took, less
+    the wait that ended it."""
     import croupier as cr
 
-    rows, start, last = 0, time.perf_counter(), time.perf_counter()
-    for n, batch in enumerate(ds, 1):
+    rows, start, cpu = 0, time.perf_counter(), time.process_time()
+    last, last_cpu = start, cpu
+    for batch in ds:
         rows += len(batch["id"])
-        last = time.perf_counter()
-        if n == steps:
-            break
+        last, last_cpu = time.perf_counter(), time.process_time()
     if isinstance(ds, cr.FollowingDataset):
         assert ds.stats()["waited_out"]
-    return rows, last - start
+    return rows, last - start, last_cpu - cpu
+
+
+def write(uri: str, args: argparse.Namespace) -> None:
+    """The table of ``--rows`` rows in ``--versions`` appends at ``uri``."""
+    import croupier as cr
+
+    rng = np.random.default_rng(1)
+    per = args.rows // args.versions
+    table = cr.create_table(uri, rollouts(0, per, rng))
+    for v in range(1, args.versions):
+        table.append(rollouts(v * per, per, rng))
+
+
+# A read's best figures over the repeats: rows, seconds, CPU seconds.
+Figures = tuple[int, float, float]
+
+
+def throughput(
+    uri: str, perm_folder: Path, args: argparse.Namespace
+) -> tuple[dict[str, Figures], list[float]]:
+    """The pinned and following reads of the table at ``uri``: each one's fastest
+    figures, and following's rows/s over pinned's in each repeat."""
+    import croupier as cr
+
+    g = args.global_batch_size
+    perm = cr.PermutationBuilder(cr.open_table(uri)).shuffle(seed=1)
+    perm = perm.persist("file://" + str(perm_folder), progress=False)
+    best: dict[str, Figures] = {}
+    ratios = []
+    for _ in range(args.repeats):
+        pinned = cr.StreamingDataset(perm["all"], global_batch_size=g, shuffle_seed=1)
+        follow = cr.Follow(rows_per_round=args.rows_per_round, wait_timeout=WAIT)
+        following = cr.FollowingDataset(uri, follow, global_batch_size=g, shuffle_seed=1)
+        rate = {}
+        for name, ds in (("pinned", pinned), ("following", following)):
+            rows, seconds, cpu = read(ds)
+            rate[name] = rows / seconds
+            old = best.get(name, (rows, seconds, cpu))
+            best[name] = (rows, min(seconds, old[1]), min(cpu, old[2]))
+            ds.close()
+        ratios.append(rate["following"] / rate["pinned"])
+    return best, ratios
 
 
 def latencies(uri: str, args: argparse.Namespace, poll: float) -> list[float]:
@@ -103,6 +152,11 @@ def latencies(uri: str, args: argparse.Namespace, poll: float) -> list[float]:
     return out
 
 
+def label(storage: str, args: argparse.Namespace) -> str:
+    """How the report names a storage."""
+    return {"file": "local files", "s3": "S3", "s3+latency": f"S3 +{args.s3_latency:g} ms"}[storage]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -114,75 +168,105 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--commits", type=int, default=20, help="appends timed for latency")
     ap.add_argument("--gap", type=float, default=0.1, help="seconds between timed appends")
+    ap.add_argument("--storage", nargs="+", choices=STORAGES, default=list(STORAGES))
+    ap.add_argument("--s3-latency", type=float, default=50, help="ms before each S3 request")
     ap.add_argument("--out", type=Path, default=BENCH / "RESULTS.md")
     ap.add_argument("--command", default="python bench/follow.py")
     args = ap.parse_args(argv)
 
-    import croupier as cr
-
     load = os.getloadavg()[0]
     g = args.global_batch_size
+    per = args.rows // args.versions
+    figures: dict[str, tuple[dict[str, Figures], list[float]]] = {}
+    lat: dict[str, dict[float, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        uri = "file://" + str(Path(tmp) / "rollouts")
-        rng = np.random.default_rng(1)
-        per = args.rows // args.versions
-        table = cr.create_table(uri, rollouts(0, per, rng))
-        for v in range(1, args.versions):
-            table.append(rollouts(v * per, per, rng))
-        latest = cr.open_table(uri)
-        perm = cr.PermutationBuilder(latest).shuffle(seed=1).persist(uri + "-perm", progress=False)
-        best: dict[str, tuple[int, float]] = {}
-        for _ in range(args.repeats):
-            pinned = cr.StreamingDataset(perm["all"], global_batch_size=g, shuffle_seed=1)
-            follow = cr.Follow(rows_per_round=args.rows_per_round, wait_timeout=WAIT)
-            following = cr.FollowingDataset(uri, follow, global_batch_size=g, shuffle_seed=1)
-            for name, ds in (("pinned", pinned), ("following", following)):
-                rows, seconds = read(ds)
-                if name not in best or seconds < best[name][1]:
-                    best[name] = (rows, seconds)
-                ds.close()
-        lat = {poll: sorted(latencies(uri, args, poll)) for poll in (0.02, 0.2)}
+        folders = {s: Path(tmp) / s.replace("+", "-") for s in args.storage}
+        for f in folders.values():
+            f.mkdir()
+        uris = {s: "file://" + str(f / "rollouts") for s, f in folders.items()}
+        remote = [s for s in args.storage if s != "file"]
+        server = None
+        if remote:
+            server = loader_throughput.S3Server.start(Path(tmp), {s: folders[s] for s in remote})
+            uris.update({s: server.uris[s] for s in remote})
+        try:
+            for s in args.storage:
+                write(uris[s], args)
+            for s in args.storage:
+                if server:
+                    measure.set_server_delay(
+                        server.control, args.s3_latency if s == "s3+latency" else 0
+                    )
+                figures[s] = throughput(uris[s], Path(f"{folders[s]}-perm"), args)
+                lat[s] = {poll: sorted(latencies(uris[s], args, poll)) for poll in (0.02, 0.2)}
+        finally:
+            if server:
+                server.close()
 
     def pct(xs: list[float], q: float) -> float:
         return 1e3 * xs[min(int(q * len(xs)), len(xs) - 1)]
 
+    names = [label(s, args) for s in args.storage]
     lines = [
         f"Generated by `{args.command}` (`bench/follow.py`), run on"
         f" {results.machine((load, os.getloadavg()[0]))}",
         f"Versions: {results.versions([])}.",
         "",
         f"{args.rows:,} rows (`id`, `tokens`: 16 to 112 int32 values, `reward`) written as"
-        f" {args.versions} appends of {per:,} rows to a croupier table on local files, read once"
-        f" in torch format, tokens packed, {g} rows a step, two ways, in turn {args.repeats}"
-        " times (figures: the fastest): pinned, a `StreamingDataset` over a shuffled"
-        " permutation of the latest version; following, a `FollowingDataset` from version 1"
-        f" in rounds of {args.rows_per_round:,} rows (the wait after its last round is not"
-        " timed).",
+        f" {args.versions} appends of {per:,} rows to a croupier table on each storage:"
+        " local files; S3, the local S3-compatible server (`core/store/s3test`, in memory,"
+        f" run by `internal/s3serve`); S3 +{args.s3_latency:g} ms, that server waiting"
+        f" {args.s3_latency:g} ms before it serves each request, as a distant store delays the"
+        " first byte. Each table is read once in torch format, tokens packed,"
+        f" {g} rows a step, two ways, in turn {args.repeats} times (figures: the fastest"
+        " wall time and the least CPU time of the process): pinned, a `StreamingDataset`"
+        " over a shuffled permutation (on local files) of the latest version; following, a"
+        f" `FollowingDataset` from version 1 in rounds of {args.rows_per_round:,} rows (the"
+        " wait after its last round is not timed).",
         "",
-        "| read | rows | seconds | rows/s |",
-        "|---|---:|---:|---:|",
+        "| read | rows | " + " | ".join(f"{n}: rows/s | {n}: CPU s" for n in names) + " |",
+        "|---|---:|" + "---:|---:|" * len(names),
     ]
-    for name, (rows, seconds) in best.items():
-        lines.append(f"| {name} | {rows:,} | {seconds:.2f} | {rows / seconds:,.0f} |")
-    ratio = (best["following"][0] / best["following"][1]) / (best["pinned"][0] / best["pinned"][1])
+    for read_ in ("pinned", "following"):
+        cells = []
+        for s in args.storage:
+            rows, seconds, cpu = figures[s][0][read_]
+            cells += [f"{rows / seconds:,.0f}", f"{cpu:.2f}"]
+        lines.append(
+            f"| {read_} | {figures[args.storage[0]][0][read_][0]:,} | " + " | ".join(cells) + " |"
+        )
+    ratios = []
+    for s, n in zip(args.storage, names, strict=True):
+        best, each = figures[s]
+        (fr, fs, fc), (pr, ps, pc) = best["following"], best["pinned"]
+        ratios.append(
+            f"{fr / fs / (pr / ps):.2f} on {n} (repeats {min(each):.2f} to {max(each):.2f};"
+            f" rows per CPU second {fr / fc / (pr / pc):.2f})"
+        )
     lines += [
         "",
-        f"Following ÷ pinned, rows/s: {ratio:.2f}. A round shuffles the rows of its own"
-        " versions only, so its steps read fewer data files than the pinned read's, which"
-        " shuffles every row; each round opens a stream of its own. Following"
-        " deals the rows of full steps only: those left past the last round's last step wait"
-        " for a next round.",
+        "Following ÷ pinned, rows/s: " + "; ".join(ratios) + ". A round shuffles the rows of"
+        " its own versions only, so its steps read fewer data files than the pinned read's,"
+        " which shuffles every row; each round opens a stream of its own, once the round"
+        " before has decoded its rows, sharing that one's memory budget. Following deals the"
+        " rows of full steps only: those left past the last round's last step wait for a"
+        " next round.",
         "",
         f"Commit to first dealt: {args.commits} appends of one step's rows, one every"
         f" {args.gap:g} s, each a round of its own; milliseconds from `Table.append` returning"
         " to the step reaching the loop:",
-        "",
-        "| poll interval | p50 (ms) | p90 (ms) | max (ms) |",
-        "|---|---:|---:|---:|",
     ]
-    for poll, xs in lat.items():
-        p50, p90, most = pct(xs, 0.5), pct(xs, 0.9), 1e3 * xs[-1]
-        lines.append(f"| {poll * 1e3:.0f} ms | {p50:.1f} | {p90:.1f} | {most:.1f} |")
+    for s, n in zip(args.storage, names, strict=True):
+        lines += [
+            "",
+            f"{n}:",
+            "",
+            "| poll interval | p50 (ms) | p90 (ms) | max (ms) |",
+            "|---|---:|---:|---:|",
+        ]
+        for poll, xs in lat[s].items():
+            p50, p90, most = pct(xs, 0.5), pct(xs, 0.9), 1e3 * xs[-1]
+            lines.append(f"| {poll * 1e3:.0f} ms | {p50:.1f} | {p90:.1f} | {most:.1f} |")
     print("\n".join(lines))
     results.update_section(args.out, "Following a growing table", lines)
     print(f"wrote the Following a growing table section of {args.out}")

@@ -30,7 +30,8 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
     (``bench/tokens.py --part mixture``).
 ``follow``
     following a growing croupier table against reading a pinned version of it,
-    and the latency from a commit to its first step (``bench/follow.py``).
+    and the latency from a commit to its first step, on local files and over
+    S3 with and without added latency (``bench/follow.py``).
 
 Each part prints its tables, regenerates its section of ``--out`` (by default
 ``bench/RESULTS.md``) with the setup it ran with, and writes its plots under

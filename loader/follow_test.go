@@ -220,6 +220,93 @@ func TestFollowSameStepsAnyWorldSize(t *testing.T) {
 	}
 }
 
+// TestFollowReadAheadKeepsBatches checks, on random version sizes, options,
+// memory budgets and read-ahead, that a follow stream, which opens a round's
+// stream while the round before is dealt, sharing its budget, deals the
+// batches of each round's stream opened alone after the one before, in the
+// same order; and that a stream closed after any number of batches frees
+// everything, the stream it opened ahead included.
+func TestFollowReadAheadKeepsBatches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 6))
+	ctx := context.Background()
+	type dealt struct {
+		step int64
+		ids  []int64
+	}
+	ids := func(b loader.Batch) []int64 {
+		return slices.Clone(b.Record.Column(0).(*array.Int64).Int64Values())
+	}
+	for iter := range 6 {
+		sizes, opts, fo := randomFollow(rng)
+		opts.MemoryBudget = []int64{64 << 10, 256 << 10, 1 << 20}[rng.IntN(3)]
+		opts.ReadAhead = 1 + rng.IntN(3)
+		mem := memory.NewCheckedAllocator(mallocator.NewMallocator())
+		opts.Allocator = mem
+		uri := growingTable(t, sizes)
+		f := newFollower(t, uri, opts, fo)
+
+		var want []dealt
+		for pos := f.Start(); ; {
+			r, _, err := f.Round(ctx, pos)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pos = r.Next(); r.Steps == 0 {
+				continue
+			}
+			l, err := f.Loader(ctx, &r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := l.Stream(ctx, loader.StreamOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b, err := range st.All(ctx) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, dealt{r.Step + b.Step, ids(b)})
+				b.Record.Release()
+			}
+			st.Close()
+			l.Close()
+		}
+
+		stop := rng.IntN(len(want) + 1)
+		for _, n := range []int{len(want), stop} {
+			s, err := f.Stream(ctx, f.Start(), 0, loader.StreamOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []dealt
+			for len(got) < n {
+				b, err := s.Next(ctx)
+				if err != nil {
+					t.Fatalf("iter %d: batch %d of %d: %v", iter, len(got), n, err)
+				}
+				got = append(got, dealt{b.Step, ids(b)})
+				b.Record.Release()
+			}
+			if !slices.EqualFunc(got, want[:n], func(a, b dealt) bool { return a.step == b.step && slices.Equal(a.ids, b.ids) }) {
+				t.Fatalf("iter %d: the follow stream's %d batches differ from those of the rounds' streams", iter, n)
+			}
+			if n == len(want) {
+				if _, err := s.Next(ctx); err != io.EOF {
+					t.Fatalf("iter %d: after the last batch, Next returned %v, not io.EOF", iter, err)
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mem.AssertSize(t, 0)
+		}
+	}
+}
+
 // TestFollowWhileAppending checks that steps dealt while writers append
 // are those of following the table once they are done: which versions a
 // round takes depends on the versions alone, not on when they landed.

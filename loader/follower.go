@@ -6,11 +6,13 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
@@ -125,8 +127,10 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 	// see only their own lengths of the slices the copy appends to.
 	next := *log
 	read := next.rowsStart(next.latest() + 1) // rows whose groups are read, when the log has versions
-	for v := next.latest() + 1; v <= versions[len(versions)-1]; v++ {
-		a, err := f.table.Appended(ctx, v)
+	from := next.latest() + 1
+	added, errs := f.appended(ctx, from, versions[len(versions)-1])
+	for i, a := range added {
+		v, err := from+int64(i), errs[i]
 		if errcode.Of(err) == errcode.NotFound {
 			return false, errcode.New(errcode.Changed, op, f.table.URI(),
 				"version %d was removed (by cleanup?) before it was followed: following reads every version from start_version %d; "+
@@ -151,6 +155,27 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 	}
 	*log = next
 	return true, nil
+}
+
+// manifestReads bounds the manifests refresh reads at once: a follower
+// that starts behind, or on a distant store, would otherwise wait a round
+// trip for each version.
+const manifestReads = 16
+
+// appended reads what versions from to to added, manifestReads at a time;
+// errs[i] is the error of version from+i.
+func (f *Follower) appended(ctx context.Context, from, to int64) (added []table.Appended, errs []error) {
+	added, errs = make([]table.Appended, to-from+1), make([]error, to-from+1)
+	var g errgroup.Group
+	g.SetLimit(manifestReads)
+	for i := range added {
+		g.Go(func() error {
+			added[i], errs[i] = f.table.Appended(ctx, from+int64(i))
+			return nil
+		})
+	}
+	g.Wait()
+	return added, errs
 }
 
 // readGroups adds to log the groups of its rows from row id from on: runs
@@ -208,38 +233,49 @@ func (f *Follower) snapshot() versionLog {
 // as FollowOptions say. When the wait times out it returns io.EOF; waits
 // counts the listings that found nothing new.
 func (f *Follower) Round(ctx context.Context, pos FollowPosition) (r Round, waits int64, err error) {
+	r, _, waits, err = f.round(ctx, pos, true)
+	return r, waits, err
+}
+
+// round is Round, or with wait false, the round at pos if the versions that
+// complete it are committed as the log or one listing finds them: ok false
+// when they are not.
+func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r Round, ok bool, waits int64, err error) {
 	landed := time.Now()
 	for {
 		log := f.snapshot()
 		if pos.Head != "" && pos.After <= log.latest() && log.head(pos.After) != pos.Head {
-			return Round{}, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
+			return Round{}, false, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
 				"version %d is not the version %d the position was taken at (its files differ): the table was replaced", pos.After, pos.After)
 		}
 		if r, ok := planRound(pos, &log, &f.follow, f.opts.GlobalBatchSize, f.opts.ShuffleSeed); ok {
-			return r, waits, nil
+			return r, true, waits, nil
 		}
 		grew, err := f.refresh(ctx)
 		if err != nil {
-			return Round{}, waits, err
+			return Round{}, false, waits, err
 		}
 		if grew {
 			landed = time.Now()
 			continue
 		}
 		if log := f.snapshot(); log.latest() < pos.After {
-			return Round{}, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
+			return Round{}, false, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
 				"the position is after version %d, but the latest version is %d: the table was replaced", pos.After, log.latest())
+		}
+		if !wait {
+			return Round{}, false, waits, nil
 		}
 		waits++
 		if f.follow.WaitTimeout > 0 && time.Since(landed) >= f.follow.WaitTimeout {
-			return Round{}, waits, io.EOF
+			return Round{}, false, waits, io.EOF
 		}
 		t := time.NewTimer(f.follow.PollInterval)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return Round{}, waits, errcode.Wrap(ctx.Err(), errcode.Canceled, "follow", f.table.URI())
+			return Round{}, false, waits, errcode.Wrap(ctx.Err(), errcode.Canceled, "follow", f.table.URI())
 		}
 	}
 }
@@ -257,8 +293,10 @@ func (f *Follower) Loader(ctx context.Context, r *Round) (*Loader, error) {
 }
 
 // tableFor returns, retained, an open version of the table holding the rows
-// of version v: the one opened last when it is v or later, else the latest
-// version the log has read, which it checks holds the rows the log says.
+// of version v: the one opened last when it is v or later, else the
+// follower's own table when it is (opened already, with its footers), else
+// the latest version the log has read. It checks that the version holds
+// the rows the log says.
 func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -266,20 +304,25 @@ func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) 
 		return nil, errcode.New(errcode.Closed, "follow", f.table.URI(), "the follower is closed")
 	}
 	if f.at == nil || f.atVersion < v {
-		latest := f.log.latest()
-		t, err := table.OpenVersion(ctx, f.table.URI(), latest)
-		if err != nil {
-			return nil, err
+		t := f.table
+		at, err := strconv.ParseInt(t.Version(), 10, 64) // a croupier table's version number
+		if err != nil || at < v || at > f.log.latest() {
+			at = f.log.latest()
+			if t, err = table.OpenVersion(ctx, f.table.URI(), at); err != nil {
+				return nil, err
+			}
+		} else {
+			t.Retain()
 		}
-		if rows := f.log.rowsStart(latest + 1); t.NumRows() != rows {
+		if rows := f.log.rowsStart(at + 1); t.NumRows() != rows {
 			t.Close()
 			return nil, errcode.New(errcode.Changed, "follow", f.table.URI(),
-				"version %d holds %d rows, %d when it was first read: the table was replaced", latest, t.NumRows(), rows)
+				"version %d holds %d rows, %d when it was first read: the table was replaced", at, t.NumRows(), rows)
 		}
 		if f.at != nil {
 			f.at.Close()
 		}
-		f.at, f.atVersion = t, latest
+		f.at, f.atVersion = t, at
 	}
 	f.at.Retain()
 	return f.at, nil
@@ -310,10 +353,13 @@ type FollowStream struct {
 	round  *Round // being dealt
 	loader *Loader
 	stream *Stream
-	last   Round // of the last batch Next returned
-	stats  FollowStats
-	done   Stats // counters of the rounds' streams closed
-	err    error
+	// ahead delivers the stream of the next round holding a step of the
+	// worker, opened while the round before is dealt; nil when not asked.
+	ahead chan opened
+	last  Round // of the last batch Next returned
+	stats FollowStats
+	done  Stats // counters of the rounds' streams closed
+	err   error
 }
 
 // Stream starts following at pos (Start, or a Round's Next: a checkpoint)
@@ -349,24 +395,32 @@ func (f *Follower) Stream(ctx context.Context, pos FollowPosition, startStep int
 	return &FollowStream{ctx: ctx, cancel: cancel, f: f, so: so, from: startStep + int64(so.Worker), next: pos}, nil
 }
 
-// advance forms rounds until one holds a step of the worker, and opens its
-// stream.
-func (s *FollowStream) advance(ctx context.Context) error {
+// opened is what open did: the rounds it formed, in order, and the stream
+// of the last when it holds a step of the worker (the ones before hold
+// none).
+type opened struct {
+	rounds []Round
+	loader *Loader
+	stream *Stream
+	waits  int64
+	err    error
+}
+
+// open forms the rounds from pos on until one holds a step of the worker,
+// and opens its stream after prev (see Loader.streamAfter). With wait false
+// it forms only rounds whose versions are committed as one listing finds
+// them, and may end with no stream and no error.
+func (s *FollowStream) open(ctx context.Context, pos FollowPosition, wait bool, prev *Stream) (o opened) {
 	k := int64(max(s.so.NumWorkers, 1))
 	for {
-		r, waits, err := s.f.Round(ctx, s.next)
-		s.stats.Waits += waits
-		if err != nil {
-			s.stats.WaitedOut = err == io.EOF
-			return err
+		r, ok, waits, err := s.f.round(ctx, pos, wait)
+		o.waits += waits
+		if err != nil || !ok {
+			o.err = err
+			return o
 		}
-		s.stats.Rounds++
-		s.stats.Version = r.Version
-		s.stats.NewRows += r.NewRows
-		s.stats.ReplayedRows += r.ReplayedRows
-		s.stats.SkippedRows += r.SkippedRows
-		s.stats.SkippedVersions += r.SkippedVersions
-		s.next = r.next
+		o.rounds = append(o.rounds, r)
+		pos = r.next
 		// The worker's first step in the round: from + j·K ≥ r.Step.
 		first := s.from
 		if first < r.Step {
@@ -377,18 +431,84 @@ func (s *FollowStream) advance(ctx context.Context) error {
 		}
 		l, err := s.f.Loader(ctx, &r)
 		if err != nil {
-			return err
+			o.err = err
+			return o
 		}
 		so := s.so
 		so.StartStep = first - r.Step - int64(so.Worker)
-		st, err := l.Stream(s.ctx, so)
+		st, err := l.streamAfter(s.ctx, so, prev)
 		if err != nil {
 			l.Close()
-			return err
+			o.err = err
+			return o
 		}
-		s.round, s.loader, s.stream = &r, l, st
-		return nil
+		o.loader, o.stream = l, st
+		return o
 	}
+}
+
+// take counts o's rounds and makes its stream, if any, the round being
+// dealt.
+func (s *FollowStream) take(o opened) {
+	s.stats.Waits += o.waits
+	for _, r := range o.rounds {
+		s.stats.Rounds++
+		s.stats.Version = r.Version
+		s.stats.NewRows += r.NewRows
+		s.stats.ReplayedRows += r.ReplayedRows
+		s.stats.SkippedRows += r.SkippedRows
+		s.stats.SkippedVersions += r.SkippedVersions
+		s.next = r.next
+	}
+	if o.stream != nil {
+		s.round, s.loader, s.stream = &o.rounds[len(o.rounds)-1], o.loader, o.stream
+	}
+}
+
+// advance makes the next round holding a step of the worker the one being
+// dealt: the one opened ahead, else one it forms, waiting for its versions.
+func (s *FollowStream) advance(ctx context.Context) error {
+	if s.ahead != nil {
+		select {
+		case o := <-s.ahead:
+			s.ahead = nil
+			// After a failure ahead, the rounds are formed again below,
+			// where a failure is the stream's.
+			if o.err == nil {
+				if s.take(o); s.stream != nil {
+					return nil
+				}
+			}
+		case <-ctx.Done():
+			return errcode.Wrap(ctx.Err(), errcode.Canceled, "follow", s.f.table.URI())
+		}
+	}
+	o := s.open(ctx, s.next, true, nil)
+	s.take(o)
+	if o.err != nil {
+		s.stats.WaitedOut = o.err == io.EOF
+	}
+	return o.err
+}
+
+// readAhead opens the next round's stream in the background once the
+// stream of the round being dealt has decoded all its rows and the
+// versions of the next round are committed, so that its rows are decoded
+// while the last steps of this one are read; the two share one stream's
+// memory budget and read-ahead (Loader.streamAfter).
+func (s *FollowStream) readAhead() {
+	if s.ahead != nil {
+		return
+	}
+	select {
+	case <-s.stream.decoded:
+	default:
+		return
+	}
+	s.ahead = make(chan opened, 1)
+	go func(pos FollowPosition, prev *Stream) {
+		s.ahead <- s.open(s.ctx, pos, false, prev)
+	}(s.next, s.stream)
 }
 
 // closeRound closes the stream and loader of the round being dealt.
@@ -431,6 +551,7 @@ func (s *FollowStream) Next(ctx context.Context) (Batch, error) {
 			}
 			return Batch{}, err
 		}
+		s.readAhead()
 		rec, err := s.withVersions(ctx, b)
 		b.Record.Release()
 		if err != nil {
@@ -502,7 +623,14 @@ func (s *FollowStream) Close() error {
 		return nil
 	}
 	s.cancel()
-	err := errors.Join(s.closeRound(), s.f.table.Close())
+	err := s.closeRound()
+	if s.ahead != nil {
+		if o := <-s.ahead; o.stream != nil {
+			err = errors.Join(err, o.stream.Close(), o.loader.Close())
+		}
+		s.ahead = nil
+	}
+	err = errors.Join(err, s.f.table.Close())
 	s.f = nil
 	if s.err == nil {
 		s.err = errcode.New(errcode.Closed, "next", "", "stream is closed")

@@ -74,6 +74,9 @@ type Stream struct {
 	uri      string // of the table, for errors
 	reader   *table.Reader
 	budget   *table.Budget    // of the rows kept for horizons
+	slots    chan struct{}    // read-ahead: one per batch in pending or being taken by Next
+	decoded  chan struct{}    // closed once the reader has nothing more to fetch or decode
+	finished chan struct{}    // closed once decoded and every read has started
 	horizons chan *horizon    // planned, in step order
 	pending  chan chan result // one per batch being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
@@ -118,6 +121,19 @@ func (s *Stream) Stats() Stats {
 // The stream stops when ctx is canceled or Close is called. It fails when
 // the memory budget cannot hold one step (see budget.go).
 func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) {
+	return l.streamAfter(ctx, so, nil)
+}
+
+// streamAfter is Stream for a stream whose batches a consumer takes after
+// those of stream prev, if not nil: the two share prev's memory budget for
+// kept rows and its read-ahead slots, so that the new stream reads ahead
+// while prev is dealt without the two holding more than one stream does:
+// its rows are kept as room is made by reading prev's (see table.Budget),
+// and it starts reads once prev has started all of its own, so that it
+// never holds a slot prev needs. Open it once prev has decoded all its
+// rows (Stream.decoded), so that the readers' fetch and decoding shares do
+// not overlap either.
+func (l *Loader) streamAfter(ctx context.Context, so StreamOptions, prev *Stream) (*Stream, error) {
 	const op = "open stream"
 	k := max(so.NumWorkers, 1)
 	switch {
@@ -144,14 +160,14 @@ func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) 
 			so.StartStep, so.Worker, -so.Worker, d.Steps())
 	}
 	steps := workerSteps(so.StartStep, d.Steps(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
-	return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes)
+	return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes, prev)
 }
 
 // stepStream starts producing this rank's batches of steps, steps of epoch
 // (whose dealing order is d) in [0, d.Steps()), in that order: each once,
 // in any order a consumer asks for (a Stream's worker turns, a Mixture's
-// draws).
-func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []int64, coalesce int64) (*Stream, error) {
+// draws). prev is nil, or as streamAfter says.
+func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []int64, coalesce int64, prev *Stream) (*Stream, error) {
 	order := l.EpochOrder(epoch)
 	// The sizes of rows are guessed from the first the stream deals, or the
 	// epoch's first when the rank's first step has none.
@@ -177,12 +193,21 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 	if err != nil {
 		return nil, err
 	}
+	budget, slots := table.NewBudget(m.Kept), make(chan struct{}, l.opts.ReadAhead)
+	if prev != nil {
+		budget, slots = prev.budget, prev.slots
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: table.NewBudget(m.Kept),
+	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, slots: slots,
+		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
 	go s.plan(ctx, l, d, order, steps, coalesce)
-	go s.produce(ctx)
+	var after <-chan struct{}
+	if prev != nil {
+		after = prev.finished
+	}
+	go s.produce(ctx, after)
 	return s, nil
 }
 
@@ -206,7 +231,8 @@ type horizon struct {
 // memory budget keeps rows for, keeps their rows (table.Reader.Keep) and
 // hands them to produce in order. It plans a horizon as soon as produce has
 // taken the one before, so that the next horizon's rows are decoded while
-// the one before is read, as fast as the budget frees room for them.
+// the one before is read, as fast as the budget frees room for them. Once
+// the last horizon's rows are decoded it closes decoded.
 func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, coalesce int64) (err error) {
 	defer func() {
 		if err != nil {
@@ -219,6 +245,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
+	var last *table.Kept
 	for len(steps) > 0 {
 		// Take steps while their rows fit the budget, at least one; ends[i]
 		// is where step i's rows end in ids. rowBytes is guessed from the
@@ -253,6 +280,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			return err
 		}
 		h := &horizon{kept: kept}
+		last = kept
 		s.mu.Lock()
 		s.kepts = append(s.kepts, kept)
 		s.mu.Unlock()
@@ -278,43 +306,75 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		s.horizon.Store(int64(n))
 		steps = steps[n:]
 	}
+	if last != nil && last.Built(ctx) != nil {
+		return nil // canceled
+	}
+	close(s.decoded)
 	return nil
 }
 
 // produce starts one read per batch, at most ReadAhead at a time (the
 // capacity of pending), and hands them to Next in step order. The planner's
-// error, or a panic here, takes the place of the next batch.
-func (s *Stream) produce(ctx context.Context) (err error) {
+// error, or a panic here, takes the place of the next batch. It starts none
+// before after is closed, if not nil. Once every read has started and the
+// planner has decoded every row, it closes finished: the stream fetches,
+// decodes and takes read-ahead slots no more.
+func (s *Stream) produce(ctx context.Context, after <-chan struct{}) (err error) {
 	defer func() {
 		if err != nil {
 			ch := make(chan result, 1)
 			ch <- result{err: err}
 			s.ready.Add(1)
-			select {
-			case s.pending <- ch:
-			case <-ctx.Done():
-			}
+			s.enqueue(ctx, ch)
 		}
 		close(s.pending)
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "read ahead", s.uri)
+	if after != nil {
+		select {
+		case <-after:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	for h := range s.horizons {
 		if h.err != nil {
 			return h.err
 		}
 		for _, b := range h.batches {
 			ch := make(chan result, 1)
-			select {
-			case s.pending <- ch:
-			case <-ctx.Done():
+			if !s.enqueue(ctx, ch) {
 				return nil
 			}
 			s.wg.Add(1)
 			go s.read(ctx, h, b, ch)
 		}
 	}
+	select {
+	case <-s.decoded:
+		close(s.finished)
+	case <-ctx.Done():
+	}
 	return nil
+}
+
+// enqueue hands ch to Next in turn once a read-ahead slot is free, and
+// reports whether it did before ctx ended. Next frees the slot when it takes
+// the batch.
+func (s *Stream) enqueue(ctx context.Context, ch chan result) bool {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case s.pending <- ch:
+		return true
+	case <-ctx.Done():
+		<-s.slots
+		return false
+	}
 }
 
 // read makes batch b of h and sends it on ch; a panic becomes the result's
@@ -384,6 +444,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 		s.stall.Add(int64(time.Since(start)))
 	}
 	s.waiting = nil
+	<-s.slots
 	s.ready.Add(-1)
 	if res.err != nil {
 		s.err = res.err
@@ -416,15 +477,18 @@ func (s *Stream) All(ctx context.Context) iter.Seq2[Batch, error] {
 func (s *Stream) Close() error {
 	s.cancel()
 	// Drain: reads in flight finish (canceled) and their batches are freed.
-	if s.waiting != nil {
-		if res := <-s.waiting; res.batch.Record != nil {
-			res.batch.Record.Release()
-		}
-	}
-	for ch := range s.pending {
+	drain := func(ch chan result) {
 		if res := <-ch; res.batch.Record != nil {
 			res.batch.Record.Release()
 		}
+		<-s.slots
+	}
+	if s.waiting != nil {
+		drain(s.waiting)
+		s.waiting = nil
+	}
+	for ch := range s.pending {
+		drain(ch)
 	}
 	s.wg.Wait()
 	for _, k := range slices.Clone(s.kepts) {

@@ -355,6 +355,19 @@ func (k *Kept) freeLocked(p *piece) {
 	p.bytes = 0
 }
 
+// Built waits until every piece is built or has failed: from then on k
+// fetches and decodes nothing.
+func (k *Kept) Built(ctx context.Context) error {
+	for _, p := range k.pieces {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", k.r.t.pin.URI)
+		}
+	}
+	return nil
+}
+
 // Close stops the decoding still to do and frees every piece. Records Read
 // returned stay valid.
 func (k *Kept) Close() error {
