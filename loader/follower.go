@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -170,6 +171,7 @@ func (f *Follower) appended(ctx context.Context, from, to int64) (added []table.
 	g.SetLimit(manifestReads)
 	for i := range added {
 		g.Go(func() error {
+			defer errcode.Recover(&errs[i], errcode.Internal, fmt.Sprintf("read version %d of", from+int64(i)), f.table.URI())
 			added[i], errs[i] = f.table.Appended(ctx, from+int64(i))
 			return nil
 		})
@@ -506,9 +508,13 @@ func (s *FollowStream) readAhead() {
 		return
 	}
 	s.ahead = make(chan opened, 1)
-	go func(pos FollowPosition, prev *Stream) {
-		s.ahead <- s.open(s.ctx, pos, false, prev)
-	}(s.next, s.stream)
+	// o is a parameter so that the deferred send, which runs after the
+	// recover, sends what a panic left in it.
+	go func(pos FollowPosition, prev *Stream, o opened) {
+		defer func() { s.ahead <- o }()
+		defer errcode.Recover(&o.err, errcode.Internal, "read the next round of", s.f.table.URI())
+		o = s.open(s.ctx, pos, false, prev)
+	}(s.next, s.stream, opened{})
 }
 
 // closeRound closes the stream and loader of the round being dealt.
