@@ -71,13 +71,18 @@ func croupier_mixture_open(datasets *C.uint64_t, n C.int64_t, optionsJSON *C.cha
 	})
 }
 
-// mixturePosition decodes a mixture position; NULL is the mixture's start.
-func mixturePosition(m *loader.Mixture, s *C.char) (loader.MixturePosition, error) {
+// mixtureAt looks up mixture handle h and decodes a position of it; NULL
+// is the mixture's start.
+func mixtureAt(h C.uint64_t, s *C.char) (*loader.Mixture, loader.MixturePosition, error) {
+	m, err := lookup[*loader.Mixture](uint64(h))
+	if err != nil {
+		return nil, loader.MixturePosition{}, err
+	}
 	pos := m.Start()
 	if s == nil {
-		return pos, nil
+		return m, pos, nil
 	}
-	return pos, decodeJSON(s, &pos, "mixture position")
+	return m, pos, decodeJSON(s, &pos, "mixture position")
 }
 
 // mixturePlan is what croupier_mixture_plan returns.
@@ -90,11 +95,7 @@ type mixturePlan struct {
 //export croupier_mixture_plan
 func croupier_mixture_plan(h C.uint64_t, positionJSON *C.char, steps C.int64_t, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		m, err := lookup[*loader.Mixture](uint64(h))
-		if err != nil {
-			return err
-		}
-		pos, err := mixturePosition(m, positionJSON)
+		m, pos, err := mixtureAt(h, positionJSON)
 		if err != nil {
 			return err
 		}
@@ -133,11 +134,7 @@ func croupier_mixture_weights(h C.uint64_t, step C.int64_t, out **C.char, errOut
 //export croupier_mixture_checkpoint
 func croupier_mixture_checkpoint(h C.uint64_t, positionJSON *C.char, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		m, err := lookup[*loader.Mixture](uint64(h))
-		if err != nil {
-			return err
-		}
-		pos, err := mixturePosition(m, positionJSON)
+		m, pos, err := mixtureAt(h, positionJSON)
 		if err != nil {
 			return err
 		}
@@ -167,11 +164,7 @@ func croupier_mixture_resume(h C.uint64_t, checkpointJSON *C.char, out **C.char,
 //export croupier_mixture_stream_open
 func croupier_mixture_stream_open(h C.uint64_t, positionJSON, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		m, err := lookup[*loader.Mixture](uint64(h))
-		if err != nil {
-			return err
-		}
-		pos, err := mixturePosition(m, positionJSON)
+		m, pos, err := mixtureAt(h, positionJSON)
 		if err != nil {
 			return err
 		}
