@@ -132,10 +132,7 @@ func headerAt(src io.ReaderAt, s byteRange) (pageHeader, error) {
 // holds whole pages, when its first page has one. Sections that src has
 // fetched are checked where they lie.
 func checkPageCRCs(src io.ReaderAt, s byteRange) error {
-	var buf []byte
-	if f, ok := src.(*fetched); ok {
-		buf, _ = f.bytes(s)
-	}
+	buf := fetchedBytes(src, s)
 	if buf == nil {
 		h, err := headerAt(src, s)
 		if err != nil || !h.hasCRC {
@@ -157,10 +154,10 @@ func checkPageCRCs(src io.ReaderAt, s byteRange) error {
 			return fmt.Errorf("page at offset %d: %d bytes, past the end of its column chunk", s.off+int64(pos), h.size)
 		}
 		end := start + int(h.size)
-		if !h.hasCRC && pos == 0 {
-			return nil // a section of pages written without CRCs
-		}
 		if !h.hasCRC {
+			if pos == 0 {
+				return nil // a section of pages written without CRCs
+			}
 			return fmt.Errorf("page at offset %d has no CRC, the pages before it have one", s.off+int64(pos))
 		}
 		if got := crc32.ChecksumIEEE(buf[start:end]); got != h.crc {

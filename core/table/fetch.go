@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"io"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -109,14 +110,19 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// bytes returns the fetched bytes of r where one fetched range holds them all.
-func (f *fetched) bytes(r byteRange) ([]byte, bool) {
+// fetchedBytes returns the bytes of r where src has fetched them, within
+// one fetched range, to be read in place; nil where it has not.
+func fetchedBytes(src io.ReaderAt, r byteRange) []byte {
+	f, ok := src.(*fetched)
+	if !ok {
+		return nil
+	}
 	for i, fr := range f.ranges {
 		if r.off >= fr.off && r.off+r.n <= fr.off+fr.n && f.data[i] != nil {
-			return f.data[i][r.off-fr.off : r.off-fr.off+r.n], true
+			return f.data[i][r.off-fr.off : r.off-fr.off+r.n]
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // fetch reads ranges of obj in parallel, at most cap(slots) requests at a

@@ -287,12 +287,9 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 	props.BufferedStreamEnabled = true
 	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), open: func(s byteRange) (file.PageReader, error) {
 		var stream parquet.BufferedReader
-		if f, ok := src.(*fetched); ok {
-			if b, ok := f.bytes(s); ok {
-				stream = &memStream{b: b}
-			}
-		}
-		if stream == nil {
+		if b := fetchedBytes(src, s); b != nil {
+			stream = &memStream{b: b}
+		} else {
 			var err error
 			if stream, err = props.GetStream(src, s.off, s.n); err != nil {
 				return nil, err
