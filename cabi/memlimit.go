@@ -17,12 +17,12 @@ import (
 // collections the Go heap also holds garbage: with Go's default GOGC of 100
 // it grows to about twice what is live, and a process reading a table many
 // times its budget held 50–60 MiB more than its budget allows (measured
-// with a 121 MiB budget: 266 MiB resident above imports, 205 MiB with this).
+// with a 121 MiB budget: 266 MiB resident above imports, 203 MiB with this).
 // The library owns the Go runtime of the process it is loaded in, so it sets
 // the runtime's soft memory limit (debug.SetMemoryLimit) to what the open
-// datasets let the Go heap hold: 32 MiB, plus a quarter of each open
-// dataset's budget (the fetch and decoding shares, see loader/budget.go).
-// The collector then runs more often only when the heap nears that, never
+// datasets let the Go heap hold: 32 MiB, plus a quarter of the budget of
+// each open dataset and follower (the fetch and decoding shares, see
+// loader/budget.go). The collector then runs more often only when the heap nears that, never
 // while it is well below it. An application that sets GOMEMLIMIT keeps its
 // own limit. The Go packages set none: a Go service decides its own.
 var goHeap struct {
@@ -38,8 +38,7 @@ func init() { _, goHeap.user = os.LookupEnv("GOMEMLIMIT") }
 const goHeapBase = 32 << 20
 
 // holdBudget adds the budget of a dataset or follower opened (or, negative,
-// released)
-// and sets the Go runtime's memory limit to match.
+// released) and sets the Go runtime's memory limit to match.
 func holdBudget(budget int64) {
 	goHeap.Lock()
 	defer goHeap.Unlock()
