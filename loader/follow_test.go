@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +18,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
+	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
@@ -500,5 +503,71 @@ func TestFollowDealsGroupsWhole(t *testing.T) {
 		if !slices.EqualFunc(resumed[at:], ref[at:], slices.Equal) {
 			t.Fatalf("resumed at step %d (round %d), the steps after differ", at, r.Round)
 		}
+	}
+}
+
+// TestFollowerUsesTheTablesCatalog follows an S3 table twice from its
+// second version with a catalog: the second follower reads no manifest from
+// the store, not even the latest's, which the first version opened does not
+// hold the rows of.
+func TestFollowerUsesTheTablesCatalog(t *testing.T) {
+	ctx := context.Background()
+	s, err := s3test.Start("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	uri := s.URI("bkt", "grows")
+	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
+	for i := range int64(4) {
+		if i == 0 {
+			tb, err := table.Create(ctx, uri, rowsReader(t, 0, 30), table.WriteOptions{RowGroupRows: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb.Close()
+		} else if _, err := table.Append(ctx, uri, rowsReader(t, i*30, 30), table.WriteOptions{RowGroupRows: 16}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := loader.Options{GlobalBatchSize: 8}
+	fo := loader.FollowOptions{RowsPerRound: 40, WaitTimeout: time.Millisecond, PollInterval: time.Millisecond}
+	var reads [2]int64
+	for run := range reads {
+		tb, err := table.OpenWith(ctx, uri, table.OpenOptions{Version: 2, Catalog: cat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ResetCounts()
+		f, err := loader.NewFollower(tb, opts, fo)
+		tb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := f.Stream(ctx, f.Start(), 0, loader.StreamOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := int64(0)
+		for {
+			b, err := st.Next(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows += b.Record.NumRows()
+			b.Record.Release()
+		}
+		st.Close()
+		f.Close()
+		if rows != 120 {
+			t.Fatalf("run %d dealt %d rows, want 120", run, rows)
+		}
+		reads[run] = s.Count("GET", ".json")
+	}
+	if reads[0] == 0 || reads[1] != 0 {
+		t.Errorf("manifest reads: %d by the first follower, %d by the second; want some, then none", reads[0], reads[1])
 	}
 }

@@ -185,7 +185,7 @@ func (f *Follower) appended(ctx context.Context, from, to int64) (added []table.
 // log's latest version.
 func (f *Follower) readGroups(ctx context.Context, log *versionLog, from int64) error {
 	latest := log.latest()
-	t, err := table.OpenVersion(ctx, f.table.URI(), latest)
+	t, err := f.table.OpenVersion(ctx, latest)
 	if err != nil {
 		return err
 	}
@@ -310,7 +310,7 @@ func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) 
 		at, err := strconv.ParseInt(t.Version(), 10, 64) // a croupier table's version number
 		if err != nil || at < v || at > f.log.latest() {
 			at = f.log.latest()
-			if t, err = table.OpenVersion(ctx, f.table.URI(), at); err != nil {
+			if t, err = f.table.OpenVersion(ctx, at); err != nil {
 				return nil, err
 			}
 		} else {

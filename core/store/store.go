@@ -338,6 +338,10 @@ func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
 // carries the query of the location's URI, which may hold credentials.
 func (l *Location) ObjectURI(key string) string { return l.base + key }
 
+// Remote reports whether the location is on a remote store, where each
+// request costs a round trip, rather than local files or memory.
+func (l *Location) Remote() bool { return l.driver != nil }
+
 // Code classifies an error returned by gocloud.dev/blob (see classify); a
 // context's cancellation or deadline is Canceled.
 func Code(err error) errcode.Code {

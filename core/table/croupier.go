@@ -721,6 +721,12 @@ type Appended struct {
 // Rows is the number of rows the version added.
 func (a Appended) Rows() int64 { return a.End - a.Start }
 
+// OpenVersion opens version v of t's croupier table (0: the latest) with
+// t's catalog.
+func (t *Table) OpenVersion(ctx context.Context, v int64) (*Table, error) {
+	return OpenWith(ctx, t.pin.URI, OpenOptions{Version: v, Catalog: t.cat})
+}
+
 // Appended returns what version v of t's croupier table added to its
 // parent. It fails with errcode.NotFound when v is not committed, yet or any
 // more (see Cleanup).

@@ -635,9 +635,9 @@ func TestPinnedOpenOverlapsRequests(t *testing.T) {
 	if rec.NumRows() != int64(len(ids)) {
 		t.Fatalf("%d rows, want %d", rec.NumRows(), len(ids))
 	}
-	// A request per row group, and one per file for its offset indexes.
-	if n, p := s.Count("GET", ".parquet"), s.PeakInFlight(); n != files*groups+files || p < 8 {
-		t.Errorf("reading %d row groups made %d requests, at most %d at once; want %d, at least 8", files*groups, n, p, files*groups+files)
+	// A request per row group: the offset indexes came with the footers.
+	if n, p := s.Count("GET", ".parquet"), s.PeakInFlight(); n != files*groups || p < 8 {
+		t.Errorf("reading %d row groups made %d requests, at most %d at once; want %d, at least 8", files*groups, n, p, files*groups)
 	}
 }
 
@@ -757,5 +757,92 @@ func TestAppendLostCommitResponse(t *testing.T) {
 	defer t2.Close()
 	if got := allIDs(t, t2); !slices.Equal(got, seq(0, 15)) {
 		t.Fatalf("rows = %v, want 0…14 once each", got)
+	}
+}
+
+// TestRemoteReadsMergeNearbyPages reads a few rows of one row group, their
+// pages a few KiB apart: from local files each section is its own read, on
+// a remote store sections closer than a request's worth of bytes share one.
+func TestRemoteReadsMergeNearbyPages(t *testing.T) {
+	ctx := context.Background()
+	s := startS3(t)
+	requests := map[string]int64{}
+	for name, uri := range map[string]string{"file": "file://" + t.TempDir(), "s3": s.URI("bkt", "pages")} {
+		tb, err := table.Create(ctx, uri, idReader(0, 20000), table.WriteOptions{RowGroupRows: 20000, PageBytes: 1 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.Close()
+		tb = open(t, uri)
+		r, err := tb.NewReader(table.ReaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []uint64{5, 3000, 6000, 9000, 12000}
+		rec, err := r.Read(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Column(0).(*array.Int64).Int64Values(); !slices.Equal(got, []int64{5, 3000, 6000, 9000, 12000}) {
+			t.Fatalf("%s: read ids %v", name, got)
+		}
+		rec.Release()
+		requests[name] = r.Stats().Requests
+		r.Close()
+		tb.Close()
+	}
+	t.Logf("requests: %v", requests)
+	if requests["s3"] >= requests["file"] {
+		t.Errorf("S3 made %d requests, local files %d: nearby pages were not merged", requests["s3"], requests["file"])
+	}
+}
+
+// TestKeepReadsFootersTogether keeps one row of each of 8 files whose
+// footers are not read yet, with a budget (each piece's admission needs its
+// footer), on a store 20 ms from the first byte: the footers are read at
+// once, not one round trip per piece.
+func TestKeepReadsFootersTogether(t *testing.T) {
+	const files = 8
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "appended")
+	for i := range int64(files) {
+		var err error
+		if i == 0 {
+			var tb *table.Table
+			tb, err = table.Create(ctx, uri, idReader(0, 50), table.WriteOptions{})
+			if err == nil {
+				tb.Close()
+			}
+		} else {
+			_, err = table.Append(ctx, uri, idReader(i*50, 50), table.WriteOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb := open(t, uri)
+	defer tb.Close()
+	r, err := tb.NewReader(table.ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s.SetFaults(s3test.Faults{FirstByte: 20 * time.Millisecond})
+	s.ResetCounts()
+	var ids []uint64
+	for i := range uint64(files) {
+		ids = append(ids, i*50+7)
+	}
+	k, err := r.Keep(ctx, ids, table.NewBudget(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := k.Built(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.PeakInFlight(); p < files {
+		t.Errorf("at most %d requests at once, want the %d footers' together", p, files)
 	}
 }

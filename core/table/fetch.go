@@ -25,9 +25,15 @@ import (
 // number of cores, so that waiting on the store never holds a core.
 
 const (
-	// holeBytes is the largest gap between two column chunks that is read
-	// rather than skipped (Arrow C++'s default hole size limit).
+	// holeBytes is the largest gap between two sections (column chunks,
+	// pages) of local files that is read rather than skipped (Arrow C++'s
+	// default hole size limit).
 	holeBytes = 8 << 10
+	// remoteHoleBytes is holeBytes on a remote store. There a request costs
+	// a round trip and, in the SDK, more CPU than receiving 64 KiB: the few
+	// rows a step takes from a row group (a shuffle's, or those a round of
+	// following carries) lie in pages a few tens of KiB apart.
+	remoteHoleBytes = 64 << 10
 	// partBytes is the largest single range request; longer ranges are split
 	// into parts fetched in parallel.
 	partBytes = 8 << 20
@@ -58,13 +64,13 @@ func leafChunks(md *metadata.FileMetaData, g int, leaves []int) ([]byteRange, er
 	return chunks, nil
 }
 
-// mergeRanges sorts ranges, merges those separated by small holes, and
-// splits the result into parts of at most partBytes.
-func mergeRanges(chunks []byteRange) []byteRange {
+// mergeRanges sorts ranges, merges those separated by holes of at most hole
+// bytes, and splits the result into parts of at most partBytes.
+func mergeRanges(chunks []byteRange, hole int64) []byteRange {
 	slices.SortFunc(chunks, func(a, b byteRange) int { return int(a.off - b.off) })
 	var merged []byteRange
 	for _, c := range chunks {
-		if k := len(merged) - 1; k >= 0 && c.off <= merged[k].off+merged[k].n+holeBytes {
+		if k := len(merged) - 1; k >= 0 && c.off <= merged[k].off+merged[k].n+hole {
 			merged[k].n = max(merged[k].n, c.off+c.n-merged[k].off)
 			continue
 		}

@@ -27,11 +27,19 @@ func footerGuess(size int64) int64 {
 
 var magic = []byte("PAR1")
 
+// tailBytes are trailing bytes of a file, from offset off: what the read of
+// its footer fetched.
+type tailBytes struct {
+	off int64
+	b   []byte
+}
+
 // readFooters returns the parsed footers of objs: known[i] where the caller
 // has read it already (known may be nil), else from the catalog where it has
 // them (keyed by each object's identity), else from the store; footers read
-// from the store are added to the catalog in one transaction.
-func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog, objs []store.Object, known [][]byte) ([]*metadata.FileMetaData, error) {
+// from the store are added to the catalog in one transaction. tails[i] holds
+// the bytes fetched with footer i when it was read from the store.
+func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog, objs []store.Object, known [][]byte) (mds []*metadata.FileMetaData, tails []tailBytes, err error) {
 	raw := make([][]byte, len(objs))
 	copy(raw, known)
 	keys := make([]string, len(objs))
@@ -45,8 +53,8 @@ func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog,
 			}
 		}
 	}
-	mds := make([]*metadata.FileMetaData, len(objs))
-	fetched := make([]bool, len(objs))
+	mds = make([]*metadata.FileMetaData, len(objs))
+	tails = make([]tailBytes, len(objs))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for i, o := range objs {
@@ -60,63 +68,63 @@ func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog,
 					return nil
 				}
 			}
-			if raw[i], _, err = fetchFooter(gctx, loc, o); err != nil {
+			if raw[i], tails[i], _, err = fetchFooter(gctx, loc, o); err != nil {
 				return err
 			}
-			fetched[i] = true
 			mds[i], err = parseFooter(raw[i], where)
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cat != nil {
 		var put []catalog.Entry
 		for i := range objs {
-			if fetched[i] {
+			if tails[i].b != nil {
 				put = append(put, catalog.Entry{Key: keys[i], Value: raw[i]})
 			}
 		}
 		cat.Put(put)
 	}
-	return mds, nil
+	return mds, tails, nil
 }
 
 // fetchFooter reads the raw Thrift footer of obj from the store, and returns
-// it with the identity of the version read: obj, or what the store reported
-// with the data when obj has no modification time (a listed size only).
-func fetchFooter(ctx context.Context, loc *store.Location, obj store.Object) ([]byte, store.Object, error) {
+// it, the bytes read that hold it, and the identity of the version read: obj,
+// or what the store reported with the data when obj has no modification
+// time (a listed size only).
+func fetchFooter(ctx context.Context, loc *store.Location, obj store.Object) ([]byte, tailBytes, store.Object, error) {
 	const op = "read footer"
 	where := loc.ObjectURI(obj.Key)
 	if obj.Size < 12 {
-		return nil, obj, errcode.New(errcode.Corrupt, op, where, "not a Parquet file: %d bytes is too short", obj.Size)
+		return nil, tailBytes{}, obj, errcode.New(errcode.Corrupt, op, where, "not a Parquet file: %d bytes is too short", obj.Size)
 	}
 	r := loc.NewReaderAt(ctx, obj)
 	n := footerGuess(obj.Size)
 	tail := make([]byte, n)
 	if _, err := r.ReadAt(tail, obj.Size-n); err != nil {
-		return nil, obj, err
+		return nil, tailBytes{}, obj, err
 	}
 	if obj.ModTime.IsZero() { // a second read must be of the same version
 		obj = r.Seen()
 		r = loc.NewReaderAt(ctx, obj)
 	}
 	if !bytes.Equal(tail[n-4:], magic) {
-		return nil, obj, errcode.New(errcode.Corrupt, op, where, "not a Parquet file: no PAR1 magic at the end")
+		return nil, tailBytes{}, obj, errcode.New(errcode.Corrupt, op, where, "not a Parquet file: no PAR1 magic at the end")
 	}
 	flen := int64(binary.LittleEndian.Uint32(tail[n-8:]))
 	if flen+12 > obj.Size {
-		return nil, obj, errcode.New(errcode.Corrupt, op, where, "footer length %d exceeds file size %d", flen, obj.Size)
+		return nil, tailBytes{}, obj, errcode.New(errcode.Corrupt, op, where, "footer length %d exceeds file size %d", flen, obj.Size)
 	}
 	if flen+8 > n {
 		tail = make([]byte, flen+8)
 		if _, err := r.ReadAt(tail, obj.Size-flen-8); err != nil {
-			return nil, obj, err
+			return nil, tailBytes{}, obj, err
 		}
 		n = flen + 8
 	}
-	return tail[n-8-flen : n-8], obj, nil
+	return tail[n-8-flen : n-8], tailBytes{obj.Size - n, tail}, obj, nil
 }
 
 // parseFooter parses a raw Thrift footer.

@@ -149,6 +149,19 @@ func (k *Kept) build(ctx context.Context) (err error) {
 	r := k.r
 	prio := r.planned.Add(int64(len(k.pieces))) - int64(len(k.pieces))
 	sem := make(chan struct{}, cap(r.reads))
+	if k.budget != nil {
+		// Each piece's admission needs its file's footer: those not read
+		// yet are read together, not a round trip per piece.
+		files := make([]int, len(k.pieces))
+		for i, p := range k.pieces {
+			files[i] = p.key.File
+		}
+		k.wg.Add(1)
+		go func() {
+			defer k.wg.Done()
+			r.t.loadFooters(ctx, files)
+		}()
+	}
 	for i, p := range k.pieces {
 		if k.budget != nil {
 			guess, err := r.GuessRowBytes(ctx, p.key)

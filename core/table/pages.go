@@ -2,6 +2,7 @@ package table
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -49,6 +50,77 @@ type pageKey struct{ file, group, leaf int }
 type pageIndex struct {
 	m     sync.Map // pageKey -> *pageLocs
 	loads singleflight.Group
+	tails indexTails
+}
+
+// indexTails holds the offset indexes of the files whose footers the table
+// read last, where the footer's read fetched them too (the bytes before a
+// footer usually hold them): a file's first page-level read then costs no
+// request of its own, where it would cost a round trip more before its first
+// data page. At most tailsBytes are held, the oldest dropped first.
+type indexTails struct {
+	mu    sync.Mutex
+	m     map[int]tailBytes // file -> its offset indexes, from the first's offset on
+	order []int
+	bytes int
+}
+
+// tailsBytes bounds what indexTails hold.
+const tailsBytes = 1 << 20
+
+// keep holds the offset indexes of file f, whose footer is md, when tail
+// holds them all.
+func (it *indexTails) keep(f int, md *metadata.FileMetaData, tail tailBytes) {
+	if tail.b == nil {
+		return
+	}
+	start, end := int64(-1), int64(-1)
+	for g := range md.NumRowGroups() {
+		rg := md.RowGroup(g)
+		for leaf := range rg.NumColumns() {
+			col, err := rg.ColumnChunk(leaf)
+			if err != nil {
+				return
+			}
+			if loc := col.GetOffsetIndexLocation(); loc != nil && loc.Length > 0 {
+				if start < 0 || loc.Offset < start {
+					start = loc.Offset
+				}
+				end = max(end, loc.Offset+int64(loc.Length))
+			}
+		}
+	}
+	if start < tail.off || end > tail.off+int64(len(tail.b)) || end-start > tailsBytes {
+		return
+	}
+	held := tailBytes{start, bytes.Clone(tail.b[start-tail.off : end-tail.off])}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.m == nil {
+		it.m = map[int]tailBytes{}
+	}
+	if _, ok := it.m[f]; ok {
+		return
+	}
+	it.m[f] = held
+	it.order = append(it.order, f)
+	for it.bytes += len(held.b); it.bytes > tailsBytes; it.order = it.order[1:] {
+		it.bytes -= len(it.m[it.order[0]].b)
+		delete(it.m, it.order[0])
+	}
+}
+
+// read copies into buf file f's bytes from off on, if held, and reports
+// whether it did.
+func (it *indexTails) read(f int, buf []byte, off int64) bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	held, ok := it.m[f]
+	if !ok || off < held.off || off+int64(len(buf)) > held.off+int64(len(held.b)) {
+		return false
+	}
+	copy(buf, held.b[off-held.off:])
+	return true
 }
 
 // pageIndexSpan bounds one read of offset indexes. A writer puts those of a
@@ -128,8 +200,10 @@ func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
 		}
 		start := wants[0].off
 		buf := make([]byte, end-start)
-		if _, err := ra.ReadAt(buf, start); err != nil {
-			return err
+		if !t.pageIndex.tails.read(f, buf, start) {
+			if _, err := ra.ReadAt(buf, start); err != nil {
+				return err
+			}
 		}
 		for _, w := range wants[:n] {
 			locs, err := parseOffsetIndex(buf[w.off-start:w.off-start+w.size], t.pin.Files[f].RowGroups[w.key.group], t.pin.Files[f].Size)

@@ -2,11 +2,14 @@ package table
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
+
+	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
 // offsetIndex encodes an offset index of pages at the given first rows,
@@ -76,5 +79,54 @@ func TestPlanPages(t *testing.T) {
 	}
 	if planPages(locs, []int64{0, 10, 40, 45}) != nil {
 		t.Error("a plan of every page")
+	}
+}
+
+// TestIndexTailsKeepWhatTheFooterReadBrought: the offset indexes within the
+// bytes a footer's read fetched are held, byte for byte, up to tailsBytes in
+// all, the oldest dropped first; those the read did not fetch are not.
+func TestIndexTailsKeepWhatTheFooterReadBrought(t *testing.T) {
+	b := tabletest.Encode(t, 0, 2000, 500)
+	flen := int64(binary.LittleEndian.Uint32(b[len(b)-8:]))
+	md, err := parseFooter(b[int64(len(b))-8-flen:len(b)-8], "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var start, end int64 = -1, 0
+	for g := range md.NumRowGroups() {
+		for leaf := range md.Schema.NumColumns() {
+			col, err := md.RowGroup(g).ColumnChunk(leaf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loc := col.GetOffsetIndexLocation()
+			if start < 0 || loc.Offset < start {
+				start = loc.Offset
+			}
+			end = max(end, loc.Offset+int64(loc.Length))
+		}
+	}
+	var it indexTails
+	// A tail that starts within the indexes holds none.
+	it.keep(0, md, tailBytes{start + 1, b[start+1:]})
+	if buf := make([]byte, 1); it.read(0, buf, end-1) {
+		t.Fatal("held the indexes of a tail that does not hold them all")
+	}
+	files := int(tailsBytes/(end-start)) + 5
+	for f := range files {
+		it.keep(f, md, tailBytes{start - 10, b[start-10:]})
+	}
+	if it.bytes > tailsBytes || it.bytes < tailsBytes-int(end-start) {
+		t.Errorf("held %d bytes, want at most %d and more than %d", it.bytes, tailsBytes, tailsBytes-(end-start))
+	}
+	buf := make([]byte, end-start)
+	if it.read(0, buf, start) {
+		t.Error("the oldest file's indexes are still held")
+	}
+	if !it.read(files-1, buf, start) || !bytes.Equal(buf, b[start:end]) {
+		t.Error("the newest file's indexes are not held as the file has them")
+	}
+	if it.read(files-1, buf, start-1) {
+		t.Error("read bytes before the indexes")
 	}
 }

@@ -301,9 +301,11 @@ func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, held int64,
 	}
 	where := r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key)
 	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
+	sizes := make([]int64, len(r.leaves))
+	// The columns the page decoder handles, and their chunks.
+	var fast []int
+	var chunks []*metadata.ColumnChunkMetaData
 	for c, leaves := range r.leaves {
-		var n int64
-		fast := len(leaves) == 1
 		for _, leaf := range leaves {
 			col, err := md.RowGroup(g.Group).ColumnChunk(leaf)
 			if err != nil {
@@ -313,20 +315,26 @@ func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, held int64,
 			if dictionaryEncoded(col) {
 				size *= 2
 			}
-			n += size + 4*rows
-			fast = fast && fastColumn(r.schema.Field(c), md.Schema.Column(leaf), col) != notFast
-		}
-		group += n
-		if fast {
-			page, err := r.largestPage(ctx, g, md, leaves[0])
-			if err != nil {
-				return 0, 0, err
+			sizes[c] += size + 4*rows
+			if len(leaves) == 1 && fastColumn(r.schema.Field(c), md.Schema.Column(leaf), col) != notFast {
+				fast, chunks = append(fast, c), append(chunks, col)
 			}
-			n = min(n, 2*page)
 		}
-		held = max(held, n)
+		group += sizes[c]
 	}
-	return group, held, nil
+	// Their offset indexes, read together: the page plan asks for the same.
+	fastLeaves := make([]int, len(fast))
+	for i, c := range fast {
+		fastLeaves[i] = r.leaves[c][0]
+	}
+	locs, err := r.t.pages(ctx, g.File, g.Group, fastLeaves)
+	if err != nil {
+		return 0, 0, err
+	}
+	for i, c := range fast {
+		sizes[c] = min(sizes[c], 2*largestPage(chunks[i], locs[i]))
+	}
+	return group, slices.Max(append(sizes, 0)), nil
 }
 
 // defaultPageBytes is the page size writers use unless told otherwise
@@ -334,22 +342,15 @@ func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, held int64,
 // without an offset index.
 const defaultPageBytes = 1 << 20
 
-// largestPage guesses the uncompressed size of the largest page of a leaf
-// column chunk of row group g: from the offset index, where the file has
-// one, scaled by the chunk's compression ratio, else the writers' default.
-func (r *Reader) largestPage(ctx context.Context, g GroupRef, md *metadata.FileMetaData, leaf int) (int64, error) {
-	col, err := md.RowGroup(g.Group).ColumnChunk(leaf)
-	if err != nil {
-		return 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+// largestPage guesses the uncompressed size of the largest page of column
+// chunk col, whose pages lie at locs: from the offset index, where the file
+// has one, scaled by the chunk's compression ratio, else the writers'
+// default.
+func largestPage(col *metadata.ColumnChunkMetaData, locs *pageLocs) int64 {
+	if locs == nil || col.TotalCompressedSize() <= 0 {
+		return min(col.TotalUncompressedSize(), defaultPageBytes)
 	}
-	locs, err := r.t.pages(ctx, g.File, g.Group, []int{leaf})
-	if err != nil {
-		return 0, err
-	}
-	if locs[0] == nil || col.TotalCompressedSize() <= 0 {
-		return min(col.TotalUncompressedSize(), defaultPageBytes), nil
-	}
-	return slices.Max(locs[0].size) * col.TotalUncompressedSize() / col.TotalCompressedSize(), nil
+	return slices.Max(locs.size) * col.TotalUncompressedSize() / col.TotalCompressedSize()
 }
 
 // decodeGuess guesses the bytes a decoder holds beyond the rows it keeps,
@@ -470,7 +471,11 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 	if err != nil {
 		return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
-	ranges := mergeRanges(slices.Clone(sections))
+	hole := int64(holeBytes)
+	if r.t.loc.Remote() {
+		hole = remoteHoleBytes
+	}
+	ranges := mergeRanges(slices.Clone(sections), hole)
 	if r.fetching != nil {
 		var n int64
 		for _, rg := range ranges {

@@ -499,7 +499,7 @@ func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object,
 			if cat == nil {
 				tail.Go(func() (err error) {
 					defer errcode.Recover(&err, errcode.Internal, "read footer", loc.ObjectURI(f.Key))
-					raw, read, _ = fetchFooter(gctx, loc, f.Object) // readFooters meets any error again
+					raw, _, read, _ = fetchFooter(gctx, loc, f.Object) // readFooters meets any error again
 					return nil
 				})
 			}
@@ -514,7 +514,7 @@ func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object,
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	footers, err := readFooters(ctx, loc, cat, objs, early)
+	footers, _, err := readFooters(ctx, loc, cat, objs, early)
 	if err != nil {
 		return nil, err
 	}
@@ -679,9 +679,32 @@ func (t *Table) Footer(ctx context.Context, i int) (*metadata.FileMetaData, erro
 	}
 }
 
+// loadFooters reads the footers of files not read yet, several at a time,
+// and ignores errors: Footer meets them again where a footer is needed.
+func (t *Table) loadFooters(ctx context.Context, files []int) {
+	var missing []int
+	seen := map[int]bool{}
+	t.mu.Lock()
+	for _, f := range files {
+		if t.footers[f] == nil && !seen[f] {
+			missing, seen[f] = append(missing, f), true
+		}
+	}
+	t.mu.Unlock()
+	var g errgroup.Group
+	g.SetLimit(16)
+	for _, f := range missing {
+		g.Go(func() error {
+			t.Footer(ctx, f) //nolint:errcheck // met again where it is needed
+			return nil
+		})
+	}
+	g.Wait()
+}
+
 // readFooter reads file i's footer, checks it against the pin and keeps it.
 func (t *Table) readFooter(ctx context.Context, i int) (*metadata.FileMetaData, error) {
-	mds, err := readFooters(ctx, t.loc, t.cat, []store.Object{t.pin.Files[i].Object}, nil)
+	mds, tails, err := readFooters(ctx, t.loc, t.cat, []store.Object{t.pin.Files[i].Object}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -691,6 +714,7 @@ func (t *Table) readFooter(ctx context.Context, i int) (*metadata.FileMetaData, 
 			"row layout differs from the pin (%d rows in %d row groups; pinned %d in %d)",
 			got.NumRows, len(got.RowGroups), t.pin.Files[i].NumRows, len(t.pin.Files[i].RowGroups))
 	}
+	t.pageIndex.tails.keep(i, md, tails[0])
 	t.mu.Lock()
 	t.footers[i] = md
 	t.mu.Unlock()

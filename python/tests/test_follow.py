@@ -29,7 +29,7 @@ from conftest import uri
 import croupier as cr
 
 GENERATORS, VERSIONS = 4, 12  # each generator's versions: about 4 * 12 * 15 rows in all
-STEPS, KILL_AFTER = 40, 15  # global steps in all; the first run is killed past this many
+STEPS, KILL_AFTER = 50, 20  # global steps in all; the first run is killed past this many
 
 
 def forkserver() -> BaseContext:
