@@ -161,7 +161,7 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 // manifestReads bounds the manifests refresh reads at once: a follower
 // that starts behind, or on a distant store, would otherwise wait a round
 // trip for each version.
-const manifestReads = 16
+const manifestReads = 64
 
 // appended reads what versions from to to added, manifestReads at a time;
 // errs[i] is the error of version from+i.
@@ -358,10 +358,13 @@ type FollowStream struct {
 	// ahead delivers the stream of the next round holding a step of the
 	// worker, opened while the round before is dealt; nil when not asked.
 	ahead chan opened
-	last  Round // of the last batch Next returned
-	stats FollowStats
-	done  Stats // counters of the rounds' streams closed
-	err   error
+	// warming counts the goroutines reading the footers of a next round
+	// (warm).
+	warming sync.WaitGroup
+	last    Round // of the last batch Next returned
+	stats   FollowStats
+	done    Stats // counters of the rounds' streams closed
+	err     error
 }
 
 // Stream starts following at pos (Start, or a Round's Next: a checkpoint)
@@ -445,6 +448,7 @@ func (s *FollowStream) open(ctx context.Context, pos FollowPosition, wait bool, 
 			return o
 		}
 		o.loader, o.stream = l, st
+		s.warm(r.next)
 		return o
 	}
 }
@@ -515,6 +519,33 @@ func (s *FollowStream) readAhead() {
 		defer errcode.Recover(&o.err, errcode.Internal, "read the next round of", s.f.table.URI())
 		o = s.open(s.ctx, pos, false, prev)
 	}(s.next, s.stream, opened{})
+}
+
+// warm reads in the background the footers of the files holding the rows
+// of the round at pos, if its versions are committed, once the stream of the
+// round before it is open: opening its own (readAhead, once the round before
+// is decoded) then waits for none of them, which on a distant store saves
+// the round trips before its first rows are fetched.
+func (s *FollowStream) warm(pos FollowPosition) {
+	s.warming.Add(1)
+	go func(pos FollowPosition) {
+		defer s.warming.Done()
+		var err error
+		defer errcode.Recover(&err, errcode.Internal, "read ahead the footers of", s.f.table.URI())
+		r, ok, _, err := s.f.round(s.ctx, pos, false)
+		if err != nil || !ok {
+			return // the open meets it again
+		}
+		t, err := s.f.tableFor(s.ctx, r.Version)
+		if err != nil {
+			return
+		}
+		defer t.Close()
+		order := r.dealt()
+		if ids, err := order.RowIDs(s.ctx, 0, order.Len()); err == nil {
+			t.LoadFooters(s.ctx, ids)
+		}
+	}(pos)
 }
 
 // closeRound closes the stream and loader of the round being dealt.
@@ -636,6 +667,7 @@ func (s *FollowStream) Close() error {
 		}
 		s.ahead = nil
 	}
+	s.warming.Wait() // no open runs now to start another
 	err = errors.Join(err, s.f.table.Close())
 	s.f = nil
 	if s.err == nil {

@@ -679,6 +679,24 @@ func (t *Table) Footer(ctx context.Context, i int) (*metadata.FileMetaData, erro
 	}
 }
 
+// LoadFooters reads the footers not read yet of the files that hold rows
+// ids, several at a time, so that reading the rows later waits for none of
+// them. Ids past the last row are ignored, and so are errors: a read that
+// needs a footer meets them again.
+func (t *Table) LoadFooters(ctx context.Context, ids []uint64) {
+	var files []int
+	seen := map[int]bool{}
+	for _, id := range ids {
+		if id >= uint64(t.NumRows()) {
+			continue
+		}
+		if f := t.groups[t.groupOf(int64(id))].File; !seen[f] {
+			files, seen[f] = append(files, f), true
+		}
+	}
+	t.loadFooters(ctx, files)
+}
+
 // loadFooters reads the footers of files not read yet, several at a time,
 // and ignores errors: Footer meets them again where a footer is needed.
 func (t *Table) loadFooters(ctx context.Context, files []int) {
