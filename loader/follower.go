@@ -31,8 +31,11 @@ type Follower struct {
 	opts   Options
 	follow FollowOptions
 
-	mu  sync.Mutex
-	log versionLog // versions from StartVersion on, as far as seen
+	// refreshing lets one refresh run at a time: it reads the store without
+	// holding mu, which guards the rest.
+	refreshing sync.Mutex
+	mu         sync.Mutex
+	log        versionLog // versions from StartVersion on, as far as seen
 	// at is the version rounds read their rows from: appends keep row ids,
 	// so it holds the rows of every version before it, and its footers and
 	// pages, once read, serve the rounds after.
@@ -110,23 +113,23 @@ func (f *Follower) Start() FollowPosition {
 // whether the log grew.
 func (f *Follower) refresh(ctx context.Context) (bool, error) {
 	const op = "follow"
+	f.refreshing.Lock()
+	defer f.refreshing.Unlock()
 	versions, err := f.table.Versions(ctx)
 	if err != nil {
 		return false, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	log := &f.log
-	if len(versions) == 0 || versions[len(versions)-1] <= log.latest() {
-		if len(versions) > 0 && versions[len(versions)-1] < log.latest() {
+	// Build on a copy, so that a failure leaves the log as it was. Snapshots
+	// see only their own lengths of the slices the copy appends to, and only
+	// a refresh changes the log.
+	next := f.snapshot()
+	if len(versions) == 0 || versions[len(versions)-1] <= next.latest() {
+		if len(versions) > 0 && versions[len(versions)-1] < next.latest() {
 			return false, errcode.New(errcode.Changed, op, f.table.URI(),
-				"the latest version is %d, but version %d was committed: the table was replaced", versions[len(versions)-1], log.latest())
+				"the latest version is %d, but version %d was committed: the table was replaced", versions[len(versions)-1], next.latest())
 		}
 		return false, nil
 	}
-	// Build on a copy, so that a failure leaves the log as it was. Snapshots
-	// see only their own lengths of the slices the copy appends to.
-	next := *log
 	read := next.rowsStart(next.latest() + 1) // rows whose groups are read, when the log has versions
 	from := next.latest() + 1
 	added, errs := f.appended(ctx, from, versions[len(versions)-1])
@@ -154,7 +157,9 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	*log = next
+	f.mu.Lock()
+	f.log = next
+	f.mu.Unlock()
 	return true, nil
 }
 
@@ -298,29 +303,48 @@ func (f *Follower) Loader(ctx context.Context, r *Round) (*Loader, error) {
 // of version v: the one opened last when it is v or later, else the
 // follower's own table when it is (opened already, with its footers), else
 // the latest version the log has read. It checks that the version holds
-// the rows the log says.
+// the rows the log says. It opens a version without holding mu.
 func (f *Follower) tableFor(ctx context.Context, v int64) (*table.Table, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.closed {
+		f.mu.Unlock()
 		return nil, errcode.New(errcode.Closed, "follow", f.table.URI(), "the follower is closed")
 	}
-	if f.at == nil || f.atVersion < v {
-		t := f.table
-		at, err := strconv.ParseInt(t.Version(), 10, 64) // a croupier table's version number
-		if err != nil || at < v || at > f.log.latest() {
-			at = f.log.latest()
-			if t, err = f.table.OpenVersion(ctx, at); err != nil {
-				return nil, err
-			}
-		} else {
-			t.Retain()
+	if f.at != nil && f.atVersion >= v {
+		f.at.Retain()
+		t := f.at
+		f.mu.Unlock()
+		return t, nil
+	}
+	t := f.table
+	at, err := strconv.ParseInt(t.Version(), 10, 64) // a croupier table's version number
+	open := err != nil || at < v || at > f.log.latest()
+	if open {
+		at = f.log.latest()
+	}
+	rows := f.log.rowsStart(at + 1)
+	f.mu.Unlock()
+	if open {
+		if t, err = f.table.OpenVersion(ctx, at); err != nil {
+			return nil, err
 		}
-		if rows := f.log.rowsStart(at + 1); t.NumRows() != rows {
-			t.Close()
-			return nil, errcode.New(errcode.Changed, "follow", f.table.URI(),
-				"version %d holds %d rows, %d when it was first read: the table was replaced", at, t.NumRows(), rows)
-		}
+	} else {
+		t.Retain()
+	}
+	if t.NumRows() != rows {
+		t.Close()
+		return nil, errcode.New(errcode.Changed, "follow", f.table.URI(),
+			"version %d holds %d rows, %d when it was first read: the table was replaced", at, t.NumRows(), rows)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.closed:
+		t.Close()
+		return nil, errcode.New(errcode.Closed, "follow", f.table.URI(), "the follower is closed")
+	case f.at != nil && f.atVersion >= at: // another call kept one as recent meanwhile
+		t.Close()
+	default:
 		if f.at != nil {
 			f.at.Close()
 		}
