@@ -203,7 +203,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--orders", type=beyond_memory.csv, default=list(ORDERS))
     ap.add_argument("--ratio", type=int, default=4, help="projected bytes ÷ memory budget")
     ap.add_argument("--form", choices=list(beyond_memory.FORMS), default="croupier")
+    # A part of the matrix goes to bench/RESULTS.md only when asked (--out):
+    # it would replace the whole section there.
+    results_md = ap.get_default("out")
+    ap.set_defaults(out=None)
     args = ap.parse_args(argv)
+    full = (args.worlds, args.workers, args.orders) == tuple(
+        ap.get_default(name) for name in ("worlds", "workers", "orders")
+    )
+    if args.out is None and full:
+        args.out = results_md
     if unknown := set(args.orders) - set(ORDERS):
         ap.error(f"unknown orders: {', '.join(sorted(unknown))}")
     if bad := [w for w in args.worlds if args.num_splits % w]:
@@ -249,8 +258,12 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *workers_lines(out, args),
         ]
-    results.update_section(args.out, "Ranks", lines)
-    print(f"wrote the Ranks section of {args.out}")
+    if args.out is None:
+        print("\n".join(lines))
+        print("a part of the matrix: not written to bench/RESULTS.md (give --out to write it)")
+    else:
+        results.update_section(args.out, "Ranks", lines)
+        print(f"wrote the Ranks section of {args.out}")
     failed = "note" in base or any(r.get("note", "").startswith("failed") for r in out)
     return 1 if failed else 0
 
