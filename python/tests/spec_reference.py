@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections.abc import Sequence
 
 
@@ -233,7 +234,7 @@ def mixture_plan(
             u = mixture_u(seed, t, j)
             while True:
                 w = [0.0 if o else x for x, o in zip(mixture_weights(points, t), out, strict=True)]
-                total = sum(w)
+                total = math.fsum(w)  # summed exactly, as the Go core does
                 if total <= 0:
                     return plan
                 cumulative, i = 0.0, -1
