@@ -130,40 +130,49 @@ func headerAt(src io.ReaderAt, s byteRange) (pageHeader, error) {
 
 // checkPageCRCs checks the CRC of every page in section s of src, which
 // holds whole pages, when its first page has one. Sections that src has
-// fetched are checked where they lie.
+// fetched are checked where they lie; others a page at a time.
 func checkPageCRCs(src io.ReaderAt, s byteRange) error {
-	buf := fetchedBytes(src, s)
-	if buf == nil {
-		h, err := headerAt(src, s)
-		if err != nil || !h.hasCRC {
-			return err
+	whole := fetchedBytes(src, s)
+	for pos := int64(0); pos < s.n; {
+		var h pageHeader
+		var err error
+		if whole != nil {
+			if h, err = readPageHeader(whole[pos:]); err != nil {
+				err = fmt.Errorf("page at offset %d: %w", s.off+pos, err)
+			}
+		} else {
+			h, err = headerAt(src, byteRange{s.off + pos, s.n - pos})
 		}
-		buf = scratch{}.Allocate(int(s.n))
-		defer scratch{}.Free(buf)
-		if _, err := src.ReadAt(buf, s.off); err != nil {
-			return err
-		}
-	}
-	for pos := 0; pos < len(buf); {
-		h, err := readPageHeader(buf[pos:])
 		if err != nil {
-			return fmt.Errorf("page at offset %d: %w", s.off+int64(pos), err)
+			return err
 		}
-		start := pos + h.headerLen
-		if h.size > int64(len(buf)-start) {
-			return fmt.Errorf("page at offset %d: %d bytes, past the end of its column chunk", s.off+int64(pos), h.size)
+		start := pos + int64(h.headerLen)
+		if h.size > s.n-start {
+			return fmt.Errorf("page at offset %d: %d bytes, past the end of its column chunk", s.off+pos, h.size)
 		}
-		end := start + int(h.size)
 		if !h.hasCRC {
 			if pos == 0 {
 				return nil // a section of pages written without CRCs
 			}
-			return fmt.Errorf("page at offset %d has no CRC, the pages before it have one", s.off+int64(pos))
+			return fmt.Errorf("page at offset %d has no CRC, the pages before it have one", s.off+pos)
 		}
-		if got := crc32.ChecksumIEEE(buf[start:end]); got != h.crc {
-			return fmt.Errorf("page at offset %d: CRC %08x, its header says %08x", s.off+int64(pos), got, h.crc)
+		body := whole
+		if whole == nil {
+			body = scratch{}.Allocate(int(h.size))
+			_, err = src.ReadAt(body, s.off+start)
+			start = 0
 		}
-		pos = end
+		got := crc32.ChecksumIEEE(body[start : start+h.size])
+		if whole == nil {
+			scratch{}.Free(body)
+		}
+		if err != nil {
+			return err
+		}
+		if got != h.crc {
+			return fmt.Errorf("page at offset %d: CRC %08x, its header says %08x", s.off+pos, got, h.crc)
+		}
+		pos += int64(h.headerLen) + h.size
 	}
 	return nil
 }

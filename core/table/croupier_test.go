@@ -19,6 +19,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/google/uuid"
 
 	"github.com/croupier-data/croupier/core/catalog"
@@ -844,5 +845,49 @@ func TestKeepReadsFootersTogether(t *testing.T) {
 	}
 	if p := s.PeakInFlight(); p < files {
 		t.Errorf("at most %d requests at once, want the %d footers' together", p, files)
+	}
+}
+
+// TestLargeRowGroupStreamedWithinFetchShare reads rows of a plain Parquet
+// row group without an offset index whose column chunks are far larger than
+// the reader's fetch share: no request asks for more than the share, and the
+// rows are right, the first time (the chunks are read whole, a window at a
+// time, and their pages located) and the next (only their pages).
+func TestLargeRowGroupStreamedWithinFetchShare(t *testing.T) {
+	const rows, share = 100_000, 256 << 10
+	ctx := context.Background()
+	s := startS3(t)
+	rec := tabletest.Record(0, rows)
+	data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(rows), parquet.WithDataPageSize(32<<10))
+	rec.Release()
+	if err := s.Put("bkt", "plain/part-0.parquet", data); err != nil {
+		t.Fatal(err)
+	}
+	tb := open(t, s.URI("bkt", "plain"))
+	defer tb.Close()
+	r, err := tb.NewReader(table.ReaderOptions{FetchBytes: share})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, ids := range [][]uint64{{5, 50_000, 99_990}, {7, 60_000}} {
+		s.ResetCounts()
+		got, err := r.Read(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
+				t.Errorf("row %d: id %d", id, v)
+			}
+			if v := got.Column(3).(*array.String).Value(i); v != tabletest.Text(int64(id)) {
+				t.Errorf("row %d: text %q", id, v)
+			}
+		}
+		got.Release()
+		if l := s.LargestResponse(); l > share {
+			t.Errorf("reading rows %v: a request of %d bytes, more than the fetch share %d (the file is %d bytes)", ids, l, share, len(data))
+		}
+		t.Logf("rows %v: %d requests, %d bytes", ids, s.Requests(), s.BytesServed())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"golang.org/x/sync/errgroup"
 
@@ -92,6 +93,24 @@ type fetched struct {
 	ranges []byteRange
 	data   [][]byte
 	stats  *readerStats
+	// window, when not 0, is how much a stream over a section not fetched
+	// reads at a time (streamBufferSize): a row group larger than the
+	// reader's fetch share is streamed, not fetched.
+	window int64
+}
+
+// minWindow is the least a stream over a section not fetched reads at a
+// time.
+const minWindow = 64 << 10
+
+// streamBufferSize is the buffer of arrow-go's streams over sections of
+// src: the window of a src that streams them, else arrow-go's default
+// (sections fetched are read from memory).
+func streamBufferSize(src io.ReaderAt) int64 {
+	if f, ok := src.(*fetched); ok && f.window > 0 {
+		return max(f.window, minWindow)
+	}
+	return parquet.DefaultBufSize
 }
 
 // ReadAt copies from the fetched ranges holding [off, off+len(p)) (parts of

@@ -359,6 +359,7 @@ func (p *pagePlan) sections(dict int64) []byteRange {
 func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkMetaData, mem memory.Allocator) *plannedPages {
 	props := parquet.NewReaderProperties(mem)
 	props.BufferedStreamEnabled = true
+	props.BufferSize = streamBufferSize(src)
 	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), open: func(s byteRange) (file.PageReader, error) {
 		var stream parquet.BufferedReader
 		if b := fetchedBytes(src, s); b != nil {

@@ -476,23 +476,32 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		hole = remoteHoleBytes
 	}
 	ranges := mergeRanges(slices.Clone(sections), hole)
+	ra := r.t.loc.NewReaderAt(ctx, f.Object)
+	var src *fetched
 	if r.fetching != nil {
 		var n int64
 		for _, rg := range ranges {
 			n += rg.n
 		}
-		// A row group larger than the bound is fetched alone.
-		n = min(n, r.fetchLimit)
+		// A row group larger than the bound is read as it is decoded, a
+		// window of the bound at a time, a column after the other: the
+		// first read of a large column chunk without an offset index (a
+		// plain dataset's) locates its pages (learnPages), and holds no
+		// more than the window and a page.
+		if n > r.fetchLimit {
+			n, src = r.fetchLimit, &fetched{ReaderAt: ra, stats: &r.stats, window: r.fetchLimit}
+		}
 		if err := r.fetching.Acquire(ctx, n); err != nil {
 			return errcode.Wrap(err, errcode.Canceled, "read", where)
 		}
 		defer r.fetching.Release(n)
 	}
-	src, err := fetch(ctx, r.t.loc.NewReaderAt(ctx, f.Object), ranges, r.reads, &r.stats, where)
-	if err != nil {
-		return err
+	if src == nil {
+		if src, err = fetch(ctx, ra, ranges, r.reads, &r.stats, where); err != nil {
+			return err
+		}
+		defer src.release()
 	}
-	defer src.release()
 	for _, s := range sections {
 		if err := checkPageCRCs(src, s); err != nil {
 			return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
@@ -532,7 +541,9 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 		// Column chunks are in memory already (src serves them from the
 		// fetch): streamed, each page is copied once out of them, where
 		// unbuffered arrow-go would first copy each whole column chunk.
+		// Those src streams from the store are read a window at a time.
 		props.BufferedStreamEnabled = true
+		props.BufferSize = streamBufferSize(src)
 		pf, err := file.NewParquetReader(src, file.WithMetadata(md), file.WithReadProps(props))
 		if err != nil {
 			return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)

@@ -173,8 +173,11 @@ func TestCountsWhatItServes(t *testing.T) {
 	if got := s.PeakInFlight(); got != requests {
 		t.Errorf("PeakInFlight = %d, want %d (each waited 100 ms for its first byte)", got, requests)
 	}
+	if got := s.LargestResponse(); got != n {
+		t.Errorf("LargestResponse = %d, want %d", got, n)
+	}
 	s.ResetCounts()
-	if s.BytesServed() != 0 || s.PeakInFlight() != 0 || s.Requests() != 0 {
-		t.Errorf("after ResetCounts: %d bytes, peak %d, %d requests", s.BytesServed(), s.PeakInFlight(), s.Requests())
+	if s.BytesServed() != 0 || s.PeakInFlight() != 0 || s.Requests() != 0 || s.LargestResponse() != 0 {
+		t.Errorf("after ResetCounts: %d bytes, peak %d, %d requests, largest %d", s.BytesServed(), s.PeakInFlight(), s.Requests(), s.LargestResponse())
 	}
 }

@@ -48,6 +48,7 @@ type Server struct {
 	inFlight atomic.Int64
 	peak     atomic.Int64 // most requests in flight at once since ResetCounts
 	served   atomic.Int64 // response body bytes sent since ResetCounts
+	largest  atomic.Int64 // most body bytes one response sent since ResetCounts
 	// ignoreIfNoneMatch drops If-None-Match from PUTs; see IgnoreConditionalWrites.
 	ignoreIfNoneMatch atomic.Bool
 	// refuseUploadListings answers listings of multipart uploads 501; see
@@ -87,7 +88,7 @@ func Start(buckets ...string) (*Server, error) {
 		if !s.ifMatch(w, r) {
 			return
 		}
-		s.serveFaulty(&countingWriter{ResponseWriter: w, n: &s.served}, r, h)
+		s.serveFaulty(&countingWriter{ResponseWriter: w, n: &s.served, largest: &s.largest}, r, h)
 	}))
 	return s, nil
 }
@@ -202,6 +203,11 @@ func (s *Server) PeakInFlight() int64 { return s.peak.Load() }
 // started or since ResetCounts: what its clients fetched.
 func (s *Server) BytesServed() int64 { return s.served.Load() }
 
+// LargestResponse returns the most body bytes one response has sent since
+// the server started or since ResetCounts: the longest range a client asked
+// for in one request.
+func (s *Server) LargestResponse() int64 { return s.largest.Load() }
+
 // Count returns how many requests with the method had a path ending in suffix
 // (path-style paths are /bucket/key).
 func (s *Server) Count(method, suffix string) int64 {
@@ -225,18 +231,24 @@ func (s *Server) ResetCounts() {
 	s.injected = map[Kind]int64{}
 	s.total.Store(0)
 	s.served.Store(0)
+	s.largest.Store(0)
 	s.peak.Store(s.inFlight.Load())
 }
 
-// countingWriter counts the body bytes written through it.
+// countingWriter counts the body bytes written through it, in all (n) and
+// the most of one response (largest).
 type countingWriter struct {
 	http.ResponseWriter
-	n *atomic.Int64
+	n, largest *atomic.Int64
+	sent       int64
 }
 
 func (c *countingWriter) Write(b []byte) (int, error) {
 	n, err := c.ResponseWriter.Write(b)
 	c.n.Add(int64(n))
+	c.sent += int64(n)
+	for l := c.largest.Load(); c.sent > l && !c.largest.CompareAndSwap(l, c.sent); l = c.largest.Load() {
+	}
 	return n, err
 }
 
