@@ -248,9 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         "Following ÷ pinned, rows/s: " + "; ".join(ratios) + ". A round shuffles the rows of"
         " its own versions only, so its steps read fewer data files than the pinned read's,"
         " which shuffles every row; each round opens a stream of its own, once the round"
-        " before has decoded its rows, sharing that one's memory budget. Following deals the"
-        " rows of full steps only: those left past the last round's last step wait for a"
-        " next round.",
+        " before has decoded its rows, sharing that one's memory budget, and reads the"
+        " footers of its files as soon as the round before is open. What following reads"
+        " beyond the pinned read: the manifest of every version, the footer of every file,"
+        " and again the pages of the rows a round carries into the next. Following deals"
+        " the rows of full steps only: those left past the last round's last step wait for"
+        " a next round.",
         "",
         f"Commit to first dealt: {args.commits} appends of one step's rows, one every"
         f" {args.gap:g} s, each a round of its own; milliseconds from `Table.append` returning"
