@@ -79,15 +79,30 @@ def _read(stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         del item  # not held while the next one is read
 
 
-# Counters of a stream (StreamingDataset.stats) that are the most of any
-# worker when combined: a peak, and a size each worker has on its own. Every
-# other counter is a sum.
-_MOST_STATS = frozenset({"held_peak", "horizon_steps"})
+# Counters of a stream (StreamingDataset.stats, FollowingDataset.stats) that
+# are the most of any worker when combined: a peak, and a size each worker has
+# on its own; and a follow stream's counts of the rounds it formed and whether
+# its wait timed out: every worker forms the same rounds, each as far as it
+# got. Every other counter is a sum.
+_MOST_STATS = frozenset(
+    {
+        "held_peak",
+        "horizon_steps",
+        "rounds",
+        "version",
+        "new_rows",
+        "replayed_rows",
+        "skipped_rows",
+        "skipped_versions",
+        "waited_out",
+    }
+)
 
 
 def merge_stats(streams: Iterable[Mapping[str, int]]) -> dict[str, int]:
     """The counters of several workers' streams as one: the most of each worker
-    for ``held_peak`` and ``horizon_steps``, the sum for every other key."""
+    for a peak, a size and the counts of rounds formed (``_MOST_STATS``), the sum
+    for every other key."""
     out: dict[str, int] = {}
     for stats in streams:
         for key, value in stats.items():
