@@ -1,4 +1,4 @@
-"""``croupier.DataLoader``: torch's DataLoader, set up for a StreamingDataset."""
+"""``croupier.DataLoader``: torch's DataLoader, set up for croupier's datasets."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch.utils.data._utils.worker
 
 from .dataset import Steps, StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
+from .follow import FollowingDataset, FollowStep
 from .mixture import Mixture, MixtureStep
 
 __all__ = ["DataLoader"]
@@ -110,8 +111,8 @@ def _die_with_parent(trainer: int) -> None:
 
 
 class DataLoader(torch.utils.data.DataLoader):
-    """A thin :class:`torch.utils.data.DataLoader` for a :class:`StreamingDataset`
-    or a :class:`Mixture`.
+    """A thin :class:`torch.utils.data.DataLoader` for a :class:`StreamingDataset`,
+    a :class:`Mixture` or a :class:`FollowingDataset`.
 
     Differences from torch's loader:
 
@@ -138,11 +139,17 @@ class DataLoader(torch.utils.data.DataLoader):
       runs arrive in step order. Workers convert batches themselves and deal
       single steps in turns, as with torch's loader, when the dataset has a
       ``collate``, a ``collate_fn`` is given or ``pin_memory`` is set.
+    - a Mixture's or a FollowingDataset's workers make single steps in turns
+      (worker k makes steps k, k + K, ...), converted, each with the dataset's
+      position after it, which this process takes as it hands the step over.
+      A FollowingDataset's iteration ends at the last step delivered in order
+      when a worker's wait for versions times out (see
+      :class:`FollowingDataset`).
     - workers never outlive the training process: killed, or ended by
       ``os._exit``, it leaves none behind holding memory (see ``_WorkerStart``).
 
     Args:
-        dataset: the dataset or mixture to load.
+        dataset: the dataset, mixture or following dataset to load.
         num_workers: worker processes (0: the batches are made in this process).
         divide_budget: give each worker ``memory_budget // num_workers`` of the
             dataset's memory budget (True), or all of it (False).
@@ -150,20 +157,20 @@ class DataLoader(torch.utils.data.DataLoader):
             (``pin_memory``, ``prefetch_factor``, ...).
     """
 
-    dataset: StreamingDataset | Mixture
+    dataset: StreamingDataset | Mixture | FollowingDataset
 
     def __init__(
         self,
-        dataset: StreamingDataset | Mixture,
+        dataset: StreamingDataset | Mixture | FollowingDataset,
         num_workers: int = 0,
         *,
         divide_budget: bool = True,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(dataset, (StreamingDataset, Mixture)):
+        if not isinstance(dataset, (StreamingDataset, Mixture, FollowingDataset)):
             raise TypeError(
-                f"croupier.DataLoader needs a croupier.StreamingDataset or Mixture, got "
-                f"{type(dataset).__name__}"
+                f"croupier.DataLoader needs a croupier.StreamingDataset, Mixture or "
+                f"FollowingDataset, got {type(dataset).__name__}"
             )
         if kwargs.pop("batch_size", None) is not None:
             raise InvalidArgumentError(
@@ -197,6 +204,8 @@ class DataLoader(torch.utils.data.DataLoader):
             return super().__iter__()  # the dataset counts what it yields in this process
         if isinstance(self.dataset, Mixture):
             return self._mixture_steps(self._from_workers())
+        if isinstance(self.dataset, FollowingDataset):
+            return self._follow_steps(self._from_workers())
         return self._counted(self._from_workers())
 
     def _from_workers(self) -> Iterator[Any]:
@@ -208,36 +217,41 @@ class DataLoader(torch.utils.data.DataLoader):
         pinning. They divide the dataset's memory budget unless divide_budget
         is False. A Mixture's workers send single converted steps with the
         mixture's position after each (croupier.mixture.MixtureStep), and its
-        sources divide their budgets. Only the copies of the dataset the
-        workers get are told to.
+        sources divide their budgets; a FollowingDataset's send single
+        converted steps with their rounds (croupier.follow.FollowStep). Only
+        the copies of the dataset the workers get are told to.
         """
-        ds = self.dataset
-        if isinstance(ds, Mixture):
-            ds._in_loader = True
-            for source in ds.sources:
-                source._divide_budget = self.divide_budget
-        else:
-            ds._send_runs = (
-                not ds.tokens_per_step  # runs are cut by a fixed number of rows a step
-                and ds._collate is None
-                and self.collate_fn is torch.utils.data.default_convert
-                and not self.pin_memory
-            )
-            ds._divide_budget = self.divide_budget
         init_fn = self.worker_init_fn
         spawned = self.multiprocessing_context.get_start_method() == "spawn"
         main = threading.current_thread() is threading.main_thread()
         self.worker_init_fn = _WorkerStart(init_fn, os.getpid(), spawned and main)
+        self._tell_workers(True)
         try:
             return super().__iter__()  # starts the workers: they get the dataset now
         finally:
-            if isinstance(ds, Mixture):
-                ds._in_loader = False
-                for source in ds.sources:
-                    source._divide_budget = False
-            else:
-                ds._send_runs = ds._divide_budget = False
+            self._tell_workers(False)
             self.worker_init_fn = init_fn
+
+    def _tell_workers(self, starting: bool) -> None:
+        """Set what the copies of the dataset that the workers get must know
+        while they start (``starting``), or take it back from the dataset here."""
+        ds = self.dataset
+        divide = starting and self.divide_budget
+        if isinstance(ds, Mixture):
+            ds._in_loader = starting
+            for source in ds.sources:
+                source._divide_budget = divide
+        elif isinstance(ds, FollowingDataset):
+            ds._in_loader, ds._divide_budget = starting, divide
+        else:
+            ds._send_runs = (
+                starting
+                and not ds.tokens_per_step  # runs are cut by a fixed number of rows a step
+                and ds._collate is None
+                and self.collate_fn is torch.utils.data.default_convert
+                and not self.pin_memory
+            )
+            ds._divide_budget = divide
 
     def _mixture_steps(self, steps: Iterator[Any]) -> Iterator[Any]:
         """A Mixture's steps from the workers, each taking the mixture to the
@@ -255,6 +269,38 @@ class DataLoader(torch.utils.data.DataLoader):
             mix._position = step.next
             yield out
         mix._end()
+
+    def _follow_steps(self, steps: Iterator[Any]) -> Iterator[Any]:
+        """A FollowingDataset's steps from the workers, each taking the dataset past
+        it as it is handed over, up to the first that is not the next step.
+
+        torch takes one item from each worker in turn, and worker k of K sends
+        steps k, k + K, ...: they arrive in step order until a worker's wait for
+        versions times out before its next step while the others go on (they
+        wait on their own, and a version may land between their timeouts). The
+        iteration then ends at the last step delivered in order; the steps the
+        workers made after it are dropped, and dealt again by the next
+        iteration, which starts from the dataset's position.
+        """
+        ds = self.dataset
+        assert isinstance(ds, FollowingDataset)
+        workers: dict[int, dict[str, Any]] = {}  # each worker's counters, as last taken
+        for item in steps:
+            if not isinstance(item, FollowStep):
+                raise InternalError(
+                    f"croupier.DataLoader: a FollowingDataset's worker sent a "
+                    f"{type(item).__name__} when step {ds.steps_consumed} was next"
+                )
+            if item.step is not None and item.step != ds.steps_consumed:
+                return  # not counted: the next iteration deals it again
+            workers[item.worker] = item.stats
+            ds._stats = merge_stats(workers.values())
+            if item.step is None:
+                continue  # the worker's wait timed out: its last counters
+            assert item.round is not None
+            out = self.collate_fn(item.batch)
+            ds._deliver(item.step, item.round)
+            yield out
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         ds = self.dataset
@@ -281,10 +327,16 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the steps left in the dataset's epoch
-        (``len(dataset)``), also after a resume. A Mixture has no length."""
+        (``len(dataset)``), also after a resume. A Mixture and a FollowingDataset
+        have no length."""
         if isinstance(self.dataset, Mixture):
             raise TypeError(
                 "a croupier.Mixture has no length: its iterations end when a source does"
+            )
+        if isinstance(self.dataset, FollowingDataset):
+            raise TypeError(
+                "a croupier.FollowingDataset has no length: its iterations end when no "
+                "version completes the next round within wait_timeout"
             )
         return len(self.dataset)
 
@@ -296,11 +348,13 @@ class DataLoader(torch.utils.data.DataLoader):
         """Load a checkpoint into the dataset; the next iteration continues from it.
 
         ``table_moved`` is :meth:`StreamingDataset.load_state_dict`'s (a Mixture
-        takes none).
+        and a FollowingDataset take none).
         """
-        if isinstance(self.dataset, Mixture):
-            if table_moved:
-                raise InvalidArgumentError("a Mixture's state dict takes no table_moved")
-            self.dataset.load_state_dict(state_dict)
-        else:
+        if isinstance(self.dataset, StreamingDataset):
             self.dataset.load_state_dict(state_dict, table_moved=table_moved)
+            return
+        if table_moved:
+            raise InvalidArgumentError(
+                f"a {type(self.dataset).__name__}'s state dict takes no table_moved"
+            )
+        self.dataset.load_state_dict(state_dict)

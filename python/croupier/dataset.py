@@ -79,15 +79,30 @@ def _read(stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         del item  # not held while the next one is read
 
 
-# Counters of a stream (StreamingDataset.stats) that are the most of any
-# worker when combined: a peak, and a size each worker has on its own. Every
-# other counter is a sum.
-_MOST_STATS = frozenset({"held_peak", "horizon_steps"})
+# Counters of a stream (StreamingDataset.stats, FollowingDataset.stats) that
+# are the most of any worker when combined: a peak, and a size each worker has
+# on its own; and a follow stream's counts of the rounds it formed and whether
+# its wait timed out: every worker forms the same rounds, each as far as it
+# got. Every other counter is a sum.
+_MOST_STATS = frozenset(
+    {
+        "held_peak",
+        "horizon_steps",
+        "rounds",
+        "version",
+        "new_rows",
+        "replayed_rows",
+        "skipped_rows",
+        "skipped_versions",
+        "waited_out",
+    }
+)
 
 
 def merge_stats(streams: Iterable[Mapping[str, int]]) -> dict[str, int]:
     """The counters of several workers' streams as one: the most of each worker
-    for ``held_peak`` and ``horizon_steps``, the sum for every other key."""
+    for a peak, a size and the counts of rounds formed (``_MOST_STATS``), the sum
+    for every other key."""
     out: dict[str, int] = {}
     for stats in streams:
         for key, value in stats.items():
@@ -98,6 +113,38 @@ def merge_stats(streams: Iterable[Mapping[str, int]]) -> dict[str, int]:
             else:
                 out[key] += value
     return out
+
+
+class _WorkerBudget:
+    """The share of a dataset's memory budget its copy in a DataLoader worker
+    holds: croupier.DataLoader sets ``_divide_budget`` on the copies its K
+    workers get, and each opens its Go object with ``memory_budget // K``."""
+
+    _divide_budget: bool
+    _info: dict[str, Any]  # the Go object's info: memory_budget has Go's default filled in
+
+    def _worker_budget(self) -> int | None:
+        """The memory budget of this copy when croupier.DataLoader divides the
+        dataset's among its workers and this is one of them, else None."""
+        worker = torch.utils.data.get_worker_info()
+        if not self._divide_budget or worker is None:
+            return None
+        # At least one byte: 0 would mean the default to Go.
+        return max(int(self._info["memory_budget"]) // worker.num_workers, 1)
+
+    def _budget_error(self, exc: InvalidArgumentError) -> InvalidArgumentError | None:
+        """``exc`` saying how the budget was divided, in a worker whose budget
+        croupier.DataLoader divided (too small a budget may be too small for the
+        worker's share only); None elsewhere."""
+        worker = torch.utils.data.get_worker_info()
+        if worker is None or (budget := self._worker_budget()) is None:
+            return None
+        return InvalidArgumentError(
+            f"{exc} (in DataLoader worker {worker.id} of {worker.num_workers}: "
+            f"croupier.DataLoader divides the dataset's memory_budget "
+            f"{self._info['memory_budget']} among its workers, {budget} bytes each; "
+            "raise memory_budget, or pass divide_budget=False to give each worker all of it)"
+        )
 
 
 class Steps:
@@ -165,7 +212,7 @@ def _shared_ipc(batch: pa.RecordBatch) -> torch.Tensor:
     return data
 
 
-class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
+class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerBudget):
     """Deals one rank's share of every global step of an epoch (docs/concepts.md).
 
     Args:
@@ -345,15 +392,6 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
             return _lib.dataset_open_split(perms._handle(), self._source.index, options)
         return _lib.dataset_open(self._source._handle(), options)
 
-    def _worker_budget(self) -> int | None:
-        """The memory budget of this copy when croupier.DataLoader divides the
-        dataset's among its workers and this is one of them, else None."""
-        worker = torch.utils.data.get_worker_info()
-        if not self._divide_budget or worker is None:
-            return None
-        # At least one byte: 0 would mean the default to Go.
-        return max(int(self._info["memory_budget"]) // worker.num_workers, 1)
-
     def __getstate__(self) -> dict[str, Any]:
         if _in_main_process():
             self._shipped = True
@@ -507,14 +545,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
         try:
             return _lib.stream_open(self._handle(), options)
         except InvalidArgumentError as exc:
-            if (budget := self._worker_budget()) is None:
+            if (error := self._budget_error(exc)) is None:
                 raise
-            raise InvalidArgumentError(
-                f"{exc} (in DataLoader worker {options['worker']} of {options['num_workers']}: "
-                f"croupier.DataLoader divides the dataset's memory_budget "
-                f"{self._info['memory_budget']} among its workers, {budget} bytes each; "
-                "raise memory_budget, or pass divide_budget=False to give each worker all of it)"
-            ) from exc
+            raise error from exc
 
     def _runs(self, stream: _lib.Handle, start: int, worker: int, workers: int) -> Iterator[Steps]:
         """Worker ``worker``'s runs of ``_RUN_STEPS`` steps from ``start``, one Steps each.

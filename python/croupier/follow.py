@@ -23,12 +23,12 @@ import torch
 import torch.utils.data
 
 from . import _args, _lib
-from .dataset import _COALESCE_BYTES, _distributed_rank_world, _read
+from .dataset import _COALESCE_BYTES, _distributed_rank_world, _read, _WorkerBudget
 from .errors import InvalidArgumentError
 from .formats import check_format, convert_steps
 from .table import Table, open_table
 
-__all__ = ["STATE_FORMAT", "Follow", "FollowingDataset"]
+__all__ = ["STATE_FORMAT", "Follow", "FollowStep", "FollowingDataset"]
 
 STATE_FORMAT = 1
 # The column following adds to every batch (loader.VersionColumn).
@@ -109,11 +109,34 @@ class Follow:
         }
 
 
-def _in_worker() -> bool:
-    return torch.utils.data.get_worker_info() is not None
+class FollowStep:
+    """One global step of a :class:`FollowingDataset` made by a
+    :class:`croupier.DataLoader` worker, on its way to the main process: the
+    step's number, its round (as :attr:`FollowingDataset.last_round` gives it)
+    and its batch in the dataset's format, which the main process hands to the
+    training loop, taking the dataset past the step; and the worker's index and
+    the counters of its stream when it sent the step
+    (:meth:`FollowingDataset.stats`), which the loader adds up over the workers.
+
+    A worker whose stream ends (its wait for versions timed out) sends one more,
+    with no step, round or batch: its last counters.
+    """
+
+    __slots__ = ("batch", "round", "stats", "step", "worker")
+
+    def __init__(
+        self,
+        step: int | None,
+        round: dict[str, Any] | None,
+        batch: Any,
+        worker: int,
+        stats: dict[str, Any],
+    ) -> None:
+        self.step, self.round, self.batch = step, round, batch
+        self.worker, self.stats = worker, stats
 
 
-class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
+class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerBudget):
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
@@ -141,9 +164,19 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
             ``_version`` column, an unknown column, or numbers that do not fit
             together; the message names them.
 
-    The reading happens on Go threads: iterate in the training process
-    (``num_workers=0``). In a DataLoader worker process iteration raises
-    InvalidArgumentError.
+    The reading and decoding run on Go threads, so iterating in the training
+    process (``num_workers=0``) is often enough. Under
+    :class:`croupier.DataLoader` with K workers, worker k follows the table
+    itself, from the dataset's position when the iteration began, forming the
+    rounds and waiting for their versions, and makes global steps k, k + K, …
+    in the dataset's format; the loader hands them to the training loop in step
+    order, so :meth:`state_dict` and :attr:`last_round` are exact after every
+    step. Workers wait on their own, and may time out at different rounds (one
+    just before a version lands, another just after): the iteration then ends
+    at the last step delivered in order, and the steps the other workers made
+    after it are dealt again by the next iteration, or a resume. Each worker's
+    follower holds ``memory_budget // K`` unless ``divide_budget=False``. In the
+    workers of torch's own DataLoader iteration raises InvalidArgumentError.
     """
 
     def __init__(
@@ -193,6 +226,10 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
         }
         self._table = table
         self._format, self._list_format, self._collate = format, list_format, collate
+        # Set by croupier.DataLoader on the copies its workers get: they send
+        # their steps as FollowStep, and hold their share of the budget.
+        self._in_loader = False
+        self._divide_budget = False
         self._go: _lib.Handle | None = None
         self._closed = False
         self._info: dict[str, Any] = _lib.follow_info(self._handle())
@@ -205,7 +242,11 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
     # -- lifetime ------------------------------------------------------------------
 
     def _open_go(self) -> _lib.Handle:
-        return _lib.follow_open(self._table._handle(), self._options)
+        """Open the Go follower, with this worker's share of the budget."""
+        options = self._options
+        if (budget := self._worker_budget()) is not None:
+            options = {**options, "memory_budget": budget}
+        return _lib.follow_open(self._table._handle(), options)
 
     def close(self) -> None:
         """Release the Go follower and any stream (idempotent). The table stays open."""
@@ -265,13 +306,14 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
     # -- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        if _in_worker():
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None and not self._in_loader:
             raise InvalidArgumentError(
-                "FollowingDataset runs in the training process: iterate it with "
-                "num_workers=0 (its reads and decoding already run on Go threads); "
-                "DataLoader worker processes would each wait for and form the rounds "
-                "on their own, and could not report the round of a delivered step"
+                "a FollowingDataset in DataLoader worker processes needs croupier.DataLoader, "
+                "which hands its steps over in order and keeps the dataset's position; with "
+                "torch's DataLoader use num_workers=0"
             )
+        k, num_workers = (worker.id, worker.num_workers) if worker is not None else (0, 1)
         if self._stream is not None:
             self._stream.close()
         stream = _lib.follow_stream_open(
@@ -279,37 +321,59 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
             {
                 "position": self._position,
                 "step": self._next_step,
-                "worker": 0,
-                "num_workers": 1,
+                "worker": k,
+                "num_workers": num_workers,
                 "coalesce_bytes": _COALESCE_BYTES,
             },
         )
         self._stream = stream
         rows = self.rank_batch_size
         try:
-            for first, steps, batch in _read(stream):
+            for first, steps, batch in self._batches(stream):
                 if self._round is None or not (
                     self._round["step"] <= first < self._round["step"] + self._round["steps"]
                 ):
                     self._round = _lib.follow_round(stream.value)
-                # A batch of several steps has rows rows in each; a grouped
-                # step, whose size varies, comes alone.
+                # A batch of several steps of the worker (every K-th global
+                # step, in one round) has rows rows in each; a grouped step,
+                # whose size varies, comes alone.
                 sizes = [rows] * steps if steps > 1 else [batch.num_rows]
                 outs = convert_steps(batch, sizes, self._format, self._list_format)
                 del batch
+                stats = _lib.stream_stats(stream.value) if worker is not None else {}
                 for i, out in enumerate(outs):
-                    step = first + i
-                    end = self._round["step"] + self._round["steps"]
-                    self._next_step = step + 1
-                    self._position = (
-                        self._round["next"] if step + 1 == end else self._round_position()
-                    )
-                    yield out if self._collate is None else self._collate(out)
+                    step = first + i * num_workers
+                    if self._collate is not None:
+                        out = self._collate(out)
+                    if worker is not None:
+                        yield FollowStep(step, self._round, out, k, stats)
+                        continue
+                    self._deliver(step, self._round)
+                    yield out
+            if worker is not None:
+                yield FollowStep(None, None, None, k, _lib.stream_stats(stream.value))
         finally:
             if not stream.closed:
                 self._stats = _lib.stream_stats(stream.value)
             stream.close()
             self._stream = None
+
+    def _batches(self, stream: _lib.Handle) -> Iterator[tuple[int, int, Any]]:
+        """The stream's batches; in a worker whose budget was divided, errors say so."""
+        try:
+            yield from _read(stream)
+        except InvalidArgumentError as exc:
+            if (error := self._budget_error(exc)) is None:
+                raise
+            raise error from exc
+
+    def _deliver(self, step: int, in_round: dict[str, Any]) -> None:
+        """Global step ``step`` of round ``in_round`` reached the training loop:
+        the dataset moves past it (called by croupier.DataLoader with workers)."""
+        self._round = in_round
+        self._next_step = step + 1
+        end = in_round["step"] + in_round["steps"]
+        self._position = in_round["next"] if step + 1 == end else self._round_position()
 
     def _round_position(self) -> dict[str, Any]:
         """The position of the round of the last batch."""
@@ -326,6 +390,13 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject):
         the staleness rule), ``waits`` (listings that found no new version) and
         ``waited_out`` (the iteration ended because ``wait_timeout`` passed).
         Empty before the first iteration.
+
+        Under :class:`croupier.DataLoader` with workers, the counters the
+        workers sent with their steps delivered, and at their ends, added up:
+        the sum over the workers for the stream's counters and ``waits``, the
+        most of any worker for the peak and the rounds' counts (each worker forms
+        every round), ``waited_out`` if any worker's wait timed out. A worker's
+        counters may include steps it read but had not sent yet.
         """
         if self._stream is not None and not self._stream.closed:
             return _lib.stream_stats(self._stream.value)

@@ -9,13 +9,17 @@ committed, reconstructed afterwards.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import rollout_roles as roles
+import torch.utils.data
 from conftest import uri
 
 import croupier as cr
@@ -168,11 +173,24 @@ def growing(tmp_path: Path) -> str:
     return table_uri
 
 
-def follow(table_uri: str, **options: Any) -> Any:
-    follow = cr.Follow(wait_timeout=0.01, poll_interval=0.001, **options)
-    return cr.FollowingDataset(
-        table_uri, follow, global_batch_size=8, columns=["id"], format="numpy"
-    )
+@pytest.fixture
+def prompted(tmp_path: Path) -> str:
+    """A croupier table of six versions of 24 rows, ids 0 to 143, four samples a prompt."""
+    table_uri = uri(tmp_path / "g")
+
+    def prompts(ids: list[int]) -> pa.Table:
+        return pa.table({"id": ids, "prompt": [i // 4 for i in ids]})
+
+    table = cr.create_table(table_uri, prompts(list(range(0, 24))))
+    for v in range(1, 6):
+        table.append(prompts(list(range(24 * v, 24 * (v + 1)))))
+    return table_uri
+
+
+def follow(table_uri: str, memory_budget: int | None = None, **options: Any) -> Any:
+    follow = cr.Follow(**{"wait_timeout": 0.01, "poll_interval": 0.001, **options})
+    return cr.FollowingDataset(table_uri, follow, global_batch_size=8, columns=["id"],
+                               format="numpy", memory_budget=memory_budget)  # fmt: skip
 
 
 def test_rounds_of_one_version_each_deal_every_row_once(growing: str) -> None:
@@ -214,11 +232,11 @@ def test_bad_options_are_named(growing: str, tmp_path: Path) -> None:
         cr.FollowingDataset(table_uri, cr.Follow(), global_batch_size=2)
 
 
-def test_refuses_dataloader_workers(growing: str) -> None:
-    import torch.utils.data
-
+def test_refuses_torch_dataloader_workers(growing: str) -> None:
+    """torch's DataLoader cannot hand the workers' steps over in order, nor keep
+    the position: its workers refuse, naming croupier.DataLoader."""
     loader = torch.utils.data.DataLoader(follow(growing), batch_size=None, num_workers=1)
-    with pytest.raises(cr.InvalidArgumentError, match="num_workers=0"):
+    with pytest.raises(cr.InvalidArgumentError, match=r"needs croupier\.DataLoader"):
         next(iter(loader))
 
 
@@ -254,20 +272,12 @@ def test_ctrl_c_stops_a_wait_without_limit(growing: str) -> None:
     assert out.strip() == "interrupted after 18 steps"
 
 
-def test_groups_are_dealt_whole(tmp_path: Path) -> None:
+def test_groups_are_dealt_whole(prompted: str) -> None:
     """With group_by, the rows of a prompt appended together reach one step and one rank."""
-    table_uri = uri(tmp_path / "g")
-
-    def prompts(ids: list[int]) -> pa.Table:  # four samples a prompt
-        return pa.table({"id": ids, "prompt": [i // 4 for i in ids]})
-
-    table = cr.create_table(table_uri, prompts(list(range(0, 24))))
-    for v in range(1, 6):
-        table.append(prompts(list(range(24 * v, 24 * (v + 1)))))
     follow = cr.Follow(group_by="prompt", rows_per_round=40, replay=2, wait_timeout=0.01)
     steps: dict[int, list[list[int]]] = {}
     for rank in range(2):
-        ds = cr.FollowingDataset(table_uri, follow, global_batch_size=8, num_splits=2, rank=rank,
+        ds = cr.FollowingDataset(prompted, follow, global_batch_size=8, num_splits=2, rank=rank,
                                  world_size=2, columns=["id"], format="numpy")  # fmt: skip
         for batch in ds:
             steps.setdefault(ds.steps_consumed - 1, []).append(batch["id"].tolist())
@@ -280,3 +290,153 @@ def test_groups_are_dealt_whole(tmp_path: Path) -> None:
                 rank,
             )
         assert not {i // 4 for i in ranks[0]} & {i // 4 for i in ranks[1]}
+
+
+# -- croupier.DataLoader with worker processes ------------------------------------------
+
+ROUNDS = {"rows_per_round": 16, "replay": 0.25}
+
+
+def deliver(ds: Any, workers: int, **loader_args: Any) -> Iterator[dict[str, Any]]:
+    """What the training loop sees of each step of iterating ``ds`` under
+    croupier.DataLoader: the step, its ids and versions, the dataset's round and
+    the loader's state dict after it."""
+    loader = cr.DataLoader(ds, num_workers=workers, **loader_args)
+    for batch in loader:
+        yield {"step": ds.steps_consumed - 1, "ids": batch["id"].tolist(),
+               "versions": batch["_version"].tolist(), "round": ds.last_round,
+               "state": loader.state_dict()}  # fmt: skip
+
+
+def delivered(
+    ds: Any, workers: int, limit: int | None = None, **loader_args: Any
+) -> list[dict[str, Any]]:
+    """The steps :func:`deliver` gives, the first ``limit`` if given (the loop
+    breaks after them)."""
+    return list(itertools.islice(deliver(ds, workers, **loader_args), limit))
+
+
+@pytest.mark.parametrize(("workers", "grouped"), [(2, False), (3, True)])
+def test_dataloader_workers_deal_the_steps_of_one_process(
+    growing: str, prompted: str, workers: int, grouped: bool
+) -> None:
+    """Under croupier.DataLoader with workers, each forming the rounds itself, the
+    training loop gets the steps of num_workers=0, in order, with each step's
+    round and the state dict after it; stats() adds up the workers' counters."""
+    table, options = (prompted, {"group_by": "prompt", **ROUNDS}) if grouped else (growing, ROUNDS)
+    one = follow(table, **options)
+    want = delivered(one, 0)
+    assert [s["step"] for s in want] == list(range(len(want)))
+    assert len({s["round"]["round"] for s in want}) > 2
+    ds = follow(table, **options)
+    assert delivered(ds, workers) == want
+    assert ds.state_dict() == one.state_dict()
+    assert ds.last_round == one.last_round
+    mine, theirs = ds.stats(), one.stats()
+    for key in ("steps", "rows", "rounds", "version", "new_rows", "replayed_rows", "waited_out"):
+        assert mine[key] == theirs[key], key
+    assert mine["waited_out"]
+    # The next iteration goes on from the position: no version completes a round.
+    assert delivered(ds, 0) == []
+    assert ds.steps_consumed == len(want)
+
+
+def test_dataloader_workers_resume_from_a_state_dict(growing: str) -> None:
+    """Stopped after some steps under 2 workers, a checkpoint resumes under 3 in a
+    fresh dataset with exactly the steps of an uninterrupted run."""
+    want = delivered(follow(growing, **ROUNDS), 0)
+    first = delivered(follow(growing, **ROUNDS), 2, limit=7)
+    ds = follow(growing, **ROUNDS)
+    cr.DataLoader(ds).load_state_dict(json.loads(json.dumps(first[-1]["state"])))
+    assert ds.steps_consumed == 7
+    assert first + delivered(ds, 3) == want
+
+
+def test_dataloader_workers_follow_while_versions_land(tmp_path: Path) -> None:
+    """While versions land, each worker waits for the rounds it deals on its own,
+    and may time out at another round than the others: what the training loop
+    gets is a prefix, step by step, of following the finished table, and at least
+    the steps of the versions committed before it started."""
+    table_uri = uri(tmp_path / "t")
+    table = cr.create_table(table_uri, roles.rows(list(range(30)), 0))
+    table.append(roles.rows(list(range(30, 60)), 0))
+    before = len(delivered(follow(table_uri, **ROUNDS), 0))
+
+    def append() -> None:
+        for v in range(2, 12):
+            table.append(roles.rows(list(range(30 * v, 30 * (v + 1))), 0))
+            time.sleep(0.01)
+
+    appender = threading.Thread(target=append)
+    got = []
+    for step in deliver(follow(table_uri, wait_timeout=1.0, **ROUNDS), 2):
+        got.append(step)
+        if len(got) == 1:  # the workers are following now
+            appender.start()
+    appender.join()
+    want = delivered(follow(table_uri, **ROUNDS), 0)
+    assert len(want) > before
+    assert len(got) >= before
+    assert got == want[: len(got)]
+
+
+def wait_longer(worker: int, worker_id: int) -> None:
+    """A worker_init_fn: worker ``worker`` waits 2 s for versions, the others as
+    the dataset says."""
+    info = torch.utils.data.get_worker_info()
+    if worker_id == worker and info is not None:
+        info.dataset._options["follow"]["wait_timeout_ns"] = 2_000_000_000
+
+
+def test_dataloader_workers_end_at_the_last_step_in_order(tmp_path: Path) -> None:
+    """When one worker's wait times out while another, still waiting, sees the
+    versions that complete the round and makes the next steps, the iteration
+    ends at the last step delivered in order: the later steps are neither
+    delivered nor counted, and the next iteration deals them."""
+    table_uri = uri(tmp_path / "t")
+    table = cr.create_table(table_uri, roles.rows(list(range(30)), 0))
+    table.append(roles.rows(list(range(30, 60)), 0))
+    n = len(delivered(follow(table_uri, **ROUNDS), 0))
+    # The worker of step n times out at once; the other waits, and the versions
+    # of step n's round land once the loader has taken the first one's end.
+    ds = follow(table_uri, **ROUNDS)
+    loader = cr.DataLoader(ds, num_workers=2,
+                           worker_init_fn=functools.partial(wait_longer, (n + 1) % 2))  # fmt: skip
+    finished = threading.Event()
+
+    def append() -> None:
+        while not ds.stats().get("waited_out"):
+            if finished.wait(0.001):
+                return
+        for v in range(2, 4):
+            table.append(roles.rows(list(range(30 * v, 30 * (v + 1))), 0))
+
+    appender = threading.Thread(target=append)
+    appender.start()
+    try:
+        first = [batch["id"].tolist() for batch in loader]
+    finally:
+        finished.set()
+        appender.join()
+    want = delivered(follow(table_uri, **ROUNDS), 0)
+    assert len(want) > n + 1
+    assert first == [s["ids"] for s in want[:n]]
+    assert ds.steps_consumed == n
+    assert ds.stats()["steps"] == n
+    assert delivered(ds, 0) == want[n:]
+
+
+def test_dataloader_workers_divide_the_memory_budget(growing: str) -> None:
+    """Each of K workers' followers holds memory_budget // K: a budget that holds
+    a step in one process but not halved fails in 2 workers, with an error that
+    says why, unless divide_budget=False."""
+    # A step needs about 30 kB here, most of it 4 batches of steps read ahead.
+    budget = 48_000
+    want = delivered(follow(growing, budget), 0)
+    with pytest.raises(cr.InvalidArgumentError, match="memory_budget 24000 bytes") as info:
+        delivered(follow(growing, budget), 2)
+    assert "divides the dataset's memory_budget 48000 among its workers" in str(info.value)
+    assert "divide_budget=False" in str(info.value)
+    assert delivered(follow(growing, budget), 2, divide_budget=False) == want
+    # With no budget set, the workers divide Go's default, which the dataset reports.
+    assert follow(growing)._info["memory_budget"] == 512 << 20

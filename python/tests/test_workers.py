@@ -293,7 +293,8 @@ def test_stats_and_len_of_a_resumed_loader(table_uri: str) -> None:
 
 
 def test_merge_stats() -> None:
-    """Counters add up over workers; a peak and a horizon are the most of any worker."""
+    """Counters add up over workers; a peak, a horizon and the counts of rounds
+    formed are the most of any worker."""
     a = {"steps": 3, "rows": 30, "held_peak": 100, "horizon_steps": 4, "held_limit": 500}
     b = {"steps": 2, "rows": 20, "held_peak": 300, "horizon_steps": 2, "held_limit": 500}
     assert merge_stats([a, b]) == {
@@ -301,3 +302,10 @@ def test_merge_stats() -> None:
     }  # fmt: skip
     assert merge_stats([a]) == a
     assert merge_stats([]) == {}
+    # Every worker of a FollowingDataset forms the same rounds, each as far as it
+    # got; its listings add up, and one that waited out makes the whole.
+    f = {"steps": 2, "rounds": 3, "version": 7, "new_rows": 90, "waits": 1, "waited_out": False}
+    g = {"steps": 1, "rounds": 4, "version": 9, "new_rows": 120, "waits": 2, "waited_out": True}
+    assert merge_stats([f, g]) == {
+        "steps": 3, "rounds": 4, "version": 9, "new_rows": 120, "waits": 3, "waited_out": True,
+    }  # fmt: skip
