@@ -53,10 +53,10 @@ type FollowOptions struct {
 	// round, counted from the last version that landed: when it passes, the
 	// stream ends (io.EOF) and FollowStats.WaitedOut says so. 0 means
 	// DefaultWaitTimeout; negative, no limit.
-	WaitTimeout time.Duration `json:"wait_timeout_ns"`
+	WaitTimeout time.Duration `json:"wait_timeout_ns,omitempty"`
 	// PollInterval is the pause between listings of the table's versions
 	// while waiting; 0 means DefaultPollInterval.
-	PollInterval time.Duration `json:"poll_interval_ns"`
+	PollInterval time.Duration `json:"poll_interval_ns,omitempty"`
 }
 
 // check validates the options, filling in defaults.

@@ -2,8 +2,10 @@ package loader_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -569,5 +571,68 @@ func TestFollowerUsesTheTablesCatalog(t *testing.T) {
 	}
 	if reads[0] == 0 || reads[1] != 0 {
 		t.Errorf("manifest reads: %d by the first follower, %d by the second; want some, then none", reads[0], reads[1])
+	}
+}
+
+// TestFollowCheckpointIsPythons reads a state dict as Python's
+// FollowingDataset writes it, resumes from it, and checks that the
+// checkpoints Go writes have Python's keys, and that one of another rule is
+// refused with the field named.
+func TestFollowCheckpointIsPythons(t *testing.T) {
+	uri := growingTable(t, []int64{30, 30})
+	opts := loader.Options{GlobalBatchSize: 8, NumSplits: 4, ShuffleSeed: 3}
+	fo := loader.FollowOptions{RowsPerRound: 30, ReplayCount: 4}
+	f := newFollower(t, uri, opts, fo)
+	python := `{"format": 1, "kind": "follow", "table_uri": "` + uri + `", "global_batch_size": 8, "num_splits": 4,
+		"shuffle_seed": 3, "follow": {"rows_per_round": 30, "group_by": null, "replay_count": 4, "replay_fraction": 0.0,
+		"max_versions_behind": null, "start_version": 1},
+		"position": {"round": 1, "step": 3, "after": 1, "head": "h", "carry": [6, 29]}, "steps_consumed": 4}`
+	c, err := loader.ParseFollowCheckpoint([]byte(python), "state.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, step, err := f.Resume(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loader.FollowPosition{Round: 1, Step: 3, After: 1, Head: "h", Carry: []uint64{6, 29}}
+	if step != 4 || pos.Round != want.Round || pos.Step != want.Step || pos.After != want.After || pos.Head != want.Head || !slices.Equal(pos.Carry, want.Carry) {
+		t.Errorf("resumed at %+v, step %d; want %+v, step 4", pos, step, want)
+	}
+	var got, keys map[string]any
+	data, err := json.Marshal(f.Checkpoint(pos, step))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(python), &keys); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []map[string]any{got, keys} {
+		for _, k := range []string{"follow", "position"} {
+			inner := m[k].(map[string]any)
+			for ik := range inner {
+				m[k+"."+ik] = true
+			}
+			delete(m, k)
+		}
+	}
+	if !slices.Equal(slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(keys))) {
+		t.Errorf("Go writes the keys %v, Python %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(keys)))
+	}
+	other := strings.Replace(python, `"replay_count": 4`, `"replay_count": 5`, 1)
+	if c, err = loader.ParseFollowCheckpoint([]byte(other), "state.json"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.Resume(c); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "checkpoint follow is") {
+		t.Errorf("a checkpoint of another replay: %v", err)
+	}
+	for _, bad := range []string{`{"format": 2, "kind": "follow"}`, `{"format": 1, "kind": "mixture"}`,
+		`{"format": 1, "kind": "follow", "position": {"step": 5}, "steps_consumed": 4}`, `[`} {
+		if _, err := loader.ParseFollowCheckpoint([]byte(bad), "state.json"); errcode.Of(err) != errcode.InvalidArgument {
+			t.Errorf("%s: %v", bad, err)
+		}
 	}
 }

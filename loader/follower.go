@@ -3,6 +3,7 @@ package loader
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +107,97 @@ func (f *Follower) FollowOptions() FollowOptions { return f.follow }
 // Start is the position of the first round.
 func (f *Follower) Start() FollowPosition {
 	return FollowPosition{After: f.follow.StartVersion - 1, Carry: []uint64{}}
+}
+
+// FollowCheckpointFormat is the format of following's checkpoints (Python's
+// follow.STATE_FORMAT).
+const FollowCheckpointFormat = 1
+
+// FollowCheckpoint is the position of a run following a table: what
+// Python's FollowingDataset.state_dict() returns, key for key, so that a Go
+// service and a Python learner read each other's checkpoints. It holds what
+// the rounds depend on, which must match the follower a run resumes with
+// (Follow without its waits, which steps do not depend on), and Position,
+// the round holding the next step, StepsConsumed global steps having reached
+// the training loop.
+type FollowCheckpoint struct {
+	Format          int            `json:"format"`
+	Kind            string         `json:"kind"` // "follow"
+	TableURI        string         `json:"table_uri"`
+	GlobalBatchSize int64          `json:"global_batch_size"`
+	NumSplits       int64          `json:"num_splits"`
+	ShuffleSeed     uint64         `json:"shuffle_seed"`
+	Follow          FollowOptions  `json:"follow"`
+	Position        FollowPosition `json:"position"`
+	StepsConsumed   int64          `json:"steps_consumed"`
+}
+
+// Checkpoint returns the checkpoint of a run whose next step, the global
+// step stepsConsumed, is in the round at pos (a Round's FollowPosition, or
+// its Next once its last step is consumed).
+func (f *Follower) Checkpoint(pos FollowPosition, stepsConsumed int64) FollowCheckpoint {
+	rule := f.follow
+	rule.WaitTimeout, rule.PollInterval = 0, 0
+	return FollowCheckpoint{Format: FollowCheckpointFormat, Kind: "follow", TableURI: f.table.URI(),
+		GlobalBatchSize: f.opts.GlobalBatchSize, NumSplits: f.opts.NumSplits, ShuffleSeed: f.opts.ShuffleSeed,
+		Follow: rule, Position: pos, StepsConsumed: stepsConsumed}
+}
+
+// ParseFollowCheckpoint decodes a following checkpoint; where names it in
+// errors.
+func ParseFollowCheckpoint(data []byte, where string) (FollowCheckpoint, error) {
+	const op = "read follow checkpoint"
+	var c FollowCheckpoint
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, errcode.Wrap(err, errcode.InvalidArgument, op, where)
+	}
+	if c.Format != FollowCheckpointFormat || c.Kind != "follow" {
+		return c, errcode.New(errcode.InvalidArgument, op, where,
+			"state dict format %d, kind %q: following reads format %d, kind \"follow\"", c.Format, c.Kind, FollowCheckpointFormat)
+	}
+	if c.StepsConsumed < c.Position.Step {
+		return c, errcode.New(errcode.InvalidArgument, op, where,
+			"steps_consumed %d is before its position's step %d", c.StepsConsumed, c.Position.Step)
+	}
+	return c, nil
+}
+
+// Resume checks that c was made by a run of this follower (the same table
+// URI, global batch size, splits, seed and rule of rounds) and returns the
+// position and step to start a stream at (Stream). Errors are
+// InvalidArgument and name the field and both values.
+func (f *Follower) Resume(c FollowCheckpoint) (FollowPosition, int64, error) {
+	mine := f.Checkpoint(f.Start(), 0)
+	rule := func(fo FollowOptions) string {
+		b, _ := json.Marshal(fo)
+		return string(b)
+	}
+	for _, x := range []struct {
+		name         string
+		theirs, ours any
+	}{
+		{"table_uri", c.TableURI, mine.TableURI},
+		{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize},
+		{"num_splits", c.NumSplits, mine.NumSplits},
+		{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed},
+		{"follow", rule(c.Follow), rule(mine.Follow)},
+	} {
+		if x.theirs != x.ours {
+			return FollowPosition{}, 0, errcode.New(errcode.InvalidArgument, "resume following", f.table.URI(),
+				"checkpoint %s is %s but this follower's is %s", x.name, quote(x.theirs), quote(x.ours))
+		}
+	}
+	return c.Position, c.StepsConsumed, nil
+}
+
+// VersionOf returns the version that added row id, when the follower has
+// read it (a round holding the row has been formed).
+func (f *Follower) VersionOf(id uint64) (int64, bool) {
+	log := f.snapshot()
+	if int64(id) < log.start || int64(id) >= log.rowsStart(log.latest()+1) {
+		return 0, false
+	}
+	return log.versionOf(id), true
 }
 
 // refresh reads the versions committed since the log's latest, checking

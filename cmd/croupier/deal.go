@@ -24,6 +24,8 @@ type dealRank struct {
 	Lengths []uint64         `json:"lengths,omitempty"`
 	Tokens  *int64           `json:"tokens,omitempty"`
 	Rows    []map[string]any `json:"rows,omitempty"`
+	// Versions are, when following, the version that added each row.
+	Versions []int64 `json:"versions,omitempty"`
 }
 
 // trained is one step that trained on a row.
@@ -67,7 +69,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) (--global-batch-size G | --tokens-per-step N) --step T [flags]\n"+
 			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]\n"+
 			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]\n"+
-			"       croupier deal --checkpoint MIXTURE.json [--step T] [flags]")
+			"       croupier deal --checkpoint MIXTURE.json [--step T] [flags]\n"+
+			"       croupier deal --checkpoint FOLLOW.json [--step T | --which-steps COLUMN=VALUE | --row ID] [flags]")
 	permURI := fs.String("perm", "", "permutation to deal")
 	splitName := fs.String("split", "", "split of the permutation (default: its first)")
 	tableURI := fs.String("table", "", "table to deal in row id order")
@@ -81,7 +84,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	epoch := fs.Int64("epoch", 0, "epoch")
 	seed := fs.Uint64("shuffle-seed", 0, "the run's shuffle seed")
 	dropLast := fs.Bool("drop-last", true, "drop the final partial step of an epoch (as the Python dataset does by default)")
-	step := fs.Int64("step", -1, "global step (with a mixture's --checkpoint: the mixture step, by default the one after it)")
+	step := fs.Int64("step", -1, "global step (with a mixture's or following's --checkpoint: by default the one after it)")
 	ckptPath := fs.String("checkpoint", "", "state dict JSON: show the step after it")
 	columns := fs.String("columns", "", "also print these columns of each row: col1,col2")
 	which := fs.String("which-steps", "", "with --checkpoint: the steps up to it that trained on the rows where COLUMN=VALUE")
@@ -103,12 +106,27 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return errcode.Wrap(err, errcode.NotFound, "read checkpoint", *ckptPath)
 		}
+		if isFollow(data) {
+			for _, n := range []string{"perm", "split", "table", "version", "drop-last"} {
+				if set[n] {
+					return usagef("deal: --%s does not apply to following's checkpoint: it names its table, and deals whole steps", n)
+				}
+			}
+			if set["which-steps"] && set["row"] {
+				return usagef("deal: give one of --which-steps and --row")
+			}
+			if column, _, ok := strings.Cut(*which, "="); set["which-steps"] && (!ok || column == "") {
+				return usagef("deal: --which-steps %q: want COLUMN=VALUE", *which)
+			}
+			return dealFollow(ctx, e, data, *ckptPath, followFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
+				columns: splitList(*columns), which: *which, row: *rowID, asJSON: *asJSON})
+		}
 		if isMixture(data) {
 			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
 				dropLast: *dropLast, dropLastSet: set["drop-last"], columns: splitList(*columns), asJSON: *asJSON})
 		}
 		if set["step"] {
-			return usagef("deal: --step comes from the checkpoint; do not give it with --checkpoint (but for a mixture's)")
+			return usagef("deal: --step comes from the checkpoint; do not give it with --checkpoint (but for a mixture's or following's)")
 		}
 		c, err := loader.ParseCheckpoint(data, *ckptPath)
 		if err != nil {

@@ -26,6 +26,8 @@
 //	    (both: [--columns col1,col2] prints those columns of each row of the step)
 //	croupier deal --checkpoint STATE.json (--which-steps COLUMN=VALUE | --row ID) [--world-size W]
 //	croupier deal --checkpoint MIXTURE.json [--step T] [--world-size W] [--rank R] [--columns col1,col2]
+//	croupier deal --checkpoint FOLLOW.json [--step T | --which-steps COLUMN=VALUE | --row ID]
+//	    [--world-size W] [--rank R] [--columns col1,col2]
 //
 //	croupier bench [--dir REPO] [--quick] [--dry-run]
 //
@@ -99,6 +101,17 @@
 // the checkpoint on, and a T before it by replaying the mixture from its
 // start, every source at step 0 of epoch 0 (an error when that replay does
 // not reach the checkpoint's position).
+//
+// deal --checkpoint with following's state dict (Python's
+// FollowingDataset.state_dict(), kind "follow") answers the same of a run
+// following a growing table: each rank's rows of global step T (by default
+// the step after the checkpoint) at --world-size, the version that added
+// each row and the round holding the step, or with --which-steps and --row
+// every step before the checkpoint that trained on the rows, a replayed row
+// in each round that dealt it. Rounds are formed from the table's
+// checkpointed URI and the versions committed now, as the run formed them
+// (they are a function of the versions); a step of a round whose versions
+// are not committed yet is NotFound.
 //
 // bench runs the benchmark harness, `make bench` in the repository named by
 // --dir (bench/run.py: object-store throughput, croupier and its peers reading

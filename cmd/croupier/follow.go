@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/loader"
+)
+
+// isFollow reports whether a state dict is following's: its kind says so.
+func isFollow(data []byte) bool {
+	var probe struct {
+		Kind string `json:"kind"`
+	}
+	return json.Unmarshal(data, &probe) == nil && probe.Kind == "follow"
+}
+
+// followFlags are the flags of deal that apply to following's checkpoint.
+type followFlags struct {
+	step    int64
+	stepSet bool
+	w, rank int64
+	columns []string
+	which   string // COLUMN=VALUE of --which-steps, "" without
+	row     int64  // of --row, -1 without
+	asJSON  bool
+}
+
+// followTrained is one step that trained on a row: a trained of the round
+// it is in.
+type followTrained struct {
+	trained
+	Round   int64 `json:"round"`
+	Version int64 `json:"version"` // that added the row
+}
+
+type followOutput struct {
+	TableURI        string     `json:"table_uri"`
+	GlobalBatchSize int64      `json:"global_batch_size"`
+	NumSplits       int64      `json:"num_splits"`
+	WorldSize       int64      `json:"world_size"`
+	ShuffleSeed     uint64     `json:"shuffle_seed"`
+	StepsConsumed   int64      `json:"steps_consumed"` // the checkpoint's
+	Step            int64      `json:"step"`
+	Round           *roundInfo `json:"round,omitempty"`
+	Ranks           []dealRank `json:"ranks,omitempty"`
+	// Rows and Trained answer --which-steps and --row.
+	Rows    []uint64        `json:"which_rows,omitempty"`
+	Trained []followTrained `json:"trained,omitempty"`
+}
+
+// roundInfo describes the round of a step.
+type roundInfo struct {
+	loader.Round
+	Next loader.FollowPosition `json:"next"`
+}
+
+// dealFollow answers deal --checkpoint for following's state dict (Python's
+// FollowingDataset.state_dict()): each rank's rows of global step --step
+// (the step after the checkpoint by default) and the version that added
+// each, or with --which-steps and --row the steps up to the checkpoint that
+// trained on rows. Rounds are formed from the versions committed now, as
+// the run formed them; a step of a round whose versions are not committed
+// yet is an error.
+func dealFollow(ctx context.Context, e *env, data []byte, path string, f followFlags) error {
+	c, err := loader.ParseFollowCheckpoint(data, path)
+	if err != nil {
+		return err
+	}
+	if f.stepSet && f.step < 0 {
+		return usagef("deal: --step is %d; it must be at least 0", f.step)
+	}
+	if f.w < 1 || f.rank >= f.w {
+		return usagef("deal: --world-size %d and --rank %d: want at least one rank, and --rank below --world-size", f.w, f.rank)
+	}
+	tb, err := table.Open(ctx, c.TableURI)
+	if err != nil {
+		return err
+	}
+	defer tb.Close()
+	rule := c.Follow
+	rule.WaitTimeout = time.Nanosecond // form rounds of the versions there are, and wait for none
+	fl, err := loader.NewFollower(tb, loader.Options{GlobalBatchSize: c.GlobalBatchSize, NumSplits: c.NumSplits,
+		ShuffleSeed: c.ShuffleSeed, WorldSize: f.w}, rule)
+	if err != nil {
+		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
+	}
+	defer fl.Close()
+	if _, _, err := fl.Resume(c); err != nil {
+		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
+	}
+	out := followOutput{TableURI: c.TableURI, GlobalBatchSize: c.GlobalBatchSize, NumSplits: fl.Options().NumSplits,
+		WorldSize: f.w, ShuffleSeed: c.ShuffleSeed, StepsConsumed: c.StepsConsumed, Step: c.StepsConsumed}
+	if f.which != "" || f.row >= 0 {
+		return followTrainedOn(ctx, e, fl, tb, c, f, out)
+	}
+	if f.stepSet {
+		out.Step = f.step
+	}
+	// The round of the step: from the checkpoint's when the step is not
+	// before it, else from the first.
+	pos := fl.Start()
+	if out.Step >= c.Position.Step {
+		pos = c.Position
+	}
+	r, err := roundOf(ctx, fl, tb.URI(), pos, out.Step)
+	if err != nil {
+		return err
+	}
+	l, err := fl.Loader(ctx, &r)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if out.Ranks, err = stepRanks(ctx, l, 0, out.Step-r.Step, f.rank, f.columns); err != nil {
+		return err
+	}
+	for i, rb := range out.Ranks {
+		out.Ranks[i].Versions = make([]int64, len(rb.RowIDs))
+		for j, id := range rb.RowIDs {
+			out.Ranks[i].Versions[j], _ = fl.VersionOf(id)
+		}
+	}
+	out.Round = &roundInfo{r, r.Next()}
+	if f.asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	fmt.Fprintf(e.stdout, "following %s: G=%d S=%d W=%d shuffle_seed=%d\n",
+		out.TableURI, out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed)
+	fmt.Fprintf(e.stdout, "step %d: round %d (steps %d to %d), versions %d to %d\n",
+		out.Step, r.Round, r.Step, r.Step+r.Steps-1, r.After+1, r.Version)
+	printRanks(e, out.Ranks, f.columns, "")
+	return nil
+}
+
+// roundOf forms the rounds from pos on until the one holding global step
+// step.
+func roundOf(ctx context.Context, fl *loader.Follower, uri string, pos loader.FollowPosition, step int64) (loader.Round, error) {
+	for {
+		r, _, err := fl.Round(ctx, pos)
+		if err == io.EOF {
+			return r, errcode.New(errcode.NotFound, "deal", uri,
+				"step %d is in a round whose versions are not committed yet: the rounds formed end before step %d, after version %d",
+				step, pos.Step, pos.After)
+		}
+		if err != nil {
+			return r, err
+		}
+		if step < r.Step+r.Steps {
+			return r, nil
+		}
+		pos = r.Next()
+	}
+}
+
+// followTrainedOn answers --which-steps and --row for following's
+// checkpoint c: the steps before c.StepsConsumed that trained on the rows,
+// round by round from the first (a replayed row is in several).
+func followTrainedOn(ctx context.Context, e *env, fl *loader.Follower, tb *table.Table, c loader.FollowCheckpoint, f followFlags, out followOutput) error {
+	ids := []uint64{uint64(f.row)}
+	if f.which != "" {
+		column, value, _ := strings.Cut(f.which, "=")
+		var err error
+		if ids, err = rowsWhere(ctx, tb, column, value); err != nil {
+			return err
+		}
+	} else if f.row >= tb.NumRows() {
+		return usagef("deal: --row %d is not in [0, %d): %s has %d rows", f.row, tb.NumRows(), tb.URI(), tb.NumRows())
+	}
+	out.Rows, out.Trained = ids, []followTrained{}
+	for pos := fl.Start(); pos.Step < c.StepsConsumed; {
+		r, err := roundOf(ctx, fl, tb.URI(), pos, pos.Step)
+		if err != nil {
+			return err
+		}
+		l, err := fl.Loader(ctx, &r)
+		if err != nil {
+			return err
+		}
+		found, err := trainedOn(ctx, l, ids, 0, min(r.Steps, c.StepsConsumed-r.Step))
+		l.Close()
+		if err != nil {
+			return err
+		}
+		for _, tr := range found {
+			tr.Step += r.Step
+			v, _ := fl.VersionOf(tr.RowID)
+			out.Trained = append(out.Trained, followTrained{trained: tr, Round: r.Round, Version: v})
+		}
+		pos = r.Next()
+	}
+	if f.asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	fmt.Fprintf(e.stdout, "following %s: G=%d S=%d W=%d shuffle_seed=%d\n",
+		out.TableURI, out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed)
+	fmt.Fprintf(e.stdout, "%d rows asked about; steps that trained on them before step %d:\n", len(ids), c.StepsConsumed)
+	for _, tr := range out.Trained {
+		fmt.Fprintf(e.stdout, "row %d (version %d): round %d step %d rank %d\n", tr.RowID, tr.Version, tr.Round, tr.Step, tr.Rank)
+	}
+	return nil
+}
