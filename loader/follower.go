@@ -260,9 +260,14 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 // trip for each version.
 const manifestReads = 64
 
-// appended reads what versions from to to added, manifestReads at a time;
-// errs[i] is the error of version from+i.
+// appended reads what versions from to to added: from version to's
+// manifest alone where it says (table.AppendedThrough), else from each
+// version's, manifestReads at a time; errs[i] is the error of version
+// from+i.
 func (f *Follower) appended(ctx context.Context, from, to int64) (added []table.Appended, errs []error) {
+	if as, ok, err := f.table.AppendedThrough(ctx, from, to); err == nil && ok {
+		return as, make([]error, len(as))
+	}
 	added, errs = make([]table.Appended, to-from+1), make([]error, to-from+1)
 	var g errgroup.Group
 	g.SetLimit(manifestReads)
@@ -644,23 +649,25 @@ func (s *FollowStream) readAhead() {
 // the round trips before its first rows are fetched.
 func (s *FollowStream) warm(pos FollowPosition) {
 	s.warming.Add(1)
-	go func(pos FollowPosition) {
+	// Errors, a panic's too, are the open's to meet again.
+	go func(pos FollowPosition) (err error) {
 		defer s.warming.Done()
-		var err error
 		defer errcode.Recover(&err, errcode.Internal, "read ahead the footers of", s.f.table.URI())
 		r, ok, _, err := s.f.round(s.ctx, pos, false)
 		if err != nil || !ok {
-			return // the open meets it again
+			return err
 		}
 		t, err := s.f.tableFor(s.ctx, r.Version)
 		if err != nil {
-			return
+			return err
 		}
 		defer t.Close()
 		order := r.dealt()
-		if ids, err := order.RowIDs(s.ctx, 0, order.Len()); err == nil {
+		ids, err := order.RowIDs(s.ctx, 0, order.Len())
+		if err == nil {
 			t.LoadFooters(s.ctx, ids)
 		}
+		return err
 	}(pos)
 }
 

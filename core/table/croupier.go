@@ -422,8 +422,9 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	}
 	m := &manifest{Format: ManifestFormat, Version: 1, Timestamp: time.Now().UTC(), Schema: enc,
 		Files: added, Added: len(added)}
-	for _, f := range added {
-		m.NumRows += f.NumRows
+	for i := range added {
+		added[i].Version = 1
+		m.NumRows += added[i].NumRows
 	}
 	if err := commitManifest(ctx, loc, m); err != nil {
 		if errcode.Of(err) == errcode.AlreadyExists {
@@ -503,8 +504,9 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 		}
 		m := &manifest{Format: ManifestFormat, Version: latest + 1, Parent: latest, Timestamp: time.Now().UTC(),
 			Schema: parent.Schema, NumRows: parent.NumRows, Files: append(slices.Clone(parent.Files), added...), Added: len(added)}
-		for _, f := range added {
-			m.NumRows += f.NumRows
+		for i := len(parent.Files); i < len(m.Files); i++ {
+			m.Files[i].Version = m.Version
+			m.NumRows += m.Files[i].NumRows
 		}
 		err := commitManifest(ctx, loc, m)
 		if err == nil {
@@ -720,6 +722,48 @@ type Appended struct {
 
 // Rows is the number of rows the version added.
 func (a Appended) Rows() int64 { return a.End - a.Start }
+
+// AppendedThrough returns what each version from from to to of t's croupier
+// table added, as Appended does, from version to's manifest alone, when its
+// files record the versions that added them (as the manifests croupier
+// writes do) in order: one read where Appended reads a manifest a version.
+// ok is false when the manifest does not say (written before files recorded
+// their versions); then call Appended for each.
+func (t *Table) AppendedThrough(ctx context.Context, from, to int64) (as []Appended, ok bool, err error) {
+	if t.pin.Kind != KindCroupier {
+		return nil, false, errcode.New(errcode.InvalidArgument, "read version", t.pin.URI,
+			"a plain Parquet dataset has no versions to follow")
+	}
+	if from < 1 || to < from {
+		return nil, false, errcode.New(errcode.InvalidArgument, "read version", t.pin.URI, "versions %d to %d: versions start at 1", from, to)
+	}
+	m, err := readManifest(ctx, t.loc, t.cat, to)
+	if err != nil {
+		return nil, false, err
+	}
+	for i, f := range m.Files {
+		if f.Version < 1 || f.Version > to || (i > 0 && f.Version < m.Files[i-1].Version) {
+			return nil, false, nil
+		}
+	}
+	// The files of versions up to v are a prefix of the manifest's; their
+	// identities are those of the prefixes, hashed once.
+	prefix := 0 // files of the versions before v
+	var rows int64
+	ids := prefixIDs(KindCroupier, m.Files)
+	for v := int64(1); v <= to; v++ {
+		end, start := prefix, rows
+		for end < len(m.Files) && m.Files[end].Version == v {
+			rows += m.Files[end].NumRows
+			end++
+		}
+		if v >= from {
+			as = append(as, Appended{Version: v, Start: start, End: rows, Base: ids[prefix], Head: ids[end]})
+		}
+		prefix = end
+	}
+	return as, true, nil
+}
 
 // OpenVersion opens version v of t's croupier table (0: the latest) with
 // t's catalog.

@@ -157,9 +157,13 @@ func (k *Kept) build(ctx context.Context) (err error) {
 			files[i] = p.key.File
 		}
 		k.wg.Add(1)
-		go func() {
+		// A panic here is the pieces' to meet again, where they need the
+		// footers.
+		go func() (err error) {
 			defer k.wg.Done()
+			defer recoverTo(&err, "read", r.t.pin.URI)
 			r.t.loadFooters(ctx, files)
+			return nil
 		}()
 	}
 	for i, p := range k.pieces {

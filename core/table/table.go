@@ -159,6 +159,10 @@ type File struct {
 	store.Object
 	NumRows   int64   `json:"num_rows"`
 	RowGroups []int64 `json:"row_groups"` // rows in each row group
+	// Version is the version of a croupier table that added the file, as
+	// the manifests written since they record it say; 0 where not recorded
+	// (plain Parquet, older manifests).
+	Version int64 `json:"version,omitempty"`
 }
 
 // Pin describes one exact version of a table.
@@ -712,7 +716,8 @@ func (t *Table) loadFooters(ctx context.Context, files []int) {
 	var g errgroup.Group
 	g.SetLimit(16)
 	for _, f := range missing {
-		g.Go(func() error {
+		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "read footer", t.loc.ObjectURI(t.pin.Files[f].Key))
 			t.Footer(ctx, f) //nolint:errcheck // met again where it is needed
 			return nil
 		})

@@ -1,0 +1,81 @@
+package table
+
+import (
+	"context"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/croupier-data/croupier/core/table/tabletest"
+)
+
+// TestAppendedThroughOneManifest checks that what each version added, read
+// from the latest manifest alone, is what each version's own manifest says,
+// for every range of versions, a version that added no file among them; and
+// that a manifest whose files do not record their versions (as older
+// croupier wrote them) says so instead.
+func TestAppendedThroughOneManifest(t *testing.T) {
+	ctx := context.Background()
+	uri := "file://" + t.TempDir()
+	rows := func(start, n int64) array.RecordReader {
+		rec := tabletest.Record(start, n)
+		defer rec.Release()
+		r, err := array.NewRecordReader(tabletest.Schema, []arrow.RecordBatch{rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	tb, err := Create(ctx, uri, rows(0, 30), WriteOptions{RowGroupRows: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	var start int64 = 30
+	for _, n := range []int64{40, 0, 7, 100} {
+		if _, err := tb.Append(ctx, rows(start, n), WriteOptions{RowGroupRows: 16}); err != nil {
+			t.Fatal(err)
+		}
+		start += n
+	}
+	for to := int64(1); to <= 5; to++ {
+		for from := int64(1); from <= to; from++ {
+			got, ok, err := tb.AppendedThrough(ctx, from, to)
+			if err != nil || !ok || len(got) != int(to-from+1) {
+				t.Fatalf("versions %d to %d: %d, ok %t, %v", from, to, len(got), ok, err)
+			}
+			for i, a := range got {
+				want, err := tb.Appended(ctx, from+int64(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a != want {
+					t.Errorf("versions %d to %d: version %d added %+v by the latest manifest, %+v by its own", from, to, from+int64(i), a, want)
+				}
+			}
+		}
+	}
+	// Version 5's manifest as a croupier that did not record versions wrote it.
+	m, err := readManifest(ctx, tb.loc, nil, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.Files {
+		m.Files[i].Version = 0
+	}
+	m.SHA256 = ""
+	data, err := m.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.loc.Bucket.WriteAll(ctx, tb.loc.Join(manifestName(5)), data, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := tb.AppendedThrough(ctx, 1, 5); err != nil || ok || got != nil {
+		t.Errorf("a manifest without versions: %v, ok %t, %v", got, ok, err)
+	}
+	if _, _, err := tb.AppendedThrough(ctx, 3, 2); err == nil {
+		t.Error("versions 3 to 2: no error")
+	}
+}
