@@ -257,8 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         " which shuffles every row; each round opens a stream of its own, once the round"
         " before has decoded its rows, sharing that one's memory budget, and reads the"
         " footers of its files as soon as the round before is open. What following reads"
-        " beyond the pinned read: the manifest of every version, the footer of every file,"
-        " and again the pages of the rows a round carries into the next. Following deals"
+        " beyond the pinned read: the latest manifest (once, here: every version has"
+        " landed), the listings of the versions, and again the pages of the rows a round"
+        " carries into the next. Following deals"
         " the rows of full steps only: those left past the last round's last step wait for"
         " a next round.",
         "",
