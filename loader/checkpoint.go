@@ -145,27 +145,42 @@ func (l *Loader) checkDeals(c Checkpoint) error {
 			"checkpoint tokens_per_step is %d but this loader's is %d: the checkpoint deals %s, this loader %s",
 			c.TokensPerStep, mine.TokensPerStep, theirs, ours)
 	}
-	for _, f := range []struct {
-		name         string
-		theirs, ours any
-		skip         bool
-	}{
-		{"permutation_id", c.PermutationID, mine.PermutationID, false},
-		{"table_id", c.TableID, mine.TableID, c.Format == 1},
-		{"table_uri", c.TableURI, mine.TableURI, c.Format != 1},
-		{"table_version", c.TableVersion, mine.TableVersion, false},
-		{"num_splits", c.NumSplits, mine.NumSplits, false},
-		{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize, false},
-		{"tokens_per_step", c.TokensPerStep, mine.TokensPerStep, false},
-		{"oversize", c.Oversize, mine.Oversize, false},
-		{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed, false},
-	} {
-		if !f.skip && f.theirs != f.ours {
-			return errcode.New(errcode.InvalidArgument, op, l.table.URI(),
-				"checkpoint %s is %s but this loader's is %s", f.name, quote(f.theirs), quote(f.ours))
-		}
+	// Format 1 binds its table by URI, later formats by ID.
+	table := checkpointField{"table_id", c.TableID, mine.TableID}
+	if c.Format == 1 {
+		table = checkpointField{"table_uri", c.TableURI, mine.TableURI}
+	}
+	if f, differ := mismatch(
+		checkpointField{"permutation_id", c.PermutationID, mine.PermutationID},
+		table,
+		checkpointField{"table_version", c.TableVersion, mine.TableVersion},
+		checkpointField{"num_splits", c.NumSplits, mine.NumSplits},
+		checkpointField{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize},
+		checkpointField{"tokens_per_step", c.TokensPerStep, mine.TokensPerStep},
+		checkpointField{"oversize", c.Oversize, mine.Oversize},
+		checkpointField{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed},
+	); differ {
+		return errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			"checkpoint %s is %s but this loader's is %s", f.name, quote(f.theirs), quote(f.ours))
 	}
 	return nil
+}
+
+// checkpointField is a field of a checkpoint, as the checkpoint has it and
+// as the run resuming from it would.
+type checkpointField struct {
+	name         string
+	theirs, ours any
+}
+
+// mismatch returns the first of fields whose two values differ, if any.
+func mismatch(fields ...checkpointField) (checkpointField, bool) {
+	for _, f := range fields {
+		if f.theirs != f.ours {
+			return f, true
+		}
+	}
+	return checkpointField{}, false
 }
 
 // quote writes a string value as JSON does, other values as they are.

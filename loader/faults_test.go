@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
@@ -45,12 +43,8 @@ func s3Permutation(t *testing.T) (*s3test.Server, string) {
 	opts := table.WriteOptions{RowGroupRows: 25, PageBytes: 4 << 10}
 	var tb *table.Table
 	for i, n := range []int64{300, 250, 200} {
-		rec := tabletest.Record(int64(i)*1000, n)
-		r, err := array.NewRecordReader(tabletest.Schema, []arrow.RecordBatch{rec})
-		rec.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := tabletest.Reader(int64(i)*1000, n)
+		var err error
 		if i == 0 {
 			tb, err = table.Create(ctx, uri, r, opts)
 		} else {

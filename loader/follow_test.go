@@ -29,25 +29,13 @@ import (
 	"github.com/croupier-data/croupier/loader"
 )
 
-// rowsReader yields rows [start, start+n) of tabletest's schema.
-func rowsReader(t testing.TB, start, n int64) array.RecordReader {
-	t.Helper()
-	rec := tabletest.Record(start, n)
-	defer rec.Release()
-	r, err := array.NewRecordReader(tabletest.Schema, []arrow.RecordBatch{rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // growingTable creates a croupier table at a new folder whose versions add
 // sizes[i] rows each (version 1 holds sizes[0]); row ids are the id column.
 func growingTable(t testing.TB, sizes []int64) string {
 	t.Helper()
 	ctx := context.Background()
 	uri := "file://" + t.TempDir()
-	tb, err := table.Create(ctx, uri, rowsReader(t, 0, sizes[0]), table.WriteOptions{RowGroupRows: 16})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, sizes[0]), table.WriteOptions{RowGroupRows: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +48,7 @@ func growingTable(t testing.TB, sizes []int64) string {
 func appendRows(t testing.TB, uri string, start int64, sizes []int64) {
 	t.Helper()
 	for _, n := range sizes {
-		if _, err := table.Append(context.Background(), uri, rowsReader(t, start, n), table.WriteOptions{RowGroupRows: 16}); err != nil {
+		if _, err := table.Append(context.Background(), uri, tabletest.Reader(start, n), table.WriteOptions{RowGroupRows: 16}); err != nil {
 			t.Error(err)
 			return
 		}
@@ -361,7 +349,7 @@ func TestFollowRefusesRewrittenTable(t *testing.T) {
 	if err := os.RemoveAll(strings.TrimPrefix(uri, "file://")); err != nil {
 		t.Fatal(err)
 	}
-	tb, err := table.Create(context.Background(), uri, rowsReader(t, 0, 25), table.WriteOptions{})
+	tb, err := table.Create(context.Background(), uri, tabletest.Reader(0, 25), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +370,7 @@ func TestFollowRefusesRewrittenTable(t *testing.T) {
 	if err := os.RemoveAll(strings.TrimPrefix(uri, "file://")); err != nil {
 		t.Fatal(err)
 	}
-	if tb, err = table.Create(context.Background(), uri, rowsReader(t, 0, 25), table.WriteOptions{}); err != nil {
+	if tb, err = table.Create(context.Background(), uri, tabletest.Reader(0, 25), table.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tb.Close()
@@ -534,12 +522,12 @@ func TestFollowerUsesTheTablesCatalog(t *testing.T) {
 	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
 	for i := range int64(4) {
 		if i == 0 {
-			tb, err := table.Create(ctx, uri, rowsReader(t, 0, 30), table.WriteOptions{RowGroupRows: 16})
+			tb, err := table.Create(ctx, uri, tabletest.Reader(0, 30), table.WriteOptions{RowGroupRows: 16})
 			if err != nil {
 				t.Fatal(err)
 			}
 			tb.Close()
-		} else if _, err := table.Append(ctx, uri, rowsReader(t, i*30, 30), table.WriteOptions{RowGroupRows: 16}); err != nil {
+		} else if _, err := table.Append(ctx, uri, tabletest.Reader(i*30, 30), table.WriteOptions{RowGroupRows: 16}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -172,20 +172,15 @@ func (f *Follower) Resume(c FollowCheckpoint) (FollowPosition, int64, error) {
 		b, _ := json.Marshal(fo)
 		return string(b)
 	}
-	for _, x := range []struct {
-		name         string
-		theirs, ours any
-	}{
-		{"table_uri", c.TableURI, mine.TableURI},
-		{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize},
-		{"num_splits", c.NumSplits, mine.NumSplits},
-		{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed},
-		{"follow", rule(c.Follow), rule(mine.Follow)},
-	} {
-		if x.theirs != x.ours {
-			return FollowPosition{}, 0, errcode.New(errcode.InvalidArgument, "resume following", f.table.URI(),
-				"checkpoint %s is %s but this follower's is %s", x.name, quote(x.theirs), quote(x.ours))
-		}
+	if x, differ := mismatch(
+		checkpointField{"table_uri", c.TableURI, mine.TableURI},
+		checkpointField{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize},
+		checkpointField{"num_splits", c.NumSplits, mine.NumSplits},
+		checkpointField{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed},
+		checkpointField{"follow", rule(c.Follow), rule(mine.Follow)},
+	); differ {
+		return FollowPosition{}, 0, errcode.New(errcode.InvalidArgument, "resume following", f.table.URI(),
+			"checkpoint %s is %s but this follower's is %s", x.name, quote(x.theirs), quote(x.ours))
 	}
 	return c.Position, c.StepsConsumed, nil
 }

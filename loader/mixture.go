@@ -413,20 +413,15 @@ func (m *Mixture) Resume(ctx context.Context, c MixtureCheckpoint) (MixturePosit
 		b, _ := json.Marshal(ps)
 		return string(b)
 	}
-	for _, f := range []struct {
-		name         string
-		theirs, ours any
-	}{
-		{"format", c.Format, mine.Format},
-		{"seed", c.Seed, mine.Seed},
-		{"schedule", schedule(c.Schedule), schedule(mine.Schedule)},
-		{"on_exhausted", c.OnExhausted, mine.OnExhausted},
-		{"slots", c.Slots, mine.Slots},
-	} {
-		if f.theirs != f.ours {
-			return MixturePosition{}, errcode.New(errcode.InvalidArgument, op, "",
-				"mixture state dict %s is %s but this mixture's %s is %s", f.name, quote(f.theirs), f.name, quote(f.ours))
-		}
+	if f, differ := mismatch(
+		checkpointField{"format", c.Format, mine.Format},
+		checkpointField{"seed", c.Seed, mine.Seed},
+		checkpointField{"schedule", schedule(c.Schedule), schedule(mine.Schedule)},
+		checkpointField{"on_exhausted", c.OnExhausted, mine.OnExhausted},
+		checkpointField{"slots", c.Slots, mine.Slots},
+	); differ {
+		return MixturePosition{}, errcode.New(errcode.InvalidArgument, op, "",
+			"mixture state dict %s is %s but this mixture's %s is %s", f.name, quote(f.theirs), f.name, quote(f.ours))
 	}
 	if len(c.Sources) != len(m.sources) || len(c.OutOfDraw) != len(m.sources) {
 		return MixturePosition{}, errcode.New(errcode.InvalidArgument, op, "",

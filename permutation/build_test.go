@@ -11,9 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
@@ -317,12 +314,7 @@ func TestConstantFilters(t *testing.T) {
 // chosen, and clumps the order by it.
 func TestAutoClump(t *testing.T) {
 	ctx := context.Background()
-	rec := tabletest.Record(0, 5000)
-	defer rec.Release()
-	rdr, err := array.NewRecordReader(rec.Schema(), []arrow.RecordBatch{rec})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdr := tabletest.Reader(0, 5000)
 	defer rdr.Release()
 	indexed, err := table.Create(ctx, "file://"+t.TempDir(), rdr, table.WriteOptions{RowGroupRows: 2048, PageBytes: 512})
 	if err != nil {

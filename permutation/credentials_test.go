@@ -75,23 +75,14 @@ func TestCredentialsNeverRecorded(t *testing.T) {
 		}
 		texts = append(texts, what+": "+err.Error())
 	}
-	reader := func(start, n int64) array.RecordReader {
-		rec := tabletest.Record(start, n)
-		defer rec.Release()
-		r, err := array.NewRecordReader(tabletest.Schema, []arrow.RecordBatch{rec})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
 
 	uri := signed("tbl")
-	tb, err := table.Create(ctx, uri, reader(0, 100), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 100), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
-	if _, err := tb.Append(ctx, reader(100, 50), table.WriteOptions{}); err != nil {
+	if _, err := tb.Append(ctx, tabletest.Reader(100, 50), table.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	record("pin", tb.Pin())
@@ -123,7 +114,7 @@ func TestCredentialsNeverRecorded(t *testing.T) {
 	// Errors of every kind.
 	_, err = table.Open(ctx, signed("nothing-here"))
 	fail("open missing", err)
-	_, err = table.Create(ctx, uri, reader(0, 1), table.WriteOptions{})
+	_, err = table.Create(ctx, uri, tabletest.Reader(0, 1), table.WriteOptions{})
 	fail("create existing", err)
 	_, err = table.Open(ctx, signed("tbl")+"&aws_secret_access_key="+url.QueryEscape(secret))
 	fail("secret in URI", err)

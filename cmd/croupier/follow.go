@@ -109,11 +109,7 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 	if out.Step >= c.Position.Step {
 		pos = c.Position
 	}
-	r, err := roundOf(ctx, fl, tb.URI(), pos, out.Step)
-	if err != nil {
-		return err
-	}
-	l, err := fl.Loader(ctx, &r)
+	r, l, err := roundOf(ctx, fl, tb.URI(), pos, out.Step)
 	if err != nil {
 		return err
 	}
@@ -140,20 +136,21 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 }
 
 // roundOf forms the rounds from pos on until the one holding global step
-// step.
-func roundOf(ctx context.Context, fl *loader.Follower, uri string, pos loader.FollowPosition, step int64) (loader.Round, error) {
+// step, and returns it with a loader of its steps.
+func roundOf(ctx context.Context, fl *loader.Follower, uri string, pos loader.FollowPosition, step int64) (loader.Round, *loader.Loader, error) {
 	for {
 		r, _, err := fl.Round(ctx, pos)
 		if err == io.EOF {
-			return r, errcode.New(errcode.NotFound, "deal", uri,
+			return r, nil, errcode.New(errcode.NotFound, "deal", uri,
 				"step %d is in a round whose versions are not committed yet: the rounds formed end before step %d, after version %d",
 				step, pos.Step, pos.After)
 		}
 		if err != nil {
-			return r, err
+			return r, nil, err
 		}
 		if step < r.Step+r.Steps {
-			return r, nil
+			l, err := fl.Loader(ctx, &r)
+			return r, l, err
 		}
 		pos = r.Next()
 	}
@@ -175,11 +172,7 @@ func followTrainedOn(ctx context.Context, e *env, fl *loader.Follower, tb *table
 	}
 	out.Rows, out.Trained = ids, []followTrained{}
 	for pos := fl.Start(); pos.Step < c.StepsConsumed; {
-		r, err := roundOf(ctx, fl, tb.URI(), pos, pos.Step)
-		if err != nil {
-			return err
-		}
-		l, err := fl.Loader(ctx, &r)
+		r, l, err := roundOf(ctx, fl, tb.URI(), pos, pos.Step)
 		if err != nil {
 			return err
 		}

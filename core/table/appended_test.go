@@ -4,9 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-
 	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
@@ -18,23 +15,14 @@ import (
 func TestAppendedThroughOneManifest(t *testing.T) {
 	ctx := context.Background()
 	uri := "file://" + t.TempDir()
-	rows := func(start, n int64) array.RecordReader {
-		rec := tabletest.Record(start, n)
-		defer rec.Release()
-		r, err := array.NewRecordReader(tabletest.Schema, []arrow.RecordBatch{rec})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	tb, err := Create(ctx, uri, rows(0, 30), WriteOptions{RowGroupRows: 16})
+	tb, err := Create(ctx, uri, tabletest.Reader(0, 30), WriteOptions{RowGroupRows: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
 	var start int64 = 30
 	for _, n := range []int64{40, 0, 7, 100} {
-		if _, err := tb.Append(ctx, rows(start, n), WriteOptions{RowGroupRows: 16}); err != nil {
+		if _, err := tb.Append(ctx, tabletest.Reader(start, n), WriteOptions{RowGroupRows: 16}); err != nil {
 			t.Fatal(err)
 		}
 		start += n

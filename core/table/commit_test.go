@@ -10,6 +10,7 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
 // TestCommitRefusedWhereConditionalWritesIgnored commits to a store that
@@ -31,7 +32,7 @@ func TestCommitRefusedWhereConditionalWritesIgnored(t *testing.T) {
 			t.Fatalf("%s: %d data files written before the refusal", what, n)
 		}
 	}
-	_, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{})
+	_, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{})
 	refused("create", err)
 	if vs, _ := table.Versions(ctx, uri); len(vs) != 0 {
 		t.Fatalf("versions %v after a refused create", vs)
@@ -40,15 +41,15 @@ func TestCommitRefusedWhereConditionalWritesIgnored(t *testing.T) {
 		t.Fatalf("a refused create wrote the marker of a table being created (%d PUTs)", n)
 	}
 
-	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{TrustConditionalWrites: true})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{TrustConditionalWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
 	s.ResetCounts()
-	_, err = tb.Append(ctx, idReader(10, 5), table.WriteOptions{})
+	_, err = tb.Append(ctx, tabletest.Reader(10, 5), table.WriteOptions{})
 	refused("append", err)
-	if v, err := tb.Append(ctx, idReader(10, 5), table.WriteOptions{TrustConditionalWrites: true}); err != nil || v != 2 {
+	if v, err := tb.Append(ctx, tabletest.Reader(10, 5), table.WriteOptions{TrustConditionalWrites: true}); err != nil || v != 2 {
 		t.Fatalf("trusted append = %d, %v; want version 2", v, err)
 	}
 	if got := allIDs(t, open(t, uri)); !slices.Equal(got, seq(0, 15)) {
@@ -66,7 +67,7 @@ func TestProbeCachedInCatalog(t *testing.T) {
 	uri := s.URI("bkt", "probed")
 	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
 	table.ForgetProbes()
-	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{Catalog: cat})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestProbeCachedInCatalog(t *testing.T) {
 		if step.forget {
 			table.ForgetProbes()
 		}
-		if _, err := table.Append(ctx, uri, idReader(int64(10+i), 1), table.WriteOptions{Catalog: step.cat}); err != nil {
+		if _, err := table.Append(ctx, uri, tabletest.Reader(int64(10+i), 1), table.WriteOptions{Catalog: step.cat}); err != nil {
 			t.Fatal(err)
 		}
 		if n := probes(); n != step.want {
@@ -104,7 +105,7 @@ func TestCommitReadsItsManifestBack(t *testing.T) {
 	ctx := context.Background()
 	s := startS3(t)
 	uri := s.URI("bkt", "overwritten")
-	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestCommitReadsItsManifestBack(t *testing.T) {
 		}
 	})
 	defer table.SetCommitHook(nil)
-	_, err = tb.Append(ctx, idReader(10, 5), table.WriteOptions{})
+	_, err = tb.Append(ctx, tabletest.Reader(10, 5), table.WriteOptions{})
 	if errcode.Of(err) != errcode.Changed || !strings.Contains(err.Error(), "00000000000000000002.json") ||
 		!strings.Contains(err.Error(), "does not honour conditional writes") {
 		t.Fatalf("append: %v (%s), want Changed naming version 2's manifest", err, errcode.Of(err))

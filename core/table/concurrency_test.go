@@ -18,6 +18,7 @@ import (
 	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -70,7 +71,7 @@ func TestConcurrentTableUse(t *testing.T) {
 func concurrentUse(t *testing.T, uri string, permURI func(int) string) {
 	ctx := context.Background()
 	initial := seq(1_000_000, initialRows)
-	tb, err := table.Create(ctx, uri, idReader(initial[0], initialRows), table.WriteOptions{RowGroupRows: 32})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(initial[0], initialRows), table.WriteOptions{RowGroupRows: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func concurrentUse(t *testing.T, uri string, permURI func(int) string) {
 		wg.Go(func() {
 			for j := 0; running(); j++ {
 				began := time.Now()
-				v, err := table.Append(ctx, uri, idReader(writerID(w, j, 0), rowsPerAppend), table.WriteOptions{})
+				v, err := table.Append(ctx, uri, tabletest.Reader(writerID(w, j, 0), rowsPerAppend), table.WriteOptions{})
 				// A failed append counts too: one slower than the grace
 				// period may find its parent cleaned up.
 				took := time.Since(began)
@@ -125,7 +126,7 @@ func concurrentUse(t *testing.T, uri string, permURI func(int) string) {
 	}
 	wg.Go(func() { // writers killed between their data and their manifest
 		for i := 0; running(); i++ {
-			if err := table.WriteOrphan(ctx, uri, idReader(int64(5e8+i), 2)); err != nil {
+			if err := table.WriteOrphan(ctx, uri, tabletest.Reader(int64(5e8+i), 2)); err != nil {
 				fail(fmt.Errorf("orphan: %w", err))
 				return
 			}
@@ -315,7 +316,7 @@ func TestAppendOutlivesItsParent(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "tbl")
 	uri := "file://" + dir
-	tb, err := table.Create(ctx, uri, idReader(0, 2), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 2), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +332,7 @@ func TestAppendOutlivesItsParent(t *testing.T) {
 		}
 		fired = true
 		for i := range int64(2) {
-			if _, err := table.Append(ctx, uri, idReader(10+i, 1), table.WriteOptions{}); err != nil {
+			if _, err := table.Append(ctx, uri, tabletest.Reader(10+i, 1), table.WriteOptions{}); err != nil {
 				t.Error(err)
 			}
 		}
@@ -341,7 +342,7 @@ func TestAppendOutlivesItsParent(t *testing.T) {
 		}
 	})
 	defer table.SetCommitHook(nil)
-	v, err := table.Append(ctx, uri, idReader(20, 1), table.WriteOptions{})
+	v, err := table.Append(ctx, uri, tabletest.Reader(20, 1), table.WriteOptions{})
 	if err != nil || v != 4 {
 		t.Fatalf("append: version %d, %v; want 4", v, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
 // commitPhases returns the phases a commit passes, in order, recorded from a
@@ -29,14 +30,14 @@ func commitPhases(t *testing.T) []string {
 	table.SetCommitHook(func(p string) { phases = append(phases, p) })
 	defer table.SetCommitHook(nil)
 	uri := "file://" + filepath.Join(t.TempDir(), "phases")
-	tb, err := table.Create(ctx, uri, idReader(0, 1), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 1), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tb.Close()
 	create := phases
 	phases = nil
-	if _, err := table.Append(ctx, uri, idReader(1, 1), table.WriteOptions{}); err != nil {
+	if _, err := table.Append(ctx, uri, tabletest.Reader(1, 1), table.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(create) == 0 || create[len(create)-1] != "committed" || !slices.Equal(create, phases) {
@@ -74,12 +75,12 @@ func killedWriter(t *testing.T, uri, op, phase string) {
 	// want[v-1] holds the ids of version v.
 	var want [][]int64
 	if op == "append" {
-		tb, err := table.Create(ctx, uri, idReader(100, 4), table.WriteOptions{})
+		tb, err := table.Create(ctx, uri, tabletest.Reader(100, 4), table.WriteOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tb.Close()
-		if _, err := table.Append(ctx, uri, idReader(200, 4), table.WriteOptions{}); err != nil {
+		if _, err := table.Append(ctx, uri, tabletest.Reader(200, 4), table.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		want = [][]int64{seq(100, 4), append(seq(100, 4), seq(200, 4)...)}
@@ -112,7 +113,7 @@ func killedWriter(t *testing.T, uri, op, phase string) {
 	if len(want) == 0 {
 		_, err := table.Open(ctx, uri)
 		wantErr(t, err, errcode.NotFound)
-		tb, err := table.Create(ctx, uri, idReader(300, 2), table.WriteOptions{})
+		tb, err := table.Create(ctx, uri, tabletest.Reader(300, 2), table.WriteOptions{})
 		if err != nil {
 			t.Fatalf("create after a writer died creating: %v", err)
 		}
@@ -120,7 +121,7 @@ func killedWriter(t *testing.T, uri, op, phase string) {
 		want = [][]int64{seq(300, 2)}
 	}
 	// The next commit takes the next version.
-	v, err := table.Append(ctx, uri, idReader(500, 2), table.WriteOptions{})
+	v, err := table.Append(ctx, uri, tabletest.Reader(500, 2), table.WriteOptions{})
 	if err != nil || v != int64(len(want)+1) {
 		t.Fatalf("append after the kill: version %d, %v; want %d", v, err, len(want)+1)
 	}

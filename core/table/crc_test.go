@@ -216,11 +216,11 @@ func TestWrittenPagesCarryCRCs(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	opts := table.WriteOptions{RowGroupRows: 40, PageBytes: 256}
-	tb, err := table.Create(ctx, "file://"+dir, idReader(0, 300), opts)
+	tb, err := table.Create(ctx, "file://"+dir, tabletest.Reader(0, 300), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Append(ctx, idReader(1000, 130), opts); err != nil {
+	if _, err := tb.Append(ctx, tabletest.Reader(1000, 130), opts); err != nil {
 		t.Fatal(err)
 	}
 	tb.Close()

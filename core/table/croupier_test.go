@@ -75,7 +75,7 @@ func runWriter(uri string) int {
 	var tb *table.Table
 	var err error
 	if os.Getenv(envCreate) != "" {
-		tb, err = table.Create(ctx, uri, idReader(writerID(w, 0, 0), rowsPerAppend), table.WriteOptions{})
+		tb, err = table.Create(ctx, uri, tabletest.Reader(writerID(w, 0, 0), rowsPerAppend), table.WriteOptions{})
 	} else {
 		tb, err = table.Open(ctx, uri)
 	}
@@ -85,24 +85,12 @@ func runWriter(uri string) int {
 	}
 	defer tb.Close()
 	for j := 0; n < 0 || j < n; j++ {
-		if _, err := tb.Append(ctx, idReader(writerID(w, j, 0), rowsPerAppend), table.WriteOptions{}); err != nil {
+		if _, err := tb.Append(ctx, tabletest.Reader(writerID(w, j, 0), rowsPerAppend), table.WriteOptions{}); err != nil {
 			fmt.Fprintf(os.Stderr, "writer %d append %d: %v\n", w, j, err)
 			return 1
 		}
 	}
 	return 0
-}
-
-// idReader yields rows whose id column is start, start+1, … (the other
-// columns derive from the id, see tabletest).
-func idReader(start, n int64) array.RecordReader {
-	rec := tabletest.Record(start, n)
-	defer rec.Release()
-	r, err := array.NewRecordReader(tabletest.Schema, []arrow.RecordBatch{rec})
-	if err != nil {
-		panic(err)
-	}
-	return r
 }
 
 func startS3(t *testing.T) *s3test.Server {
@@ -143,7 +131,7 @@ func TestCreateAppendTimeTravel(t *testing.T) {
 	ctx := context.Background()
 	for name, uri := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{RowGroupRows: 4})
+			tb, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{RowGroupRows: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +143,7 @@ func TestCreateAppendTimeTravel(t *testing.T) {
 				t.Errorf("row groups %v, want [4 4 2]", rg)
 			}
 			for v := int64(2); v <= 4; v++ {
-				got, err := tb.Append(ctx, idReader(10*(v-1), 10), table.WriteOptions{})
+				got, err := tb.Append(ctx, tabletest.Reader(10*(v-1), 10), table.WriteOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -233,13 +221,13 @@ func TestCroupierErrors(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "tbl")
 	uri := "file://" + dir
-	tb, err := table.Create(ctx, uri, idReader(0, 5), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 5), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tb.Close()
 
-	_, err = table.Create(ctx, uri, idReader(0, 5), table.WriteOptions{})
+	_, err = table.Create(ctx, uri, tabletest.Reader(0, 5), table.WriteOptions{})
 	wantErr(t, err, errcode.AlreadyExists, dir, "latest version 1")
 
 	// A different type for one field.
@@ -272,14 +260,14 @@ func TestCroupierErrors(t *testing.T) {
 	wantErr(t, err, errcode.NotFound, dir, "version 7 does not exist", "versions 1 to 1")
 
 	// A corrupt manifest is reported as such, with its name.
-	if _, err := table.Append(ctx, uri, idReader(5, 5), table.WriteOptions{}); err != nil {
+	if _, err := table.Append(ctx, uri, tabletest.Reader(5, 5), table.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	m2 := filepath.Join(dir, "_versions", "00000000000000000002.json")
 	os.WriteFile(m2, []byte(`{"format":1,"version":2,"files":[`), 0o644)
 	_, err = table.Open(ctx, uri)
 	wantErr(t, err, errcode.Corrupt, "00000000000000000002.json", "corrupt manifest")
-	_, err = table.Append(ctx, uri, idReader(10, 5), table.WriteOptions{})
+	_, err = table.Append(ctx, uri, tabletest.Reader(10, 5), table.WriteOptions{})
 	wantErr(t, err, errcode.Corrupt, "00000000000000000002.json")
 	// Version 1 still reads.
 	tb1, err := table.OpenVersion(ctx, uri, 1)
@@ -298,7 +286,7 @@ func TestCroupierErrors(t *testing.T) {
 	wantErr(t, err, errcode.InvalidArgument, plain, "plain Parquet")
 	_, err = table.Versions(ctx, "file://"+plain)
 	wantErr(t, err, errcode.NotFound, plain, "no croupier table")
-	_, err = table.Append(ctx, "file://"+plain, idReader(0, 1), table.WriteOptions{})
+	_, err = table.Append(ctx, "file://"+plain, tabletest.Reader(0, 1), table.WriteOptions{})
 	wantErr(t, err, errcode.NotFound, plain)
 }
 
@@ -314,7 +302,7 @@ func TestConcurrentAppendProcesses(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			tb, err := table.Create(ctx, uri, idReader(-1, 1), table.WriteOptions{})
+			tb, err := table.Create(ctx, uri, tabletest.Reader(-1, 1), table.WriteOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -411,7 +399,7 @@ func TestKilledWriter(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "tbl")
 	uri := "file://" + dir
-	tb, err := table.Create(ctx, uri, idReader(-1, 1), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(-1, 1), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +424,7 @@ func TestKilledWriter(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	// And a writer that died between its data and its manifest.
-	if err := table.WriteOrphan(ctx, uri, idReader(1e9, 5)); err != nil {
+	if err := table.WriteOrphan(ctx, uri, tabletest.Reader(1e9, 5)); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "_tmp", "00000000000000999999.json-1"), []byte("{partial"), 0o644)
@@ -454,7 +442,7 @@ func TestKilledWriter(t *testing.T) {
 		t.Fatalf("version %d after the kill: %d rows, want %d", v, len(got), len(want))
 	}
 	// The table takes appends again.
-	nv, err := table.Append(ctx, uri, idReader(5e8, 2), table.WriteOptions{})
+	nv, err := table.Append(ctx, uri, tabletest.Reader(5e8, 2), table.WriteOptions{})
 	if err != nil || nv != v+1 {
 		t.Fatalf("append after the kill: version %d, %v (want %d)", nv, err, v+1)
 	}
@@ -690,7 +678,7 @@ func TestCatalogCachesManifests(t *testing.T) {
 	s := startS3(t)
 	uri := s.URI("bkt", "cached")
 	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
-	tb, err := table.Create(ctx, uri, idReader(0, 5), table.WriteOptions{Catalog: cat})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 5), table.WriteOptions{Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -730,7 +718,7 @@ func TestAppendLostCommitResponse(t *testing.T) {
 	ctx := context.Background()
 	s := startS3(t)
 	uri := s.URI("bkt", "lost")
-	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,7 +729,7 @@ func TestAppendLostCommitResponse(t *testing.T) {
 			return r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/_versions/00000000000000000002.json") &&
 				puts.Add(1) == 1
 		}})
-	v, err := tb.Append(ctx, idReader(10, 5), table.WriteOptions{})
+	v, err := tb.Append(ctx, tabletest.Reader(10, 5), table.WriteOptions{})
 	if err != nil || v != 2 {
 		t.Fatalf("append = %d, %v; want version 2", v, err)
 	}
@@ -769,7 +757,7 @@ func TestRemoteReadsMergeNearbyPages(t *testing.T) {
 	s := startS3(t)
 	requests := map[string]int64{}
 	for name, uri := range map[string]string{"file": "file://" + t.TempDir(), "s3": s.URI("bkt", "pages")} {
-		tb, err := table.Create(ctx, uri, idReader(0, 20000), table.WriteOptions{RowGroupRows: 20000, PageBytes: 1 << 10})
+		tb, err := table.Create(ctx, uri, tabletest.Reader(0, 20000), table.WriteOptions{RowGroupRows: 20000, PageBytes: 1 << 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -811,12 +799,12 @@ func TestKeepReadsFootersTogether(t *testing.T) {
 		var err error
 		if i == 0 {
 			var tb *table.Table
-			tb, err = table.Create(ctx, uri, idReader(0, 50), table.WriteOptions{})
+			tb, err = table.Create(ctx, uri, tabletest.Reader(0, 50), table.WriteOptions{})
 			if err == nil {
 				tb.Close()
 			}
 		} else {
-			_, err = table.Append(ctx, uri, idReader(i*50, 50), table.WriteOptions{})
+			_, err = table.Append(ctx, uri, tabletest.Reader(i*50, 50), table.WriteOptions{})
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -41,7 +41,7 @@ func croupierTable(t *testing.T, n int64) (dir, uri, manifest string) {
 	t.Helper()
 	dir = t.TempDir()
 	uri = "file://" + filepath.Join(dir, "tbl")
-	tb, err := table.Create(context.Background(), uri, idReader(0, n), table.WriteOptions{RowGroupRows: 10})
+	tb, err := table.Create(context.Background(), uri, tabletest.Reader(0, n), table.WriteOptions{RowGroupRows: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestPinKeysStayInTable(t *testing.T) {
 	memBase := "mem://hostile/" + uuid.NewString()
 	var otherKey string
 	for _, name := range []string{"other", "tbl"} {
-		tb, err := table.Create(ctx, memBase+"/"+name, idReader(0, 5), table.WriteOptions{})
+		tb, err := table.Create(ctx, memBase+"/"+name, tabletest.Reader(0, 5), table.WriteOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ func TestIDSurvivesSpellingsAndCopies(t *testing.T) {
 	}
 	create := func(name string) string {
 		uri := "file://" + filepath.Join(root, name)
-		tb, err := table.Create(ctx, uri, idReader(0, 50), table.WriteOptions{})
+		tb, err := table.Create(ctx, uri, tabletest.Reader(0, 50), table.WriteOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func TestIDSurvivesSpellingsAndCopies(t *testing.T) {
 		return uri
 	}
 	a := create("a")
-	if _, err := table.Append(ctx, a, idReader(50, 10), table.WriteOptions{}); err != nil {
+	if _, err := table.Append(ctx, a, tabletest.Reader(50, 10), table.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	copied := filepath.Join(root, "moved")

@@ -9,6 +9,7 @@ import (
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
 // TestAppendsRideOutThrottling: with half the uploads of data files answered
@@ -22,14 +23,14 @@ func TestAppendsRideOutThrottling(t *testing.T) {
 	s := startS3(t)
 	ctx := context.Background()
 	uri := s.URI("bkt", "throttled")
-	tb, err := table.Create(ctx, uri, idReader(0, 3), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 3), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
 	s.SetFaults(s3test.Faults{Rate: 0.5, Seed: 3, Kinds: []s3test.Kind{s3test.Throttle}, Match: s3test.MatchKey("PUT", "/data/")})
 	for i := range 20 {
-		if _, err := tb.Append(ctx, idReader(int64(3+3*i), 3), table.WriteOptions{}); err != nil {
+		if _, err := tb.Append(ctx, tabletest.Reader(int64(3+3*i), 3), table.WriteOptions{}); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
 // TestCleanupAbortsAbandonedUploads starts multipart uploads of data files
@@ -22,7 +23,7 @@ func TestCleanupAbortsAbandonedUploads(t *testing.T) {
 	ctx := context.Background()
 	s := startS3(t)
 	uri := s.URI("bkt", "uploads/tbl")
-	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,12 +89,12 @@ func TestCleanupWithoutUploadListings(t *testing.T) {
 	ctx := context.Background()
 	s := startS3(t)
 	uri := s.URI("bkt", "nolist/tbl")
-	tb, err := table.Create(ctx, uri, idReader(0, 10), table.WriteOptions{})
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, 10), table.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tb.Close()
-	if _, err := table.Append(ctx, uri, idReader(10, 10), table.WriteOptions{}); err != nil {
+	if _, err := table.Append(ctx, uri, tabletest.Reader(10, 10), table.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	orphan := "nolist/tbl/data/orphan.parquet"

@@ -44,6 +44,17 @@ func Tokens(id int64) []int32 {
 // Text returns the text of row id.
 func Text(id int64) string { return fmt.Sprintf("row %d", id) }
 
+// Reader yields rows [start, start+n) as Record builds them.
+func Reader(start, n int64) array.RecordReader {
+	rec := Record(start, n)
+	defer rec.Release()
+	r, err := array.NewRecordReader(Schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		panic(err) // the record has Schema
+	}
+	return r
+}
+
 // Record builds rows [start, start+n).
 func Record(start, n int64) arrow.RecordBatch {
 	b := array.NewRecordBuilder(memory.DefaultAllocator, Schema)
