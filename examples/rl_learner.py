@@ -32,7 +32,9 @@ sample of older ones, skipping versions too far behind, and each problem's
 rollouts of a version (a GRPO group) whole, in one step. Rows not to train on
 (prompts, truncated answers) are masked out of the loss. It saves the policy
 with the learner's checkpoint and, for every step, the table versions and the
-rollouts that trained it (each batch's ``_version`` and ``rollout_id``).
+rollouts that trained it (each batch's ``_version`` and ``rollout_id``); and the
+checkpoint alone (``state.json``), from which ``croupier deal --checkpoint``
+recomputes the rows of any step and the steps that trained on a rollout.
 """
 
 from __future__ import annotations
@@ -244,7 +246,16 @@ def online(args: argparse.Namespace) -> None:
         "trained_on": trained_on,
     }
     (args.data / "policy.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(f"saved {args.data / 'policy.pt'} and policy.json")
+    # The learner's checkpoint alone, as croupier deal reads it: the steps are a
+    # function of the committed versions, so it recomputes them from the table.
+    (args.data / "state.json").write_text(json.dumps(ds.state_dict()) + "\n")
+    print(f"saved {args.data / 'policy.pt'}, policy.json and state.json")
+    if rollouts_seen:
+        state = args.data / "state.json"
+        print(
+            "the steps that trained on a rollout, recomputed from the table: go run"
+            f" ./cmd/croupier deal --checkpoint {state} --which-steps rollout_id={rollouts_seen[0]}"
+        )
     ds.close()
 
 

@@ -138,6 +138,7 @@ def test_rl_learner_online(tmp_path: Path) -> None:
     # The checkpoint continues on the grown table with the next step.
     state = record["loader_state"]
     assert state["steps_consumed"] == 6
+    assert json.loads((data / "state.json").read_text()) == state
     follow = cr.Follow(rows_per_round=128, group_by="problem_id", replay=0.25,
                        max_versions_behind=4, wait_timeout=1.0)  # fmt: skip
     ds = cr.FollowingDataset(record["table_uri"], follow, global_batch_size=16, num_splits=8,
@@ -145,3 +146,15 @@ def test_rl_learner_online(tmp_path: Path) -> None:
     ds.load_state_dict(state)
     next(iter(ds))
     assert ds.steps_consumed == 7
+
+    # croupier deal, reading the checkpoint Python wrote, recomputes from the
+    # table exactly the steps the learner recorded for a rollout.
+    rollout = record["trained_on"][-1]["rollouts"][0]
+    deal = subprocess.run(
+        ["go", "run", "./cmd/croupier", "deal", "--checkpoint", str(data / "state.json"),
+         "--which-steps", f"rollout_id={rollout}", "--json"],
+        cwd=EXAMPLE.parents[1], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert deal.returncode == 0, deal.stderr[-3000:]
+    steps = {t["step"] for t in json.loads(deal.stdout)["trained"]}
+    assert steps == {s["step"] for s in record["trained_on"] if rollout in s["rollouts"]}
