@@ -156,23 +156,22 @@ func checkPageCRCs(src io.ReaderAt, s byteRange) error {
 			}
 			return fmt.Errorf("page at offset %d has no CRC, the pages before it have one", s.off+pos)
 		}
-		body := whole
-		if whole == nil {
-			body = scratch{}.Allocate(int(h.size))
-			_, err = src.ReadAt(body, s.off+start)
-			start = 0
-		}
-		got := crc32.ChecksumIEEE(body[start : start+h.size])
-		if whole == nil {
+		var got uint32
+		if whole != nil {
+			got = crc32.ChecksumIEEE(whole[start : start+h.size])
+		} else {
+			body := scratch{}.Allocate(int(h.size))
+			_, err := src.ReadAt(body, s.off+start)
+			got = crc32.ChecksumIEEE(body)
 			scratch{}.Free(body)
-		}
-		if err != nil {
-			return err
+			if err != nil {
+				return err
+			}
 		}
 		if got != h.crc {
 			return fmt.Errorf("page at offset %d: CRC %08x, its header says %08x", s.off+pos, got, h.crc)
 		}
-		pos += int64(h.headerLen) + h.size
+		pos = start + h.size
 	}
 	return nil
 }

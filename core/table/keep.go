@@ -156,15 +156,17 @@ func (k *Kept) build(ctx context.Context) (err error) {
 		for i, p := range k.pieces {
 			files[i] = p.key.File
 		}
-		k.wg.Add(1)
-		// A panic here is the pieces' to meet again, where they need the
-		// footers.
-		go func() (err error) {
-			defer k.wg.Done()
-			defer recoverTo(&err, "read", r.t.pin.URI)
-			r.t.loadFooters(ctx, files)
-			return nil
-		}()
+		if unread := r.t.unreadFooters(files); len(unread) > 0 {
+			k.wg.Add(1)
+			// A panic here is the pieces' to meet again, where they need
+			// the footers.
+			go func() (err error) {
+				defer k.wg.Done()
+				defer recoverTo(&err, "read", r.t.pin.URI)
+				r.t.loadFooters(ctx, unread)
+				return nil
+			}()
+		}
 	}
 	for i, p := range k.pieces {
 		if k.budget != nil {

@@ -688,34 +688,36 @@ func (t *Table) Footer(ctx context.Context, i int) (*metadata.FileMetaData, erro
 // them. Ids past the last row are ignored, and so are errors: a read that
 // needs a footer meets them again.
 func (t *Table) LoadFooters(ctx context.Context, ids []uint64) {
-	var files []int
-	seen := map[int]bool{}
+	files := make([]int, 0, len(ids))
 	for _, id := range ids {
-		if id >= uint64(t.NumRows()) {
-			continue
-		}
-		if f := t.groups[t.groupOf(int64(id))].File; !seen[f] {
-			files, seen[f] = append(files, f), true
+		if id < uint64(t.NumRows()) {
+			files = append(files, t.groups[t.groupOf(int64(id))].File)
 		}
 	}
-	t.loadFooters(ctx, files)
+	t.loadFooters(ctx, t.unreadFooters(files))
 }
 
-// loadFooters reads the footers of files not read yet, several at a time,
-// and ignores errors: Footer meets them again where a footer is needed.
-func (t *Table) loadFooters(ctx context.Context, files []int) {
-	var missing []int
+// unreadFooters returns, each once, the files among files whose footers are
+// not read yet.
+func (t *Table) unreadFooters(files []int) []int {
+	var unread []int
 	seen := map[int]bool{}
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, f := range files {
 		if t.footers[f] == nil && !seen[f] {
-			missing, seen[f] = append(missing, f), true
+			unread, seen[f] = append(unread, f), true
 		}
 	}
-	t.mu.Unlock()
+	return unread
+}
+
+// loadFooters reads the footers of files, several at a time, and ignores
+// errors: Footer meets them again where a footer is needed.
+func (t *Table) loadFooters(ctx context.Context, files []int) {
 	var g errgroup.Group
 	g.SetLimit(16)
-	for _, f := range missing {
+	for _, f := range files {
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "read footer", t.loc.ObjectURI(t.pin.Files[f].Key))
 			t.Footer(ctx, f) //nolint:errcheck // met again where it is needed
