@@ -96,11 +96,21 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	var ckpt *loader.Checkpoint
+	column, value, hasValue := strings.Cut(*which, "=")
 	if *ckptPath != "" {
 		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch"} {
 			if set[n] {
 				return usagef("deal: --%s comes from the checkpoint; do not give it with --checkpoint", n)
 			}
+		}
+		if set["which-steps"] && set["row"] {
+			return usagef("deal: give one of --which-steps and --row")
+		}
+		if set["which-steps"] && (!hasValue || column == "") {
+			return usagef("deal: --which-steps %q: want COLUMN=VALUE", *which)
+		}
+		if set["row"] && *rowID < 0 {
+			return usagef("deal: --row is %d; it must be at least 0", *rowID)
 		}
 		data, err := os.ReadFile(*ckptPath)
 		if err != nil {
@@ -112,14 +122,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 					return usagef("deal: --%s does not apply to following's checkpoint: it names its table, and deals whole steps", n)
 				}
 			}
-			if set["which-steps"] && set["row"] {
-				return usagef("deal: give one of --which-steps and --row")
-			}
-			if column, _, ok := strings.Cut(*which, "="); set["which-steps"] && (!ok || column == "") {
-				return usagef("deal: --which-steps %q: want COLUMN=VALUE", *which)
-			}
 			return dealFollow(ctx, e, data, *ckptPath, followFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
-				columns: splitList(*columns), which: *which, row: *rowID, asJSON: *asJSON})
+				columns: splitList(*columns), column: column, value: value, row: *rowID, asJSON: *asJSON})
 		}
 		if isMixture(data) {
 			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
@@ -183,16 +187,6 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	if *rank >= *w {
 		return usagef("deal: --rank %d is not in [0, %d): --world-size is %d", *rank, *w, *w)
 	}
-	if set["which-steps"] && set["row"] {
-		return usagef("deal: give one of --which-steps and --row")
-	}
-	column, value, hasValue := strings.Cut(*which, "=")
-	if set["which-steps"] && (!hasValue || column == "") {
-		return usagef("deal: --which-steps %q: want COLUMN=VALUE", *which)
-	}
-	if set["row"] && *rowID < 0 {
-		return usagef("deal: --row is %d; it must be at least 0", *rowID)
-	}
 
 	t, order, closeOrder, err := openDealt(ctx, *permURI, *splitName, *tableURI, *version)
 	if err != nil {
@@ -222,13 +216,9 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		TokensPerStep: l0.Options().TokensPerStep, Oversize: l0.Options().Oversize, WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
 		Epoch: *epoch, Step: *step, StepsPerEpoch: steps, Ranks: []dealRank{}}
 	if set["which-steps"] || set["row"] {
-		ids := []uint64{uint64(*rowID)}
-		if set["which-steps"] {
-			if ids, err = rowsWhere(ctx, t, column, value); err != nil {
-				return err
-			}
-		} else if *rowID >= t.NumRows() {
-			return usagef("deal: --row %d is not in [0, %d): %s has %d rows", *rowID, t.NumRows(), t.URI(), t.NumRows())
+		ids, err := askedRows(ctx, t, column, value, *rowID)
+		if err != nil {
+			return err
 		}
 		out.Epoch, out.Step = ckpt.Epoch, ckpt.StepsConsumed
 		found, err := trainedOn(ctx, l0, ids, ckpt.Epoch, ckpt.StepsConsumed)
@@ -403,6 +393,18 @@ func readRows(ctx context.Context, r *table.Reader, ids []uint64) ([]map[string]
 		}
 	}
 	return rows, nil
+}
+
+// askedRows returns the rows of t that --which-steps COLUMN=VALUE names
+// (column not ""), else row, the --row asked about.
+func askedRows(ctx context.Context, t *table.Table, column, value string, row int64) ([]uint64, error) {
+	if column != "" {
+		return rowsWhere(ctx, t, column, value)
+	}
+	if row >= t.NumRows() {
+		return nil, usagef("deal: --row %d is not in [0, %d): %s has %d rows", row, t.NumRows(), t.URI(), t.NumRows())
+	}
+	return []uint64{uint64(row)}, nil
 }
 
 // rowsWhere returns the ids of t's rows whose value in column, as text

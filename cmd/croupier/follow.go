@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -27,9 +26,11 @@ type followFlags struct {
 	stepSet bool
 	w, rank int64
 	columns []string
-	which   string // COLUMN=VALUE of --which-steps, "" without
-	row     int64  // of --row, -1 without
-	asJSON  bool
+	// column and value are --which-steps COLUMN=VALUE's, column "" without;
+	// row is --row's, -1 without.
+	column, value string
+	row           int64
+	asJSON        bool
 }
 
 // followTrained is one step that trained on a row: a trained of the round
@@ -53,6 +54,12 @@ type followOutput struct {
 	// Rows and Trained answer --which-steps and --row.
 	Rows    []uint64        `json:"which_rows,omitempty"`
 	Trained []followTrained `json:"trained,omitempty"`
+}
+
+// printHead prints the line that says what is followed, and how.
+func (out followOutput) printHead(e *env) {
+	fmt.Fprintf(e.stdout, "following %s: G=%d S=%d W=%d shuffle_seed=%d\n",
+		out.TableURI, out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed)
 }
 
 // roundInfo describes the round of a step.
@@ -97,7 +104,7 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 	}
 	out := followOutput{TableURI: c.TableURI, GlobalBatchSize: c.GlobalBatchSize, NumSplits: fl.Options().NumSplits,
 		WorldSize: f.w, ShuffleSeed: c.ShuffleSeed, StepsConsumed: c.StepsConsumed, Step: c.StepsConsumed}
-	if f.which != "" || f.row >= 0 {
+	if f.column != "" || f.row >= 0 {
 		return followTrainedOn(ctx, e, fl, tb, c, f, out)
 	}
 	if f.stepSet {
@@ -127,8 +134,7 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 	if f.asJSON {
 		return writeJSON(e.stdout, out)
 	}
-	fmt.Fprintf(e.stdout, "following %s: G=%d S=%d W=%d shuffle_seed=%d\n",
-		out.TableURI, out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed)
+	out.printHead(e)
 	fmt.Fprintf(e.stdout, "step %d: round %d (steps %d to %d), versions %d to %d\n",
 		out.Step, r.Round, r.Step, r.Step+r.Steps-1, r.After+1, r.Version)
 	printRanks(e, out.Ranks, f.columns, "")
@@ -160,15 +166,9 @@ func roundOf(ctx context.Context, fl *loader.Follower, uri string, pos loader.Fo
 // checkpoint c: the steps before c.StepsConsumed that trained on the rows,
 // round by round from the first (a replayed row is in several).
 func followTrainedOn(ctx context.Context, e *env, fl *loader.Follower, tb *table.Table, c loader.FollowCheckpoint, f followFlags, out followOutput) error {
-	ids := []uint64{uint64(f.row)}
-	if f.which != "" {
-		column, value, _ := strings.Cut(f.which, "=")
-		var err error
-		if ids, err = rowsWhere(ctx, tb, column, value); err != nil {
-			return err
-		}
-	} else if f.row >= tb.NumRows() {
-		return usagef("deal: --row %d is not in [0, %d): %s has %d rows", f.row, tb.NumRows(), tb.URI(), tb.NumRows())
+	ids, err := askedRows(ctx, tb, f.column, f.value, f.row)
+	if err != nil {
+		return err
 	}
 	out.Rows, out.Trained = ids, []followTrained{}
 	for pos := fl.Start(); pos.Step < c.StepsConsumed; {
@@ -191,8 +191,7 @@ func followTrainedOn(ctx context.Context, e *env, fl *loader.Follower, tb *table
 	if f.asJSON {
 		return writeJSON(e.stdout, out)
 	}
-	fmt.Fprintf(e.stdout, "following %s: G=%d S=%d W=%d shuffle_seed=%d\n",
-		out.TableURI, out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed)
+	out.printHead(e)
 	fmt.Fprintf(e.stdout, "%d rows asked about; steps that trained on them before step %d:\n", len(ids), c.StepsConsumed)
 	for _, tr := range out.Trained {
 		fmt.Fprintf(e.stdout, "row %d (version %d): round %d step %d rank %d\n", tr.RowID, tr.Version, tr.Round, tr.Step, tr.Rank)

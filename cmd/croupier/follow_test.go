@@ -167,6 +167,10 @@ func TestDealFollowCheckpoint(t *testing.T) {
 		}
 		t.Logf("row %d: trained at %v", row, got)
 	}
+	// Look-back flags are checked as for any checkpoint.
+	if r := croupier(t, "deal", "--checkpoint", path, "--row", "-5"); r.code != 2 || !strings.Contains(r.stderr, "--row is -5") {
+		t.Errorf("deal --row -5: exit %d: %s", r.code, r.stderr)
+	}
 	// A step of a round whose versions are not committed yet.
 	r := croupier(t, "deal", "--checkpoint", path, "--step", strconv.Itoa(len(ids)+5))
 	if r.code != 1 || !strings.Contains(r.stderr, "not committed yet") {
