@@ -22,6 +22,7 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -122,6 +123,7 @@ class _WorkerBudget:
 
     _divide_budget: bool
     _info: dict[str, Any]  # the Go object's info: memory_budget has Go's default filled in
+    _options: dict[str, Any]  # what the Go object is opened with
 
     def _worker_budget(self) -> int | None:
         """The memory budget of this copy when croupier.DataLoader divides the
@@ -131,6 +133,23 @@ class _WorkerBudget:
             return None
         # At least one byte: 0 would mean the default to Go.
         return max(int(self._info["memory_budget"]) // worker.num_workers, 1)
+
+    def _go_options(self) -> dict[str, Any]:
+        """The options to open the Go object with: in a worker, its share of the budget."""
+        if (budget := self._worker_budget()) is None:
+            return self._options
+        return {**self._options, "memory_budget": budget}
+
+    @contextlib.contextmanager
+    def _budget_errors(self) -> Iterator[None]:
+        """Errors of the Go object inside say, in a worker whose budget was
+        divided, how it was divided (see :meth:`_budget_error`)."""
+        try:
+            yield
+        except InvalidArgumentError as exc:
+            if (error := self._budget_error(exc)) is None:
+                raise
+            raise error from exc
 
     def _budget_error(self, exc: InvalidArgumentError) -> InvalidArgumentError | None:
         """``exc`` saying how the budget was divided, in a worker whose budget
@@ -384,9 +403,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
     def _open_go(self) -> _lib.Handle:
         """Open the Go dataset over the source, with this worker's share of the budget."""
-        options = self._options
-        if (budget := self._worker_budget()) is not None:
-            options = {**options, "memory_budget": budget}
+        options = self._go_options()
         if isinstance(self._source, Permutation):
             perms = self._source.permutations
             return _lib.dataset_open_split(perms._handle(), self._source.index, options)
@@ -542,12 +559,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
     def _open_stream(self, options: dict[str, Any]) -> _lib.Handle:
         """Open a Go stream; in a worker whose budget was divided, errors say so."""
-        try:
+        with self._budget_errors():
             return _lib.stream_open(self._handle(), options)
-        except InvalidArgumentError as exc:
-            if (error := self._budget_error(exc)) is None:
-                raise
-            raise error from exc
 
     def _runs(self, stream: _lib.Handle, start: int, worker: int, workers: int) -> Iterator[Steps]:
         """Worker ``worker``'s runs of ``_RUN_STEPS`` steps from ``start``, one Steps each.

@@ -243,10 +243,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
     def _open_go(self) -> _lib.Handle:
         """Open the Go follower, with this worker's share of the budget."""
-        options = self._options
-        if (budget := self._worker_budget()) is not None:
-            options = {**options, "memory_budget": budget}
-        return _lib.follow_open(self._table._handle(), options)
+        return _lib.follow_open(self._table._handle(), self._go_options())
 
     def close(self) -> None:
         """Release the Go follower and any stream (idempotent). The table stays open."""
@@ -360,12 +357,8 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
     def _batches(self, stream: _lib.Handle) -> Iterator[tuple[int, int, Any]]:
         """The stream's batches; in a worker whose budget was divided, errors say so."""
-        try:
+        with self._budget_errors():
             yield from _read(stream)
-        except InvalidArgumentError as exc:
-            if (error := self._budget_error(exc)) is None:
-                raise
-            raise error from exc
 
     def _deliver(self, step: int, in_round: dict[str, Any]) -> None:
         """Global step ``step`` of round ``in_round`` reached the training loop:
