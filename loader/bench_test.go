@@ -3,6 +3,7 @@ package loader_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
+	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/loader"
@@ -183,4 +185,141 @@ func BenchmarkBeyondBudget(b *testing.B) {
 			readEpochs(b, l)
 		})
 	}
+}
+
+// rollouts yields rows [start, start+n) of RL rollouts as bench/follow.py
+// writes them: an id, 16–112 token ids and a reward.
+func rollouts(start, n int64) array.RecordReader {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+		{Name: "reward", Type: arrow.PrimitiveTypes.Float32},
+	}, nil)
+	rng := rand.New(rand.NewPCG(uint64(start), 3))
+	rb := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer rb.Release()
+	toks := rb.Field(1).(*array.ListBuilder)
+	vals := toks.ValueBuilder().(*array.Int32Builder)
+	for id := start; id < start+n; id++ {
+		rb.Field(0).(*array.Int64Builder).Append(id)
+		toks.Append(true)
+		for range 16 + rng.IntN(97) {
+			vals.Append(rng.Int32N(50000))
+		}
+		rb.Field(2).(*array.Float32Builder).Append(rng.Float32())
+	}
+	rec := rb.NewRecordBatch()
+	defer rec.Release()
+	r, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		panic(err) // the record has the schema
+	}
+	return r
+}
+
+// BenchmarkFollow reads a croupier table of 200,000 rollouts written as 100
+// appends to the in-process S3 server, as bench/follow.py does: pinned, a
+// shuffle of the latest version opened afresh each time; following, rounds
+// of 20,000 rows from version 1. Rows a second count up to the last batch:
+//
+//	go test ./loader -run '^$' -bench Follow -benchtime 5x
+func BenchmarkFollow(b *testing.B) {
+	srv, err := s3test.Start("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	uri := srv.URI("bench", "rollouts")
+	const versions, perVersion = 100, 2000
+	tb, err := table.Create(ctx, uri, rollouts(0, perVersion), table.WriteOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tb.Close()
+	for v := int64(1); v < versions; v++ {
+		if _, err := table.Append(ctx, uri, rollouts(v*perVersion, perVersion), table.WriteOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := int64(versions * perVersion)
+	perm := make(shuffled, n)
+	for i, j := range rand.New(rand.NewPCG(2, 2)).Perm(int(n)) {
+		perm[i] = uint64(j)
+	}
+	opts := loader.Options{GlobalBatchSize: 256, DropLast: true}
+	// each reads the table once and returns the rows it dealt and the time
+	// to its last batch.
+	read := func(b *testing.B, each func(t *table.Table, start time.Time) (int64, time.Duration)) {
+		var rows int64
+		var wall time.Duration
+		cpu0 := cpuTime()
+		srv.ResetCounts()
+		for b.Loop() {
+			start := time.Now()
+			t, err := table.Open(ctx, uri)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, d := each(t, start)
+			t.Close()
+			rows += r
+			wall += d
+		}
+		b.ReportMetric(float64(rows)/wall.Seconds(), "rows/s")
+		b.ReportMetric(float64(rows)/(cpuTime()-cpu0).Seconds(), "rows/cpu-s")
+		b.ReportMetric(float64(srv.Requests())/float64(b.N), "requests/op")
+		b.ReportMetric(float64(srv.BytesServed())/float64(b.N), "bytes/op")
+	}
+	b.Run("pinned", func(b *testing.B) {
+		read(b, func(t *table.Table, start time.Time) (int64, time.Duration) {
+			l, err := loader.New(t, perm, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			s, err := l.Stream(ctx, loader.StreamOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var rows int64
+			for batch, err := range s.All(ctx) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows += batch.Record.NumRows()
+				batch.Record.Release()
+			}
+			return rows, time.Since(start)
+		})
+	})
+	b.Run("following", func(b *testing.B) {
+		read(b, func(t *table.Table, start time.Time) (int64, time.Duration) {
+			f, err := loader.NewFollower(t, opts, loader.FollowOptions{RowsPerRound: 20_000, WaitTimeout: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			s, err := f.Stream(ctx, f.Start(), 0, loader.StreamOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var rows int64
+			var last time.Duration
+			for {
+				batch, err := s.Next(ctx)
+				if err == io.EOF {
+					return rows, last
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows += batch.Record.NumRows()
+				batch.Record.Release()
+				last = time.Since(start)
+			}
+		})
+	})
 }

@@ -218,10 +218,12 @@ func (l *versionLog) versionOf(id uint64) int64 {
 //     2⌋, groups drawn uniformly without replacement (Floyd's algorithm, key
 //     DeriveKey(seed, "follow/replay/<r>")) from the groups of versions
 //     [lo, After] not carried, or all of them when fewer.
-//  4. The groups of 2 and 3, ascending, are shuffled (Fisher–Yates, key
-//     DeriveKey(seed, "follow/round/<r>")) and laid end to end: with n rows,
-//     the groups starting before ⌊n/G⌋·G make the round's ⌊n/G⌋ steps, the
-//     rest carry into round r+1.
+//  4. The groups of 3 in ascending order (of their first rows), then those
+//     of 2, n rows laid end to end: those starting at or past ⌊n/G⌋·G, the
+//     newest, carry into round r+1. The others are shuffled (Fisher–Yates,
+//     key DeriveKey(seed, "follow/round/<r>")) and laid end to end: the
+//     groups starting before ⌊n/G⌋·G make the round's ⌊n/G⌋ steps, any
+//     other (only when groups differ in size) carries too.
 func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, seed uint64) (Round, bool) {
 	if log.latest() <= pos.After {
 		return Round{}, false
@@ -293,21 +295,42 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, 
 			r.ReplayedRows += log.groupEnd(s) - s
 		}
 	}
-	slices.Sort(groups)
-	permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/round/%d", pos.Round))), groups)
+	// The replayed groups, then the others in ascending order, laid end to
+	// end: those starting at or past position Steps·G are the newest, and
+	// wait for the next round, which deals them first. The others are
+	// shuffled and laid end to end again; a group that then starts past
+	// Steps·G (with groups of several sizes only) waits too.
+	slices.Sort(groups[:fresher])
+	slices.Sort(groups[fresher:])
+	groups = slices.Concat(groups[fresher:], groups[:fresher])
 	r.Steps = (r.NewRows + r.ReplayedRows) / g
 	carry := []uint64{}
+	take := func(s int64, ids *[]uint64) {
+		for id := s; id < log.groupEnd(s); id++ {
+			*ids = append(*ids, uint64(id))
+		}
+	}
+	var p int64
+	for i, s := range groups {
+		if p >= r.Steps*g {
+			for _, s := range groups[i:] {
+				take(s, &carry)
+			}
+			groups = groups[:i]
+			break
+		}
+		p += log.groupEnd(s) - s
+	}
+	permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/round/%d", pos.Round))), groups)
 	for _, s := range groups {
 		ids := &carry
-		if p := int64(len(r.order)); len(carry) == 0 && p < r.Steps*g {
+		if p := int64(len(r.order)); p < r.Steps*g {
 			ids = &r.order
 			if log.grouped {
 				r.starts = append(r.starts, p)
 			}
 		}
-		for id := s; id < log.groupEnd(s); id++ {
-			*ids = append(*ids, uint64(id))
-		}
+		take(s, ids)
 	}
 	slices.Sort(carry)
 	r.next = FollowPosition{Round: pos.Round + 1, Step: pos.Step + r.Steps, After: vr, Head: log.head(vr), Carry: carry}

@@ -58,7 +58,8 @@ func prefix(log versionLog, n int) versionLog {
 // whole, in one step, or carried whole; rows are accounted for: every row of
 // a version is dealt, carried or skipped by the staleness rule; replayed
 // groups are groups of earlier rounds within the staleness rule, as many as
-// asked when there are enough; carries are shorter than a step.
+// asked when there are enough; carries are shorter than a step and, without
+// groups, the newest rows, dealt first in the round after.
 func TestRoundRuleProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 1))
 	for iter := range 400 {
@@ -161,6 +162,23 @@ func checkRound(t *testing.T, iter int, log *versionLog, fo *FollowOptions, g in
 	for _, id := range carry {
 		if s := log.groupStart(int64(id)); !slices.Contains(carry, uint64(s)) || (log.groupEnd(s)-1 > int64(id) && !slices.Contains(carry, id+1)) {
 			t.Fatalf("iter %d round %d: the group of row %d is carried in part", iter, r.Round, id)
+		}
+	}
+	// Without groups the rows carried are the newest of those not replayed,
+	// and the rows carried in are dealt right after the replayed ones: they
+	// wait one round at most unless the replay fills the round.
+	if !log.grouped && len(carry) > 0 {
+		for _, id := range order {
+			if replayed := log.versionOf(id) <= r.After && !slices.Contains(r.Carry, id); !replayed && id > carry[0] {
+				t.Fatalf("iter %d round %d: row %d is carried, row %d newer is dealt", iter, r.Round, carry[0], id)
+			}
+		}
+		if r.ReplayedRows+int64(len(r.Carry)) <= r.Steps*g {
+			for _, id := range r.Carry {
+				if slices.Contains(carry, id) {
+					t.Fatalf("iter %d round %d: row %d is carried again", iter, r.Round, id)
+				}
+			}
 		}
 	}
 	lo := log.first
