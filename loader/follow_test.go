@@ -107,6 +107,7 @@ func follow(t testing.TB, uri string, opts loader.Options, fo loader.FollowOptio
 					t.Fatal(err)
 				}
 				ids := b.Record.Column(0).(*array.Int64).Int64Values()
+				checkRowIDs(t, b, ids)
 				vcol := b.Record.Schema().FieldIndices(loader.VersionColumn)
 				versions := b.Record.Column(vcol[0]).(*array.Int64).Int64Values()
 				per := int64(len(ids)) / int64(b.Steps)

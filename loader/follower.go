@@ -707,40 +707,33 @@ func (s *FollowStream) Next(ctx context.Context) (Batch, error) {
 			return Batch{}, err
 		}
 		s.readAhead()
-		rec, err := s.withVersions(ctx, b)
+		rec, err := s.withVersions(b)
 		b.Record.Release()
 		if err != nil {
 			s.err = err
 			return Batch{}, err
 		}
 		s.last = *s.round
-		return Batch{Step: s.round.Step + b.Step, Steps: b.Steps, Record: rec}, nil
+		return Batch{Step: s.round.Step + b.Step, Steps: b.Steps, Record: rec, RowIDs: b.RowIDs}, nil
 	}
 	return Batch{}, s.err
 }
 
 // withVersions returns b's record with the VersionColumn added.
-func (s *FollowStream) withVersions(ctx context.Context, b Batch) (arrow.RecordBatch, error) {
-	k := int64(max(s.so.NumWorkers, 1))
+func (s *FollowStream) withVersions(b Batch) (arrow.RecordBatch, error) {
+	if int64(len(b.RowIDs)) != b.Record.NumRows() {
+		return nil, errcode.New(errcode.Internal, "follow", s.f.table.URI(),
+			"step %d: %d rows, %d row ids", s.round.Step+b.Step, b.Record.NumRows(), len(b.RowIDs))
+	}
 	bld := array.NewInt64Builder(s.f.opts.Allocator)
 	defer bld.Release()
-	bld.Reserve(int(b.Record.NumRows()))
+	bld.Reserve(len(b.RowIDs))
 	log := s.f.snapshot()
-	for i := range int64(b.Steps) {
-		ids, err := s.loader.RowIDs(ctx, 0, b.Step+i*k)
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range ids {
-			bld.Append(log.versionOf(id))
-		}
+	for _, id := range b.RowIDs {
+		bld.UnsafeAppend(log.versionOf(id))
 	}
 	versions := bld.NewArray()
 	defer versions.Release()
-	if int64(versions.Len()) != b.Record.NumRows() {
-		return nil, errcode.New(errcode.Internal, "follow", s.f.table.URI(),
-			"step %d: %d rows, %d row ids", s.round.Step+b.Step, b.Record.NumRows(), versions.Len())
-	}
 	schema := b.Record.Schema()
 	fields := append(slices.Clone(schema.Fields()), arrow.Field{Name: VersionColumn, Type: arrow.PrimitiveTypes.Int64})
 	cols := append(slices.Clone(b.Record.Columns()), versions)

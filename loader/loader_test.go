@@ -66,6 +66,7 @@ func collectBatches(t *testing.T, l *loader.Loader, so loader.StreamOptions) (st
 			t.Fatal(err)
 		}
 		vals := b.Record.Column(0).(*array.Int64).Int64Values()
+		checkRowIDs(t, b, vals)
 		for i := range int64(b.Steps) {
 			steps = append(steps, b.Step+i*stride)
 			ids = append(ids, slices.Clone(vals[min(i*rows, int64(len(vals))):min((i+1)*rows, int64(len(vals)))]))
@@ -77,6 +78,20 @@ func collectBatches(t *testing.T, l *loader.Loader, so loader.StreamOptions) (st
 		b.Record.Release()
 	}
 	return steps, ids, batches
+}
+
+// checkRowIDs checks that a batch's RowIDs are its rows', whose ids are
+// the row ids.
+func checkRowIDs(t testing.TB, b loader.Batch, ids []int64) {
+	t.Helper()
+	if len(b.RowIDs) != len(ids) {
+		t.Fatalf("step %d: %d row ids for %d rows", b.Step, len(b.RowIDs), len(ids))
+	}
+	for i, id := range ids {
+		if b.RowIDs[i] != uint64(id) {
+			t.Fatalf("step %d: row %d has id %d, RowIDs says %d", b.Step, i, id, b.RowIDs[i])
+		}
+	}
 }
 
 // TestCoalescedStepsAreTheSame checks that a stream coalescing small steps

@@ -59,6 +59,9 @@ type Batch struct {
 	Step   int64
 	Steps  int               // ≥ 1
 	Record arrow.RecordBatch // released by the receiver
+	// RowIDs are the table's row ids of Record's rows, in order; the
+	// stream does not change them.
+	RowIDs []uint64
 }
 
 type result struct {
@@ -222,6 +225,7 @@ type batch struct {
 // closed once its last batch has been read.
 type horizon struct {
 	kept    *table.Kept
+	ids     []uint64 // of the kept rows, in order
 	batches []batch
 	left    atomic.Int64 // batches not read yet
 	err     error        // the planner's, in place of any batch
@@ -279,7 +283,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		if err != nil {
 			return err
 		}
-		h := &horizon{kept: kept}
+		h := &horizon{kept: kept, ids: ids}
 		last = kept
 		s.mu.Lock()
 		s.kepts = append(s.kepts, kept)
@@ -393,7 +397,7 @@ func (s *Stream) read(ctx context.Context, h *horizon, b batch, ch chan<- result
 	if err != nil {
 		return result{err: err}
 	}
-	return result{batch: Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec}}
+	return result{batch: Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec, RowIDs: h.ids[b.from:b.to:b.to]}}
 }
 
 // closeKept closes a horizon's kept rows once.
