@@ -101,9 +101,14 @@ type FollowPosition struct {
 	// before the first round.
 	After int64  `json:"after"`
 	Head  string `json:"head"`
-	// Carry are the row ids, ascending, that the round before left over past
-	// its last full step.
+	// Carry are the row ids, ascending, that the round before carried: its
+	// newest rows past its last full step (see planRound).
 	Carry []uint64 `json:"carry"`
+}
+
+// equal reports whether p and q are the same position.
+func (p *FollowPosition) equal(q *FollowPosition) bool {
+	return p.Round == q.Round && p.Step == q.Step && p.After == q.After && p.Head == q.Head && slices.Equal(p.Carry, q.Carry)
 }
 
 // Round is one round of following: the rows it deals, in dealing order.

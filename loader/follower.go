@@ -42,8 +42,15 @@ type Follower struct {
 	// pages, once read, serve the rounds after.
 	at        *table.Table
 	atVersion int64
-	closed    bool
+	// formed are the rounds formed last, the newest last: a stream forms a
+	// round ahead (FollowStream.warm) before it opens it, and the streams
+	// of a rank's workers form the same rounds.
+	formed []Round
+	closed bool
 }
+
+// formedRounds bounds Follower.formed.
+const formedRounds = 2
 
 // NewFollower returns a follower of t's croupier table dealing
 // sample-count steps as opts say (TokensPerStep and groups do not apply). It
@@ -347,7 +354,13 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 			return Round{}, false, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
 				"version %d is not the version %d the position was taken at (its files differ): the table was replaced", pos.After, pos.After)
 		}
+		if r, ok := f.formedAt(&pos); ok {
+			return r, true, waits, nil
+		}
 		if r, ok := planRound(pos, &log, &f.follow, f.opts.GlobalBatchSize, f.opts.ShuffleSeed); ok {
+			f.mu.Lock()
+			f.formed = append(f.formed[max(len(f.formed)-formedRounds+1, 0):], r)
+			f.mu.Unlock()
 			return r, true, waits, nil
 		}
 		grew, err := f.refresh(ctx)
@@ -377,6 +390,19 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 			return Round{}, false, waits, errcode.Wrap(ctx.Err(), errcode.Canceled, "follow", f.table.URI())
 		}
 	}
+}
+
+// formedAt returns the round at pos if it was formed lately. A round at a
+// position, once formed, does not change (planRound).
+func (f *Follower) formedAt(pos *FollowPosition) (Round, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.formed {
+		if r.FollowPosition.equal(pos) {
+			return r, true
+		}
+	}
+	return Round{}, false
 }
 
 // Loader returns a loader dealing round r's steps (steps 0, … of epoch 0 are
