@@ -60,11 +60,13 @@ def rollouts(start: int, n: int, rng: np.random.Generator) -> pa.Table:
     return pa.table({"id": ids, "tokens": tokens, "reward": rng.random(n).astype(np.float32)})
 
 
-def read(ds: Any) -> tuple[int, float, float]:
-    """Rows of one pass over ``ds``, and the seconds and CPU seconds it took, less
-    the wait that ended it."""
+def read(ds: Any, base: int) -> tuple[int, float, float, int]:
+    """Rows of one pass over ``ds``; the seconds and CPU seconds it took, less the
+    wait that ended it; and the most resident bytes the process held during it
+    above ``base``."""
     import croupier as cr
 
+    measure.reset_peak_rss()
     rows, start, cpu = 0, time.perf_counter(), time.process_time()
     last, last_cpu = start, cpu
     for batch in ds:
@@ -72,7 +74,7 @@ def read(ds: Any) -> tuple[int, float, float]:
         last, last_cpu = time.perf_counter(), time.process_time()
     if isinstance(ds, cr.FollowingDataset):
         assert ds.stats()["waited_out"]
-    return rows, last - start, last_cpu - cpu
+    return rows, last - start, last_cpu - cpu, measure.peak_rss() - base
 
 
 def write(uri: str, args: argparse.Namespace) -> None:
@@ -86,8 +88,9 @@ def write(uri: str, args: argparse.Namespace) -> None:
         table.append(rollouts(v * per, per, rng))
 
 
-# A read's best figures over the repeats: rows, seconds, CPU seconds.
-Figures = tuple[int, float, float]
+# A read's best figures over the repeats: rows, seconds, CPU seconds; and its
+# most resident bytes over those before it, the most of any repeat.
+Figures = tuple[int, float, float, int]
 
 
 def throughput(
@@ -95,8 +98,11 @@ def throughput(
 ) -> tuple[dict[str, Figures], list[float]]:
     """The pinned and following reads of the table at ``uri``: each one's fastest
     figures, and following's rows/s over pinned's in each repeat."""
+    import torch  # noqa: F401  (imported by the reads: its pages count in the base)
+
     import croupier as cr
 
+    base = measure.rss()  # after the imports
     g = args.global_batch_size
     perm_uri = "file://" + str(perm_folder)
     cr.PermutationBuilder(cr.open_table(uri)).shuffle(seed=1).persist(perm_uri, progress=False)
@@ -112,10 +118,10 @@ def throughput(
         following = cr.FollowingDataset(uri, follow, global_batch_size=g, shuffle_seed=1)
         rate = {}
         for name, ds in (("pinned", pinned), ("following", following)):
-            rows, seconds, cpu = read(ds)
+            rows, seconds, cpu, peak = read(ds, base)
             rate[name] = rows / seconds
-            old = best.get(name, (rows, seconds, cpu))
-            best[name] = (rows, min(seconds, old[1]), min(cpu, old[2]))
+            old = best.get(name, (rows, seconds, cpu, peak))
+            best[name] = (rows, min(seconds, old[1]), min(cpu, old[2]), max(peak, old[3]))
             ds.close()
         ratios.append(rate["following"] / rate["pinned"])
     return best, ratios
@@ -224,28 +230,33 @@ def main(argv: list[str] | None = None) -> int:
         f" {args.s3_latency:g} ms before it serves each request, as a distant store delays the"
         " first byte. Each table is read once in torch format, tokens packed,"
         f" {g} rows a step, two ways, in turn {args.repeats} times (figures: the fastest"
-        " wall time and the least CPU time of the process): pinned, a `StreamingDataset`"
+        " wall time and the least CPU time of the process; peak RSS: the most resident"
+        " bytes the process held during a read less those it held after its imports, the"
+        " most of any repeat, which counts what the Go heap kept of the reads before; the"
+        " default memory budget, 512 MiB): pinned, a `StreamingDataset`"
         " over a shuffled permutation (on local files) of the latest version, opened"
         " afresh for each read (its build is not timed); following, a `FollowingDataset`"
         f" from version 1 in rounds of {args.rows_per_round:,} rows (the wait after its last"
         " round is not timed). Each read's time runs from its first `next` to its last"
         " batch.",
         "",
-        "| read | rows | " + " | ".join(f"{n}: rows/s | {n}: CPU s" for n in names) + " |",
-        "|---|---:|" + "---:|---:|" * len(names),
+        "| read | rows | "
+        + " | ".join(f"{n}: rows/s | {n}: CPU s | {n}: peak RSS MiB" for n in names)
+        + " |",
+        "|---|---:|" + "---:|---:|---:|" * len(names),
     ]
     for read_ in ("pinned", "following"):
         cells = []
         for s in args.storage:
-            rows, seconds, cpu = figures[s][0][read_]
-            cells += [f"{rows / seconds:,.0f}", f"{cpu:.2f}"]
+            rows, seconds, cpu, peak = figures[s][0][read_]
+            cells += [f"{rows / seconds:,.0f}", f"{cpu:.2f}", f"{peak / 2**20:.0f}"]
         lines.append(
             f"| {read_} | {figures[args.storage[0]][0][read_][0]:,} | " + " | ".join(cells) + " |"
         )
     ratios = []
     for s, n in zip(args.storage, names, strict=True):
         best, each = figures[s]
-        (fr, fs, fc), (pr, ps, pc) = best["following"], best["pinned"]
+        (fr, fs, fc, _), (pr, ps, pc, _) = best["following"], best["pinned"]
         ratios.append(
             f"{fr / fs / (pr / ps):.2f} on {n} (repeats {min(each):.2f} to {max(each):.2f};"
             f" rows per CPU second {fr / fc / (pr / pc):.2f})"
@@ -258,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         " before has decoded its rows, sharing that one's memory budget, and reads the"
         " footers of its files as soon as the round before is open. What following reads"
         " beyond the pinned read: the latest manifest (once, here: every version has"
-        " landed), the listings of the versions, and again the pages of the rows a round"
-        " carries into the next. Following deals"
+        " landed), the listings of the versions, and once more the page or two holding the"
+        " newest rows, which a round carries into the next. Following deals"
         " the rows of full steps only: those left past the last round's last step wait for"
         " a next round.",
         "",

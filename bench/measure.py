@@ -117,6 +117,16 @@ def peak_rss() -> int:
     return _status_bytes("self", "VmHWM")
 
 
+def rss() -> int:
+    """The resident bytes of this process now (VmRSS)."""
+    return _status_bytes("self", "VmRSS")
+
+
+def reset_peak_rss() -> None:
+    """Start :func:`peak_rss` over from the resident bytes now (Linux 4.0 on)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def await_start(folder: str, name: str) -> None:
     """In one of several reader processes: say ``name`` is ready, then wait until
     :func:`give_start` lets them all start together."""
