@@ -98,11 +98,7 @@ func follow(t testing.TB, uri string, opts loader.Options, fo loader.FollowOptio
 			if err != nil {
 				t.Fatal(err)
 			}
-			for {
-				b, err := s.Next(context.Background())
-				if err == io.EOF {
-					break
-				}
+			for b, err := range s.All(context.Background()) {
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 	"strconv"
 	"sync"
@@ -766,6 +767,11 @@ func (s *FollowStream) withVersions(b Batch) (arrow.RecordBatch, error) {
 	md := schema.Metadata()
 	return array.NewRecordBatch(arrow.NewSchema(fields, &md), cols, b.Record.NumRows()), nil
 }
+
+// All iterates over the batches until the stream ends (io.EOF, which it
+// does not yield) or fails; iteration stops at the first error, which it
+// yields.
+func (s *FollowStream) All(ctx context.Context) iter.Seq2[Batch, error] { return all(ctx, s.Next) }
 
 // Round returns the round of the last batch Next returned: its position is
 // the checkpoint of any step in it.

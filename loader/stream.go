@@ -462,10 +462,14 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 
 // All iterates over the remaining batches. Iteration stops at the first error,
 // which it yields.
-func (s *Stream) All(ctx context.Context) iter.Seq2[Batch, error] {
+func (s *Stream) All(ctx context.Context) iter.Seq2[Batch, error] { return all(ctx, s.Next) }
+
+// all iterates over the batches next returns until io.EOF, or its first
+// error, which it yields.
+func all(ctx context.Context, next func(context.Context) (Batch, error)) iter.Seq2[Batch, error] {
 	return func(yield func(Batch, error) bool) {
 		for {
-			b, err := s.Next(ctx)
+			b, err := next(ctx)
 			if err == io.EOF {
 				return
 			}
