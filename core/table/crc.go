@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 
 	"github.com/apache/thrift/lib/go/thrift"
 )
@@ -173,5 +174,114 @@ func checkPageCRCs(src io.ReaderAt, s byteRange) error {
 		}
 		pos = start + h.size
 	}
+	return nil
+}
+
+// streamedHeaderBytes bounds the bytes of one page header pageCRCs gathers
+// across reads before it takes a header it cannot parse for corrupt.
+const streamedHeaderBytes = 1 << 20
+
+// pageCRCs checks the page CRCs of one section of pages (as checkPageCRCs
+// does) as a stream reads the section in order from the store, so that a
+// row group streamed rather than fetched (fetched.window) is read once: a
+// page is checked by the read that brings its last byte, which fails, with
+// no bytes, when the CRC does not match, so that no decoder has the page
+// whole. A read that skips bytes of the section has the rest checked by
+// checkPageCRCs, a page at a time.
+type pageCRCs struct {
+	mu        sync.Mutex
+	s         byteRange
+	next      int64  // offset of the next byte to check
+	page      int64  // offset of the page being read
+	header    []byte // its header's first bytes, when a read ended inside it
+	inBody    bool   // the header has been read; left bytes of the body have not
+	left      int64
+	crc, want uint32
+	done      bool // every page is checked, or the section has no CRCs
+	err       error
+}
+
+func newPageCRCs(s byteRange) *pageCRCs { return &pageCRCs{s: s, next: s.off, page: s.off} }
+
+// read checks what it can of p, the bytes at off read from src.
+func (c *pageCRCs) read(src io.ReaderAt, p []byte, off int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	end := c.s.off + c.s.n
+	from, to := max(off, c.next), min(off+int64(len(p)), end)
+	switch {
+	case c.err != nil:
+		return c.err
+	case c.done || from >= to:
+		return nil
+	case off > c.next:
+		c.done = true
+		c.err = checkPageCRCs(src, byteRange{c.page, end - c.page})
+	default:
+		c.err = c.feed(p[from-off : to-off])
+	}
+	return c.err
+}
+
+// feed checks b, the bytes at c.next.
+func (c *pageCRCs) feed(b []byte) error {
+	end := c.s.off + c.s.n
+	for len(b) > 0 && !c.done {
+		if c.inBody {
+			n := min(int64(len(b)), c.left)
+			c.crc = crc32.Update(c.crc, crc32.IEEETable, b[:n])
+			b, c.left, c.next = b[n:], c.left-n, c.next+n
+			if err := c.endPage(); err != nil {
+				return err
+			}
+			continue
+		}
+		// A page header, its start perhaps in the read before.
+		had, hdr := len(c.header), b
+		if had > 0 {
+			c.header = append(c.header, b...)
+			hdr = c.header
+		}
+		h, err := readPageHeader(hdr)
+		if err != nil && c.next+int64(len(b)) < end && len(hdr) < streamedHeaderBytes {
+			// Cut short, or a field cut short: the next read has more.
+			if had == 0 {
+				c.header = append(c.header, b...)
+			}
+			c.next += int64(len(b))
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("page at offset %d: %w", c.page, err)
+		}
+		used := h.headerLen - had
+		b, c.next, c.header = b[used:], c.next+int64(used), c.header[:0]
+		switch {
+		case h.size > end-c.next:
+			return fmt.Errorf("page at offset %d: %d bytes, past the end of its column chunk", c.page, h.size)
+		case !h.hasCRC && c.page == c.s.off:
+			c.done = true // a section of pages written without CRCs
+			return nil
+		case !h.hasCRC:
+			return fmt.Errorf("page at offset %d has no CRC, the pages before it have one", c.page)
+		}
+		c.inBody, c.left, c.crc, c.want = true, h.size, 0, h.crc
+		if err := c.endPage(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endPage checks the page being read once its body is all read.
+func (c *pageCRCs) endPage() error {
+	if c.left > 0 {
+		return nil
+	}
+	if c.crc != c.want {
+		return fmt.Errorf("page at offset %d: CRC %08x, its header says %08x", c.page, c.crc, c.want)
+	}
+	c.inBody, c.page = false, c.next
+	c.done = c.next >= c.s.off+c.s.n
 	return nil
 }

@@ -27,9 +27,15 @@ const (
 )
 
 // readIDs reads the rows ids name from tb, through Read (whole column
-// chunks) or Keep (only the pages holding them, from the offset index).
-func readIDs(ctx context.Context, tb *table.Table, ids []uint64, keep bool) (arrow.RecordBatch, error) {
-	r, err := tb.NewReader(table.ReaderOptions{})
+// chunks) or Keep (only the pages holding them, from the offset index),
+// the row group fetched before it is decoded or, streamed, streamed from
+// the file as it is decoded (a fetch share smaller than any row group).
+func readIDs(ctx context.Context, tb *table.Table, ids []uint64, keep, streamed bool) (arrow.RecordBatch, error) {
+	opts := table.ReaderOptions{}
+	if streamed {
+		opts.FetchBytes = 1
+	}
+	r, err := tb.NewReader(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +53,8 @@ func readIDs(ctx context.Context, tb *table.Table, ids []uint64, keep bool) (arr
 
 // TestPageCRCs flips one seeded bit at 600 seeded positions of the pages of a
 // file written with page CRCs, and reads rows of the row group flipped, its
-// whole column chunks or a random row (then only the pages holding it): a
+// whole column chunks or a random row (then only the pages holding it),
+// fetched or streamed: a
 // flip in the bytes of a page read gives Corrupt naming the file and the CRC
 // mismatch; any other flip gives Corrupt or exactly the right rows. The file
 // reads the same rows as its copy without CRCs.
@@ -104,20 +111,22 @@ func TestPageCRCs(t *testing.T) {
 	}
 	for g := range groups {
 		for _, keep := range []bool{false, true} {
-			want, err := readIDs(ctx, plain, rowsOf(g), keep)
+			want, err := readIDs(ctx, plain, rowsOf(g), keep, false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := readIDs(ctx, tb, rowsOf(g), keep)
-			if err != nil || !array.RecordEqual(got, want) {
-				t.Fatalf("row group %d: the file with CRCs reads %v, %v; want the rows of the one without", g, got, err)
+			for _, streamed := range []bool{false, true} {
+				got, err := readIDs(ctx, tb, rowsOf(g), keep, streamed)
+				if err != nil || !array.RecordEqual(got, want) {
+					t.Fatalf("row group %d (streamed %t): the file with CRCs reads %v, %v; want the rows of the one without", g, streamed, got, err)
+				}
+				got.Release()
 			}
-			got.Release()
 			want.Release()
 		}
 	}
 	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 0))
-	detected, inPages := 0, map[bool]int{}
+	detected, inPages, inStreams := 0, map[bool]int{}, map[bool]int{}
 	for range 600 {
 		g := rng.IntN(len(groups))
 		p := groups[g].start + rng.Int64N(groups[g].end-groups[g].start)
@@ -126,13 +135,13 @@ func TestPageCRCs(t *testing.T) {
 		os.WriteFile(path, b, 0o644)
 		os.Chtimes(path, fi.ModTime(), fi.ModTime())
 		ids := rowsOf(g)
-		keep := rng.IntN(2) == 1
+		keep, streamed := rng.IntN(2) == 1, rng.IntN(2) == 1
 		if keep {
 			ids = ids[rng.IntN(len(ids)):][:1]
 		}
-		got, err := readIDs(ctx, tb, ids, keep)
+		got, err := readIDs(ctx, tb, ids, keep, streamed)
 		if err == nil {
-			want, _ := readIDs(ctx, plain, ids, keep)
+			want, _ := readIDs(ctx, plain, ids, keep, false)
 			if payload[p] && !keep {
 				t.Fatalf("bit flipped in a page at byte %d: no error", p)
 			}
@@ -152,12 +161,14 @@ func TestPageCRCs(t *testing.T) {
 				t.Fatalf("bit flipped in a page at byte %d: %v, want a CRC mismatch", p, err)
 			}
 			inPages[keep]++
+			inStreams[streamed]++
 		}
 	}
-	if inPages[false] == 0 || inPages[true] == 0 {
-		t.Fatalf("CRC mismatches: %d reading chunks, %d reading pages; want some of each", inPages[false], inPages[true])
+	if inPages[false] == 0 || inPages[true] == 0 || inStreams[false] == 0 || inStreams[true] == 0 {
+		t.Fatalf("CRC mismatches: %d reading chunks, %d reading pages, %d fetched, %d streamed; want some of each",
+			inPages[false], inPages[true], inStreams[false], inStreams[true])
 	}
-	t.Logf("%d of 600 flips detected; CRC mismatches: %d reading chunks, %d reading pages", detected, inPages[false], inPages[true])
+	t.Logf("%d of 600 flips detected; CRC mismatches: %d reading chunks, %d reading pages, %d streamed", detected, inPages[false], inPages[true], inStreams[true])
 }
 
 // BenchmarkPageCRCs reads every row group of the same rows from a file with
@@ -234,7 +245,7 @@ func TestWrittenPagesCarryCRCs(t *testing.T) {
 		all[i] = uint64(i)
 	}
 	for _, keep := range []bool{false, true} {
-		got, err := readIDs(ctx, tb, all, keep)
+		got, err := readIDs(ctx, tb, all, keep, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +306,7 @@ func TestWrittenPagesCarryCRCs(t *testing.T) {
 		b[(p[0]+p[1])/2] ^= 0x10
 		os.WriteFile(path, b, 0o644)
 		os.Chtimes(path, fi.ModTime(), fi.ModTime())
-		got, err := readIDs(ctx, tb, all[:300], false)
+		got, err := readIDs(ctx, tb, all[:300], false, false)
 		if errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "CRC") {
 			t.Fatalf("bit flipped at byte %d: %v, want Corrupt naming the CRC", (p[0]+p[1])/2, err)
 		}

@@ -879,3 +879,46 @@ func TestLargeRowGroupStreamedWithinFetchShare(t *testing.T) {
 		t.Logf("rows %v: %d requests, %d bytes", ids, s.Requests(), s.BytesServed())
 	}
 }
+
+// TestStreamedRowGroupReadOnce reads every row of a croupier table's row
+// group far larger than the reader's fetch share: its page CRCs are checked
+// as the pages stream by, so the bytes served are about the row group's,
+// not twice them (a read of their own to check the CRCs first).
+func TestStreamedRowGroupReadOnce(t *testing.T) {
+	const rows, share = 40_000, 64 << 10
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "big")
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	md, err := tb.Footer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := md.RowGroup(0).TotalCompressedSize()
+	r, err := tb.NewReader(table.ReaderOptions{FetchBytes: share})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ids := make([]uint64, rows)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	s.ResetCounts()
+	got, err := r.Read(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	if v := got.Column(0).(*array.Int64).Value(rows - 1); v != rows-1 {
+		t.Fatalf("last row: id %d", v)
+	}
+	if served := s.BytesServed(); group < 4*share || served > group*5/4 {
+		t.Fatalf("a row group of %d bytes (the fetch share is %d) read as %d bytes in %d requests", group, share, served, s.Requests())
+	}
+	t.Logf("a row group of %d bytes read as %d bytes in %d requests", group, s.BytesServed(), s.Requests())
+}

@@ -97,6 +97,8 @@ type fetched struct {
 	// reads at a time (streamBufferSize): a row group larger than the
 	// reader's fetch share is streamed, not fetched.
 	window int64
+	// crcs check the page CRCs of the sections streamed as they are read.
+	crcs []*pageCRCs
 }
 
 // minWindow is the least a stream over a section not fetched reads at a
@@ -132,6 +134,11 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 	f.stats.requests.Add(1)
 	n, err := f.ReaderAt.ReadAt(p, off)
 	f.stats.bytesRead.Add(int64(n))
+	for _, c := range f.crcs {
+		if err := c.read(f.ReaderAt, p[:n], off); err != nil {
+			return 0, err // no bytes of a page whose CRC does not match
+		}
+	}
 	return n, err
 }
 

@@ -503,7 +503,9 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		defer src.release()
 	}
 	for _, s := range sections {
-		if err := checkPageCRCs(src, s); err != nil {
+		if src.window > 0 {
+			src.crcs = append(src.crcs, newPageCRCs(s)) // checked as they stream by
+		} else if err := checkPageCRCs(src, s); err != nil {
 			return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 		}
 	}

@@ -1,0 +1,100 @@
+package table
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/croupier-data/croupier/internal/seedtest"
+)
+
+// TestPageCRCsStreamed reads column chunks of files with and without page
+// CRCs, a seeded bit flipped in most, in reads of random sizes that
+// sometimes skip ahead, and checks pageCRCs against checkPageCRCs reading
+// each chunk whole: the same verdict, the same CRC mismatch, and the read
+// that fails is the one bringing the last byte of the first page that does
+// not match, so that the pages a stream delivers are those that match.
+func TestPageCRCsStreamed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 0))
+	for _, name := range []string{"testdata/crc/pages-crc.parquet", "testdata/crc/pages-nocrc.parquet"} {
+		orig, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf, err := file.NewParquetReader(bytes.NewReader(orig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := pf.MetaData()
+		var chunks []byteRange
+		for g := range md.NumRowGroups() {
+			leaves := make([]int, md.Schema.NumColumns())
+			for i := range leaves {
+				leaves[i] = i
+			}
+			more, err := leafChunks(md, g, leaves)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunks = append(chunks, more...)
+		}
+		pf.Close()
+		mismatches := 0
+		for iter := range 1500 {
+			s := chunks[rng.IntN(len(chunks))]
+			b := slices.Clone(orig)
+			if rng.IntN(4) > 0 {
+				b[s.off+rng.Int64N(s.n)] ^= 1 << rng.IntN(8)
+			}
+			src := bytes.NewReader(b)
+			want := checkPageCRCs(src, s)
+			c := newPageCRCs(s)
+			pos, end, skipped := s.off, s.off+s.n, false
+			var got error
+			var failed byteRange
+			for pos < end && got == nil {
+				if rng.IntN(40) == 0 {
+					pos += rng.Int64N(end - pos) // a read that skips bytes
+					skipped = true
+				}
+				p := make([]byte, min(1+rng.Int64N(2000), end-pos))
+				src.ReadAt(p, pos)
+				if got = c.read(src, p, pos); got == nil {
+					pos += int64(len(p))
+				}
+				failed = byteRange{pos, int64(len(p))}
+			}
+			if (got == nil) != (want == nil) {
+				t.Fatalf("%s iter %d, chunk at %d: streamed %v, whole %v", name, iter, s.off, got, want)
+			}
+			if got == nil || !strings.Contains(want.Error(), "CRC") || skipped {
+				continue
+			}
+			mismatches++
+			if got.Error() != want.Error() {
+				t.Fatalf("%s iter %d: streamed %v, whole %v", name, iter, got, want)
+			}
+			var at int64
+			if _, err := fmt.Sscanf(want.Error(), "page at offset %d:", &at); err != nil {
+				t.Fatalf("%q: %v", want, err)
+			}
+			h, err := readPageHeader(b[at:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last := at + int64(h.headerLen) + h.size - 1; last < failed.off || last >= failed.off+failed.n {
+				t.Fatalf("%s iter %d: the page at %d ends at byte %d, the read that failed was [%d, %d)", name, iter, at, last, failed.off, failed.off+failed.n)
+			}
+		}
+		t.Logf("%s: %d CRC mismatches found where they end", name, mismatches)
+		if strings.Contains(name, "-crc") && mismatches == 0 {
+			t.Fatalf("%s: no CRC mismatch", name)
+		}
+	}
+}
