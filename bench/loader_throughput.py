@@ -223,8 +223,12 @@ def run_child(
             )
             peak = 0
             try:
+                # Sampled until the child has written its figures: the
+                # interpreter's teardown after that pages in tens of MiB of
+                # the libraries' code (torch's too), which is no reader's.
                 while proc.poll() is None and time.monotonic() < deadline:
-                    peak = max(peak, measure.tree_rss(proc.pid))
+                    if not result.exists():
+                        peak = max(peak, measure.tree_rss(proc.pid))
                     time.sleep(0.05)
             finally:  # past the deadline, or interrupted
                 killed = proc.poll() is None
