@@ -12,13 +12,16 @@ import (
 // stream holds, not only the rows it keeps for steps ahead:
 //
 //   - compressed pages fetched from the store and not yet decoded: an
-//     eighth of the budget (a row group larger than that is fetched alone);
+//     eighth of the budget, a decoder's part of it each (a row group larger
+//     than its part is read as it is decoded, a window of the part at a
+//     time);
 //   - row groups being decoded, a column at a time: up to one per core, as
 //     many as fit a quarter of the budget, and at least one. The page
 //     decoder copies out only the rows kept (charged to the share below)
 //     and holds a page beside them; a column it does not handle is decoded
-//     whole by pqarrow; a decoder may also copy a piece's rows once. Sizes
-//     are guessed from the footer;
+//     whole by pqarrow, and its rows kept copied out of it, as are every
+//     column's when a piece takes a row more than once. Sizes are guessed
+//     from the footer;
 //   - batches read ahead: ReadAhead of them, at the size of one step's rows
 //     (or of CoalesceBytes when steps are coalesced);
 //   - rows kept for the steps ahead (table.Keep): all the rest. A stream

@@ -227,6 +227,7 @@ func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan 
 		if w.plans, err = r.plan(ctx, p.key, w.rows); err != nil {
 			return nil, err
 		}
+		w.repeats = len(w.rows) != len(p.sel)
 	}
 	cols := make([]arrow.Array, r.schema.NumFields())
 	defer func() {

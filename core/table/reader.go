@@ -34,8 +34,10 @@ type ReaderOptions struct {
 	Allocator memory.Allocator
 	// MaxReads bounds the range requests in flight; 0 means DefaultMaxReads.
 	MaxReads int
-	// FetchBytes bounds the bytes fetched from the store and not yet decoded
-	// (a row group larger than that is fetched alone); 0 means no bound.
+	// FetchBytes bounds the bytes fetched from the store and not yet decoded;
+	// 0 means no bound. A row group whose sections are more than a decoder's
+	// part of it (FetchBytes ÷ Decoders) is read as it is decoded, a window
+	// of that part at a time.
 	FetchBytes int64
 	// Decoders bounds the row groups decoded at once; 0 means one per core
 	// (GOMAXPROCS).
@@ -60,8 +62,12 @@ type Reader struct {
 	reads      chan struct{}       // one slot per range request in flight
 	fetching   *semaphore.Weighted // bytes fetched and not yet decoded; nil: no bound
 	fetchLimit int64               // its size
-	decoding   *slots              // one slot per row group being decoded
-	planned    atomic.Int64        // row groups Keep asked for so far: the priority of the next
+	// fetchShare is a decoder's part of fetchLimit: a row group whose
+	// sections are larger is read as it is decoded, a window of that part
+	// at a time, so that every decoder can have a row group to decode.
+	fetchShare int64
+	decoding   *slots       // one slot per row group being decoded
+	planned    atomic.Int64 // row groups Keep asked for so far: the priority of the next
 	stats      readerStats
 }
 
@@ -98,6 +104,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	}
 	if opts.FetchBytes > 0 {
 		r.fetching, r.fetchLimit = semaphore.NewWeighted(opts.FetchBytes), opts.FetchBytes
+		r.fetchShare = max(opts.FetchBytes/int64(opts.Decoders), min(opts.FetchBytes, minWindow))
 	}
 	return r, nil
 }
@@ -295,21 +302,32 @@ func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
 // decodes the columns the page decoder does not handle, holds a whole
 // column.
 func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, held int64, err error) {
+	sizes, _, held, err := r.guessColumns(ctx, g)
+	for _, n := range sizes {
+		group += n
+	}
+	return group, held, err
+}
+
+// guessColumns is GuessBytes by output column: the decoded size of each,
+// whether the page decoder handles it, and what a decoder holds.
+func (r *Reader) guessColumns(ctx context.Context, g GroupRef) (sizes []int64, fast []bool, held int64, err error) {
 	md, err := r.t.Footer(ctx, g.File)
 	if err != nil {
-		return 0, 0, err
+		return nil, nil, 0, err
 	}
 	where := r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key)
 	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
-	sizes := make([]int64, len(r.leaves))
+	sizes, fast = make([]int64, len(r.leaves)), make([]bool, len(r.leaves))
+	holds := make([]int64, len(r.leaves))
 	// The columns the page decoder handles, and their chunks.
-	var fast []int
+	var fastCols []int
 	var chunks []*metadata.ColumnChunkMetaData
 	for c, leaves := range r.leaves {
 		for _, leaf := range leaves {
 			col, err := md.RowGroup(g.Group).ColumnChunk(leaf)
 			if err != nil {
-				return 0, 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", where)
+				return nil, nil, 0, errcode.Wrap(err, errcode.Corrupt, "guess row group size", where)
 			}
 			size := col.TotalUncompressedSize()
 			if dictionaryEncoded(col) {
@@ -317,24 +335,24 @@ func (r *Reader) GuessBytes(ctx context.Context, g GroupRef) (group, held int64,
 			}
 			sizes[c] += size + 4*rows
 			if len(leaves) == 1 && fastColumn(r.schema.Field(c), md.Schema.Column(leaf), col) != notFast {
-				fast, chunks = append(fast, c), append(chunks, col)
+				fastCols, chunks = append(fastCols, c), append(chunks, col)
 			}
 		}
-		group += sizes[c]
+		holds[c] = sizes[c]
 	}
 	// Their offset indexes, read together: the page plan asks for the same.
-	fastLeaves := make([]int, len(fast))
-	for i, c := range fast {
+	fastLeaves := make([]int, len(fastCols))
+	for i, c := range fastCols {
 		fastLeaves[i] = r.leaves[c][0]
 	}
 	locs, err := r.t.pages(ctx, g.File, g.Group, fastLeaves)
 	if err != nil {
-		return 0, 0, err
+		return nil, nil, 0, err
 	}
-	for i, c := range fast {
-		sizes[c] = min(sizes[c], 2*largestPage(chunks[i], locs[i]))
+	for i, c := range fastCols {
+		fast[c], holds[c] = true, min(holds[c], 2*largestPage(chunks[i], locs[i]))
 	}
-	return group, slices.Max(append(sizes, 0)), nil
+	return sizes, fast, slices.Max(append(holds, 0)), nil
 }
 
 // defaultPageBytes is the page size writers use unless told otherwise
@@ -354,16 +372,22 @@ func largestPage(col *metadata.ColumnChunkMetaData, locs *pageLocs) int64 {
 }
 
 // decodeGuess guesses the bytes a decoder holds beyond the rows it keeps,
-// decoding n rows of row group key: GuessBytes's, and a copy of the n rows
-// (rows are gathered from a column pqarrow decoded whole, or taken more than
-// once).
-func (r *Reader) decodeGuess(ctx context.Context, key GroupRef, n int64) (int64, error) {
-	group, held, err := r.GuessBytes(ctx, key)
+// decoding what w wants of row group key: GuessBytes's, and the copies of
+// the rows w wants that the caller gathers (of the columns pqarrow decodes
+// whole, and of every column when w's rows repeat).
+func (r *Reader) decodeGuess(ctx context.Context, key GroupRef, w wanted) (int64, error) {
+	sizes, fast, held, err := r.guessColumns(ctx, key)
 	if err != nil {
 		return 0, err
 	}
-	if rows := r.t.pin.Files[key.File].RowGroups[key.Group]; rows > 0 {
-		held += group * n / rows
+	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
+	if w.rows == nil || rows <= 0 {
+		return held, nil
+	}
+	for c, n := range sizes {
+		if !fast[c] || w.repeats {
+			held += n * int64(len(w.rows)) / rows
+		}
 	}
 	return held, nil
 }
@@ -448,9 +472,12 @@ func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error
 // wanted is what decode keeps of a row group: rows (ascending, distinct), or
 // all of them when rows is nil; of an output column c with plans[c] set
 // (plans may be nil), only the planned pages are fetched and decoded.
+// repeats says that the caller takes some of rows more than once, gathering
+// them into copies of the columns.
 type wanted struct {
-	rows  []int64
-	plans []*pagePlan
+	rows    []int64
+	plans   []*pagePlan
+	repeats bool
 }
 
 // decode fetches the projected columns of one row group and decodes them one
@@ -488,8 +515,8 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		// first read of a large column chunk without an offset index (a
 		// plain dataset's) locates its pages (learnPages), and holds no
 		// more than the window and a page.
-		if n > r.fetchLimit {
-			n, src = r.fetchLimit, &fetched{ReaderAt: ra, stats: &r.stats, window: r.fetchLimit}
+		if n > r.fetchShare {
+			n, src = r.fetchShare, &fetched{ReaderAt: ra, stats: &r.stats, window: r.fetchShare}
 		}
 		if err := r.fetching.Acquire(ctx, n); err != nil {
 			return errcode.Wrap(err, errcode.Canceled, "read", where)
@@ -509,11 +536,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 			return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 		}
 	}
-	n := r.t.pin.Files[key.File].RowGroups[key.Group]
-	if w.rows != nil {
-		n = int64(len(w.rows))
-	}
-	held, err := r.decodeGuess(ctx, key, n)
+	held, err := r.decodeGuess(ctx, key, w)
 	if err != nil {
 		return err
 	}
