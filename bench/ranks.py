@@ -180,7 +180,8 @@ def setup_lines(
         " the `rchar` of every rank and its workers (less the workers' start-up) over the"
         " Arrow bytes of the projected columns delivered, both summed over the ranks. The"
         f" baseline, a pyarrow `iter_batches` scan of the plain Parquet files in one process,"
-        f" read {fmt(base.get('samples_per_s'), ',.0f')} rows/s in the same run.",
+        f" read {fmt(base.get('samples_per_s'), ',.0f')} rows/s in the same run (the faster of"
+        " a scan before the clusters and one after).",
         "",
         beyond_memory.order_text(args, tables, [args.form]),
     ]
@@ -225,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load = os.getloadavg()[0]
     tables = beyond_memory.prepare(args, lance=False)
-    base = beyond_memory.run(args, tables.spec(args, "pyarrow", "sequential"))
-    print(f"baseline: {fmt(base.get('samples_per_s'), ',.0f')} rows/s", flush=True)
+    scan = tables.spec(args, "pyarrow", "sequential")
+    first = beyond_memory.run(args, scan)
+    print(f"baseline: {fmt(first.get('samples_per_s'), ',.0f')} rows/s", flush=True)
     out = []
     for order in args.orders:
         for world in args.worlds:
@@ -248,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"  ({res['wall_s']:.0f} s)",
                     flush=True,
                 )
+    last = beyond_memory.run(args, scan)
+    print(f"baseline again: {fmt(last.get('samples_per_s'), ',.0f')} rows/s", flush=True)
+    # The faster scan: a single one of a few seconds varies by a third on a
+    # shared machine.
+    base = max(first, last, key=lambda r: r.get("samples_per_s", 0))
     lines = setup_lines(args, tables, base, (load, os.getloadavg()[0]))
     lines += ["", *table_lines(out, base.get("samples_per_s"), tables.data.rows)]
     if 0 in args.workers and 2 in args.workers:
