@@ -93,7 +93,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 4
+const abiVersion = 5
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -196,6 +196,15 @@ func croupier_allocated_bytes() (n C.int64_t) {
 func croupier_goroutines() (n C.int64_t) {
 	guard(nil, func() error {
 		n = C.int64_t(runtime.NumGoroutine())
+		return nil
+	})
+	return n
+}
+
+//export croupier_gomaxprocs
+func croupier_gomaxprocs() (n C.int64_t) {
+	guard(nil, func() error {
+		n = C.int64_t(runtime.GOMAXPROCS(0))
 		return nil
 	})
 	return n

@@ -125,7 +125,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -134,6 +134,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_init": ([ctypes.c_int64, ctypes.c_int64, _ERR], _INT),
     "croupier_allocated_bytes": ([], ctypes.c_int64),
     "croupier_goroutines": ([], ctypes.c_int64),
+    "croupier_gomaxprocs": ([], ctypes.c_int64),
     "croupier_string_free": ([ctypes.c_void_p], None),
     "croupier_cancel": ([ctypes.c_uint64], ctypes.c_int64),
     "croupier_release": ([_HANDLE, _ERR], _INT),
@@ -630,6 +631,12 @@ def allocated_bytes() -> int:
 def goroutines() -> int:
     """Goroutines alive in the Go core now; with :func:`allocated_bytes`, for leak checks."""
     return int(_lib().croupier_goroutines())
+
+
+def gomaxprocs() -> int:
+    """The Go runtime's GOMAXPROCS now: the threads running Go code at once
+    (see :func:`init`)."""
+    return int(_lib().croupier_gomaxprocs())
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 import torch.utils.data
 import torch.utils.data._utils.worker
 
+from ._lib import init
 from .dataset import Steps, StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
 from .follow import FollowingDataset, FollowStep
@@ -55,8 +56,25 @@ class _WorkerStart:
         _flush_at_exit(sys._getframe(1), self.trainer)
         if self.deathsig and sys.platform == "linux":
             _die_with_parent(self.trainer)
+        _share_cores()
         if self.init_fn is not None:
             self.init_fn(worker_id)
+
+
+def _share_cores() -> None:
+    """Give this worker's Go runtime its share of the cores: GOMAXPROCS of
+    cores ÷ workers, at least 1, unless GOMAXPROCS is in the environment.
+
+    Each worker's runtime would otherwise run as many threads as there are
+    cores, its decoders and collector among them, and K workers K times as
+    many: on 2 cores, 2 workers read about 11 % fewer rows a second so. The
+    user's ``worker_init_fn`` runs after this and may call ``croupier.init``.
+    """
+    worker = torch.utils.data.get_worker_info()
+    if worker is None or "GOMAXPROCS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    init(gomaxprocs=max(1, (cores or 1) // worker.num_workers))
 
 
 def _flush_at_exit(frame: Any, trainer: int) -> None:
@@ -147,6 +165,9 @@ class DataLoader(torch.utils.data.DataLoader):
       :class:`FollowingDataset`).
     - workers never outlive the training process: killed, or ended by
       ``os._exit``, it leaves none behind holding memory (see ``_WorkerStart``).
+    - each worker's Go runtime runs on its share of the cores (``GOMAXPROCS``
+      of cores ÷ K, at least 1) unless ``GOMAXPROCS`` is set in the
+      environment; a ``worker_init_fn`` may call :func:`croupier.init`.
 
     Args:
         dataset: the dataset, mixture or following dataset to load.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import pickle
 import subprocess
 import sys
@@ -65,6 +67,28 @@ def test_croupier_dataloader_refuses_fork(table_uri: str) -> None:
         cr.DataLoader(dataset(table_uri), batch_size=4)
     with pytest.raises(cr.InvalidArgumentError, match="in_order"):
         cr.DataLoader(dataset(table_uri), num_workers=2, in_order=False)
+
+
+def record_gomaxprocs(folder: str, worker_id: int) -> None:
+    """A worker_init_fn: write the worker's Go GOMAXPROCS to ``folder``."""
+    Path(folder, f"worker-{worker_id}").write_text(str(_lib.gomaxprocs()))
+
+
+@pytest.mark.parametrize("env", [None, "3"])
+def test_workers_share_the_cores(
+    table_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: str | None
+) -> None:
+    """Each of K workers' Go runtime runs on cores ÷ K (at least 1), unless
+    GOMAXPROCS is in the environment; this process's runtime is left alone."""
+    if env is not None:
+        monkeypatch.setenv("GOMAXPROCS", env)
+    here = _lib.gomaxprocs()
+    record = functools.partial(record_gomaxprocs, str(tmp_path))
+    loader = cr.DataLoader(dataset(table_uri), num_workers=2, worker_init_fn=record)
+    assert ids(loader) == ids(dataset(table_uri))
+    want = int(env) if env is not None else max(1, len(os.sched_getaffinity(0)) // 2)
+    assert [int((tmp_path / f"worker-{k}").read_text()) for k in range(2)] == [want, want]
+    assert _lib.gomaxprocs() == here
 
 
 def test_workers_divide_the_memory_budget(table_uri: str) -> None:
