@@ -160,7 +160,7 @@ func checkPageCRCs(src io.ReaderAt, s byteRange) error {
 		var got uint32
 		if whole != nil {
 			got = crc32.ChecksumIEEE(whole[start : start+h.size])
-		} else {
+		} else if h.size > 0 {
 			body := scratch{}.Allocate(int(h.size))
 			_, err := src.ReadAt(body, s.off+start)
 			got = crc32.ChecksumIEEE(body)
@@ -255,6 +255,9 @@ func (c *pageCRCs) feed(b []byte) error {
 			return fmt.Errorf("page at offset %d: %w", c.page, err)
 		}
 		used := h.headerLen - had
+		if used <= 0 || used > len(b) {
+			return fmt.Errorf("page at offset %d: a page header of %d bytes", c.page, h.headerLen)
+		}
 		b, c.next, c.header = b[used:], c.next+int64(used), c.header[:0]
 		switch {
 		case h.size > end-c.next:

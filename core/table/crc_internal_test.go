@@ -98,3 +98,31 @@ func TestPageCRCsStreamed(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPageCRCs feeds pageCRCs any bytes, in reads of any sizes: it returns
+// an error or nil, never panics, and agrees with checkPageCRCs when the
+// reads are in order.
+func FuzzPageCRCs(f *testing.F) {
+	orig, err := os.ReadFile("testdata/crc/pages-crc.parquet")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(orig[4:2000], uint64(1))
+	f.Add([]byte{0x15, 0x00, 0x15, 0x10, 0x15, 0x10, 0x1c}, uint64(7))
+	f.Fuzz(func(t *testing.T, b []byte, seed uint64) {
+		s := byteRange{0, int64(len(b))}
+		src := bytes.NewReader(b)
+		want := checkPageCRCs(src, s)
+		rng := rand.New(rand.NewPCG(seed, 0))
+		c := newPageCRCs(s)
+		var got error
+		for pos := int64(0); pos < s.n && got == nil; {
+			n := min(1+rng.Int64N(64), s.n-pos)
+			got = c.read(src, b[pos:pos+n], pos)
+			pos += n
+		}
+		if (got == nil) != (want == nil) {
+			t.Fatalf("streamed %v, whole %v", got, want)
+		}
+	})
+}
