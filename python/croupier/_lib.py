@@ -356,11 +356,30 @@ class _Call:
             return self.started
 
 
+class StopWaiting(Exception):
+    """Raised in a process's main thread, in place of the call into Go it was
+    waiting for, once :func:`stop_waiting_when`'s condition holds."""
+
+
+_stop_when: Callable[[], bool] | None = None
+
+
+def stop_waiting_when(condition: Callable[[], bool] | None) -> None:
+    """Have the main thread cancel the call into Go it waits for, and raise
+    :class:`StopWaiting`, once ``condition()`` is true (checked every 50 ms),
+    then stop checking; None stops checking. A DataLoader worker passes its loop's ``done_event``:
+    torch gives a worker 5 s to exit once it is set, which a worker waiting in
+    Go, for versions of a followed table say, would not see."""
+    global _stop_when
+    _stop_when = condition
+
+
 class _Interruptible:
     """Makes the main thread's calls into Go on a helper thread, so that the main
     thread waits on a lock, which signals interrupt, instead of inside C, where
     Python runs no signal handler until the call returns: Ctrl-C would wait for
-    minutes of retries on a stalled store.
+    minutes of retries on a stalled store. The same wait ends, cancelling the
+    call, when :func:`stop_waiting_when`'s condition holds.
 
     When a signal handler raises while the main thread waits (KeyboardInterrupt,
     or any exception), the call is canceled (``croupier_cancel`` on the helper
@@ -394,7 +413,9 @@ class _Interruptible:
             self._busy = True
             self._todo.put(call)
             while not call.done.acquire(timeout=_POLL):
-                pass
+                if _stop_when is not None and _stop_when():
+                    stop_waiting_when(None)  # once: the calls that clean up then run whole
+                    raise StopWaiting("croupier: told to stop while waiting for the Go core")
         except BaseException:
             self._cancel(call)
             raise

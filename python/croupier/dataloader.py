@@ -14,6 +14,7 @@ from typing import Any
 import torch.utils.data
 import torch.utils.data._utils.worker
 
+from . import _lib
 from ._lib import init
 from .dataset import Steps, StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
@@ -92,6 +93,10 @@ def _flush_at_exit(frame: Any, trainer: int) -> None:
             "its trainer"
         )
     queue, done = frame.f_locals["data_queue"], frame.f_locals["done_event"]
+    # Once the trainer sets done_event it gives the worker 5 s to exit: a
+    # call waiting in Go (for versions of a followed table, a stalled store)
+    # ends at once instead.
+    _lib.stop_waiting_when(done.is_set)
     if not hasattr(queue, "_thread"):
         raise InternalError(
             f"croupier.DataLoader: Python {sys.version.split()[0]}'s multiprocessing.Queue has "

@@ -32,6 +32,7 @@ import torch.utils.data
 from conftest import uri
 
 import croupier as cr
+from croupier import _lib
 
 GENERATORS, VERSIONS = 4, 12  # each generator's versions: about 4 * 12 * 15 rows in all
 STEPS, KILL_AFTER = 50, 20  # global steps in all; the first run is killed past this many
@@ -378,6 +379,50 @@ def test_dataloader_workers_follow_while_versions_land(tmp_path: Path) -> None:
     assert len(want) > before
     assert len(got) >= before
     assert got == want[: len(got)]
+
+
+STOP_CHILD = """
+import sys, threading
+import croupier as cr
+from croupier import _lib
+follow = cr.Follow(wait_timeout=None, poll_interval=0.001)
+ds = cr.FollowingDataset(sys.argv[1], follow, global_batch_size=8, columns=["id"], format="numpy")
+stop = threading.Event()
+_lib.stop_waiting_when(stop.is_set)
+steps = 0
+try:
+    for batch in ds:
+        steps += 1
+        stop.set()
+except _lib.StopWaiting:
+    print("stopped", steps <= 18, flush=True)
+ds.close()
+"""
+
+
+def test_a_wait_in_go_ends_when_told_to_stop(growing: str) -> None:
+    """A follower waiting without limit for versions that never land stops, its
+    call into Go canceled, once the condition of stop_waiting_when holds (what
+    a DataLoader worker's done_event does when the loop leaves the loader)."""
+    child = subprocess.run([sys.executable, "-c", STOP_CHILD, growing],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert child.stdout.strip() == "stopped True", child.stderr
+
+
+def record_stop_condition(folder: str, worker_id: int) -> None:
+    """A worker_init_fn: write whether this worker's waits in Go end on a
+    condition, and whether it holds yet."""
+    cond = _lib._stop_when
+    Path(folder, f"worker-{worker_id}").write_text(f"{cond is not None} {cond and cond()}")
+
+
+def test_dataloader_workers_stop_waiting_when_the_loop_leaves(growing: str, tmp_path: Path) -> None:
+    """croupier.DataLoader's workers end their waits in Go on their loop's
+    done_event, which torch sets when the loop leaves the loader."""
+    record = functools.partial(record_stop_condition, str(tmp_path))
+    loader = cr.DataLoader(follow(growing), num_workers=2, worker_init_fn=record)
+    assert len(list(loader)) > 0
+    assert [(tmp_path / f"worker-{k}").read_text() for k in range(2)] == ["True False"] * 2
 
 
 def wait_longer(worker: int, worker_id: int) -> None:
