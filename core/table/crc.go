@@ -105,8 +105,8 @@ func readPageHeader(b []byte) (pageHeader, error) {
 	return h, nil
 }
 
-// firstHeaderBytes is how much of a section checkPageCRCs reads first to
-// parse its first page header; a longer header is read again whole.
+// firstHeaderBytes is how much of a section headerAt reads first to parse
+// its first page header; a longer header is read again whole.
 const firstHeaderBytes = 1 << 10
 
 // headerAt parses the page header that starts section s of src.
@@ -130,49 +130,25 @@ func headerAt(src io.ReaderAt, s byteRange) (pageHeader, error) {
 }
 
 // checkPageCRCs checks the CRC of every page in section s of src, which
-// holds whole pages, when its first page has one. Sections that src has
-// fetched are checked where they lie; others a page at a time.
+// holds whole pages, when its first page has one (see pageCRCs). Sections
+// that src has fetched are checked where they lie; others are read a
+// window at a time.
 func checkPageCRCs(src io.ReaderAt, s byteRange) error {
-	whole := fetchedBytes(src, s)
-	for pos := int64(0); pos < s.n; {
-		var h pageHeader
-		var err error
-		if whole != nil {
-			if h, err = readPageHeader(whole[pos:]); err != nil {
-				err = fmt.Errorf("page at offset %d: %w", s.off+pos, err)
-			}
-		} else {
-			h, err = headerAt(src, byteRange{s.off + pos, s.n - pos})
-		}
-		if err != nil {
+	c := newPageCRCs(s)
+	if whole := fetchedBytes(src, s); whole != nil {
+		return c.feed(whole)
+	}
+	buf := scratch{}.Allocate(int(min(s.n, minWindow)))
+	defer scratch{}.Free(buf)
+	for off, end := s.off, s.off+s.n; off < end && !c.done; {
+		n := min(int64(len(buf)), end-off)
+		if _, err := src.ReadAt(buf[:n], off); err != nil {
 			return err
 		}
-		start := pos + int64(h.headerLen)
-		if h.size > s.n-start {
-			return fmt.Errorf("page at offset %d: %d bytes, past the end of its column chunk", s.off+pos, h.size)
+		if err := c.feed(buf[:n]); err != nil {
+			return err
 		}
-		if !h.hasCRC {
-			if pos == 0 {
-				return nil // a section of pages written without CRCs
-			}
-			return fmt.Errorf("page at offset %d has no CRC, the pages before it have one", s.off+pos)
-		}
-		var got uint32
-		if whole != nil {
-			got = crc32.ChecksumIEEE(whole[start : start+h.size])
-		} else if h.size > 0 {
-			body := scratch{}.Allocate(int(h.size))
-			_, err := src.ReadAt(body, s.off+start)
-			got = crc32.ChecksumIEEE(body)
-			scratch{}.Free(body)
-			if err != nil {
-				return err
-			}
-		}
-		if got != h.crc {
-			return fmt.Errorf("page at offset %d: CRC %08x, its header says %08x", s.off+pos, got, h.crc)
-		}
-		pos = start + h.size
+		off += n
 	}
 	return nil
 }
@@ -181,13 +157,14 @@ func checkPageCRCs(src io.ReaderAt, s byteRange) error {
 // across reads before it takes a header it cannot parse for corrupt.
 const streamedHeaderBytes = 1 << 20
 
-// pageCRCs checks the page CRCs of one section of pages (as checkPageCRCs
-// does) as a stream reads the section in order from the store, so that a
+// pageCRCs checks the page CRCs of one section of pages as a stream reads
+// the section in order from the store (checkPageCRCs feeds it the section
+// at once, or a window at a time), so that a
 // row group streamed rather than fetched (fetched.window) is read once: a
 // page is checked by the read that brings its last byte, which fails, with
 // no bytes, when the CRC does not match, so that no decoder has the page
-// whole. A read that skips bytes of the section has the rest checked by
-// checkPageCRCs, a page at a time.
+// whole. A read that skips bytes of the section has the rest read and
+// checked by checkPageCRCs.
 type pageCRCs struct {
 	mu        sync.Mutex
 	s         byteRange

@@ -94,8 +94,8 @@ type fetched struct {
 	data   [][]byte
 	stats  *readerStats
 	// window, when not 0, is how much a stream over a section not fetched
-	// reads at a time (streamBufferSize): a row group larger than the
-	// reader's fetch share is streamed, not fetched.
+	// reads at a time (streamBufferSize): a row group larger than a
+	// decoder's part of the reader's fetch share is streamed, not fetched.
 	window int64
 	// crcs check the page CRCs of the sections streamed as they are read.
 	crcs []*pageCRCs
