@@ -367,9 +367,10 @@ _stop_when: Callable[[], bool] | None = None
 def stop_waiting_when(condition: Callable[[], bool] | None) -> None:
     """Have the main thread cancel the call into Go it waits for, and raise
     :class:`StopWaiting`, once ``condition()`` is true (checked every 50 ms),
-    then stop checking; None stops checking. A DataLoader worker passes its loop's ``done_event``:
-    torch gives a worker 5 s to exit once it is set, which a worker waiting in
-    Go, for versions of a followed table say, would not see."""
+    then stop checking; None stops checking. A DataLoader worker passes its
+    loop's ``done_event``: torch gives a worker 5 s to exit once it is set,
+    which a worker waiting in Go, for versions of a followed table say, would
+    not see."""
     global _stop_when
     _stop_when = condition
 

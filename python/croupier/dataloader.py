@@ -15,7 +15,6 @@ import torch.utils.data
 import torch.utils.data._utils.worker
 
 from . import _lib
-from ._lib import init
 from .dataset import Steps, StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
 from .follow import FollowingDataset, FollowStep
@@ -47,16 +46,21 @@ class _WorkerStart:
     (``spawn``) from its main thread, the worker asks the kernel for SIGKILL
     when its parent dies (``PR_SET_PDEATHSIG``, which follows the parent
     *thread*, hence the main thread only), and checks that the trainer was
-    still its parent once it asked, lest it died just before.
+    still its parent once it asked, lest it died just before. Third, once the
+    trainer sets the loop's ``done_event`` it gives the worker 5 s to exit: a
+    call waiting in Go (for versions of a followed table, a stalled store)
+    then ends at once (``_lib.stop_waiting_when``).
     """
 
     def __init__(self, init_fn: Callable[[int], None] | None, trainer: int, deathsig: bool) -> None:
         self.init_fn, self.trainer, self.deathsig = init_fn, trainer, deathsig
 
     def __call__(self, worker_id: int) -> None:
-        _flush_at_exit(sys._getframe(1), self.trainer)
+        queue, done = _loop_state(sys._getframe(1))
+        _flush_at_exit(queue, done, self.trainer)
         if self.deathsig and sys.platform == "linux":
             _die_with_parent(self.trainer)
+        _lib.stop_waiting_when(done.is_set)
         _share_cores()
         if self.init_fn is not None:
             self.init_fn(worker_id)
@@ -75,13 +79,12 @@ def _share_cores() -> None:
     if worker is None or "GOMAXPROCS" in os.environ:
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    init(gomaxprocs=max(1, (cores or 1) // worker.num_workers))
+    _lib.init(gomaxprocs=max(1, (cores or 1) // worker.num_workers))
 
 
-def _flush_at_exit(frame: Any, trainer: int) -> None:
-    """Make the result queue of the torch worker loop running ``frame`` deliver
-    its batches at exit while ``trainer`` lives and has not set the loop's
-    ``done_event``, and drop them otherwise (see ``_WorkerStart``)."""
+def _loop_state(frame: Any) -> tuple[Any, Any]:
+    """The result queue and ``done_event`` of the torch worker loop running
+    ``frame``."""
     loop = torch.utils.data._utils.worker._worker_loop.__code__
     while frame is not None and frame.f_code is not loop:
         frame = frame.f_back
@@ -92,11 +95,13 @@ def _flush_at_exit(frame: Any, trainer: int) -> None:
             "worker loop, or the loop has no data_queue or done_event: a worker could outlive "
             "its trainer"
         )
-    queue, done = frame.f_locals["data_queue"], frame.f_locals["done_event"]
-    # Once the trainer sets done_event it gives the worker 5 s to exit: a
-    # call waiting in Go (for versions of a followed table, a stalled store)
-    # ends at once instead.
-    _lib.stop_waiting_when(done.is_set)
+    return frame.f_locals["data_queue"], frame.f_locals["done_event"]
+
+
+def _flush_at_exit(queue: Any, done: Any, trainer: int) -> None:
+    """Make the worker loop's result ``queue`` deliver its batches at exit while
+    ``trainer`` lives and has not set the loop's ``done`` event, and drop them
+    otherwise (see ``_WorkerStart``)."""
     if not hasattr(queue, "_thread"):
         raise InternalError(
             f"croupier.DataLoader: Python {sys.version.split()[0]}'s multiprocessing.Queue has "
