@@ -123,7 +123,7 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 	}
 	p.build = BuildRecord{ID: m.ID, BuiltAt: start.UTC(), Seconds: time.Since(start).Seconds()}
 	rec, _ := json.Marshal(p.build)
-	if err := loc.WriteAll(ctx, path.Join(loc.Key, buildKey), rec, nil); err != nil {
+	if err := loc.WriteAll(ctx, path.Join(loc.Key, buildKey), rec, store.WriterOptions{}); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -756,7 +756,7 @@ func (b *builder) write(ctx context.Context, loc *store.Location, names []string
 			key := chunkKey(loc.Key, id, i, p, c)
 			g.Go(func() (err error) {
 				defer errcode.Recover(&err, errcode.Internal, "write permutation", loc.ObjectURI(key))
-				return loc.WriteAll(gctx, key, data, nil)
+				return loc.WriteAll(gctx, key, data, store.WriterOptions{})
 			})
 		}
 		forChunks(ids, func(c int64, chunk []uint64) {

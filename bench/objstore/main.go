@@ -197,11 +197,11 @@ func measureStore(ctx context.Context, t target, size int64, concs []int, ranges
 	key := loc.Join(objectKey)
 	data := make([]byte, size)
 	rand.NewChaCha8([32]byte{1}).Read(data)
-	if err := loc.Bucket.WriteAll(ctx, key, data, nil); err != nil {
+	if err := loc.WriteAll(ctx, key, data, store.WriterOptions{}); err != nil {
 		return nil, fmt.Errorf("write %s: %w", loc.ObjectURI(key), err)
 	}
 	if t.real {
-		defer func() { _ = loc.Bucket.Delete(context.WithoutCancel(ctx), key) }()
+		defer func() { _ = loc.Delete(context.WithoutCancel(ctx), key) }()
 	}
 	obj, err := loc.Stat(ctx, key)
 	if err != nil {

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"gocloud.dev/blob"
-
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/store/s3test"
@@ -30,7 +28,7 @@ func TestPermanentErrorsFailAtOnce(t *testing.T) {
 	}
 	defer file.Close()
 	file.Retry = fast
-	if err := file.WriteAll(ctx, "obj", []byte("0123456789"), nil); err != nil {
+	if err := file.WriteAll(ctx, "obj", []byte("0123456789"), store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("k", 5000)
@@ -42,7 +40,7 @@ func TestPermanentErrorsFailAtOnce(t *testing.T) {
 		call     func() error
 	}{
 		{"stat long name (file)", errcode.InvalidArgument, 0, func() error { _, err := file.Stat(ctx, long); return err }},
-		{"write long name (file)", errcode.InvalidArgument, 0, func() error { return file.WriteAll(ctx, long, []byte("x"), nil) }},
+		{"write long name (file)", errcode.InvalidArgument, 0, func() error { return file.WriteAll(ctx, long, []byte("x"), store.WriterOptions{}) }},
 		{"read pinned at 2^62 bytes (file)", errcode.Changed, 0, func() error {
 			_, err := file.NewReaderAt(ctx, store.Object{Key: "obj", Size: huge}).ReadAt(make([]byte, 10), huge-10)
 			return err
@@ -105,10 +103,10 @@ func TestUploadsRetryThrottling(t *testing.T) {
 		s.SetFaults(s3test.Faults{Rate: 0.5, Seed: 7, Kinds: []s3test.Kind{kind}, Match: s3test.MatchKey("PUT", "")})
 		for i := range 20 {
 			key := fmt.Sprintf("up/%s-%d", kind, i)
-			if err := loc.WriteAll(ctx, key+"-whole", []byte(key), nil); err != nil {
+			if err := loc.WriteAll(ctx, key+"-whole", []byte(key), store.WriterOptions{}); err != nil {
 				t.Fatalf("%s: WriteAll: %v", kind, err)
 			}
-			w, err := loc.Bucket.NewWriter(ctx, key+"-streamed", &blob.WriterOptions{})
+			w, err := loc.NewWriter(ctx, key+"-streamed", store.WriterOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,8 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -16,9 +14,8 @@ import (
 
 // Reads of local files.
 //
-// gocloud's fileblob serves each range read by stating the file, looking for
-// a sidecar file of attributes, opening, seeking and closing: eight system
-// calls and a handful of allocations a read. A shuffle that reads pages of a
+// A read through the bucket stats, opens and closes the file: a handful of
+// system calls and allocations a read. A shuffle that reads pages of a
 // few KiB spends more on that than on the bytes. A file:// Location keeps the
 // files it reads open instead, at most maxOpenFiles of them (the least
 // recently used is closed first), and reads them with pread(2). Each read is
@@ -96,24 +93,12 @@ func (o *openFiles) close() {
 }
 
 // localPath returns the file that holds key in a file:// Location, and
-// whether the key is one fileblob stores under that plain path: keys that
-// fileblob escapes (control characters, "//", "../", a trailing "/") are
-// read through the bucket.
+// whether key names one (see filePath).
 func (l *Location) localPath(key string) (string, bool) {
-	if l.root == "" || os.PathSeparator != '/' || key == "" ||
-		strings.HasSuffix(key, "/") || strings.Contains(key, "//") || strings.Contains(key, "../") {
+	if l.root == "" {
 		return "", false
 	}
-	for i := 0; i < len(key); i++ {
-		if key[i] < 32 {
-			return "", false
-		}
-	}
-	p := filepath.Join(l.root, key)
-	if !strings.HasPrefix(p, strings.TrimSuffix(l.root, "/")+"/") {
-		return "", false
-	}
-	return p, true
+	return filePath(l.root, key)
 }
 
 // readLocal reads len(p) bytes of obj at off from the file at path: pread,

@@ -1,20 +1,16 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"path"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -35,13 +31,9 @@ type Object struct {
 // Stat returns the current identity of the object at key.
 func (l *Location) Stat(ctx context.Context, key string) (Object, error) {
 	return Do(ctx, l.Retry, "stat", l.ObjectURI(key), func(ctx context.Context) (Object, error) {
-		a, err := l.Bucket.Attributes(ctx, key)
-		if err != nil {
-			return Object{}, err
-		}
-		o := Object{Key: key, Size: a.Size, ModTime: a.ModTime, ETag: a.ETag}
-		l.identify(&o, a.As)
-		return o, nil
+		o, err := l.bucket.Stat(ctx, key)
+		o.Key = key
+		return o, err
 	})
 }
 
@@ -61,12 +53,12 @@ func (l *Location) Exists(ctx context.Context, key string) (bool, error) {
 // Its error is errcode.NotFound when the object does not exist.
 func (l *Location) ReadAll(ctx context.Context, key string) ([]byte, error) {
 	return Do(ctx, l.Retry, "read", l.ObjectURI(key), func(ctx context.Context) ([]byte, error) {
-		r, err := l.Bucket.NewReader(ctx, key, nil)
+		r, o, err := l.bucket.NewRangeReader(ctx, key, 0, -1, nil)
 		if err != nil {
 			return nil, err
 		}
 		defer r.Close()
-		b := make([]byte, r.Size())
+		b := make([]byte, o.Size)
 		if n, err := io.ReadFull(r, b); err != nil {
 			return nil, shortRead(err, n, len(b), 0)
 		}
@@ -77,39 +69,46 @@ func (l *Location) ReadAll(ctx context.Context, key string) ([]byte, error) {
 // WriteAll writes data to the object at key. Attempts that fail transiently
 // are retried, so it is only for objects that every attempt writes alike:
 // keys that are new and unique to the writer, or that name their content.
-func (l *Location) WriteAll(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
+func (l *Location) WriteAll(ctx context.Context, key string, data []byte, opts WriterOptions) error {
 	_, err := Do(ctx, l.Retry, "write", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.writeAll(ctx, key, data, opts)
 	})
 	return err
 }
 
-// writeAll is one attempt of WriteAll: gocloud's Bucket.WriteAll, except on
-// azblob://, where gocloud.dev v0.47's writer, fed by Write as WriteAll
-// feeds it, dereferences a nil pipe in Close whenever the upload fails (an
-// exclusive create that lost, a refused request) and panics instead of
-// returning the error (fixed in v0.49). There the whole body goes to the
-// SDK through Bucket.Upload, which cannot carry the ContentMD5 that
-// WriteAll computes; the object is written alike otherwise.
-func (l *Location) writeAll(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
-	if !strings.HasPrefix(l.URI, "azblob://") {
-		return l.Bucket.WriteAll(ctx, key, data, opts)
+// writeAll is one attempt of WriteAll.
+func (l *Location) writeAll(ctx context.Context, key string, data []byte, opts WriterOptions) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := l.bucket.NewWriter(wctx, key, opts)
+	if err != nil {
+		return err
 	}
-	var o blob.WriterOptions
-	if opts != nil {
-		o = *opts
+	if _, err := w.Write(data); err != nil {
+		cancel() // discards what was written
+		w.Close()
+		return err
 	}
-	o.ContentMD5 = nil
-	if o.ContentType == "" {
-		o.ContentType = http.DetectContentType(data)
+	return w.Close()
+}
+
+// NewWriter returns a writer of the object at key, for data too large to
+// hold whole: a new data file, streamed as it is encoded. It is not retried
+// as a whole, as WriteAll is; the driver retries its parts under the
+// location's policy. The object is written when Close returns nil; when ctx
+// is canceled first, nothing is.
+func (l *Location) NewWriter(ctx context.Context, key string, opts WriterOptions) (io.WriteCloser, error) {
+	w, err := l.bucket.NewWriter(ctx, key, opts)
+	if err != nil {
+		return nil, wrap(err, "write", l.ObjectURI(key))
 	}
-	return l.Bucket.Upload(ctx, key, bytes.NewReader(data), &o)
+	return w, nil
 }
 
 // Delete removes the object at key; an object already gone is no error.
 func (l *Location) Delete(ctx context.Context, key string) error {
 	_, err := Do(ctx, l.Retry, "delete", l.ObjectURI(key), func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.Bucket.Delete(ctx, key)
+		return struct{}{}, l.bucket.Delete(ctx, key)
 	})
 	if errcode.Of(err) == errcode.NotFound {
 		return nil
@@ -122,33 +121,27 @@ const listPageSize = 1000
 
 // List returns the objects under prefix in key order, at most limit of them
 // (0: all), one retried request per page.
-func (l *Location) List(ctx context.Context, prefix string, limit int) ([]*blob.ListObject, error) {
+func (l *Location) List(ctx context.Context, prefix string, limit int) ([]Object, error) {
 	type page struct {
-		objs []*blob.ListObject
-		next []byte
+		objs []Object
+		next string
 	}
-	var out []*blob.ListObject
-	token := blob.FirstPageToken
+	var out []Object
+	token := ""
 	for {
 		size := listPageSize
 		if limit > 0 {
 			size = min(size, limit-len(out))
 		}
 		p, err := Do(ctx, l.Retry, "list", l.ObjectURI(prefix), func(ctx context.Context) (page, error) {
-			objs, next, err := l.Bucket.ListPage(ctx, token, size, &blob.ListOptions{Prefix: prefix})
-			if err != nil && l.root != "" && gcerrors.Code(err) == gcerrors.NotFound {
-				// fileblob fails a listing when a file vanishes between
-				// reading its folder and stat-ing it (a concurrent Cleanup,
-				// or a commit renaming its temporary file): list again.
-				err = transientError{err}
-			}
+			objs, next, err := l.bucket.List(ctx, prefix, token, size)
 			return page{objs, next}, err
 		})
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, p.objs...)
-		if len(p.next) == 0 || (limit > 0 && len(out) >= limit) {
+		if p.next == "" || (limit > 0 && len(out) >= limit) {
 			return out, nil
 		}
 		token = p.next
@@ -191,7 +184,7 @@ func (l *Location) Match(ctx context.Context) ([]Object, error) {
 	// once: on a distant store each is a round trip.
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var listed []*blob.ListObject
+	var listed []Object
 	var g errgroup.Group
 	g.Go(func() (err error) {
 		defer errcode.Recover(&err, errcode.Internal, "list", l.ObjectURI(prefix))
@@ -214,7 +207,7 @@ func (l *Location) Match(ctx context.Context) ([]Object, error) {
 	}
 	var objs []Object
 	for _, obj := range listed {
-		if obj.IsDir || hidden(strings.TrimPrefix(obj.Key, prefix)) {
+		if hidden(strings.TrimPrefix(obj.Key, prefix)) {
 			continue
 		}
 		if pattern != "" {
@@ -234,7 +227,7 @@ func (l *Location) Match(ctx context.Context) ([]Object, error) {
 
 // ReaderAt reads one pinned object at random offsets. Each read is
 // conditional on the object still being the pinned version (see Matches and
-// conditional) and fails with errcode.Changed naming the object otherwise. It
+// pinned.go) and fails with errcode.Changed naming the object otherwise. It
 // implements io.ReaderAt, io.Reader and io.Seeker for decoders that need all
 // three.
 type ReaderAt struct {
@@ -289,8 +282,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 			}
 			return got, err
 		}
-		opts, found := r.loc.conditional(r.obj)
-		rr, err := r.loc.Bucket.NewRangeReader(ctx, r.obj.Key, off, n, opts)
+		rr, seen, err := r.loc.bucket.NewRangeReader(ctx, r.obj.Key, off, n, &r.obj)
 		var changed *changedError
 		switch {
 		case errors.As(err, &changed):
@@ -304,7 +296,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 		defer rr.Close()
-		seen := r.loc.observed(rr, found())
+		seen.Key = r.obj.Key
 		if !r.obj.Matches(seen) {
 			return 0, errcode.Wrap(&changedError{pinned: r.obj, found: seen}, errcode.Changed, "read", where)
 		}

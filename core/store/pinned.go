@@ -2,10 +2,7 @@ package store
 
 import (
 	"fmt"
-	"os"
 	"time"
-
-	"gocloud.dev/blob"
 )
 
 // A pinned object is read only while the store still holds the version that
@@ -51,62 +48,9 @@ func (o Object) String() string {
 	return s
 }
 
-// identify fills in the identity fields of o that a store reports beside
-// gocloud's portable attributes: the generation on GCS, the inode on file://.
-func (l *Location) identify(o *Object, as func(any) bool) {
-	if l.driver != nil {
-		l.driver.Identify(o, as)
-		return
-	}
-	var fi os.FileInfo
-	if as(&fi) {
-		o.Inode = inode(fi)
-	}
-}
-
-// conditional returns reader options under which a range read of o fails
-// unless the store holds the version o describes, and a function that
-// returns what the read found where the store tells more than gocloud's
-// reader does (the file's identity on file://; the zero Object elsewhere).
-// The store's refusal is classified FailedPrecondition (errcode.Changed); on
-// file://, the refusal is a *changedError.
-func (l *Location) conditional(o Object) (*blob.ReaderOptions, func() Object) {
-	found := Object{Key: o.Key}
-	before := func(as func(any) bool) error {
-		if l.driver != nil {
-			l.driver.Condition(o, as)
-			return nil
-		}
-		var f *os.File
-		if as(&f) {
-			fi, err := f.Stat()
-			if err != nil {
-				return err
-			}
-			found = Object{Key: o.Key, Size: fi.Size(), ModTime: fi.ModTime(), Inode: inode(fi)}
-			if !o.Matches(found) {
-				return &changedError{pinned: o, found: found}
-			}
-		}
-		return nil
-	}
-	return &blob.ReaderOptions{BeforeRead: before}, func() Object { return found }
-}
-
 // changedError says that the object read is not the pinned version.
 type changedError struct{ pinned, found Object }
 
 func (e *changedError) Error() string {
 	return fmt.Sprintf("pinned file changed (%s; pinned %s)", e.found, e.pinned)
-}
-
-// observed returns the identity of the version rr reads: its size and
-// modification time, the ETag or generation where the store reports one
-// with the data, and the identity found by conditional's check (file://).
-func (l *Location) observed(rr *blob.Reader, found Object) Object {
-	found.Size, found.ModTime = rr.Size(), rr.ModTime()
-	if l.driver != nil {
-		l.driver.Observe(&found, rr.As)
-	}
-	return found
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +19,6 @@ import (
 	// OpenTelemetry exporters retry with it). The waits are RetryPolicy.Delay,
 	// which the SDK's retries of uploads share.
 	"github.com/cenkalti/backoff/v5"
-	"gocloud.dev/gcerrors"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -136,39 +137,68 @@ type waits struct {
 func (w *waits) NextBackOff() time.Duration { w.n++; return w.p.Delay(w.n) }
 func (w *waits) Reset()                     { w.n = 0 }
 
-// transientError marks an error that an operation knows to be transient
-// although its classification says otherwise (see List).
-type transientError struct{ error }
+// A TransientError is a failure that a later attempt may not meet, whatever
+// else it wraps: a driver returns one where its store's verdict is "try
+// again" in a form classify does not read.
+type TransientError struct{ Err error }
 
-func (e transientError) Unwrap() error { return e.error }
+func (e TransientError) Error() string { return e.Err.Error() }
+
+func (e TransientError) Unwrap() error { return e.Err }
+
+// WithCode returns err, its message unchanged, as an error that Code
+// classifies as code (and never retries): what a Bucket returns where the
+// meaning of its failure is not in a form classify reads.
+func WithCode(code errcode.Code, err error) error { return codedError{code, err} }
+
+type codedError struct {
+	code errcode.Code
+	err  error
+}
+
+func (e codedError) Error() string { return e.err.Error() }
+
+func (e codedError) Unwrap() error { return e.err }
 
 // classify decides, once for every request croupier makes (reads, writes,
-// and the uploads the AWS SDK retries for it), what a failed attempt means:
+// and the upload parts a driver retries), what a failed attempt means:
 // its code, and whether another attempt is worth making. Three kinds:
 //
 //   - transient, retried: the store unavailable (5xx, 408, 429, throttling),
-//     network errors and resets, an attempt past its deadline, a body cut
-//     short: Unavailable;
+//     network errors and resets (an HTTP request that got no answer), an
+//     attempt past its deadline, a body cut short, a TransientError:
+//     Unavailable;
 //   - exhausted, never retried: a resource of this host ran out (EMFILE,
 //     ENFILE): ResourceExhausted. Retrying cannot free it, and failing at
 //     once says which limit to raise;
 //   - permanent, never retried: the request's own fault or a final verdict.
 //     croupier's own errors keep their code; missing or refused credentials
 //     are PermissionDenied; a name too long, other 4xx answers and 501 Not
-//     Implemented (a request the store does not support) are InvalidArgument; 404 is NotFound; 412 (a read's precondition) and 416
-//     (a range past the end of an object pinned larger) are Changed.
+//     Implemented (a request the store does not support) are InvalidArgument;
+//     404 and a missing file are NotFound, an existing one AlreadyExists;
+//     412 (a read's precondition) and 416 (a range past the end of an
+//     object pinned larger) are Changed.
 func classify(err error) (code errcode.Code, again bool) {
-	var te transientError
+	var te TransientError
+	var coded codedError
 	var ce *errcode.Error
 	switch {
 	case errors.As(err, &te):
 		return errcode.Unavailable, true
+	case errors.As(err, &coded):
+		return coded.code, false
 	case errors.As(err, &ce):
 		return ce.Code, false
 	case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE):
 		return errcode.ResourceExhausted, false
 	case errors.Is(err, syscall.ENAMETOOLONG):
 		return errcode.InvalidArgument, false
+	case errors.Is(err, fs.ErrNotExist):
+		return errcode.NotFound, false
+	case errors.Is(err, fs.ErrExist):
+		return errcode.AlreadyExists, false
+	case errors.Is(err, fs.ErrPermission):
+		return errcode.PermissionDenied, false
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED):
 		return errcode.Unavailable, true
@@ -190,22 +220,8 @@ func classify(err error) (code errcode.Code, again bool) {
 			return errcode.InvalidArgument, false
 		}
 	}
-	switch gcerrors.Code(err) {
-	case gcerrors.OK:
-		return errcode.OK, false
-	case gcerrors.NotFound:
-		return errcode.NotFound, false
-	case gcerrors.InvalidArgument:
-		return errcode.InvalidArgument, false
-	case gcerrors.Canceled:
-		return errcode.Canceled, false
-	case gcerrors.FailedPrecondition:
-		return errcode.Changed, false
-	case gcerrors.AlreadyExists:
-		return errcode.AlreadyExists, false
-	case gcerrors.PermissionDenied:
-		return errcode.PermissionDenied, false
-	case gcerrors.Unknown, gcerrors.Internal, gcerrors.ResourceExhausted, gcerrors.DeadlineExceeded:
+	var ue *url.Error // an HTTP request that got no answer
+	if errors.As(err, &ue) {
 		return errcode.Unavailable, true
 	}
 	return errcode.Unavailable, false

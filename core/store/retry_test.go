@@ -290,7 +290,7 @@ func TestErrorsDropQuery(t *testing.T) {
 	errs = append(errs, err)
 	_, err = loc.Stat(ctx, "data/obj")
 	errs = append(errs, err)
-	errs = append(errs, loc.WriteAll(ctx, "data/new", []byte("x"), nil))
+	errs = append(errs, loc.WriteAll(ctx, "data/new", []byte("x"), store.WriterOptions{}))
 	errs = append(errs, loc.CreateExclusive(ctx, "data/new", []byte("x")))
 	errs = append(errs, loc.Delete(ctx, "data/obj"))
 	_, err = store.Open(ctx, "s3://b/p%zz?endpoint=http://127.0.0.1:1&region=x")

@@ -1,6 +1,6 @@
 // Package store opens the object-store locations that croupier tables live in.
 //
-// A location is a *blob.Bucket plus a key prefix, named by one URI:
+// A location is a bucket plus a key prefix, named by one URI:
 //
 //	file:///abs/path/to/folder       local files (the bucket is rooted at the folder)
 //	mem://bucket/prefix              process-wide in-memory buckets, by name
@@ -12,29 +12,23 @@
 // that the application links in with a blank import (see Driver), so that
 // importing croupier brings no cloud SDK a program does not use.
 //
-// gocloud's own mem:// opener makes a new empty bucket on every open, which would
-// make a table written to mem:// unreadable by the next open; this package keeps
-// one bucket per name for the life of the process instead.
+// A mem:// bucket lives, by name, for the life of the process, so that a
+// table written to mem:// is there for the next open.
 //
-// *blob.Bucket is already the portable type; this package does not wrap it. It adds
-// what croupier needs on top: URI parsing, error classification (Code),
+// Location is the portable type, in front of each store's Bucket (see
+// Driver). It adds what croupier needs on top: URI parsing, error
+// classification (Code),
 // ReaderAt, a random-access reader over one pinned object that fails with
 // errcode.Changed when the object is not the one that was pinned, CheckKey and
 // Location.Holds, which refuse keys read from manifests and pins that would
 // lead out of a table's folder, and bounded retries. Every request croupier makes goes through a Location's methods
 // (Stat, Exists, ReadAll, List, Match, ReaderAt, WriteAll, Delete,
 // CreateExclusive), which retry transient failures under the Location's
-// RetryPolicy; only the streamed upload of a new data file uses the bucket
-// directly (see below).
+// RetryPolicy; only the streamed upload of a new data file (NewWriter) is
+// retried by its driver, part by part, under the same policy.
 //
-// On s3:// the AWS SDK's own retries are turned off for the requests this
-// package retries (GetObject, HeadObject, ListObjects, DeleteObject,
-// ListMultipartUploads), so that
-// one policy with one per-attempt deadline governs them; uploads (PutObject
-// and the multipart calls) keep the SDK's retries, because a streamed upload
-// can only be replayed part by part by the SDK, which holds the part, but
-// under the Location's policy and this package's classification of errors
-// (Transient; see drivers/s3). Other
+// The s3:// driver retries nothing itself but a streamed upload's parts, so
+// that one policy with one per-attempt deadline governs every request. Other
 // stores' SDKs (GCS, Azure) keep their own retries inside each attempt, under
 // its deadline.
 //
@@ -56,26 +50,22 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file:// URLs
-	"gocloud.dev/blob/memblob"
-
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
 // Location is an opened URI: a bucket and the key (prefix, object or glob) in it.
 type Location struct {
-	URI    string       // the URI as given
-	Bucket *blob.Bucket // shared by the Locations open on one store (see Close)
-	Key    string       // key, prefix or glob inside Bucket; "" is the whole bucket
+	URI string // the URI as given
+	Key string // key, prefix or glob inside the bucket; "" is the whole bucket
 	// Retry bounds the retries of the location's requests; Open sets it to
 	// the process's policy (see SetRetryPolicy).
 	Retry  RetryPolicy
+	bucket Bucket    // shared by the Locations open on one remote store (see Close)
 	base   string    // URI of the bucket's root, without query, ending in "/"
 	root   string    // file:// only: the folder the bucket is rooted at
 	shared bool      // a process-wide mem:// bucket, never closed
 	pooled string    // the key of the pooled bucket it holds (see pool), or ""
-	driver Driver    // the remote store's driver; nil for file:// and mem://
+	remote bool      // opened by a Driver: not file:// or mem://
 	files  openFiles // file:// only: the files held open for reads
 	closed atomic.Bool
 }
@@ -92,19 +82,18 @@ func (l *Location) Close() error {
 		return release(l.pooled)
 	}
 	l.files.close()
-	return l.Bucket.Close()
+	return l.bucket.Close()
 }
 
 // pooledBucket is the bucket of one remote store, and with it the store's
-// SDK client and HTTP transport, shared by every Location open on it:
+// client and HTTP transport, shared by every Location open on it:
 // opening a table, its permutation and a dataset over them uses one pool of
 // connections, not one each, and the last of them to close closes the pool's
 // connections. So a process that opens and closes tables in a loop holds a
 // constant number of descriptors and goroutines, even against a server that
 // keeps idle connections open for minutes.
 type pooledBucket struct {
-	bucket *blob.Bucket
-	idle   func() // closes the idle connections of its transport; may be nil
+	bucket Bucket
 	refs   int
 }
 
@@ -115,18 +104,18 @@ var (
 
 // acquire returns the pooled bucket of key, opening it with open when no
 // Location holds it.
-func acquire(key string, open func() (*blob.Bucket, func(), error)) (*blob.Bucket, error) {
+func acquire(key string, open func() (Bucket, error)) (Bucket, error) {
 	poolMu.Lock()
 	defer poolMu.Unlock()
 	if pb, ok := pool[key]; ok {
 		pb.refs++
 		return pb.bucket, nil
 	}
-	b, idle, err := open()
+	b, err := open()
 	if err != nil {
 		return nil, err
 	}
-	pool[key] = &pooledBucket{bucket: b, idle: idle, refs: 1}
+	pool[key] = &pooledBucket{bucket: b, refs: 1}
 	return b, nil
 }
 
@@ -142,25 +131,21 @@ func release(key string) error {
 	}
 	delete(pool, key)
 	poolMu.Unlock()
-	err := pb.bucket.Close()
-	if pb.idle != nil {
-		pb.idle()
-	}
-	return err
+	return pb.bucket.Close()
 }
 
 var (
 	memMu      sync.Mutex
-	memBuckets = map[string]*blob.Bucket{}
+	memBuckets = map[string]*memBucket{}
 )
 
-// memBucket returns the process-wide in-memory bucket called name.
-func memBucket(name string) *blob.Bucket {
+// memBucketNamed returns the process-wide in-memory bucket called name.
+func memBucketNamed(name string) *memBucket {
 	memMu.Lock()
 	defer memMu.Unlock()
 	b, ok := memBuckets[name]
 	if !ok {
-		b = memblob.OpenBucket(nil)
+		b = &memBucket{objs: map[string]memObject{}}
 		memBuckets[name] = b
 	}
 	return b
@@ -198,12 +183,12 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 		return nil, errcode.New(errcode.InvalidArgument, op, where,
 			"no scheme: use a URI such as file:///abs/path, mem://bucket/prefix or s3://bucket/prefix")
 	case "file":
-		return openFile(ctx, uri, u)
-	case memblob.Scheme:
+		return openFile(uri, u)
+	case "mem":
 		if u.Host == "" {
 			return nil, errcode.New(errcode.InvalidArgument, op, where, "mem:// URI needs a bucket name: mem://bucket/prefix")
 		}
-		return &Location{URI: uri, Bucket: memBucket(u.Host), Key: strings.TrimPrefix(u.Path, "/"),
+		return &Location{URI: uri, bucket: memBucketNamed(u.Host), Key: strings.TrimPrefix(u.Path, "/"),
 			base: "mem://" + u.Host + "/", shared: true}, nil
 	}
 	d, err := driverFor(u.Scheme)
@@ -214,7 +199,7 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 	bucketURL.Path = ""
 	// A driver may hand the policy to its SDK (drivers/s3 does, for uploads).
 	key := fmt.Sprintf("%s %+v", &bucketURL, p)
-	b, err := acquire(key, func() (*blob.Bucket, func(), error) {
+	b, err := acquire(key, func() (Bucket, error) {
 		return d.OpenBucket(ctx, &bucketURL, p)
 	})
 	if err != nil {
@@ -224,8 +209,8 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 		}
 		return nil, errcode.Wrap(err, code, op, where)
 	}
-	return &Location{URI: uri, Bucket: b, Key: strings.TrimPrefix(u.Path, "/"),
-		base: u.Scheme + "://" + u.Host + "/", pooled: key, driver: d}, nil
+	return &Location{URI: uri, bucket: b, Key: strings.TrimPrefix(u.Path, "/"),
+		base: u.Scheme + "://" + u.Host + "/", pooled: key, remote: true}, nil
 }
 
 // credentialWords are the parts of a query parameter's name that mark it as
@@ -300,9 +285,9 @@ func (l *Location) Join(name string) string {
 	return strings.TrimSuffix(l.Key, "/") + "/" + name
 }
 
-// openFile roots a fileblob bucket at the deepest existing folder of the path
+// openFile roots a file bucket at the deepest existing folder of the path
 // that holds no glob character, so that keys stay short and relative.
-func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
+func openFile(uri string, u *url.URL) (*Location, error) {
 	const op = "open location"
 	where := redact(uri)
 	if u.Host != "" && u.Host != "localhost" {
@@ -326,12 +311,7 @@ func openFile(ctx context.Context, uri string, u *url.URL) (*Location, error) {
 	if rel, err := filepath.Rel(root, p); err == nil && rel != "." {
 		key = filepath.ToSlash(rel)
 	}
-	q := url.Values{"no_tmp_dir": {"1"}}
-	b, err := blob.OpenBucket(ctx, (&url.URL{Scheme: "file", Path: root, RawQuery: q.Encode()}).String())
-	if err != nil {
-		return nil, errcode.Wrap(err, errcode.NotFound, op, redact(uri))
-	}
-	return &Location{URI: uri, Bucket: b, Key: key, base: "file://" + strings.TrimSuffix(root, "/") + "/", root: root}, nil
+	return &Location{URI: uri, bucket: &fileBucket{root: root}, Key: key, base: "file://" + strings.TrimSuffix(root, "/") + "/", root: root}, nil
 }
 
 // ObjectURI names an object of l's bucket as a URI, for messages. It never
@@ -340,9 +320,9 @@ func (l *Location) ObjectURI(key string) string { return l.base + key }
 
 // Remote reports whether the location is on a remote store, where each
 // request costs a round trip, rather than local files or memory.
-func (l *Location) Remote() bool { return l.driver != nil }
+func (l *Location) Remote() bool { return l.remote }
 
-// Code classifies an error returned by gocloud.dev/blob (see classify); a
+// Code classifies an error returned by a Bucket (see classify); a
 // context's cancellation or deadline is Canceled.
 func Code(err error) errcode.Code {
 	switch {
@@ -355,7 +335,7 @@ func Code(err error) errcode.Code {
 	return code
 }
 
-// wrap classifies a blob error and names the operation and object.
+// wrap classifies a Bucket's error and names the operation and object.
 func wrap(err error, op, where string) error {
 	if err == nil {
 		return nil

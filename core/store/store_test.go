@@ -63,7 +63,7 @@ func TestMemBucketsPersistByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Bucket.WriteAll(ctx, "x/obj", []byte("hello"), nil); err != nil {
+	if err := a.WriteAll(ctx, "x/obj", []byte("hello"), store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
@@ -88,7 +88,7 @@ func TestMemBucketsPersistByName(t *testing.T) {
 		t.Errorf("ObjectURI = %s", b.ObjectURI("x/obj"))
 	}
 	// overwrite: the pinned reader notices
-	if err := b.Bucket.WriteAll(ctx, "x/obj", []byte("hello, world"), nil); err != nil {
+	if err := b.WriteAll(ctx, "x/obj", []byte("hello, world"), store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.ReadAt(buf, 0); errcode.Of(err) != errcode.Changed {
@@ -159,7 +159,7 @@ func TestCreateExclusiveRace(t *testing.T) {
 			if wins.Load() != 1 {
 				t.Fatalf("%d writers won", wins.Load())
 			}
-			got, err := loc.Bucket.ReadAll(ctx, key)
+			got, err := loc.ReadAll(ctx, key)
 			if err != nil || string(got) != fmt.Sprintf("writer %d", winner.Load()) {
 				t.Fatalf("object = %q, %v; winner %d", got, err, winner.Load())
 			}

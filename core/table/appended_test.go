@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
@@ -57,7 +58,7 @@ func TestAppendedThroughOneManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.loc.Bucket.WriteAll(ctx, tb.loc.Join(manifestName(5)), data, nil); err != nil {
+	if err := tb.loc.WriteAll(ctx, tb.loc.Join(manifestName(5)), data, store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok, err := tb.AppendedThrough(ctx, 1, 5); err != nil || ok || got != nil {

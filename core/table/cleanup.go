@@ -116,7 +116,7 @@ func Cleanup(ctx context.Context, uri string, opts CleanupOptions) (CleanupResul
 			return res, err
 		}
 		for _, obj := range objs {
-			if obj.IsDir || referenced[obj.Key] || !obj.ModTime.Before(cutoff) {
+			if referenced[obj.Key] || !obj.ModTime.Before(cutoff) {
 				continue
 			}
 			if err := loc.Delete(ctx, obj.Key); err != nil {

@@ -3,7 +3,6 @@ package table_test
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"gocloud.dev/blob"
-
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 )
@@ -136,8 +134,9 @@ func killedWriter(t *testing.T, uri, op, phase string) {
 		referenced[f.Key] = true
 	}
 	loc := mustLoc(t, uri)
+	// On file:// a data file being written is a temporary file in _tmp/.
 	var orphans []string
-	for _, key := range listKeys(t, loc.Bucket, loc.Join("data/")) {
+	for _, key := range append(listKeys(t, loc, loc.Join("data/")), listKeys(t, loc, loc.Join(store.TempDir+"/"))...) {
 		if !referenced[key] {
 			orphans = append(orphans, loc.ObjectURI(key))
 		}
@@ -154,7 +153,7 @@ func killedWriter(t *testing.T, uri, op, phase string) {
 		t.Errorf("cleanup deleted versions %v and files %v, want no version and the orphans %v",
 			res.DeletedVersions, res.DeletedFiles, orphans)
 	}
-	if left := listKeys(t, loc.Bucket, loc.Join("data/")); len(left) != len(referenced) {
+	if left := listKeys(t, loc, loc.Join("data/")); len(left) != len(referenced) {
 		t.Errorf("after cleanup data/ holds %v, want the %d referenced files", left, len(referenced))
 	}
 	checkVersions(t, uri, want)
@@ -191,18 +190,15 @@ func checkVersions(t *testing.T, uri string, want [][]int64) {
 }
 
 // listKeys returns the keys of the objects under prefix.
-func listKeys(t *testing.T, b *blob.Bucket, prefix string) []string {
+func listKeys(t *testing.T, loc *store.Location, prefix string) []string {
 	t.Helper()
-	var keys []string
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			return keys
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, obj.Key)
+	objs, err := loc.List(context.Background(), prefix, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	return keys
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/google/uuid"
-	"gocloud.dev/blob"
 
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
@@ -413,7 +412,7 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 	if err := checkExclusiveCreate(ctx, loc, opts); err != nil {
 		return nil, err
 	}
-	if err := loc.Bucket.WriteAll(ctx, loc.Join(createdMarker), nil, nil); err != nil {
+	if err := loc.WriteAll(ctx, loc.Join(createdMarker), nil, store.WriterOptions{}); err != nil {
 		return nil, errcode.Wrap(err, store.Code(err), "create table", loc.ObjectURI(loc.Join(createdMarker)))
 	}
 	added, err := writeData(ctx, loc, data, opts)
@@ -632,14 +631,14 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	where := loc.ObjectURI(key)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var bw *blob.Writer
+	var bw io.WriteCloser
 	var pw *pqarrow.FileWriter
 	defer func() {
 		if p := recover(); p != nil {
 			err = errcode.New(errcode.Internal, "write", where, "panic: %v", p)
 		}
 		if err != nil && bw != nil {
-			cancel() // a canceled blob.Writer discards what it wrote
+			cancel() // a writer canceled before Close discards what it wrote
 			bw.Close()
 		}
 	}()
@@ -650,8 +649,8 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 			continue
 		}
 		if pw == nil {
-			if bw, err = loc.Bucket.NewWriter(wctx, key, &blob.WriterOptions{ContentType: "application/vnd.apache.parquet"}); err != nil {
-				return nil, errcode.Wrap(err, store.Code(err), "write", where)
+			if bw, err = loc.NewWriter(wctx, key, store.WriterOptions{ContentType: "application/vnd.apache.parquet"}); err != nil {
+				return nil, err
 			}
 			props, aprops := writerProps(opts)
 			if pw, err = pqarrow.NewFileWriter(data.Schema(), newPageCRCWriter(bw), props, aprops); err != nil {
@@ -670,8 +669,8 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 		return nil, nil
 	}
 	passPhase("data-writing")
-	// Closing the Parquet writer closes the CRC writer, which closes the blob
-	// writer, which commits the object; after an error the deferred cleanup
+	// Closing the Parquet writer closes the CRC writer, which closes the
+	// store's writer, which commits the object; after an error the deferred cleanup
 	// discards it.
 	if err = pw.Close(); err != nil {
 		loc.Delete(context.WithoutCancel(ctx), key)

@@ -481,7 +481,7 @@ func TestPinnedParquetOnS3(t *testing.T) {
 	uri := s.URI("bkt", "plain")
 	loc := mustLoc(t, uri)
 	for i, n := range []int64{100, 100} {
-		if err := loc.Bucket.WriteAll(ctx, fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, int64(i)*100, n, 50), nil); err != nil {
+		if err := loc.WriteAll(ctx, fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, int64(i)*100, n, 50), store.WriterOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -496,12 +496,12 @@ func TestPinnedParquetOnS3(t *testing.T) {
 	}
 	defer r.Close()
 	// Overwrite part-1 with other rows.
-	if err := loc.Bucket.WriteAll(ctx, "plain/part-1.parquet", tabletest.Encode(t, 1000, 90, 50), nil); err != nil {
+	if err := loc.WriteAll(ctx, "plain/part-1.parquet", tabletest.Encode(t, 1000, 90, 50), store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.Read(ctx, []uint64{150})
 	wantErr(t, err, errcode.Changed, "s3://bkt/plain/part-1.parquet", "changed")
-	if err := loc.Bucket.Delete(ctx, "plain/part-1.parquet"); err != nil {
+	if err := loc.Delete(ctx, "plain/part-1.parquet"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.Read(ctx, []uint64{199})

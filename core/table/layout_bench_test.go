@@ -63,7 +63,7 @@ func BenchmarkRandomRows(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := loc.Bucket.WriteAll(ctx, loc.Key, data, nil); err != nil {
+				if err := loc.WriteAll(ctx, loc.Key, data, store.WriterOptions{}); err != nil {
 					b.Fatal(err)
 				}
 				tb, err := table.Open(ctx, name)

@@ -183,7 +183,7 @@ func writeObject(t *testing.T, uri, key string, data []byte) {
 		t.Fatal(err)
 	}
 	defer loc.Close()
-	if err := loc.WriteAll(context.Background(), key, data, nil); err != nil {
+	if err := loc.WriteAll(context.Background(), key, data, store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

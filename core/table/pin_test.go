@@ -24,7 +24,7 @@ func TestPinReadsFootersOfTheVersionStated(t *testing.T) {
 		key  string
 		data []byte
 	}{{"t/a.parquet", large}, {"t/b.parquet", small}} {
-		if err := loc.Bucket.WriteAll(ctx, f.key, f.data, nil); err != nil {
+		if err := loc.WriteAll(ctx, f.key, f.data, store.WriterOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

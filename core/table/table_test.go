@@ -240,10 +240,10 @@ func TestMemStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := loc.Bucket.WriteAll(ctx, "data/a.parquet", tabletest.Encode(t, 0, 70, 32), nil); err != nil {
+	if err := loc.WriteAll(ctx, "data/a.parquet", tabletest.Encode(t, 0, 70, 32), store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := loc.Bucket.WriteAll(ctx, "data/b.parquet", tabletest.Encode(t, 70, 10, 32), nil); err != nil {
+	if err := loc.WriteAll(ctx, "data/b.parquet", tabletest.Encode(t, 70, 10, 32), store.WriterOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tb := open(t, "mem://tabletest/data")

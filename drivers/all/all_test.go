@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"gocloud.dev/blob"
-
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	_ "github.com/croupier-data/croupier/drivers/all"
@@ -45,9 +43,6 @@ func TestRegisterTwice(t *testing.T) {
 // otherDriver is a second driver claiming a scheme; it is never called.
 type otherDriver struct{}
 
-func (otherDriver) OpenBucket(context.Context, *url.URL, store.RetryPolicy) (*blob.Bucket, func(), error) {
-	return nil, nil, nil
+func (otherDriver) OpenBucket(context.Context, *url.URL, store.RetryPolicy) (store.Bucket, error) {
+	return nil, nil
 }
-func (otherDriver) Identify(*store.Object, func(any) bool) {}
-func (otherDriver) Condition(store.Object, func(any) bool) {}
-func (otherDriver) Observe(*store.Object, func(any) bool)  {}

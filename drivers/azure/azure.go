@@ -31,6 +31,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/drivers/internal/gocloud"
 )
 
 func init() { store.Register(azureblob.Scheme, driver{}) }
@@ -50,18 +51,25 @@ const howToAuthenticate = "set AZURE_STORAGE_ACCOUNT (or storage_account=name in
 // key, SAS token or connection string, the container's client signs requests
 // with DefaultAzureCredential, whose failures are PermissionDenied (see
 // tokenCredential).
-func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (*blob.Bucket, func(), error) {
+func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (store.Bucket, error) {
 	if u.Query().Get("storage_account") == "" && os.Getenv("AZURE_STORAGE_ACCOUNT") == "" {
-		return nil, nil, errcode.New(errcode.PermissionDenied, "find credentials", "", "no Azure storage account: %s", howToAuthenticate)
+		return nil, errcode.New(errcode.PermissionDenied, "find credentials", "", "no Azure storage account: %s", howToAuthenticate)
 	}
 	if os.Getenv("AZURE_STORAGE_KEY") != "" || os.Getenv("AZURE_STORAGE_SAS_TOKEN") != "" ||
 		os.Getenv("AZURE_STORAGE_CONNECTION_STRING") != "" || os.Getenv("AZURE_STORAGEBLOB_CONNECTIONSTRING") != "" {
-		b, err := blob.OpenBucket(ctx, u.String())
-		return b, nil, err
+		return bucket(blob.OpenBucket(ctx, u.String()))
 	}
 	opener := &azureblob.URLOpener{MakeClient: defaultCredentialClient, ServiceURLOptions: *azureblob.NewDefaultServiceURLOptions()}
-	b, err := opener.OpenBucketURL(ctx, u)
-	return b, nil, err
+	return bucket(opener.OpenBucketURL(ctx, u))
+}
+
+// bucket serves b, with If-Match on pinned reads and whole uploads (see
+// gocloud.Hooks.Upload).
+func bucket(b *blob.Bucket, err error) (store.Bucket, error) {
+	if err != nil {
+		return nil, err
+	}
+	return gocloud.NewBucket(b, gocloud.Hooks{Condition: condition, Observe: observe, Upload: true}), nil
 }
 
 // defaultCredentialClient is the client of a container whose requests
@@ -122,11 +130,8 @@ func (c tokenCredential) GetToken(ctx context.Context, opts azpolicy.TokenReques
 	return tk, err
 }
 
-// Identify adds nothing: the ETag is among gocloud's attributes.
-func (driver) Identify(*store.Object, func(any) bool) {}
-
 // Condition makes a read carry If-Match with the pinned ETag.
-func (driver) Condition(o store.Object, as func(any) bool) {
+func condition(o store.Object, as func(any) bool) {
 	var opts *azblob.DownloadStreamOptions
 	if as(&opts) && o.ETag != "" {
 		etag := azcore.ETag(o.ETag)
@@ -136,7 +141,7 @@ func (driver) Condition(o store.Object, as func(any) bool) {
 }
 
 // Observe records the ETag of the version a read got.
-func (driver) Observe(found *store.Object, as func(any) bool) {
+func observe(found *store.Object, as func(any) bool) {
 	var resp azblob.DownloadStreamResponse
 	if as(&resp) && resp.ETag != nil {
 		found.ETag = string(*resp.ETag)

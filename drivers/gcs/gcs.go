@@ -24,7 +24,6 @@ import (
 
 	"cloud.google.com/go/compute/metadata"
 	"cloud.google.com/go/storage"
-	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/gcp"
 	"golang.org/x/oauth2/google"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/drivers/internal/gocloud"
 )
 
 func init() { store.Register(gcsblob.Scheme, driver{}) }
@@ -43,12 +43,12 @@ type driver struct{}
 // authenticated by the credentials found for u (none for anonymous=true or
 // an emulator at STORAGE_EMULATOR_HOST); the SDK keeps its own retries
 // inside each of core/store's attempts.
-func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (*blob.Bucket, func(), error) {
+func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (store.Bucket, error) {
 	q := u.Query()
 	opener := &gcsblob.URLOpener{}
 	anonymous, err := isAnonymous(q)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	switch {
 	case anonymous: // gcsblob makes the client
@@ -57,11 +57,11 @@ func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (
 	default:
 		creds, err := credentials(ctx, q.Get("universe_domain"))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		ts := gcp.CredentialsTokenSource(creds)
 		if opener.Client, err = gcp.NewHTTPClient(gcp.DefaultTransport(), ts); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		opener.TokenSource = ts
 		if ud, err := creds.GetUniverseDomain(); err == nil && ud != "" {
@@ -69,7 +69,10 @@ func (driver) OpenBucket(ctx context.Context, u *url.URL, _ store.RetryPolicy) (
 		}
 	}
 	b, err := opener.OpenBucketURL(ctx, u)
-	return b, nil, err
+	if err != nil {
+		return nil, err
+	}
+	return gocloud.NewBucket(b, gocloud.Hooks{Identify: identify, Condition: condition, Observe: observe}), nil
 }
 
 // isAnonymous reports whether the query asks for an unauthenticated client,
@@ -187,7 +190,7 @@ func wellKnownFile() string {
 }
 
 // Identify records the object's generation.
-func (driver) Identify(o *store.Object, as func(any) bool) {
+func identify(o *store.Object, as func(any) bool) {
 	var attrs storage.ObjectAttrs
 	if as(&attrs) {
 		o.Generation = attrs.Generation
@@ -195,7 +198,7 @@ func (driver) Identify(o *store.Object, as func(any) bool) {
 }
 
 // Condition makes a read match the pinned generation.
-func (driver) Condition(o store.Object, as func(any) bool) {
+func condition(o store.Object, as func(any) bool) {
 	var h **storage.ObjectHandle
 	if as(&h) && o.Generation != 0 {
 		*h = (*h).If(storage.Conditions{GenerationMatch: o.Generation})
@@ -207,7 +210,7 @@ func (driver) Condition(o store.Object, as func(any) bool) {
 // Last-Modified header, to the second, where a listing or an attribute
 // request reports the update time to the microsecond, so the two differ for
 // one version.
-func (driver) Observe(found *store.Object, as func(any) bool) {
+func observe(found *store.Object, as func(any) bool) {
 	var r *storage.Reader
 	if as(&r) && r.Attrs.Generation != 0 {
 		found.Generation = r.Attrs.Generation

@@ -35,6 +35,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/drivers/internal/gocloud"
 )
 
 func init() { store.Register(s3blob.Scheme, driver{}) }
@@ -90,15 +91,15 @@ func uploadRetryer(p store.RetryPolicy) aws.Retryer {
 // the opener keeps to itself are taken from the query again. The client has
 // an HTTP transport of its own, with the SDK's settings; the function
 // returned closes its idle connections.
-func (driver) OpenBucket(ctx context.Context, u *url.URL, p store.RetryPolicy) (*blob.Bucket, func(), error) {
+func (driver) OpenBucket(ctx context.Context, u *url.URL, p store.RetryPolicy) (store.Bucket, error) {
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer b.Close()
 	var client *s3.Client
 	if !b.As(&client) {
-		return nil, nil, errors.New("s3blob bucket without an *s3.Client")
+		return nil, errors.New("s3blob bucket without an *s3.Client")
 	}
 	opts := client.Options()
 	transport := awshttp.NewBuildableClient().GetTransport()
@@ -117,8 +118,20 @@ func (driver) OpenBucket(ctx context.Context, u *url.URL, p store.RetryPolicy) (
 			}
 		}
 	}
-	sb, err := s3blob.OpenBucket(ctx, s3.New(opts), u.Host, bopts)
-	return sb, transport.CloseIdleConnections, err
+	c := s3.New(opts)
+	sb, err := s3blob.OpenBucket(ctx, c, u.Host, bopts)
+	if err != nil {
+		return nil, err
+	}
+	return &bucket{gocloud.NewBucket(sb, gocloud.Hooks{Condition: condition, Observe: observe, CloseIdle: transport.CloseIdleConnections}), c, u.Host}, nil
+}
+
+// bucket is an S3 bucket: gocloud's, and its client for the requests
+// gocloud does not make.
+type bucket struct {
+	store.Bucket
+	client *s3.Client
+	name   string
 }
 
 // credentialChain is the SDK's chain of credential providers, whose failure
@@ -137,11 +150,8 @@ func (c credentialChain) Retrieve(ctx context.Context) (aws.Credentials, error) 
 	return v, err
 }
 
-// Identify adds nothing: S3's ETag is among gocloud's attributes.
-func (driver) Identify(*store.Object, func(any) bool) {}
-
 // Condition makes a read carry If-Match with the pinned ETag.
-func (driver) Condition(o store.Object, as func(any) bool) {
+func condition(o store.Object, as func(any) bool) {
 	var in *s3.GetObjectInput
 	if as(&in) && o.ETag != "" {
 		in.IfMatch = aws.String(o.ETag)
@@ -149,7 +159,7 @@ func (driver) Condition(o store.Object, as func(any) bool) {
 }
 
 // Observe records the ETag of the version a read got.
-func (driver) Observe(found *store.Object, as func(any) bool) {
+func observe(found *store.Object, as func(any) bool) {
 	var out s3.GetObjectOutput
 	if as(&out) {
 		found.ETag = aws.ToString(out.ETag)
@@ -158,17 +168,12 @@ func (driver) Observe(found *store.Object, as func(any) bool) {
 
 // AbortUploads lists the bucket's incomplete multipart uploads under prefix
 // and aborts those started before cutoff (see store.Location.AbortUploads).
-func (driver) AbortUploads(ctx context.Context, l *store.Location, prefix string, cutoff time.Time) ([]string, error) {
-	var client *s3.Client
-	if !l.Bucket.As(&client) {
-		return nil, nil
-	}
-	bucket := strings.TrimSuffix(strings.TrimPrefix(l.ObjectURI(""), s3blob.Scheme+"://"), "/")
+func (b *bucket) AbortUploads(ctx context.Context, prefix string, cutoff time.Time, p store.RetryPolicy) ([]string, error) {
 	var aborted []string
-	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(prefix)}
+	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(b.name), Prefix: aws.String(prefix)}
 	for {
-		page, err := store.Do(ctx, l.Retry, "list uploads", l.ObjectURI(prefix), func(ctx context.Context) (*s3.ListMultipartUploadsOutput, error) {
-			return client.ListMultipartUploads(ctx, in)
+		page, err := store.Do(ctx, p, "list uploads", "s3://"+b.name+"/"+prefix, func(ctx context.Context) (*s3.ListMultipartUploadsOutput, error) {
+			return b.client.ListMultipartUploads(ctx, in)
 		})
 		if err != nil {
 			return aborted, err
@@ -178,12 +183,12 @@ func (driver) AbortUploads(ctx context.Context, l *store.Location, prefix string
 				continue
 			}
 			key := aws.ToString(u.Key)
-			_, err := client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(bucket), Key: u.Key, UploadId: u.UploadId})
+			_, err := b.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(b.name), Key: u.Key, UploadId: u.UploadId})
 			var gone *types.NoSuchUpload
 			if err != nil && !errors.As(err, &gone) {
-				return aborted, &errcode.Error{Code: store.Code(err), Op: "abort upload", Path: l.ObjectURI(key), Err: err}
+				return aborted, &errcode.Error{Code: store.Code(err), Op: "abort upload", Path: "s3://" + b.name + "/" + key, Err: err}
 			}
-			aborted = append(aborted, l.ObjectURI(key))
+			aborted = append(aborted, key)
 		}
 		if !aws.ToBool(page.IsTruncated) {
 			return aborted, nil
