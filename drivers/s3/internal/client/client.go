@@ -44,7 +44,8 @@ type Config struct {
 	// "" means AWS_PROFILE, else "default".
 	Profile string
 	// HTTPClient sends the requests; nil means a client with a transport of
-	// its own, so that CloseIdleConnections affects no other client.
+	// its own, so that CloseIdleConnections affects no other client, that
+	// does not follow redirects.
 	HTTPClient *http.Client
 }
 
@@ -114,7 +115,17 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{http: cfg.HTTPClient, scheme: u.Scheme, host: host, pathStyle: cfg.PathStyle,
 		region: region, anonymous: cfg.Anonymous, now: time.Now}
 	if c.http == nil {
-		c.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		t, ok := http.DefaultTransport.(*http.Transport)
+		if ok {
+			t = t.Clone()
+		} else {
+			t = &http.Transport{Proxy: http.ProxyFromEnvironment}
+		}
+		// S3's redirects name another region's endpoint, where the
+		// request's signature is wrong: answer them as the errors they are.
+		c.http = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}
 	}
 	if !cfg.Anonymous {
 		c.creds = &credentialCache{chain: &chain{profile: profile, region: region, http: c.http}, now: c.clock}

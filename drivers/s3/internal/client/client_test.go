@@ -367,3 +367,23 @@ func TestVirtualHosted(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirect checks that S3's redirect to another region's endpoint is
+// answered as an error naming the bucket's region, not followed.
+func TestRedirect(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Amz-Bucket-Region", "eu-west-3")
+		w.Header().Set("Location", "http://elsewhere.invalid/")
+		w.WriteHeader(http.StatusMovedPermanently)
+	}))
+	defer srv.Close()
+	c, err := New(context.Background(), Config{Endpoint: srv.URL, PathStyle: true, Anonymous: true, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Head(context.Background(), "bkt", "k")
+	const want = "s3 HeadObject bkt/k: 301 MovedPermanently: the bucket is in region eu-west-3"
+	if statusOf(t, err) != http.StatusMovedPermanently || err.Error() != want {
+		t.Errorf("%v\nwant %s", err, want)
+	}
+}

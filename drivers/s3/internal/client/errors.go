@@ -96,6 +96,13 @@ func responseError(resp *http.Response, op, bucket, key string) *Error {
 	if e.Code == "" {
 		e.Code = strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "")
 	}
+	if region := resp.Header.Get("X-Amz-Bucket-Region"); region != "" && resp.StatusCode/100 == 3 {
+		if e.Message == "" {
+			e.Message = "the bucket is in region " + region
+		} else {
+			e.Message += " (the bucket is in region " + region + ")"
+		}
+	}
 	if e.Code == "" {
 		e.Code = "Status" + strconv.Itoa(resp.StatusCode)
 	}
