@@ -16,6 +16,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -182,9 +183,7 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 %s %s: %w", r.op, r.target(), err)
 	}
-	for k, v := range r.header {
-		req.Header[k] = v
-	}
+	maps.Copy(req.Header, r.header)
 	if !c.anonymous {
 		cr, err := c.creds.get(ctx)
 		if err != nil {

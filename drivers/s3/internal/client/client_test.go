@@ -270,12 +270,14 @@ func TestServerErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.SetFaults(s3test.Faults{Rate: 1, Kinds: []s3test.Kind{s3test.ServerError, s3test.Throttle}})
-	for range 10 {
+	seen := map[int]bool{}
+	for range 20 {
 		_, _, err := get(t, c, "obj", 0, -1, "")
 		var e *Error
 		if !errors.As(err, &e) {
 			t.Fatalf("%v is not an *Error", err)
 		}
+		seen[e.HTTPStatusCode()] = true
 		switch {
 		case e.StatusCode == 500 && e.Code == "InternalError", e.StatusCode == 503 && e.Code == "SlowDown",
 			e.StatusCode == 429 && e.Code == "TooManyRequests":
@@ -285,6 +287,9 @@ func TestServerErrors(t *testing.T) {
 		if e.RequestID != "s3test" || e.Op != "GetObject" || e.Bucket != "bkt" || e.Key != "obj" || e.Message == "" {
 			t.Errorf("%+v", e)
 		}
+	}
+	if !seen[500] || !seen[503] || !seen[429] {
+		t.Errorf("statuses %v, want 500, 503 and 429 among them", seen)
 	}
 	_, err := c.Head(context.Background(), "bkt", "obj")
 	if code := statusOf(t, err); code != 500 && code != 503 && code != 429 {
