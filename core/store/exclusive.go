@@ -43,7 +43,7 @@ func (l *Location) CreateExclusive(ctx context.Context, key string, data []byte)
 	_, err := Do(ctx, l.Retry, op, where, func(ctx context.Context) (struct{}, error) {
 		err := l.writeAll(ctx, key, data, WriterOptions{IfNotExist: true})
 		if c := Code(err); c == errcode.Changed || c == errcode.AlreadyExists {
-			return struct{}{}, errcode.Wrap(err, errcode.AlreadyExists, op, where)
+			return struct{}{}, &errcode.Error{Code: errcode.AlreadyExists, Op: op, Path: where, Err: err}
 		}
 		return struct{}{}, err
 	})

@@ -3,196 +3,223 @@
 //
 //	import _ "github.com/croupier-data/croupier/drivers/s3"
 //
-// Buckets are opened by gocloud.dev's s3blob URL opener, which parses and
-// checks every query parameter (region, endpoint, use_path_style,
-// anonymous, profile, …; see docs/storage.md). The driver then rebuilds the
-// bucket on a copy of its client: the requests core/store retries itself
-// are tried once by the SDK, so that one RetryPolicy with one per-attempt
-// deadline governs them, and uploads, which only the SDK can replay part by
-// part, are retried by the SDK under that same policy and classification.
-// Reads of a pinned object carry If-Match with the pinned ETag.
+// It talks to the store through a small S3 client of its own
+// (internal/client), written over net/http, rather than the AWS SDK: a
+// program that reads s3:// then links a few packages more than the standard
+// library's, not the SDK's hundred and more. The URI's query says which
+// store and how:
+//
+//	region=us-east-1         the buckets' region (else AWS_REGION, AWS_DEFAULT_REGION, the profile's, us-east-1)
+//	endpoint=http://host:port an S3-compatible store's endpoint
+//	use_path_style=true      the bucket in the path, not the host name (most S3-compatible stores)
+//	disable_https=true       http:// to the default endpoint
+//	profile=name             the profile of ~/.aws/config and ~/.aws/credentials
+//	anonymous=true           unsigned requests, for a public bucket
+//	ssetype=aws:kms|AES256   server-side encryption of the objects written
+//	kmskeyid=…               the KMS key of aws:kms encryption
+//
+// Any other parameter is an error. core/store retries every request under
+// its RetryPolicy; the client retries nothing itself, except that a
+// streamed upload's parts, which only the writer holds, are retried by the
+// writer under the same policy. Reads of a pinned object carry If-Match with
+// the pinned ETag.
 package s3
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
-	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go/middleware"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"gocloud.dev/blob"
-	"gocloud.dev/blob/s3blob"
-
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/drivers/internal/gocloud"
+	"github.com/croupier-data/croupier/drivers/s3/internal/client"
 )
 
-func init() { store.Register(s3blob.Scheme, driver{}) }
+func init() { store.Register("s3", driver{}) }
 
 // driver is the store.Driver of s3:// URIs.
 type driver struct{}
 
-// selfRetried are the S3 operations that core/store retries itself, under
-// a RetryPolicy; the SDK tries them once. Uploads are not among them: the SDK
-// retries each part of a streamed upload, which only it can replay, under
-// uploadRetryer.
-var selfRetried = map[string]bool{
-	"GetObject": true, "HeadObject": true, "ListObjectsV2": true, "ListObjects": true, "DeleteObject": true,
-	"ListMultipartUploads": true,
+// OpenBucket opens the bucket u names with a client of the store its query
+// describes, with an HTTP transport of its own (closed with the bucket).
+func (driver) OpenBucket(ctx context.Context, u *url.URL, p store.RetryPolicy) (store.Bucket, error) {
+	cfg, put, err := parseQuery(u.Query())
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &bucket{c: c, name: u.Host, put: put, retry: p}, nil
 }
 
-// withoutSDKRetries replaces the SDK's retry middleware of a selfRetried
-// operation by one that tries once.
-func withoutSDKRetries(stack *middleware.Stack) error {
-	if !selfRetried[stack.ID()] {
+// parseQuery reads the client's configuration and the options of writes
+// from the query of an s3:// URI.
+func parseQuery(q url.Values) (client.Config, client.PutOptions, error) {
+	var cfg client.Config
+	var put client.PutOptions
+	flag := func(name string, v *bool) error {
+		if s := q.Get(name); s != "" {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("query parameter %s=%q: want true or false", name, s)
+			}
+			*v = b
+		}
 		return nil
 	}
-	_, err := stack.Finalize.Swap((&awsretry.Attempt{}).ID(), awsretry.NewAttemptMiddleware(aws.NopRetryer{}, smithyhttp.RequestCloner))
-	return err
-}
-
-// uploadRetryer is the SDK's retryer of the operations it retries for
-// croupier (uploads): the attempts and waits of p, and core/store's verdicts, so
-// that an upload retries what every other request does, throttling (429, 503
-// SlowDown) included, and nothing else. The SDK's client-side retry quota is
-// off: it would fail uploads during a long burst of throttling that the
-// policy is there to ride out.
-func uploadRetryer(p store.RetryPolicy) aws.Retryer {
-	return awsretry.NewStandard(func(o *awsretry.StandardOptions) {
-		o.MaxAttempts = p.Attempts
-		o.Backoff = awsretry.BackoffDelayerFunc(func(attempt int, _ error) (time.Duration, error) {
-			return p.Delay(attempt), nil
-		})
-		o.RateLimiter = ratelimit.None
-		o.Retryables = []awsretry.IsErrorRetryable{awsretry.IsErrorRetryableFunc(func(err error) aws.Ternary {
-			if store.Transient(err) {
-				return aws.TrueTernary
-			}
-			return aws.FalseTernary
-		})}
-	})
-}
-
-// OpenBucket opens an s3:// bucket with gocloud's s3blob URL opener, which
-// parses and checks every query parameter, then rebuilds the bucket on a copy
-// of its client whose selfRetried operations the SDK does not retry (see the
-// package doc) and whose uploads it retries under p. The bucket options that
-// the opener keeps to itself are taken from the query again. The client has
-// an HTTP transport of its own, with the SDK's settings; the function
-// returned closes its idle connections.
-func (driver) OpenBucket(ctx context.Context, u *url.URL, p store.RetryPolicy) (store.Bucket, error) {
-	b, err := blob.OpenBucket(ctx, u.String())
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
-	var client *s3.Client
-	if !b.As(&client) {
-		return nil, errors.New("s3blob bucket without an *s3.Client")
-	}
-	opts := client.Options()
-	transport := awshttp.NewBuildableClient().GetTransport()
-	opts.HTTPClient = &http.Client{Transport: transport}
-	opts.APIOptions = append(opts.APIOptions, withoutSDKRetries)
-	opts.Retryer = uploadRetryer(p)
-	if _, anonymous := opts.Credentials.(aws.AnonymousCredentials); opts.Credentials != nil && !anonymous {
-		opts.Credentials = credentialChain{opts.Credentials}
-	}
-	q := u.Query()
-	bopts := &s3blob.Options{KMSEncryptionID: q.Get("kmskeyid"), RequestChecksumCalculation: opts.RequestChecksumCalculation}
-	if v := q.Get("ssetype"); v != "" {
-		for _, t := range types.ServerSideEncryption("").Values() {
-			if strings.EqualFold(string(t), v) {
-				bopts.EncryptionType = t
-			}
+	for name := range q {
+		switch name {
+		case "region", "endpoint", "profile", "kmskeyid", "ssetype", "use_path_style", "disable_https", "anonymous":
+		default:
+			return cfg, put, fmt.Errorf("unknown query parameter %q of an s3:// URI; the parameters are "+
+				"region, endpoint, use_path_style, disable_https, profile, anonymous, ssetype and kmskeyid", name)
 		}
 	}
-	c := s3.New(opts)
-	sb, err := s3blob.OpenBucket(ctx, c, u.Host, bopts)
-	if err != nil {
-		return nil, err
+	cfg.Region, cfg.Endpoint, cfg.Profile = q.Get("region"), q.Get("endpoint"), q.Get("profile")
+	for name, v := range map[string]*bool{"use_path_style": &cfg.PathStyle, "disable_https": &cfg.DisableHTTPS, "anonymous": &cfg.Anonymous} {
+		if err := flag(name, v); err != nil {
+			return cfg, put, err
+		}
 	}
-	return &bucket{gocloud.NewBucket(sb, gocloud.Hooks{Condition: condition, Observe: observe, CloseIdle: transport.CloseIdleConnections}), c, u.Host}, nil
+	put.KMSKeyID = q.Get("kmskeyid")
+	switch t := q.Get("ssetype"); {
+	case strings.EqualFold(t, "aws:kms"), strings.EqualFold(t, "aws:kms:dsse"), strings.EqualFold(t, "AES256"):
+		put.SSE = strings.ToLower(t)
+		if strings.EqualFold(t, "AES256") {
+			put.SSE = "AES256"
+		}
+	case t == "" && put.KMSKeyID != "":
+		put.SSE = "aws:kms"
+	case t != "":
+		return cfg, put, fmt.Errorf("query parameter ssetype=%q: want aws:kms, aws:kms:dsse or AES256", t)
+	}
+	return cfg, put, nil
 }
 
-// bucket is an S3 bucket: gocloud's, and its client for the requests
-// gocloud does not make.
+// bucket is one S3 bucket.
 type bucket struct {
-	store.Bucket
-	client *s3.Client
-	name   string
+	c     *client.Client
+	name  string
+	put   client.PutOptions // encryption of the objects written
+	retry store.RetryPolicy // of a streamed upload's parts
 }
 
-// credentialChain is the SDK's chain of credential providers, whose failure
-// it makes a PermissionDenied error that says where credentials were looked
-// for: the SDK reports it as an untyped error.
-type credentialChain struct{ aws.CredentialsProvider }
-
-func (c credentialChain) Retrieve(ctx context.Context) (aws.Credentials, error) {
-	v, err := c.CredentialsProvider.Retrieve(ctx)
-	if err != nil && ctx.Err() == nil {
-		return v, errcode.Wrap(fmt.Errorf("no usable AWS credentials: looked for AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "+
-			"AWS_PROFILE and the profiles of ~/.aws/config and ~/.aws/credentials, web identity (AWS_WEB_IDENTITY_TOKEN_FILE), "+
-			"container credentials (AWS_CONTAINER_CREDENTIALS_*) and the EC2 instance role; "+
-			"for a public bucket add anonymous=true to the URI: %w", err), errcode.PermissionDenied, "find credentials", "")
+func (b *bucket) Stat(ctx context.Context, key string) (store.Object, error) {
+	info, err := b.c.Head(ctx, b.name, key)
+	if err != nil {
+		return store.Object{}, classified(err)
 	}
-	return v, err
+	return object(info), nil
 }
 
-// Condition makes a read carry If-Match with the pinned ETag.
-func condition(o store.Object, as func(any) bool) {
-	var in *s3.GetObjectInput
-	if as(&in) && o.ETag != "" {
-		in.IfMatch = aws.String(o.ETag)
-	}
+// object is the identity of the version info describes.
+func object(info client.Info) store.Object {
+	return store.Object{Key: info.Key, Size: info.Size, ModTime: info.ModTime, ETag: info.ETag}
 }
 
-// Observe records the ETag of the version a read got.
-func observe(found *store.Object, as func(any) bool) {
-	var out s3.GetObjectOutput
-	if as(&out) {
-		found.ETag = aws.ToString(out.ETag)
+func (b *bucket) NewRangeReader(ctx context.Context, key string, off, length int64, pin *store.Object) (io.ReadCloser, store.Object, error) {
+	var ifMatch string
+	if pin != nil {
+		ifMatch = pin.ETag
 	}
+	body, info, err := b.c.Get(ctx, b.name, key, off, length, ifMatch)
+	if err != nil {
+		return nil, store.Object{}, classified(err)
+	}
+	return body, object(info), nil
+}
+
+func (b *bucket) NewWriter(ctx context.Context, key string, opts store.WriterOptions) (io.WriteCloser, error) {
+	put := b.put
+	put.ContentType, put.IfNoneMatch = opts.ContentType, opts.IfNotExist
+	where := "s3://" + b.name + "/" + key
+	retry := func(ctx context.Context, op string, f func(context.Context) error) error {
+		_, err := store.Do(ctx, b.retry, op, where, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, classified(f(ctx))
+		})
+		return err
+	}
+	return b.c.NewWriter(ctx, b.name, key, put, client.DefaultPartSize, retry), nil
+}
+
+func (b *bucket) List(ctx context.Context, prefix, token string, size int) ([]store.Object, string, error) {
+	infos, next, err := b.c.List(ctx, b.name, prefix, token, size)
+	if err != nil {
+		return nil, "", classified(err)
+	}
+	objs := make([]store.Object, len(infos))
+	for i, info := range infos {
+		objs[i] = object(info)
+	}
+	return objs, next, nil
+}
+
+func (b *bucket) Delete(ctx context.Context, key string) error {
+	return classified(b.c.Delete(ctx, b.name, key))
+}
+
+// Close closes the idle connections of the bucket's HTTP transport.
+func (b *bucket) Close() error {
+	b.c.CloseIdleConnections()
+	return nil
 }
 
 // AbortUploads lists the bucket's incomplete multipart uploads under prefix
 // and aborts those started before cutoff (see store.Location.AbortUploads).
 func (b *bucket) AbortUploads(ctx context.Context, prefix string, cutoff time.Time, p store.RetryPolicy) ([]string, error) {
+	type page struct {
+		ups                   []client.Upload
+		nextKey, nextUploadID string
+		truncated             bool
+	}
 	var aborted []string
-	in := &s3.ListMultipartUploadsInput{Bucket: aws.String(b.name), Prefix: aws.String(prefix)}
+	var keyMarker, uploadIDMarker string
 	for {
-		page, err := store.Do(ctx, p, "list uploads", "s3://"+b.name+"/"+prefix, func(ctx context.Context) (*s3.ListMultipartUploadsOutput, error) {
-			return b.client.ListMultipartUploads(ctx, in)
+		pg, err := store.Do(ctx, p, "list uploads", "s3://"+b.name+"/"+prefix, func(ctx context.Context) (page, error) {
+			ups, nk, nu, more, err := b.c.ListUploads(ctx, b.name, prefix, keyMarker, uploadIDMarker)
+			return page{ups, nk, nu, more}, classified(err)
 		})
 		if err != nil {
 			return aborted, err
 		}
-		for _, u := range page.Uploads {
-			if u.Initiated == nil || !u.Initiated.Before(cutoff) {
+		for _, u := range pg.ups {
+			if !u.Initiated.Before(cutoff) {
 				continue
 			}
-			key := aws.ToString(u.Key)
-			_, err := b.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(b.name), Key: u.Key, UploadId: u.UploadId})
-			var gone *types.NoSuchUpload
-			if err != nil && !errors.As(err, &gone) {
-				return aborted, &errcode.Error{Code: store.Code(err), Op: "abort upload", Path: "s3://" + b.name + "/" + key, Err: err}
+			_, err := store.Do(ctx, p, "abort upload", "s3://"+b.name+"/"+u.Key, func(ctx context.Context) (struct{}, error) {
+				err := b.c.AbortMultipartUpload(ctx, b.name, u.Key, u.UploadID)
+				var e *client.Error
+				if errors.As(err, &e) && e.Code == "NoSuchUpload" { // aborted or completed meanwhile
+					err = nil
+				}
+				return struct{}{}, classified(err)
+			})
+			if err != nil {
+				return aborted, err
 			}
-			aborted = append(aborted, key)
+			aborted = append(aborted, u.Key)
 		}
-		if !aws.ToBool(page.IsTruncated) {
+		if !pg.truncated {
 			return aborted, nil
 		}
-		in.KeyMarker, in.UploadIdMarker = page.NextKeyMarker, page.NextUploadIdMarker
+		keyMarker, uploadIDMarker = pg.nextKey, pg.nextUploadID
 	}
+}
+
+// classified returns err in a form store.Code reads: finding no credentials
+// is PermissionDenied, never retried; the client's other errors carry their
+// HTTP status or are network errors, which store.Code reads as they are.
+func classified(err error) error {
+	var ce *client.CredentialsError
+	if errors.As(err, &ce) {
+		return store.WithCode(errcode.PermissionDenied, err)
+	}
+	return err
 }
