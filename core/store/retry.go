@@ -118,7 +118,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 
 // Delay returns the wait before retry n (n = 1, 2, …): uniform on
 // [0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)], "full jitter". The retries of
-// croupier's own requests (Do) and the AWS SDK's retries of uploads (see
+// croupier's own requests (Do) and a driver's retries of upload parts (see
 // drivers/s3) both wait this long.
 func (p RetryPolicy) Delay(n int) time.Duration {
 	ceiling := p.MaxDelay

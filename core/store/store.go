@@ -219,7 +219,7 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 // X-Goog-Signature), credential scopes (X-Amz-Credential).
 var credentialWords = []string{"key", "secret", "token", "passw", "pwd", "credential", "sig", "sas", "auth"}
 
-// notCredentials are parameters of gocloud's URL openers whose names contain
+// notCredentials are parameters of the stores' URIs whose names contain
 // a credential word but whose values are not secrets: a KMS key's id (s3) and
 // the path of a key file (gs).
 var notCredentials = map[string]bool{"kmskeyid": true, "private_key_path": true}

@@ -11,7 +11,7 @@
 //	{"control": "http://127.0.0.1:PORT", "uris": {"NAME": "s3://bench/NAME?endpoint=…"}}
 //
 // The URIs are anonymous, path-style requests to the server, as croupier opens
-// them (gocloud.dev s3blob parameters endpoint, use_path_style, region,
+// them (drivers/s3's parameters endpoint, use_path_style, region,
 // anonymous, disable_https). The server waits -delay before it serves each
 // request, as a distant store delays the first byte (s3test's first-byte
 // latency: in the server, so that no proxy copies every byte once more on the
