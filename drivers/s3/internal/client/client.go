@@ -50,6 +50,9 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
+// maxIdleConns is how many idle connections a client keeps to its host.
+const maxIdleConns = 100
+
 // Client sends requests to S3. It is safe for concurrent use.
 type Client struct {
 	http      *http.Client
@@ -122,6 +125,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		} else {
 			t = &http.Transport{Proxy: http.ProxyFromEnvironment}
 		}
+		// A reader sends many range requests at once to one host; keep
+		// their connections for the next ones rather than net/http's
+		// default of 2 (a new TLS handshake, a round trip or two, for
+		// each request past them).
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = maxIdleConns, maxIdleConns
 		// S3's redirects name another region's endpoint, where the
 		// request's signature is wrong: answer them as the errors they are.
 		c.http = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -234,13 +242,7 @@ func (c *Client) doXML(ctx context.Context, r request, v any) error {
 
 // Head returns the Info of bucket/key.
 func (c *Client) Head(ctx context.Context, bucket, key string) (Info, error) {
-	resp, err := c.do(ctx, request{method: http.MethodHead, op: "HeadObject", bucket: bucket, key: key})
-	if err != nil {
-		return Info{}, err
-	}
-	resp.Body.Close()
-	return Info{Key: key, Size: resp.ContentLength, ETag: resp.Header.Get("ETag"),
-		ModTime: lastModified(resp)}, nil
+	return c.headIfMatch(ctx, bucket, key, "")
 }
 
 // Get reads length bytes of bucket/key from offset off, or to the object's
@@ -300,11 +302,11 @@ func (c *Client) Get(ctx context.Context, bucket, key string, off, length int64,
 
 // headIfMatch is Head with an If-Match condition, when ifMatch is not "".
 func (c *Client) headIfMatch(ctx context.Context, bucket, key, ifMatch string) (Info, error) {
-	if ifMatch == "" {
-		return c.Head(ctx, bucket, key)
+	r := request{method: http.MethodHead, op: "HeadObject", bucket: bucket, key: key}
+	if ifMatch != "" {
+		r.header = http.Header{"If-Match": {ifMatch}}
 	}
-	resp, err := c.do(ctx, request{method: http.MethodHead, op: "HeadObject", bucket: bucket, key: key,
-		header: http.Header{"If-Match": {ifMatch}}})
+	resp, err := c.do(ctx, r)
 	if err != nil {
 		return Info{}, err
 	}
