@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -215,13 +214,10 @@ func (b *fileBucket) List(_ context.Context, prefix, token string, size int) ([]
 	if err != nil {
 		return nil, "", err
 	}
-	// WalkDir goes folder by folder, which is not key order ("a-b" < "a/b").
-	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
-	if size > 0 && len(objs) > size {
-		objs = objs[:size]
-		return objs, objs[size-1].Key, nil
-	}
-	return objs, "", nil
+	// WalkDir goes folder by folder, which is not key order ("a-b" < "a/b"):
+	// firstPage sorts.
+	objs, next := firstPage(objs, size)
+	return objs, next, nil
 }
 
 func (b *fileBucket) Delete(_ context.Context, key string) error {

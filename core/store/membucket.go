@@ -112,12 +112,8 @@ func (b *memBucket) List(_ context.Context, prefix, token string, size int) ([]O
 		}
 	}
 	b.mu.RUnlock()
-	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
-	if size > 0 && len(objs) > size {
-		objs = objs[:size]
-		return objs, objs[size-1].Key, nil
-	}
-	return objs, "", nil
+	objs, next := firstPage(objs, size)
+	return objs, next, nil
 }
 
 func (b *memBucket) Delete(_ context.Context, key string) error {
@@ -132,3 +128,14 @@ func (b *memBucket) Delete(_ context.Context, key string) error {
 
 // Close keeps the objects: a mem:// bucket lives as long as the process.
 func (b *memBucket) Close() error { return nil }
+
+// firstPage sorts objs by key and returns the first size of them (all when
+// size ≤ 0) and the token of the page after them, "" when none is left: a
+// listing of a bucket that has all of its objects at hand.
+func firstPage(objs []Object, size int) ([]Object, string) {
+	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
+	if size > 0 && len(objs) > size {
+		return objs[:size], objs[size-1].Key
+	}
+	return objs, ""
+}
