@@ -48,8 +48,7 @@ func (c *Client) newWriter(ctx context.Context, bucket, key string, opts PutOpti
 	if retry == nil {
 		retry = func(ctx context.Context, _ string, f func(context.Context) error) error { return f(ctx) }
 	}
-	return &writer{c: c, ctx: ctx, bucket: bucket, key: key, opts: opts, partSize: partSize, retry: retry,
-		buf: make([]byte, 0, partSize)}
+	return &writer{c: c, ctx: ctx, bucket: bucket, key: key, opts: opts, partSize: partSize, retry: retry}
 }
 
 // writer is the io.WriteCloser of NewWriter.
@@ -92,8 +91,10 @@ func (w *writer) Write(p []byte) (int, error) {
 				return n, w.fail(err)
 			}
 		}
-		m := copy(w.buf[len(w.buf):w.partSize], p)
-		w.buf = w.buf[:len(w.buf)+m]
+		// The buffer grows as it fills: a small object (a manifest) costs
+		// its size, not a part's.
+		m := min(len(p), w.partSize-len(w.buf))
+		w.buf = append(w.buf, p[:m]...)
 		p = p[m:]
 		n += m
 	}
@@ -121,11 +122,7 @@ func (w *writer) startPart() error {
 		return err
 	}
 	buf, number := w.buf, len(w.parts)+1
-	w.buf = w.spare[:0]
-	if w.buf == nil {
-		w.buf = make([]byte, 0, w.partSize)
-	}
-	w.spare = nil
+	w.buf, w.spare = w.spare[:0], nil
 	done := make(chan partResult, 1)
 	w.inFlight = done
 	go func() {
