@@ -170,25 +170,6 @@ func (c *Catalog) Names() (map[string]string, error) {
 	return out, nil
 }
 
-// Entry is one cached value and the key it is stored under (see Key).
-type Entry struct {
-	Key   string
-	Value []byte
-}
-
-// Key builds a cache key for the object at uri with the given identity: the
-// entry is found again only while the object has that identity.
-func Key(kind, uri string, size int64, modTime time.Time, etag string) string {
-	return kind + "\x00" + uri + "\x00" + strconv.FormatInt(size, 10) + "\x00" +
-		strconv.FormatInt(modTime.UnixNano(), 10) + "\x00" + etag
-}
-
-// FactKey builds the cache key of a fact learnt about the store at storeURI
-// (a URI without a path: scheme, bucket and endpoint).
-func FactKey(fact, storeURI string) string {
-	return "fact\x00" + fact + "\x00" + storeURI
-}
-
 // Get returns the cached values of keys (nil where absent) with one read-only
 // open. Any failure to read the catalog is a miss.
 func (c *Catalog) Get(keys []string) [][]byte {
@@ -208,10 +189,11 @@ func (c *Catalog) Get(keys []string) [][]byte {
 	return out
 }
 
-// Put stores entries in one transaction. It is best effort: the cache is an
-// optimisation, so a locked or corrupt catalog drops the entries silently.
-func (c *Catalog) Put(entries []Entry) {
-	if len(entries) == 0 {
+// Put stores values[i] under keys[i], in one transaction. It is best
+// effort: the cache is an optimisation, so a locked or corrupt catalog drops
+// the entries silently.
+func (c *Catalog) Put(keys []string, values [][]byte) {
+	if len(keys) == 0 {
 		return
 	}
 	c.update(func(tx *bolt.Tx) error {
@@ -219,8 +201,8 @@ func (c *Catalog) Put(entries []Entry) {
 		if err != nil {
 			return err
 		}
-		for _, e := range entries {
-			if err := b.Put([]byte(e.Key), e.Value); err != nil {
+		for i, k := range keys {
+			if err := b.Put([]byte(k), values[i]); err != nil {
 				return err
 			}
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 )
@@ -53,7 +52,7 @@ func checkExclusiveCreate(ctx context.Context, loc *store.Location, opts WriteOp
 	if _, ok := honoured.Load(id); ok {
 		return nil
 	}
-	ckey := catalog.FactKey(probeFact, id)
+	ckey := factKey(probeFact, id)
 	if opts.Catalog != nil && opts.Catalog.Get([]string{ckey})[0] != nil {
 		honoured.Store(id, true)
 		return nil
@@ -73,7 +72,7 @@ func checkExclusiveCreate(ctx context.Context, loc *store.Location, opts WriteOp
 	}
 	honoured.Store(id, true)
 	if opts.Catalog != nil {
-		opts.Catalog.Put([]catalog.Entry{{Key: ckey, Value: []byte("true")}})
+		opts.Catalog.Put([]string{ckey}, [][]byte{[]byte("true")})
 	}
 	return nil
 }

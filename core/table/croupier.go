@@ -22,7 +22,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/google/uuid"
 
-	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/internal/seal"
@@ -68,7 +67,7 @@ type WriteOptions struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Catalog caches the manifests the commit reads, and records the stores
 	// that passed the check of their conditional writes (may be nil).
-	Catalog *catalog.Catalog `json:"-"`
+	Catalog Cache `json:"-"`
 	// TrustConditionalWrites skips the check, before a process's first
 	// commit to a store, that the store honours exclusive creates (see
 	// store.CreateExclusive): a second create of one key must fail. Set it
@@ -229,7 +228,7 @@ func listManifests(ctx context.Context, loc *store.Location) ([]manifestObject, 
 // readLatest reads the manifest of the latest version. A Cleanup may delete
 // that manifest between the listing and the read, once newer versions exist
 // and it is older than the grace period; then the listing is repeated.
-func readLatest(ctx context.Context, loc *store.Location, cat *catalog.Catalog, op string) (*manifest, error) {
+func readLatest(ctx context.Context, loc *store.Location, cat Cache, op string) (*manifest, error) {
 	for attempt := 1; ; attempt++ {
 		versions, err := listVersions(ctx, loc)
 		if err != nil {
@@ -248,7 +247,7 @@ func readLatest(ctx context.Context, loc *store.Location, cat *catalog.Catalog, 
 
 // readManifest reads and checks the manifest of version v. With a catalog it
 // stats the manifest and reads it from the store only on a cache miss.
-func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog, v int64) (*manifest, error) {
+func readManifest(ctx context.Context, loc *store.Location, cat Cache, v int64) (*manifest, error) {
 	const op = "read manifest"
 	key := loc.Join(manifestName(v))
 	where := loc.ObjectURI(key)
@@ -270,7 +269,7 @@ func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog
 		if err != nil {
 			return nil, notFound(err)
 		}
-		ckey = catalog.Key("manifest", where, obj.Size, obj.ModTime, obj.ETag)
+		ckey = cacheKey("manifest", where, obj.Size, obj.ModTime, obj.ETag)
 		data = cat.Get([]string{ckey})[0]
 	}
 	cached := data != nil
@@ -285,7 +284,7 @@ func readManifest(ctx context.Context, loc *store.Location, cat *catalog.Catalog
 		return nil, errcode.Wrap(err, errcode.Corrupt, op, where)
 	}
 	if cat != nil && !cached {
-		cat.Put([]catalog.Entry{{Key: ckey, Value: data}})
+		cat.Put([]string{ckey}, [][]byte{data})
 	}
 	return m, nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 )
@@ -39,13 +38,13 @@ type tailBytes struct {
 // them (keyed by each object's identity), else from the store; footers read
 // from the store are added to the catalog in one transaction. tails[i] holds
 // the bytes fetched with footer i when it was read from the store.
-func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog, objs []store.Object, known [][]byte) (mds []*metadata.FileMetaData, tails []tailBytes, err error) {
+func readFooters(ctx context.Context, loc *store.Location, cat Cache, objs []store.Object, known [][]byte) (mds []*metadata.FileMetaData, tails []tailBytes, err error) {
 	raw := make([][]byte, len(objs))
 	copy(raw, known)
 	keys := make([]string, len(objs))
 	if cat != nil {
 		for i, o := range objs {
-			keys[i] = catalog.Key("footer", loc.ObjectURI(o.Key), o.Size, o.ModTime, o.ETag)
+			keys[i] = cacheKey("footer", loc.ObjectURI(o.Key), o.Size, o.ModTime, o.ETag)
 		}
 		for i, cached := range cat.Get(keys) {
 			if raw[i] == nil {
@@ -79,13 +78,14 @@ func readFooters(ctx context.Context, loc *store.Location, cat *catalog.Catalog,
 		return nil, nil, err
 	}
 	if cat != nil {
-		var put []catalog.Entry
+		var putKeys []string
+		var put [][]byte
 		for i := range objs {
 			if tails[i].b != nil {
-				put = append(put, catalog.Entry{Key: keys[i], Value: raw[i]})
+				putKeys, put = append(putKeys, keys[i]), append(put, raw[i])
 			}
 		}
-		cat.Put(put)
+		cat.Put(putKeys, put)
 	}
 	return mds, tails, nil
 }

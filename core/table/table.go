@@ -146,7 +146,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 )
@@ -178,7 +177,7 @@ type Pin struct {
 // Table is an open, pinned table version. It is safe for concurrent use.
 type Table struct {
 	loc    *store.Location
-	cat    *catalog.Catalog // may be nil
+	cat    Cache // may be nil
 	pin    Pin
 	schema *arrow.Schema
 	// Every row group of the version in row id order, and the row id of the
@@ -214,7 +213,7 @@ type OpenOptions struct {
 	Version int64 `json:"version,omitempty"`
 	// Catalog caches Parquet footers and manifests on this host, so that a
 	// reopen reads none of them from the store. nil disables the cache.
-	Catalog *catalog.Catalog `json:"-"`
+	Catalog Cache `json:"-"`
 }
 
 // Open opens the table at uri at its latest version. A uri whose folder holds
@@ -315,7 +314,7 @@ func OpenPin(ctx context.Context, pin Pin) (*Table, error) {
 
 // OpenPinWith is OpenPin with a catalog that caches the footers it reads (may
 // be nil).
-func OpenPinWith(ctx context.Context, pin Pin, cat *catalog.Catalog) (*Table, error) {
+func OpenPinWith(ctx context.Context, pin Pin, cat Cache) (*Table, error) {
 	const op = "open pinned table"
 	if pin.Format != PinFormat {
 		return nil, errcode.New(errcode.InvalidArgument, op, pin.URI, "unsupported pin format %d (want %d)", pin.Format, PinFormat)
@@ -472,7 +471,7 @@ func (t *Table) Close() error {
 
 // pinParquet pins the .parquet objects among those listed, reading their
 // footers.
-func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object, cat *catalog.Catalog) (*Table, error) {
+func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object, cat Cache) (*Table, error) {
 	const op = "open table"
 	var files []File
 	for _, o := range listed {
