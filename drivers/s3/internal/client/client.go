@@ -35,7 +35,8 @@ type Config struct {
 	// means AWS's endpoint of the region, https://s3.REGION.amazonaws.com.
 	Endpoint string
 	// PathStyle puts the bucket in the request's path rather than in its
-	// host name.
+	// host name. A bucket whose name has dots goes in the path over https
+	// anyway: the store's certificate covers no such host name.
 	PathStyle bool
 	// DisableHTTPS makes the default endpoint http:// rather than https://.
 	DisableHTTPS bool
@@ -175,10 +176,14 @@ type request struct {
 // returns the answer's *Error. Transport errors are wrapped.
 func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 	host, path := c.host, "/"+r.bucket
-	if !c.pathStyle {
+	// A bucket name with dots makes a host name that the store's wildcard
+	// certificate does not cover: over https such a bucket goes in the path,
+	// as the AWS SDKs do.
+	virtual := !c.pathStyle && !(c.scheme == "https" && strings.Contains(r.bucket, "."))
+	if virtual {
 		host, path = r.bucket+"."+c.host, ""
 	}
-	if r.key != "" || !c.pathStyle {
+	if r.key != "" || virtual {
 		path += "/" + r.key
 	}
 	u := &url.URL{Scheme: c.scheme, Host: host, Path: path, RawPath: uriEncode(path, false),

@@ -334,7 +334,8 @@ func TestErrorIn200(t *testing.T) {
 }
 
 // TestVirtualHosted checks the URLs of virtual-hosted-style requests, the
-// default, and of the default endpoint.
+// default (but for a bucket with dots over https), and of the default
+// endpoint.
 func TestVirtualHosted(t *testing.T) {
 	isolate(t)
 	var got []string
@@ -353,15 +354,23 @@ func TestVirtualHosted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Delete(context.Background(), "bkt", "a b/c+d%é"); err != nil {
-			t.Fatal(err)
+		for _, bucket := range []string{"bkt", "my.bkt"} {
+			if err := c.Delete(context.Background(), bucket, "a b/c+d%é"); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	// A bucket name with dots is not a name the store's TLS certificate
+	// covers as a subdomain: over https it goes in the path.
 	want := []string{
 		"https://bkt.s3.eu-west-3.amazonaws.com/a%20b/c%2Bd%25%C3%A9",
+		"https://s3.eu-west-3.amazonaws.com/my.bkt/a%20b/c%2Bd%25%C3%A9",
 		"http://bkt.s3.cn-north-1.amazonaws.com.cn/a%20b/c%2Bd%25%C3%A9",
+		"http://my.bkt.s3.cn-north-1.amazonaws.com.cn/a%20b/c%2Bd%25%C3%A9",
 		"https://bkt.minio.example/a%20b/c%2Bd%25%C3%A9",
+		"https://minio.example/my.bkt/a%20b/c%2Bd%25%C3%A9",
 		"http://127.0.0.1:9000/bkt/a%20b/c%2Bd%25%C3%A9",
+		"http://127.0.0.1:9000/my.bkt/a%20b/c%2Bd%25%C3%A9",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("requests to\n%q\nwant\n%q", got, want)
