@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -27,7 +29,10 @@ import (
 // Files named *.attrs are not listed: they are the attributes that earlier
 // versions wrote beside each file (through gocloud.dev's fileblob), and they
 // are deleted with the file they describe.
-type fileBucket struct{ root string }
+type fileBucket struct {
+	root    string
+	pending pendingList
+}
 
 // attrsSuffix ends the names of the attribute files fileblob wrote.
 const attrsSuffix = ".attrs"
@@ -181,6 +186,24 @@ func (w *fileWriter) Close() error {
 }
 
 func (b *fileBucket) List(_ context.Context, prefix, token string, size int) ([]Object, string, error) {
+	objs, ok := b.pending.take(prefix, token)
+	if !ok {
+		var err error
+		if objs, err = b.walk(prefix, token); err != nil {
+			return nil, "", err
+		}
+	}
+	objs, rest, next := page(objs, size)
+	if next != "" {
+		b.pending.keep(prefix, next, rest)
+	}
+	return objs, next, nil
+}
+
+// walk returns the objects whose keys start with prefix and follow token,
+// sorted by key: WalkDir goes folder by folder, which is not key order
+// ("a-b" < "a/b").
+func (b *fileBucket) walk(prefix, token string) ([]Object, error) {
 	// Only the folder of prefix's last "/" can hold matching files.
 	dir := b.root
 	if i := strings.LastIndex(prefix, "/"); i >= 0 {
@@ -211,13 +234,40 @@ func (b *fileBucket) List(_ context.Context, prefix, token string, size int) ([]
 		objs = append(objs, Object{Key: key, Size: fi.Size(), ModTime: fi.ModTime()})
 		return nil
 	})
-	if err != nil {
-		return nil, "", err
+	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
+	return objs, err
+}
+
+// pendingList holds what one walk found beyond the page it returned, so
+// that the next page of that listing is served from it rather than by
+// walking the folder again: listing n files takes one walk, not one per
+// page of 1,000. Pages after the first therefore show the folder as the
+// first found it, which is what a listing promises (no listing is atomic).
+// One listing is held; another in between walks its own folder.
+type pendingList struct {
+	mu            sync.Mutex
+	prefix, token string
+	objs          []Object
+}
+
+// take returns the objects held for the page of prefix after token, if the
+// walk of the page before left them.
+func (p *pendingList) take(prefix, token string) ([]Object, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if token == "" || p.objs == nil || p.prefix != prefix || p.token != token {
+		return nil, false
 	}
-	// WalkDir goes folder by folder, which is not key order ("a-b" < "a/b"):
-	// firstPage sorts.
-	objs, next := firstPage(objs, size)
-	return objs, next, nil
+	objs := p.objs
+	p.objs = nil
+	return objs, true
+}
+
+// keep holds objs, the objects of prefix after token.
+func (p *pendingList) keep(prefix, token string, objs []Object) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.prefix, p.token, p.objs = prefix, token, objs
 }
 
 func (b *fileBucket) Delete(_ context.Context, key string) error {

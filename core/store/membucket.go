@@ -112,7 +112,8 @@ func (b *memBucket) List(_ context.Context, prefix, token string, size int) ([]O
 		}
 	}
 	b.mu.RUnlock()
-	objs, next := firstPage(objs, size)
+	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
+	objs, _, next := page(objs, size)
 	return objs, next, nil
 }
 
@@ -129,13 +130,12 @@ func (b *memBucket) Delete(_ context.Context, key string) error {
 // Close keeps the objects: a mem:// bucket lives as long as the process.
 func (b *memBucket) Close() error { return nil }
 
-// firstPage sorts objs by key and returns the first size of them (all when
-// size ≤ 0) and the token of the page after them, "" when none is left: a
-// listing of a bucket that has all of its objects at hand.
-func firstPage(objs []Object, size int) ([]Object, string) {
-	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
+// page splits objs, sorted by key, into its first size objects (all of them
+// when size ≤ 0) and the rest, and returns the token of the page after the
+// first, "" when nothing is left.
+func page(objs []Object, size int) (first, rest []Object, next string) {
 	if size > 0 && len(objs) > size {
-		return objs[:size], objs[size-1].Key
+		return objs[:size], objs[size:], objs[size-1].Key
 	}
-	return objs, ""
+	return objs, nil, ""
 }
