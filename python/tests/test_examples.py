@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import itertools
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -27,8 +28,24 @@ G, S, SEED = 24, 12, 1234  # what examples/torchrun_resume.py passes to train.py
 
 def run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, failure(done.stdout[-3000:], done.stderr)
     return done
+
+
+# Where a process's crash report starts: Go's fatal errors and panics (the
+# core's, in a rank), a signal, a Python traceback.
+CRASH = re.compile(r"fatal error:|panic:|SIG[A-Z]+:|Traceback \(most recent call last\)")
+
+
+def failure(stdout: str, stderr: str) -> str:
+    """What a failed run printed: the end of its output and, where torchrun's
+    summary of the ranks would push it out of that end, the start of the first
+    crash report, which says why a rank died."""
+    first = CRASH.search(stderr)
+    if first is None:
+        return stdout + stderr[-3000:]
+    at = first.start()
+    return stdout + stderr[max(at - 500, 0) : at + 4000] + "\n...\n" + stderr[-3000:]
 
 
 @pytest.mark.slow
