@@ -45,9 +45,8 @@ type Bucket interface {
 	NewWriter(ctx context.Context, key string, opts WriterOptions) (io.WriteCloser, error)
 	// List returns, in key order, at most size of the objects whose keys
 	// start with prefix, each with its key, size and modification time,
-	// following the page that
-	// token names ("" for the first); next names the page after, "" after
-	// the last.
+	// following the page that token names ("" for the first); next names
+	// the page after, "" after the last.
 	List(ctx context.Context, prefix, token string, size int) (objs []Object, next string, err error)
 	// Delete removes the object at key; an object that does not exist is an
 	// error Code classifies NotFound, or none.

@@ -66,11 +66,18 @@ func (b *fileBucket) path(key string) (string, error) {
 	return p, nil
 }
 
-// fileObject is the identity of the file fi describes. Its ETag is the one
-// fileblob reported, so that versions pinned through it still match.
-func fileObject(key string, fi fs.FileInfo) Object {
+// fileObject is the identity of the file at p that a stat of it reported
+// (fi, err); a folder is no object. Its ETag is the one fileblob reported,
+// so that versions pinned through it still match.
+func fileObject(key, p string, fi fs.FileInfo, err error) (Object, error) {
+	switch {
+	case err != nil:
+		return Object{}, err
+	case fi.IsDir():
+		return Object{}, fmt.Errorf("%s is a folder: %w", p, fs.ErrNotExist)
+	}
 	return Object{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), Inode: inode(fi),
-		ETag: fmt.Sprintf("\"%x-%x\"", fi.ModTime().UnixNano(), fi.Size())}
+		ETag: fmt.Sprintf("\"%x-%x\"", fi.ModTime().UnixNano(), fi.Size())}, nil
 }
 
 func (b *fileBucket) Stat(_ context.Context, key string) (Object, error) {
@@ -79,13 +86,7 @@ func (b *fileBucket) Stat(_ context.Context, key string) (Object, error) {
 		return Object{}, err
 	}
 	fi, err := os.Stat(p)
-	if err == nil && fi.IsDir() {
-		err = fmt.Errorf("%s is a folder: %w", p, fs.ErrNotExist)
-	}
-	if err != nil {
-		return Object{}, err
-	}
-	return fileObject(key, fi), nil
+	return fileObject(key, p, fi, err)
 }
 
 func (b *fileBucket) NewRangeReader(_ context.Context, key string, off, length int64, pin *Object) (io.ReadCloser, Object, error) {
@@ -98,20 +99,17 @@ func (b *fileBucket) NewRangeReader(_ context.Context, key string, off, length i
 		return nil, Object{}, err
 	}
 	fi, err := f.Stat()
-	if err == nil && fi.IsDir() {
-		err = fmt.Errorf("%s is a folder: %w", p, fs.ErrNotExist)
-	}
+	found, err := fileObject(key, p, fi, err)
 	if err != nil {
 		f.Close()
 		return nil, Object{}, err
 	}
-	found := fileObject(key, fi)
 	if pin != nil && !pin.Matches(found) {
 		f.Close()
 		return nil, found, &changedError{pinned: *pin, found: found}
 	}
 	if length < 0 {
-		length = max(fi.Size()-off, 0)
+		length = max(found.Size-off, 0)
 	}
 	return struct {
 		io.Reader

@@ -159,12 +159,11 @@ const streamedHeaderBytes = 1 << 20
 
 // pageCRCs checks the page CRCs of one section of pages as a stream reads
 // the section in order from the store (checkPageCRCs feeds it the section
-// at once, or a window at a time), so that a
-// row group streamed rather than fetched (fetched.window) is read once: a
-// page is checked by the read that brings its last byte, which fails, with
-// no bytes, when the CRC does not match, so that no decoder has the page
-// whole. A read that skips bytes of the section has the rest read and
-// checked by checkPageCRCs.
+// at once, or a window at a time), so that a row group streamed rather than
+// fetched (fetched.window) is read once: a page is checked by the read that
+// brings its last byte, which fails, with no bytes, when the CRC does not
+// match, so that no decoder has the page whole. A read that skips bytes of
+// the section has the rest read and checked by checkPageCRCs.
 type pageCRCs struct {
 	mu        sync.Mutex
 	s         byteRange

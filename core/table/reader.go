@@ -512,10 +512,9 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		}
 		// A row group larger than a decoder's part of the bound is read as
 		// it is decoded, a window of that part at a time, a column after
-		// the other: the
-		// first read of a large column chunk without an offset index (a
-		// plain dataset's) locates its pages (learnPages), and holds no
-		// more than the window and a page.
+		// the other: the first read of a large column chunk without an
+		// offset index (a plain dataset's) locates its pages (learnPages),
+		// and holds no more than the window and a page.
 		if n > r.fetchShare {
 			n, src = r.fetchShare, &fetched{ReaderAt: ra, stats: &r.stats, window: r.fetchShare}
 		}

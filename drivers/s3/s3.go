@@ -59,21 +59,15 @@ func (driver) OpenBucket(ctx context.Context, u *url.URL, p store.RetryPolicy) (
 	return &bucket{c: c, name: u.Host, put: put, retry: p}, nil
 }
 
+// sseTypes are the values of ssetype, by their lower case, as S3 spells
+// them.
+var sseTypes = map[string]string{"aws:kms": "aws:kms", "aws:kms:dsse": "aws:kms:dsse", "aes256": "AES256"}
+
 // parseQuery reads the client's configuration and the options of writes
 // from the query of an s3:// URI.
 func parseQuery(q url.Values) (client.Config, client.PutOptions, error) {
 	var cfg client.Config
 	var put client.PutOptions
-	flag := func(name string, v *bool) error {
-		if s := q.Get(name); s != "" {
-			b, err := strconv.ParseBool(s)
-			if err != nil {
-				return fmt.Errorf("query parameter %s=%q: want true or false", name, s)
-			}
-			*v = b
-		}
-		return nil
-	}
 	for name := range q {
 		switch name {
 		case "region", "endpoint", "profile", "kmskeyid", "ssetype", "use_path_style", "disable_https", "anonymous":
@@ -83,22 +77,27 @@ func parseQuery(q url.Values) (client.Config, client.PutOptions, error) {
 		}
 	}
 	cfg.Region, cfg.Endpoint, cfg.Profile = q.Get("region"), q.Get("endpoint"), q.Get("profile")
-	for name, v := range map[string]*bool{"use_path_style": &cfg.PathStyle, "disable_https": &cfg.DisableHTTPS, "anonymous": &cfg.Anonymous} {
-		if err := flag(name, v); err != nil {
-			return cfg, put, err
+	for _, f := range []struct {
+		name string
+		v    *bool
+	}{{"use_path_style", &cfg.PathStyle}, {"disable_https", &cfg.DisableHTTPS}, {"anonymous", &cfg.Anonymous}} {
+		if s := q.Get(f.name); s != "" {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return cfg, put, fmt.Errorf("query parameter %s=%q: want true or false", f.name, s)
+			}
+			*f.v = b
 		}
 	}
 	put.KMSKeyID = q.Get("kmskeyid")
 	switch t := q.Get("ssetype"); {
-	case strings.EqualFold(t, "aws:kms"), strings.EqualFold(t, "aws:kms:dsse"), strings.EqualFold(t, "AES256"):
-		put.SSE = strings.ToLower(t)
-		if strings.EqualFold(t, "AES256") {
-			put.SSE = "AES256"
-		}
-	case t == "" && put.KMSKeyID != "":
-		put.SSE = "aws:kms"
 	case t != "":
-		return cfg, put, fmt.Errorf("query parameter ssetype=%q: want aws:kms, aws:kms:dsse or AES256", t)
+		var ok bool
+		if put.SSE, ok = sseTypes[strings.ToLower(t)]; !ok {
+			return cfg, put, fmt.Errorf("query parameter ssetype=%q: want aws:kms, aws:kms:dsse or AES256", t)
+		}
+	case put.KMSKeyID != "":
+		put.SSE = "aws:kms"
 	}
 	return cfg, put, nil
 }

@@ -170,10 +170,6 @@ func (b *bucket) Close() error {
 	return err
 }
 
-// As exposes the SDK's client, as blob.Bucket.As does, for tests that
-// inspect the store.
-func (b *bucket) As(i any) bool { return b.b.As(i) }
-
 // readCloser classifies the errors of a blob.Reader.
 type readCloser struct{ r *blob.Reader }
 
@@ -187,6 +183,16 @@ func (r readCloser) Read(p []byte) (int, error) {
 
 func (r readCloser) Close() error { return classified(r.r.Close()) }
 
+// codes are croupier's codes of gocloud's, where they are final.
+var codes = map[gcerrors.ErrorCode]errcode.Code{
+	gcerrors.NotFound:           errcode.NotFound,
+	gcerrors.InvalidArgument:    errcode.InvalidArgument,
+	gcerrors.Canceled:           errcode.Canceled,
+	gcerrors.FailedPrecondition: errcode.Changed,
+	gcerrors.AlreadyExists:      errcode.AlreadyExists,
+	gcerrors.PermissionDenied:   errcode.PermissionDenied,
+}
+
 // classified returns err in a form store.Code reads: gocloud's error codes
 // for what the store's SDK reported, where store.Code cannot tell otherwise
 // (an HTTP status, croupier's own error, a network error in the chain decide
@@ -195,21 +201,13 @@ func classified(err error) error {
 	if err == nil || store.Transient(err) || store.Code(err) != errcode.Unavailable {
 		return err
 	}
-	switch gcerrors.Code(err) {
-	case gcerrors.NotFound:
-		return store.WithCode(errcode.NotFound, err)
-	case gcerrors.InvalidArgument:
-		return store.WithCode(errcode.InvalidArgument, err)
-	case gcerrors.Canceled:
-		return store.WithCode(errcode.Canceled, err)
-	case gcerrors.FailedPrecondition:
-		return store.WithCode(errcode.Changed, err)
-	case gcerrors.AlreadyExists:
-		return store.WithCode(errcode.AlreadyExists, err)
-	case gcerrors.PermissionDenied:
-		return store.WithCode(errcode.PermissionDenied, err)
+	switch c := gcerrors.Code(err); c {
 	case gcerrors.Unknown, gcerrors.Internal, gcerrors.ResourceExhausted, gcerrors.DeadlineExceeded:
 		return store.TransientError{Err: err}
+	default:
+		if code, ok := codes[c]; ok {
+			return store.WithCode(code, err)
+		}
 	}
 	return err
 }

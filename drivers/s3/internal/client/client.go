@@ -222,6 +222,22 @@ func (r request) target() string {
 	return r.bucket + "/" + r.key
 }
 
+// send sends r, which expects an answer without a body, and returns the
+// answer, its body closed.
+func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	return resp, nil
+}
+
+// infoOf is the Info of bucket/key that an answer to a read of it reports.
+func infoOf(key string, resp *http.Response) Info {
+	return Info{Key: key, Size: resp.ContentLength, ETag: resp.Header.Get("ETag"), ModTime: lastModified(resp)}
+}
+
 // doXML sends r and decodes the XML body of its answer into v. An error
 // document in a 200 answer is returned as the *Error it is.
 func (c *Client) doXML(ctx context.Context, r request, v any) error {
@@ -279,7 +295,7 @@ func (c *Client) Get(ctx context.Context, bucket, key string, off, length int64,
 	if err != nil {
 		return nil, Info{}, err
 	}
-	info := Info{Key: key, Size: resp.ContentLength, ETag: resp.Header.Get("ETag"), ModTime: lastModified(resp)}
+	info := infoOf(key, resp)
 	switch {
 	case resp.StatusCode == http.StatusPartialContent:
 		size, err := rangeSize(resp.Header.Get("Content-Range"))
@@ -311,13 +327,11 @@ func (c *Client) headIfMatch(ctx context.Context, bucket, key, ifMatch string) (
 	if ifMatch != "" {
 		r.header = http.Header{"If-Match": {ifMatch}}
 	}
-	resp, err := c.do(ctx, r)
+	resp, err := c.send(ctx, r)
 	if err != nil {
 		return Info{}, err
 	}
-	resp.Body.Close()
-	return Info{Key: key, Size: resp.ContentLength, ETag: resp.Header.Get("ETag"),
-		ModTime: lastModified(resp)}, nil
+	return infoOf(key, resp), nil
 }
 
 // rangeSize returns the total size a Content-Range header
@@ -382,22 +396,14 @@ func (c *Client) Put(ctx context.Context, bucket, key string, body []byte, opts 
 		h.Set("If-None-Match", "*")
 	}
 	h.Set("Content-MD5", contentMD5(body))
-	resp, err := c.do(ctx, request{method: http.MethodPut, op: "PutObject", bucket: bucket, key: key, header: h, body: body})
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	_, err := c.send(ctx, request{method: http.MethodPut, op: "PutObject", bucket: bucket, key: key, header: h, body: body})
+	return err
 }
 
 // Delete deletes bucket/key. S3 answers success for a missing key too.
 func (c *Client) Delete(ctx context.Context, bucket, key string) error {
-	resp, err := c.do(ctx, request{method: http.MethodDelete, op: "DeleteObject", bucket: bucket, key: key})
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	_, err := c.send(ctx, request{method: http.MethodDelete, op: "DeleteObject", bucket: bucket, key: key})
+	return err
 }
 
 // List returns up to max objects of bucket whose keys start with prefix

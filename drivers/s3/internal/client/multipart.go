@@ -35,11 +35,10 @@ func (c *Client) UploadPart(ctx context.Context, bucket, key, uploadID string, p
 	r := request{method: http.MethodPut, op: "UploadPart", bucket: bucket, key: key, body: body,
 		query:  url.Values{"partNumber": {strconv.Itoa(part)}, "uploadId": {uploadID}},
 		header: http.Header{"Content-Md5": {contentMD5(body)}}}
-	resp, err := c.do(ctx, r)
+	resp, err := c.send(ctx, r)
 	if err != nil {
 		return "", err
 	}
-	resp.Body.Close()
 	etag = resp.Header.Get("ETag")
 	if etag == "" {
 		return "", fmt.Errorf("s3 UploadPart %s/%s: an answer without an ETag", bucket, key)
@@ -85,13 +84,9 @@ func (c *Client) CompleteMultipartUpload(ctx context.Context, bucket, key, uploa
 
 // AbortMultipartUpload ends the upload and deletes its parts.
 func (c *Client) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
-	resp, err := c.do(ctx, request{method: http.MethodDelete, op: "AbortMultipartUpload", bucket: bucket, key: key,
+	_, err := c.send(ctx, request{method: http.MethodDelete, op: "AbortMultipartUpload", bucket: bucket, key: key,
 		query: url.Values{"uploadId": {uploadID}}})
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return err
 }
 
 // Upload is a multipart upload in progress.
