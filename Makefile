@@ -18,7 +18,7 @@ AZURITE := build/azurite/node_modules/.bin/azurite-blob
 .venv/.requirements: requirements-dev.txt
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-cache-dir -r requirements-dev.txt
 	cp requirements-dev.txt $@
 
 .venv/.croupier: .venv/.requirements pyproject.toml setup.py $(LIB)
