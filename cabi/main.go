@@ -83,7 +83,8 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/libzstd"
-	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
+	_ "github.com/croupier-data/croupier/core/table/parquetio" // writing tables; every column type
+	_ "github.com/croupier-data/croupier/drivers/all"          // s3://, gs:// and azblob://
 	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"

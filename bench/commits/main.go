@@ -31,7 +31,8 @@ import (
 
 	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
-	_ "github.com/croupier-data/croupier/drivers/s3" // s3://
+	_ "github.com/croupier-data/croupier/core/table/parquetio" // writes tables
+	_ "github.com/croupier-data/croupier/drivers/s3"           // s3://
 )
 
 var schema = arrow.NewSchema([]arrow.Field{

@@ -14,7 +14,8 @@ import (
 	"strings"
 
 	"github.com/croupier-data/croupier/core/table/libzstd"
-	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
+	_ "github.com/croupier-data/croupier/core/table/parquetio" // writing tables; every column type
+	_ "github.com/croupier-data/croupier/drivers/all"          // s3://, gs:// and azblob://
 )
 
 func main() {

@@ -19,11 +19,11 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/google/uuid"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/table/internal/general"
 	"github.com/croupier-data/croupier/internal/seal"
 )
 
@@ -585,23 +585,25 @@ func diffSchema(table, data *arrow.Schema) error {
 // dictionary page, which for token ids and other mostly distinct values is as
 // large as the values; zstd compresses repeats without one (BenchmarkLayout,
 // see the package doc).
-func writerProps(opts WriteOptions) (*parquet.WriterProperties, pqarrow.ArrowWriterProperties) {
+func writerProps(opts WriteOptions) *parquet.WriterProperties {
 	return parquet.NewWriterProperties(
-			parquet.WithMaxRowGroupLength(opts.RowGroupRows),
-			parquet.WithDataPageSize(opts.PageBytes),
-			parquet.WithPageIndexEnabled(true),
-			parquet.WithCompression(compress.Codecs.Zstd),
-			parquet.WithDictionaryDefault(false),
-		),
-		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
+		parquet.WithMaxRowGroupLength(opts.RowGroupRows),
+		parquet.WithDataPageSize(opts.PageBytes),
+		parquet.WithPageIndexEnabled(true),
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithDictionaryDefault(false),
+	)
 }
 
 // canonicalSchema is s as readers will see it after a round trip through
 // Parquet: the schema of an empty file written with croupier's properties.
 func canonicalSchema(s *arrow.Schema, opts WriteOptions) (*arrow.Schema, error) {
+	c, err := generalCodec("writing a table")
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
-	props, aprops := writerProps(opts)
-	w, err := pqarrow.NewFileWriter(s, &buf, props, aprops)
+	w, err := c.NewWriter(s, &buf, writerProps(opts))
 	if err != nil {
 		return nil, fmt.Errorf("schema cannot be stored in Parquet: %w", err)
 	}
@@ -631,7 +633,11 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var bw io.WriteCloser
-	var pw *pqarrow.FileWriter
+	c, err := generalCodec("writing a table")
+	if err != nil {
+		return nil, err
+	}
+	var pw general.Writer
 	defer func() {
 		if p := recover(); p != nil {
 			err = errcode.New(errcode.Internal, "write", where, "panic: %v", p)
@@ -651,8 +657,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 			if bw, err = loc.NewWriter(wctx, key, store.WriterOptions{ContentType: "application/vnd.apache.parquet"}); err != nil {
 				return nil, err
 			}
-			props, aprops := writerProps(opts)
-			if pw, err = pqarrow.NewFileWriter(data.Schema(), newPageCRCWriter(bw), props, aprops); err != nil {
+			if pw, err = c.NewWriter(data.Schema(), newPageCRCWriter(bw), writerProps(opts)); err != nil {
 				return nil, errcode.Wrap(err, errcode.InvalidArgument, "write", where)
 			}
 		}

@@ -253,14 +253,28 @@ func (b flatbuf) fields(tab, slot, depth int) error {
 	})
 }
 
-// checkFooterSchema checks the Arrow schema that pqarrow stores in a Parquet
-// footer (base64, under ARROW:schema) and that pqarrow decodes, whenever it
-// reads the file, as it decodes a manifest's. Text that is not base64 is left
-// to pqarrow, which reports it as an error.
+// checkFooterSchema checks the Arrow schema that a writer stored in a Parquet
+// footer and that arrowSchema decodes whenever it reads the file, as it
+// decodes a manifest's. Text that is not base64 is left to arrowSchema, which
+// reports it as an error.
 func checkFooterSchema(md *metadata.FileMetaData) error {
-	v := md.KeyValueMetadata().FindValue("ARROW:schema")
-	if v == nil {
+	b, err := storedSchemaMessage(md.KeyValueMetadata())
+	if b == nil || err != nil {
 		return nil
+	}
+	if err := checkSchemaMessage(b); err != nil {
+		return fmt.Errorf("ARROW:schema: %w", err)
+	}
+	return nil
+}
+
+// storedSchemaMessage returns the IPC schema message that pqarrow and
+// pyarrow store in a footer (base64, under ARROW:schema), decoded as pqarrow
+// decodes it, or nil when there is none.
+func storedSchemaMessage(kv metadata.KeyValueMetadata) ([]byte, error) {
+	v := kv.FindValue("ARROW:schema")
+	if v == nil {
+		return nil, nil
 	}
 	var b []byte
 	var err error
@@ -269,11 +283,8 @@ func checkFooterSchema(md *metadata.FileMetaData) error {
 	}
 	if len(b) == 0 || err != nil {
 		if b, err = base64.RawStdEncoding.DecodeString(*v); err != nil {
-			return nil
+			return nil, fmt.Errorf("ARROW:schema: %w", err)
 		}
 	}
-	if err := checkSchemaMessage(b); err != nil {
-		return fmt.Errorf("ARROW:schema: %w", err)
-	}
-	return nil
+	return b, nil
 }

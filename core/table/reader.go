@@ -19,7 +19,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -738,13 +737,13 @@ func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pageP
 	return plans, nil
 }
 
-// decodeSlow decodes output column c of row group g with pqarrow.
+// decodeSlow decodes output column c of row group g with the general codec.
 func (r *Reader) decodeSlow(ctx context.Context, pf *file.Reader, g, c int) (arrow.Array, error) {
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, r.mem)
+	codec, err := generalCodec("decoding " + r.schema.Field(c).Type.String())
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := fr.ReadRowGroups(ctx, r.leaves[c], []int{g})
+	tbl, err := codec.ReadColumn(ctx, pf, r.leaves[c], g, r.mem)
 	if err != nil {
 		return nil, err
 	}

@@ -117,6 +117,16 @@
 // the rows the read names (Keep, see keep.go) and drops the rest, and
 // assembles the requested rows from those copies.
 //
+// # The general codec
+//
+// The page decoder (decode.go) reads the columns training tables hold;
+// pqarrow writes files, converts schemas of every kind and decodes the
+// columns the page decoder does not. pqarrow links gRPC and protobuf, so
+// this package reaches it through a registered codec
+// (internal/general), which a program links in by importing
+// core/table/parquetio. Without it, schemas are converted by plainSchema
+// (schema.go) and what needs pqarrow fails naming that import.
+//
 // # Catalog
 //
 // OpenOptions.Catalog (core/catalog) caches footers and manifests on the host,
@@ -142,7 +152,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
@@ -571,22 +580,6 @@ func pinVersion(files []File) string {
 		h.Write([]byte{0})
 	}
 	return "p" + hex.EncodeToString(h.Sum(nil)[:8])
-}
-
-// arrowSchema converts a Parquet footer's schema to the Arrow schema croupier
-// exposes: fields only, without the writer's per-file metadata or Parquet's
-// field ids. A footer's schema is untrusted: a panic converting it is an error.
-func arrowSchema(md *metadata.FileMetaData) (_ *arrow.Schema, err error) {
-	defer errcode.Recover(&err, errcode.Corrupt, "convert schema", "")
-	s, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
-	if err != nil {
-		return nil, err
-	}
-	fields := s.Fields()
-	for i := range fields {
-		fields[i].Metadata = arrow.Metadata{}
-	}
-	return arrow.NewSchema(fields, nil), nil
 }
 
 func encodeSchema(s *arrow.Schema) ([]byte, error) {

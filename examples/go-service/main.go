@@ -48,7 +48,8 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/libzstd"
-	_ "github.com/croupier-data/croupier/drivers/all" // s3://, gs:// and azblob://
+	_ "github.com/croupier-data/croupier/core/table/parquetio" // columns of every type
+	_ "github.com/croupier-data/croupier/drivers/all"          // s3://, gs:// and azblob://
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )

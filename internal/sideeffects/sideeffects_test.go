@@ -27,6 +27,7 @@ import (
 	"github.com/croupier-data/croupier/core/store"
 	_ "github.com/croupier-data/croupier/core/table"
 	_ "github.com/croupier-data/croupier/core/table/libzstd"
+	_ "github.com/croupier-data/croupier/core/table/parquetio"
 	_ "github.com/croupier-data/croupier/loader"
 	_ "github.com/croupier-data/croupier/permutation"
 	_ "github.com/croupier-data/croupier/permutation/expr"

@@ -1,4 +1,6 @@
-// Package tabletest writes small Parquet datasets for tests.
+// Package tabletest writes small Parquet datasets for tests. Importing it
+// registers the general Parquet codec (core/table/parquetio): tests write
+// tables, and read columns of every type.
 package tabletest
 
 import (
@@ -15,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	_ "github.com/croupier-data/croupier/core/table/parquetio"
 	"github.com/croupier-data/croupier/internal/seal"
 )
 
