@@ -24,9 +24,9 @@ import (
 // itself does. decodeColumn decodes them directly from the pages: levels
 // and dictionary indices run by run, values into buffers allocated at their
 // final size. It handles one leaf column whose Arrow type is a 32/64-bit
-// integer or float, a string or binary, or a list of those numbers, stored
-// with PLAIN or dictionary encoding; Reader.decode leaves every other column
-// to pqarrow.
+// integer or float, a string or binary (large ones too), or a list of those
+// numbers, stored with PLAIN or dictionary encoding; Reader.decode leaves
+// every other column to the general codec (pqarrow).
 //
 // A shuffle keeps a few rows of each page it decodes. decodeColumn takes the
 // rows to keep and copies only theirs: levels are decoded whole (they say
@@ -90,7 +90,7 @@ func physicalMatches(dt arrow.DataType, pt parquet.Type, allowBinary bool) bool 
 		return pt == parquet.Types.Float
 	case arrow.FLOAT64:
 		return pt == parquet.Types.Double
-	case arrow.STRING, arrow.BINARY:
+	case arrow.STRING, arrow.BINARY, arrow.LARGE_STRING, arrow.LARGE_BINARY:
 		return allowBinary && pt == parquet.Types.ByteArray
 	}
 	return false
@@ -790,23 +790,36 @@ func (d *columnDecoder) elements(mem memory.Allocator, dt arrow.DataType) arrow.
 		}
 		return array.NewData(dt, d.slots, []*memory.Buffer{validity, values}, nil, nullCount, 0)
 	}
-	offsets := memory.NewResizableBuffer(mem)
-	offsets.Resize((d.slots + 1) * 4)
-	defer offsets.Release()
-	offs := arrow.GetData[int32](offsets.Bytes())
-	v := 0
-	for s := range d.slots {
-		offs[s] = d.binOffs[v]
-		if d.valid == nil || d.valid[s] {
-			v++
-		}
+	var offsets *memory.Buffer
+	switch dt.ID() {
+	case arrow.LARGE_STRING, arrow.LARGE_BINARY:
+		offsets = slotOffsets[int64](mem, d, arrow.Int64SizeBytes)
+	default:
+		offsets = slotOffsets[int32](mem, d, arrow.Int32SizeBytes)
 	}
-	offs[d.slots] = d.binOffs[v]
+	defer offsets.Release()
 	data := memory.NewResizableBuffer(mem)
 	data.Resize(len(d.binData))
 	copy(data.Bytes(), d.binData)
 	defer data.Release()
 	return array.NewData(dt, d.slots, []*memory.Buffer{validity, offsets, data}, nil, nullCount, 0)
+}
+
+// slotOffsets builds the offsets buffer of a binary column's slots from the
+// offsets of its present values: a null slot is empty.
+func slotOffsets[T int32 | int64](mem memory.Allocator, d *columnDecoder, size int) *memory.Buffer {
+	offsets := memory.NewResizableBuffer(mem)
+	offsets.Resize((d.slots + 1) * size)
+	offs := arrow.GetData[T](offsets.Bytes())
+	v := 0
+	for s := range d.slots {
+		offs[s] = T(d.binOffs[v])
+		if d.valid == nil || d.valid[s] {
+			v++
+		}
+	}
+	offs[d.slots] = T(d.binOffs[v])
+	return offsets
 }
 
 // bitmap packs the flags of n items (missing ones are set) into a validity

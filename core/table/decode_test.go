@@ -27,6 +27,8 @@ var fastFields = []arrow.Field{
 	{Name: "f64", Type: arrow.PrimitiveTypes.Float64},
 	{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: "b", Type: arrow.BinaryTypes.Binary},
+	{Name: "ls", Type: arrow.BinaryTypes.LargeString, Nullable: true},
+	{Name: "lb", Type: arrow.BinaryTypes.LargeBinary},
 	{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
 	{Name: "lnn", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)},
 	{Name: "l64", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},

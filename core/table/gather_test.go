@@ -77,6 +77,8 @@ func appendRandom(rng *rand.Rand, b array.Builder, nullable bool) {
 		b.Append([]byte{byte(rng.Int()), byte(rng.Int()), byte(rng.Int())})
 	case *array.StringBuilder:
 		b.Append(fmt.Sprintf("s%d", rng.IntN(1000)))
+	case *array.LargeStringBuilder:
+		b.Append(fmt.Sprintf("large %d", rng.IntN(1000)))
 	case *array.BinaryBuilder:
 		b.Append([]byte(fmt.Sprintf("bytes %d", rng.IntN(1000))))
 	case array.ListLikeBuilder:

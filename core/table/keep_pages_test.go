@@ -33,7 +33,7 @@ func TestPageReadsMatchRows(t *testing.T) {
 		{Name: "i16", Type: arrow.PrimitiveTypes.Int16, Nullable: true},
 		{Name: "ts", Type: arrow.FixedWidthTypes.Timestamp_us},
 		{Name: "bool", Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
-		{Name: "ls", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+		{Name: "lists", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
 		{Name: "st", Type: arrow.StructOf(
 			arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 			arrow.Field{Name: "y", Type: arrow.BinaryTypes.String},

@@ -60,7 +60,8 @@ func arrowSchema(md *metadata.FileMetaData) (_ *arrow.Schema, err error) {
 // plainSchema converts a footer's schema, with the key-value metadata
 // beside it, whose every column is one that the
 // page decoder reads (fastColumn): a required or optional number, string or
-// binary, or a three-level list of numbers, as pqarrow.FromParquet does. A
+// binary (large ones too, where the writer stored them so), or a three-level
+// list of numbers, as pqarrow.FromParquet does. A
 // column of any other type, or whose Arrow type as the writer stored it
 // differs from the one its Parquet type gives, is an error naming it and
 // parquetio, which converts every schema.
@@ -78,7 +79,7 @@ func plainSchema(sc *schema.Schema, kv metadata.KeyValueMetadata) (*arrow.Schema
 		n := root.Field(i)
 		f, ok := plainField(n)
 		if ok && stored != nil {
-			ok = arrow.TypeEqual(stored.Field(i).Type, f.Type)
+			f, ok = storedType(f, stored.Field(i).Type)
 		}
 		if !ok {
 			return nil, needsCodec(fmt.Sprintf("reading column %q (%s)", n.Name(), nodeString(n)))
@@ -86,6 +87,22 @@ func plainSchema(sc *schema.Schema, kv metadata.KeyValueMetadata) (*arrow.Schema
 		fields[i] = f
 	}
 	return arrow.NewSchema(fields, nil), nil
+}
+
+// storedType applies to field f the type a writer stored for it, as pqarrow
+// does, where the page decoder reads the result: the same type, or the large
+// variant of a string or binary column (Polars writes those). It reports
+// false for any other stored type.
+func storedType(f arrow.Field, stored arrow.DataType) (arrow.Field, bool) {
+	switch {
+	case arrow.TypeEqual(stored, f.Type):
+	case stored.ID() == arrow.LARGE_STRING && f.Type.ID() == arrow.STRING,
+		stored.ID() == arrow.LARGE_BINARY && f.Type.ID() == arrow.BINARY:
+		f.Type = stored
+	default:
+		return f, false
+	}
+	return f, true
 }
 
 // plainField converts a top-level node plainSchema handles, and reports

@@ -133,8 +133,7 @@ func (g schemaGen) field(name string) (schema.Node, bool) {
 // stored returns footer key-value metadata holding the Arrow schema a
 // writer might have stored beside sc (what pqarrow infers from sc, changed
 // at random), or none, or a damaged one (bad). It clears plain[i] for each
-// field i whose stored type differs from the inferred one, which plainSchema
-// leaves to the general codec.
+// field i whose stored type plainSchema must leave to the general codec.
 func (g schemaGen) stored(sc *schema.Schema, plain []bool) (kv metadata.KeyValueMetadata, bad bool) {
 	kv = metadata.NewKeyValueMetadata()
 	switch g.rng.IntN(6) {
@@ -149,16 +148,18 @@ func (g schemaGen) stored(sc *schema.Schema, plain []bool) (kv metadata.KeyValue
 		g.t.Fatal(err)
 	}
 	fields := inferred.Fields()
-	changed := make([]bool, len(fields))
+	refusedAt := make([]bool, len(fields))
 	for i := range fields {
 		if g.rng.IntN(2) == 0 {
 			continue
 		}
 		f := &fields[i]
-		before := f.Type
+		refused := true // plainSchema leaves the stored type to the codec
 		switch dt := f.Type.(type) {
 		case *arrow.StringType:
-			f.Type = arrow.BinaryTypes.LargeString
+			f.Type, refused = arrow.BinaryTypes.LargeString, false
+		case *arrow.BinaryType:
+			f.Type, refused = arrow.BinaryTypes.LargeBinary, false
 		case *arrow.Int64Type:
 			f.Type = arrow.FixedWidthTypes.Duration_ms
 		case *arrow.Int32Type:
@@ -173,20 +174,22 @@ func (g schemaGen) stored(sc *schema.Schema, plain []bool) (kv metadata.KeyValue
 			case 2: // pyarrow stores "item" where the Parquet element is "element"
 				elem.Name = "item"
 				elem.Metadata = arrow.Metadata{}
-				f.Type = arrow.ListOfField(elem)
+				f.Type, refused = arrow.ListOfField(elem), false
 			default:
 				elem.Nullable = !elem.Nullable
 				f.Type = arrow.ListOfField(elem)
 			}
+		default:
+			refused = false
 		}
 		f.Metadata = arrow.NewMetadata([]string{"k"}, []string{"v"})
-		changed[i] = !arrow.TypeEqual(before, f.Type)
+		refusedAt[i] = refused
 	}
 	if g.rng.IntN(8) == 0 {
 		fields = fields[1:] // a stored schema that does not fit is ignored
 	} else {
-		for i, c := range changed {
-			plain[i] = plain[i] && !c
+		for i, r := range refusedAt {
+			plain[i] = plain[i] && !r
 		}
 	}
 	enc, err := encodeSchema(arrow.NewSchema(fields, nil))
@@ -265,8 +268,8 @@ func withoutGeneralCodec(t *testing.T) {
 }
 
 // TestWithoutGeneralCodec reads tables as a program that does not import
-// parquetio: the columns the page decoder reads come out as with the
-// codec, and everything else is an error naming parquetio, at open for a
+// parquetio: the columns the page decoder reads (large strings as Polars
+// writes them among them) come out as with the codec, and everything else is an error naming parquetio, at open for a
 // schema, at the read for a chunk's encoding, at the write for Create.
 func TestWithoutGeneralCodec(t *testing.T) {
 	ctx := context.Background()
@@ -295,6 +298,18 @@ func TestWithoutGeneralCodec(t *testing.T) {
 	put("plain", tabletest.EncodeRecord(t, plainRec, parquet.WithMaxRowGroupLength(1000)))
 	put("delta", tabletest.EncodeRecord(t, plainRec, parquet.WithMaxRowGroupLength(1000),
 		parquet.WithDictionaryDefault(false), parquet.WithEncodingFor("id", parquet.Encodings.DeltaBinaryPacked)))
+	// Text as Polars writes it: large_string, stored in the footer.
+	large := array.NewLargeStringBuilder(memory.DefaultAllocator)
+	defer large.Release()
+	for i := range n {
+		large.Append(tabletest.Text(int64(i)))
+	}
+	text := large.NewArray()
+	defer text.Release()
+	largeRec := array.NewRecordBatch(arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "text", Type: arrow.BinaryTypes.LargeString}}, nil), []arrow.Array{plainRec.Column(0), text}, n)
+	defer largeRec.Release()
+	put("large", tabletest.EncodeRecord(t, largeRec, parquet.WithMaxRowGroupLength(1000)))
 	ids := []uint64{2999, 0, 1500, 7, 2001}
 	read := func(name string, cols []string) (arrow.RecordBatch, error) {
 		tb, err := Open(ctx, base+"/"+name)
@@ -313,6 +328,11 @@ func TestWithoutGeneralCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer with.Release()
+	withLarge, err := read("large", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer withLarge.Release()
 
 	withoutGeneralCodec(t)
 	needs := func(what string, err error) {
@@ -328,6 +348,14 @@ func TestWithoutGeneralCodec(t *testing.T) {
 	defer got.Release()
 	if !array.RecordEqual(got, with) {
 		t.Errorf("plain columns without the codec:\n%v\nwith it:\n%v", got, with)
+	}
+	gotLarge, err := read("large", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gotLarge.Release()
+	if !array.RecordEqual(gotLarge, withLarge) {
+		t.Errorf("large strings without the codec:\n%v\nwith it:\n%v", gotLarge, withLarge)
 	}
 	_, err = read("all", plainCols)
 	needs("opening a table with a struct column", err)

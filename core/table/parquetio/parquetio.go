@@ -5,9 +5,9 @@
 //	import _ "github.com/croupier-data/croupier/core/table/parquetio"
 //
 // Without it, package table reads the columns its own page decoder handles:
-// 32- and 64-bit integers and floats, strings, binary, and lists of those
-// numbers, stored plain or dictionary-encoded, which is what training tables
-// hold. It needs parquetio to write tables (Create, Append, Overwrite,
+// 32- and 64-bit integers and floats, strings and binary (large ones too),
+// and lists of those numbers, stored plain or dictionary-encoded, which is
+// what training tables hold. It needs parquetio to write tables (Create, Append, Overwrite,
 // Rewrite), to open Parquet whose schema has any other type, and to decode
 // a chunk stored with another encoding; each of those says so in its error.
 //

@@ -94,11 +94,13 @@ func Encode(t testing.TB, start, n, rowGroup int64) []byte {
 }
 
 // EncodeRecord returns rec as a Parquet file written with the given writer
-// properties.
+// properties and, as pyarrow and croupier write, rec's Arrow schema stored in
+// the footer.
 func EncodeRecord(t testing.TB, rec arrow.RecordBatch, props ...parquet.WriterProperty) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, parquet.NewWriterProperties(props...), pqarrow.DefaultWriterProps())
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, parquet.NewWriterProperties(props...),
+		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		t.Fatal(err)
 	}
