@@ -81,19 +81,38 @@ func fastColumn(f arrow.Field, col *schema.Column, chunk *metadata.ColumnChunkMe
 // Parquet physical type pt (no logical conversion), with binary types
 // allowed only when allowBinary.
 func physicalMatches(dt arrow.DataType, pt parquet.Type, allowBinary bool) bool {
+	want, ok := pagePhysical(dt, allowBinary)
+	return ok && want == pt
+}
+
+// pagePhysical returns the Parquet physical type the page decoder reads
+// Arrow type dt from, and whether it reads dt at all (binary types only when
+// allowBinary).
+func pagePhysical(dt arrow.DataType, allowBinary bool) (parquet.Type, bool) {
 	switch dt.ID() {
 	case arrow.INT32:
-		return pt == parquet.Types.Int32
+		return parquet.Types.Int32, true
 	case arrow.INT64, arrow.DURATION: // a duration is its count of units
-		return pt == parquet.Types.Int64
+		return parquet.Types.Int64, true
 	case arrow.FLOAT32:
-		return pt == parquet.Types.Float
+		return parquet.Types.Float, true
 	case arrow.FLOAT64:
-		return pt == parquet.Types.Double
+		return parquet.Types.Double, true
 	case arrow.STRING, arrow.BINARY, arrow.LARGE_STRING, arrow.LARGE_BINARY:
-		return allowBinary && pt == parquet.Types.ByteArray
+		return parquet.Types.ByteArray, allowBinary
 	}
-	return false
+	return 0, false
+}
+
+// pageDecoded reports whether the page decoder reads a column of type dt
+// where the file stores it plainly (fastColumn says for a given chunk).
+func pageDecoded(dt arrow.DataType) bool {
+	if lt, ok := dt.(*arrow.ListType); ok {
+		_, ok := pagePhysical(lt.Elem(), false)
+		return ok
+	}
+	_, ok := pagePhysical(dt, true)
+	return ok
 }
 
 // columnDecoder accumulates one column chunk's values page by page.

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table/internal/general"
 )
 
 // ReaderOptions configure a Reader.
@@ -84,6 +85,11 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	for i, f := range fields {
 		if leaves[i], err = leafColumns(t.schema, []int{f}); err != nil {
 			return nil, errcode.Wrap(err, errcode.Internal, "new reader", t.pin.URI)
+		}
+	}
+	if general.Registered() == nil {
+		if err := t.checkPageDecoded(outFields, leaves); err != nil {
+			return nil, err
 		}
 	}
 	mem := opts.Allocator

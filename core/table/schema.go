@@ -2,6 +2,7 @@ package table
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -29,6 +30,41 @@ func generalCodec(what string) (general.Codec, error) {
 func needsCodec(what string) error {
 	return errcode.New(errcode.InvalidArgument, what, "",
 		"needs the general Parquet codec, which this program does not link: import _ %q", parquetioPath)
+}
+
+// checkPageDecoded is NewReader's check, in a program without the general
+// codec, that the page decoder reads every column of fields (with their
+// leaves), so that such a column fails when the reader is made rather than
+// at the first row group that holds it: by its type, and by the encodings of
+// every footer read so far (of a plain Parquet dataset opened afresh, all).
+func (t *Table) checkPageDecoded(fields []arrow.Field, leaves [][]int) error {
+	for _, f := range fields {
+		if !pageDecoded(f.Type) {
+			return needsCodec(fmt.Sprintf("reading column %q (%s)", f.Name, f.Type))
+		}
+	}
+	t.mu.Lock()
+	footers := slices.Clone(t.footers)
+	t.mu.Unlock()
+	for i, md := range footers {
+		if md == nil {
+			continue
+		}
+		for g := range md.NumRowGroups() {
+			for c, f := range fields {
+				leaf := leaves[c][0]
+				chunk, err := md.RowGroup(g).ColumnChunk(leaf)
+				if err != nil || leaf >= md.Schema.NumColumns() {
+					continue // the read reports a damaged footer
+				}
+				if fastColumn(f, md.Schema.Column(leaf), chunk) == notFast {
+					return needsCodec(fmt.Sprintf("reading column %q of %s, row group %d (encodings %v)",
+						f.Name, t.loc.ObjectURI(t.pin.Files[i].Key), g, chunk.Encodings()))
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // arrowSchema converts a Parquet footer's schema to the Arrow schema croupier
