@@ -364,6 +364,15 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 		var stream parquet.BufferedReader
 		if b := fetchedBytes(src, s); b != nil {
 			stream = &memStream{b: b}
+		} else if s.n <= props.BufferSize {
+			// A section no larger than a stream's buffer is read in one
+			// request: a stream would size its buffer to the section,
+			// then grow it to peek at each page header.
+			b := make([]byte, s.n)
+			if _, err := src.ReadAt(b, s.off); err != nil {
+				return nil, err
+			}
+			stream = &memStream{b: b}
 		} else {
 			var err error
 			if stream, err = props.GetStream(src, s.off, s.n); err != nil {
