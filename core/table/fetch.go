@@ -1,6 +1,7 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"slices"
@@ -97,7 +98,8 @@ type fetched struct {
 	// reads at a time (streamBufferSize): a row group larger than a
 	// decoder's part of the reader's fetch share is streamed, not fetched.
 	window int64
-	// crcs check the page CRCs of the sections streamed as they are read.
+	// crcs check the page CRCs of the sections streamed as they are read;
+	// sorted by offset (sections do not overlap).
 	crcs []*pageCRCs
 }
 
@@ -134,7 +136,13 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 	f.stats.requests.Add(1)
 	n, err := f.ReaderAt.ReadAt(p, off)
 	f.stats.bytesRead.Add(int64(n))
-	for _, c := range f.crcs {
+	// Only the sections the bytes read overlap: a row group streamed in
+	// small pages has hundreds, and a read is often a page.
+	i, _ := slices.BinarySearchFunc(f.crcs, off, func(c *pageCRCs, off int64) int { return cmp.Compare(c.s.off+c.s.n, off+1) })
+	for _, c := range f.crcs[i:] {
+		if c.s.off >= off+int64(n) {
+			break
+		}
 		if err := c.read(f.ReaderAt, p[:n], off); err != nil {
 			return 0, err // no bytes of a page whose CRC does not match
 		}

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -541,6 +542,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 			return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 		}
 	}
+	slices.SortFunc(src.crcs, func(a, b *pageCRCs) int { return cmp.Compare(a.s.off, b.s.off) })
 	held, err := r.decodeGuess(ctx, key, w)
 	if err != nil {
 		return err
