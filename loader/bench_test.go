@@ -33,6 +33,15 @@ func (o shuffled) RowIDs(_ context.Context, start, stop int64) ([]uint64, error)
 	return o[start:stop], nil
 }
 
+// shuffle returns a random order of n rows, the same for every n.
+func shuffle(n int64) shuffled {
+	perm := make(shuffled, n)
+	for i, j := range rand.New(rand.NewPCG(2, 2)).Perm(int(n)) {
+		perm[i] = uint64(j)
+	}
+	return perm
+}
+
 // cpuTime is the CPU time the process has used: on a shared machine it
 // varies less than wall time.
 func cpuTime() time.Duration {
@@ -117,10 +126,7 @@ func BenchmarkEpoch(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tb.Close()
-	perm := make(shuffled, n)
-	for i, j := range rand.New(rand.NewPCG(2, 2)).Perm(int(n)) {
-		perm[i] = uint64(j)
-	}
+	perm := shuffle(n)
 	for _, bc := range []struct {
 		name   string
 		order  permutation.Order
@@ -169,10 +175,7 @@ func BenchmarkBeyondBudget(b *testing.B) {
 		for _, f := range tb.Files() {
 			size += f.Size
 		}
-		perm := make(shuffled, n)
-		for i, j := range rand.New(rand.NewPCG(2, 2)).Perm(int(n)) {
-			perm[i] = uint64(j)
-		}
+		perm := shuffle(n)
 		for _, bc := range []struct {
 			name   string
 			order  permutation.Order
@@ -251,10 +254,7 @@ func BenchmarkFollow(b *testing.B) {
 		}
 	}
 	n := int64(versions * perVersion)
-	perm := make(shuffled, n)
-	for i, j := range rand.New(rand.NewPCG(2, 2)).Perm(int(n)) {
-		perm[i] = uint64(j)
-	}
+	perm := shuffle(n)
 	opts := loader.Options{GlobalBatchSize: 256, DropLast: true}
 	// each reads the table once and returns the rows it dealt and the time
 	// to its last batch.
