@@ -336,16 +336,16 @@ func TestWithoutGeneralCodec(t *testing.T) {
 		}
 		return r.Read(ctx, ids)
 	}
-	with, err := read("all", plainCols)
-	if err != nil {
-		t.Fatal(err)
+	mustRead := func(name string, cols []string) arrow.RecordBatch {
+		t.Helper()
+		rec, err := read(name, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rec.Release)
+		return rec
 	}
-	defer with.Release()
-	withLarge, err := read("large", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer withLarge.Release()
+	with, withLarge := mustRead("all", plainCols), mustRead("large", nil)
 
 	withoutGeneralCodec(t)
 	needs := func(what string, err error) {
@@ -354,22 +354,14 @@ func TestWithoutGeneralCodec(t *testing.T) {
 			t.Errorf("%s: %v, want InvalidArgument naming %s", what, err, parquetioPath)
 		}
 	}
-	got, err := read("plain", plainCols)
-	if err != nil {
-		t.Fatal(err)
+	same := func(what, name string, cols []string, want arrow.RecordBatch) {
+		t.Helper()
+		if got := mustRead(name, cols); !array.RecordEqual(got, want) {
+			t.Errorf("%s without the codec:\n%v\nwith it:\n%v", what, got, want)
+		}
 	}
-	defer got.Release()
-	if !array.RecordEqual(got, with) {
-		t.Errorf("plain columns without the codec:\n%v\nwith it:\n%v", got, with)
-	}
-	gotLarge, err := read("large", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gotLarge.Release()
-	if !array.RecordEqual(gotLarge, withLarge) {
-		t.Errorf("large strings without the codec:\n%v\nwith it:\n%v", gotLarge, withLarge)
-	}
+	same("plain columns", "plain", plainCols, with)
+	same("large strings", "large", nil, withLarge)
 	_, err = read("all", plainCols)
 	needs("opening a table with a struct column", err)
 	if err != nil && !strings.Contains(err.Error(), `"meta"`) {
@@ -384,20 +376,10 @@ func TestWithoutGeneralCodec(t *testing.T) {
 	}
 	// A croupier table with a struct column opens; a reader of its plain
 	// columns reads them, one of the struct fails when made.
-	got, err = read("croupier", plainCols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Release()
-	if !array.RecordEqual(got, with) {
-		t.Errorf("a croupier table's plain columns without the codec:\n%v\nwith it:\n%v", got, with)
-	}
+	same("a croupier table's plain columns", "croupier", plainCols, with)
 	_, err = newReader("croupier", []string{"id", "meta"})
 	needs("a reader of a struct column", err)
-	_, err = read("delta", []string{"reward"}) // a column of the same file that the page decoder reads
-	if err != nil {
-		t.Errorf("reading the plain column of a file with a delta column: %v", err)
-	}
+	mustRead("delta", []string{"reward"}) // a column of the same file that the page decoder reads
 	_, err = Create(ctx, "file://"+filepath.Join(dir, "new"), tabletest.Reader(0, 10), WriteOptions{})
 	needs("Create", err)
 }
