@@ -90,7 +90,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	}
 	if general.Registered() == nil {
 		if err := t.checkPageDecoded(outFields, leaves); err != nil {
-			return nil, err
+			return nil, errcode.Wrap(err, errcode.InvalidArgument, "new reader", t.pin.URI)
 		}
 	}
 	mem := opts.Allocator

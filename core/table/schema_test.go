@@ -379,6 +379,9 @@ func TestWithoutGeneralCodec(t *testing.T) {
 	same("a croupier table's plain columns", "croupier", plainCols, with)
 	_, err = newReader("croupier", []string{"id", "meta"})
 	needs("a reader of a struct column", err)
+	if err != nil && !strings.Contains(err.Error(), base+"/croupier") {
+		t.Errorf("the error does not name the table: %v", err)
+	}
 	mustRead("delta", []string{"reward"}) // a column of the same file that the page decoder reads
 	_, err = Create(ctx, "file://"+filepath.Join(dir, "new"), tabletest.Reader(0, 10), WriteOptions{})
 	needs("Create", err)
