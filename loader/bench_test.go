@@ -151,7 +151,7 @@ func BenchmarkEpoch(b *testing.B) {
 // table with memory budgets the projected columns are 4 and 32 times,
 // beside a sequential read with a budget that holds the table, the baseline
 // of the ratios docs/tuning.md gives; in the default layout (16 KiB pages)
-// and in 4 KiB pages, which hold a row or two of these token lists:
+// and in 8 and 4 KiB pages, which hold a few rows of these token lists:
 //
 //	go test ./loader -run '^$' -bench BeyondBudget -benchtime 3x
 func BenchmarkBeyondBudget(b *testing.B) {
@@ -164,7 +164,7 @@ func BenchmarkBeyondBudget(b *testing.B) {
 	}
 	defer src.Close()
 	const projected = 40_000 * (640*4 + 4 + 8) // Arrow bytes of the rows, about
-	for _, page := range []int64{table.DefaultPageBytes, 4 << 10} {
+	for _, page := range []int64{table.DefaultPageBytes, 8 << 10, 4 << 10} {
 		tb, err := table.Rewrite(ctx, src, "file://"+b.TempDir()+"/t", table.RewriteOptions{WriteOptions: table.WriteOptions{PageBytes: page}})
 		if err != nil {
 			b.Fatal(err)

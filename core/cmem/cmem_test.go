@@ -3,11 +3,14 @@ package cmem_test
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/croupier-data/croupier/core/cmem"
+	"github.com/croupier-data/croupier/internal/seedtest"
 )
 
 // TestBuffers: buffers of every size keep their bytes through reallocations
@@ -82,4 +85,96 @@ func rss(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return resident * int64(os.Getpagesize())
+}
+
+// TestSpareMappings: in random sequences of allocations, reallocations and
+// frees of large buffers, each filled with a pattern, a new buffer is always
+// zeroed, also where it reuses a freed mapping, and a reallocated one keeps
+// its bytes; freed mappings are reused (fewer mappings made than buffers),
+// and at most SpareBytes of them are kept once nothing is live.
+func TestSpareMappings(t *testing.T) {
+	a := cmem.New()
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 0))
+	var live [][]byte
+	made := 0
+	for step := range 600 {
+		switch op := rng.IntN(3); {
+		case op == 0 || len(live) == 0: // a new buffer
+			n := cmem.LargeBytes + rng.IntN(1<<20)
+			b := a.Allocate(n)
+			made++
+			if !bytes.Equal(b, make([]byte, n)) {
+				t.Fatalf("step %d: a new buffer of %d bytes is not zeroed", step, n)
+			}
+			fill(b, byte(step))
+			live = append(live, b)
+		case op == 1: // grow or shrink one
+			i := rng.IntN(len(live))
+			old := live[i]
+			n := cmem.LargeBytes + rng.IntN(1<<20)
+			b := a.Reallocate(n, old)
+			for j := range min(len(old), n) {
+				if b[j] != b[0] {
+					t.Fatalf("step %d: reallocating %d to %d bytes changed byte %d", step, len(old), n, j)
+				}
+			}
+			fill(b, b[0])
+			live[i] = b
+		default: // free one
+			i := rng.IntN(len(live))
+			a.Free(live[i])
+			live = slices.Delete(live, i, i+1)
+		}
+	}
+	for _, b := range live {
+		a.Free(b)
+	}
+	if got := a.AllocatedBytes(); got != 0 {
+		t.Fatalf("%d bytes allocated after every buffer was freed", got)
+	}
+	if spare := a.SpareBytes(); spare > cmem.SpareBytes || spare == 0 {
+		t.Fatalf("%d bytes of spare mappings kept, want some and at most %d", spare, cmem.SpareBytes)
+	}
+	if a.Mapped() >= made {
+		t.Fatalf("%d mappings made for %d buffers: none reused", a.Mapped(), made)
+	}
+}
+
+// fill writes v over b.
+func fill(b []byte, v byte) {
+	for i := range b {
+		b[i] = v
+	}
+}
+
+// BenchmarkPieces allocates, fills and frees buffers of 0.5–1.5 MiB from
+// two goroutines, each freeing its buffers eight allocations later, as a
+// loader keeps rows in pieces and frees them once read: with freed mappings
+// reused (spare) and every buffer mapped afresh (fresh), side by side.
+//
+//	go test ./core/cmem -run '^$' -bench Pieces
+func BenchmarkPieces(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		a    *cmem.Allocator
+	}{{"fresh", cmem.NewWithoutSpares()}, {"spare", cmem.New()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(1 << 20)
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				var held [][]byte
+				for pb.Next() {
+					buf := bc.a.Allocate(1<<19 + rng.IntN(1<<20))
+					fill(buf, 1)
+					if held = append(held, buf); len(held) > 8 {
+						bc.a.Free(held[0])
+						held = held[1:]
+					}
+				}
+				for _, buf := range held {
+					bc.a.Free(buf)
+				}
+			})
+		})
+	}
 }
