@@ -2,10 +2,12 @@
 budget, against a sequential pyarrow scan and its peers, in one run.
 
 The table is the ``rollout`` workload of ``bench/workloads.py`` (id, 128-640
-token ids, their log-probs and a reward a row; every column is read) in two
+token ids, their log-probs and a reward a row; every column is read) in three
 forms holding the same rows in the same order: plain Parquet written by
-pyarrow (zstd, row groups of 16,384 rows, 1 MiB pages, no page index) and a
-croupier table written by ``cr.create_table`` with its defaults. The memory
+pyarrow (zstd, row groups of 16,384 rows, 1 MiB pages, no page index), a
+croupier table written by ``cr.create_table`` with its defaults, and one
+written in 4 KiB pages (``page_bytes=4096``), the layout for full shuffles
+of tables far larger than the budget. The memory
 budget is scaled down rather than the data up: ``memory_budget`` is the
 projected bytes ÷ each ``--ratios`` value, so the part runs in minutes while
 the table is still many budgets large. The files sit in the page cache; what
@@ -58,7 +60,12 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = "rollout"
 ORDERS = ("sequential", "window", "clumped", "full")
 PEERS = ("lancedb", "lance-take", "torch-map")
-FORMS = {"parquet": "plain Parquet", "croupier": "croupier table"}
+FORMS = {
+    "parquet": "plain Parquet",
+    "croupier": "croupier table",
+    "croupier-4k": "croupier table, 4 KiB pages",
+}
+SMALL_PAGES = 4 << 10  # the page size of the croupier-4k form
 # What each peer reads, for the "table" column.
 PEER_SOURCES = {
     "pyarrow": "plain Parquet",
@@ -76,7 +83,7 @@ def bound(budget: int) -> int:
 
 @dataclass(frozen=True)
 class Tables:
-    """The rollout rows in both forms, and each form's persisted orders."""
+    """The rollout rows in each form, and each form's persisted orders."""
 
     data: workloads.Data
     uris: dict[str, str]  # form -> table URI
@@ -126,17 +133,23 @@ class Tables:
 
 
 def prepare(args: argparse.Namespace, lance: bool) -> Tables:
-    """Write (or find in the cache) the table in both forms, the Lance conversion
+    """Write (or find in the cache) the table in each form, the Lance conversion
     when ``lance``, and the permutations of ``args.orders`` over each form."""
     data = workloads.prepare(
         workloads.WORKLOADS[WORKLOAD], args.rows, args.cache / "data", args.seed
     )
-    uris = {"parquet": "file://" + str(data.parquet), "croupier": workloads.to_croupier(data)}
-    first_file = next(data.croupier.rglob("*.parquet"))
-    row_groups = {
-        "parquet": data.workload.row_group_rows,
-        "croupier": pq.ParquetFile(first_file).metadata.row_group(0).num_rows,
+    uris = {
+        "parquet": "file://" + str(data.parquet),
+        "croupier": workloads.to_croupier(data),
+        "croupier-4k": workloads.to_croupier(data, SMALL_PAGES),
     }
+    row_groups = {"parquet": data.workload.row_group_rows}
+    for form, folder in (
+        ("croupier", data.croupier),
+        ("croupier-4k", data.croupier_pages(SMALL_PAGES)),
+    ):
+        first_file = next(folder.rglob("*.parquet"))
+        row_groups[form] = pq.ParquetFile(first_file).metadata.row_group(0).num_rows
     clumps = {form: args.clump or rows for form, rows in row_groups.items()}
     if lance:
         workloads.to_lance(data)
@@ -258,17 +271,21 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def data_text(tables: Tables) -> str:
-    """What the table is, in both forms: rows, bytes, row groups."""
+    """What the table is, in each form: rows, bytes, row groups."""
     d, m = tables.data, tables.data.meta
-    croupier_bytes = sum(p.stat().st_size for p in d.croupier.rglob("*.parquet"))
+
+    def size(folder: Path) -> float:
+        return sum(p.stat().st_size for p in folder.rglob("*.parquet")) / MiB
+
     return (
         f"Table: {d.workload.description}; {m['rows']:,} rows, {tables.projected / MiB:,.0f} MiB"
         " of projected columns in Arrow (every column is read). Plain Parquet: written by"
         f" pyarrow in {d.workload.files} zstd files, {m['parquet_bytes'] / MiB:,.0f} MiB, row"
         f" groups of {tables.row_groups['parquet']:,} rows, {d.workload.page_bytes // MiB} MiB"
         " pages, no page index. croupier table: `cr.create_table` with its defaults,"
-        f" {croupier_bytes / MiB:,.0f} MiB, row groups of {tables.row_groups['croupier']:,}"
-        f" rows and the page index it writes. Global batch {d.workload.batch}."
+        f" {size(d.croupier):,.0f} MiB, row groups of {tables.row_groups['croupier']:,}"
+        " rows and the page index it writes; with 4 KiB pages: `page_bytes=4096`,"
+        f" {size(d.croupier_pages(SMALL_PAGES)):,.0f} MiB. Global batch {d.workload.batch}."
     )
 
 

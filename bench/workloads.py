@@ -306,6 +306,10 @@ class Data:
         """A croupier table holding the same rows in the same order."""
         return self.folder / "croupier"
 
+    def croupier_pages(self, page_bytes: int) -> Path:
+        """The same croupier table written in pages of ``page_bytes``."""
+        return self.folder / f"croupier-{page_bytes}"
+
     @property
     def meta(self) -> dict[str, float]:
         return json.loads((self.folder / "meta.json").read_text())
@@ -382,19 +386,21 @@ def to_lance(data: Data) -> Path:
     return data.lance
 
 
-def to_croupier(data: Data) -> str:
-    """Write the rows into a croupier table (``create_table``'s defaults), once;
-    returns its URI."""
+def to_croupier(data: Data, page_bytes: int | None = None) -> str:
+    """Write the rows into a croupier table (``create_table``'s defaults, or
+    pages of ``page_bytes``), once; returns its URI."""
     import croupier as cr
 
-    done = data.folder / "croupier.done"  # beside the table, which holds only its own files
+    folder = data.croupier if page_bytes is None else data.croupier_pages(page_bytes)
+    # The mark sits beside the table, which holds only its own files.
+    done = folder.with_name(folder.name + ".done")
     if not done.exists():
-        shutil.rmtree(data.croupier, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
         schema = pq.read_schema(data.files[0])
         reader = pa.RecordBatchReader.from_batches(schema, _batches(data))
-        cr.create_table("file://" + str(data.croupier), reader).close()
+        cr.create_table("file://" + str(folder), reader, page_bytes=page_bytes).close()
         done.touch()
-    return "file://" + str(data.croupier)
+    return "file://" + str(folder)
 
 
 def _mds_encoding(type_: pa.DataType) -> str:
