@@ -51,7 +51,6 @@ type Allocator struct {
 	spare      []*mapping // freed, kept for reuse
 	spareN     int        // their bytes
 	spareLimit int        // bytes of freed mappings kept at most
-	mapped     int        // mappings made
 }
 
 // mapping is one mapped buffer.
@@ -75,9 +74,6 @@ func (a *Allocator) Allocate(n int) []byte {
 			panic("cmem: out of memory: " + err.Error())
 		}
 		m = &mapping{b: b}
-		a.mu.Lock()
-		a.mapped++
-		a.mu.Unlock()
 	}
 	m.used = n
 	a.mappings.Store(address(m.b), m)

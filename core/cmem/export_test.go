@@ -7,13 +7,6 @@ func (a *Allocator) SpareBytes() int {
 	return a.spareN
 }
 
-// Mapped returns how many mappings a has made.
-func (a *Allocator) Mapped() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.mapped
-}
-
 // NewWithoutSpares returns an allocator that keeps no freed mapping: every
 // large buffer is mapped afresh, as before mappings were reused.
 func NewWithoutSpares() *Allocator {
