@@ -17,10 +17,15 @@
 // translations. A loader keeps rows in pieces of a megabyte or so and frees
 // them as steps are read: in a clumped read of a table 4 times its budget,
 // the kernel took 0.05 of the 0.10–0.12 CPU-seconds per 10,000 rows. So up
-// to SpareBytes of freed mappings are kept and handed out again, zeroed, to
-// buffers of up to an eighth smaller: resident memory stays within
+// to SpareBytes of the mappings freed last are kept and handed out again,
+// zeroed, to buffers of up to an eighth smaller: resident memory stays within
 // SpareBytes of what is allocated (and the eighth), and the kernel's part
-// fell to 0.03.
+// fell to 0.03. Mappings are made in sizes of eight steps per power of two
+// (see mappedSize), so a buffer a little larger than the one freed before
+// it, as the next batch of a stream often is, mostly fits in its mapping:
+// merging workers' runs of 3 MB, made in buffers a few percent apart, took
+// 0.6 ms a run so, against 3 ms when the spare mappings were the first
+// freed, each of its buffer's exact size.
 //
 // Built without cgo (CGO_ENABLED=0), small buffers come from the Go heap:
 // there is then no C caller to hand them to, since Arrow's C Data Interface
@@ -28,6 +33,8 @@
 package cmem
 
 import (
+	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -69,7 +76,7 @@ func (a *Allocator) Allocate(n int) []byte {
 	}
 	m := a.reuse(n)
 	if m == nil {
-		b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+		b, err := syscall.Mmap(-1, 0, mappedSize(n), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
 		if err != nil {
 			panic("cmem: out of memory: " + err.Error())
 		}
@@ -79,6 +86,15 @@ func (a *Allocator) Allocate(n int) []byte {
 	a.mappings.Store(address(m.b), m)
 	a.allocated.Add(int64(n))
 	return m.b[:n]
+}
+
+// mappedSize is the size of the mapping made for a buffer of n bytes: n
+// rounded up to an eighth of the power of two at or below it, at most n/8
+// more. The pages past n are never touched, so they take no memory, until
+// the mapping is reused for a larger buffer.
+func mappedSize(n int) int {
+	step := 1 << (bits.Len(uint(n)) - 4)
+	return (n + step - 1) &^ (step - 1)
 }
 
 // reuse takes from the spare mappings the smallest of n bytes up to an
@@ -96,8 +112,7 @@ func (a *Allocator) reuse(n int) *mapping {
 		return nil
 	}
 	m := a.spare[best]
-	a.spare[best] = a.spare[len(a.spare)-1]
-	a.spare = a.spare[:len(a.spare)-1]
+	a.spare = slices.Delete(a.spare, best, best+1)
 	a.spareN -= len(m.b)
 	a.mu.Unlock()
 	clear(m.b[:m.used]) // the rest was never handed out: still zero
@@ -124,9 +139,10 @@ func (a *Allocator) Reallocate(n int, b []byte) []byte {
 
 func address(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-// Free gives b back; a mapped buffer is kept for reuse while the spare
-// mappings have room for it, and goes back to the operating system
-// otherwise.
+// Free gives b back. A mapped buffer is kept for reuse, and the mappings
+// freed longest ago go back to the operating system as it needs their room:
+// what a loader frees next is most like what it freed last. One larger than
+// all the room goes back at once.
 func (a *Allocator) Free(b []byte) {
 	v, ok := a.mappings.LoadAndDelete(address(b))
 	if !ok {
@@ -135,16 +151,24 @@ func (a *Allocator) Free(b []byte) {
 	}
 	a.allocated.Add(-int64(len(b)))
 	m := v.(*mapping)
+	var unmap []*mapping
 	a.mu.Lock()
-	if a.spareN+len(m.b) <= a.spareLimit {
+	if len(m.b) > a.spareLimit {
+		unmap = append(unmap, m)
+	} else {
+		for a.spareN+len(m.b) > a.spareLimit {
+			unmap = append(unmap, a.spare[0])
+			a.spareN -= len(a.spare[0].b)
+			a.spare = slices.Delete(a.spare, 0, 1)
+		}
 		a.spare = append(a.spare, m)
 		a.spareN += len(m.b)
-		a.mu.Unlock()
-		return
 	}
 	a.mu.Unlock()
-	if err := syscall.Munmap(m.b); err != nil {
-		panic("cmem: unmap: " + err.Error())
+	for _, m := range unmap {
+		if err := syscall.Munmap(m.b); err != nil {
+			panic("cmem: unmap: " + err.Error())
+		}
 	}
 }
 

@@ -146,6 +146,37 @@ func TestSpareMappings(t *testing.T) {
 	}
 }
 
+// TestSparesFollowTheFrees checks that the spare mappings are those freed
+// last: a buffer a little larger than one freed before it reuses its
+// mapping, and a buffer freed when the spare mappings are full of others
+// takes the room of those freed first, so that the next of its size reuses
+// it.
+func TestSparesFollowTheFrees(t *testing.T) {
+	a := cmem.New()
+	a.Free(a.Allocate(1_000_000))
+	spare := a.SpareBytes()
+	b := a.Allocate(1_040_000)
+	if a.SpareBytes() >= spare {
+		t.Fatalf("a buffer 4%% larger than the one freed mapped afresh (spare mappings: %d bytes, then %d)", spare, a.SpareBytes())
+	}
+	a.Free(b)
+	var small [][]byte
+	for range cmem.SpareBytes / cmem.LargeBytes {
+		small = append(small, a.Allocate(cmem.LargeBytes))
+	}
+	for _, b := range small {
+		a.Free(b)
+	}
+	if a.SpareBytes() != cmem.SpareBytes {
+		t.Fatalf("%d bytes of spare mappings, want them full (%d)", a.SpareBytes(), cmem.SpareBytes)
+	}
+	a.Free(a.Allocate(2 << 20))
+	spare = a.SpareBytes()
+	if a.Allocate(2 << 20); a.SpareBytes() != spare-2<<20 {
+		t.Fatalf("spare mappings went from %d to %d bytes: the one freed last was not kept", spare, a.SpareBytes())
+	}
+}
+
 // fill writes v over b.
 func fill(b []byte, v byte) {
 	for i := range b {
