@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -11,6 +12,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/internal/seedtest"
 )
 
 // gatherTypes are the layouts gather supports, nested as training data nests them.
@@ -179,5 +183,87 @@ func TestGatherable(t *testing.T) {
 		if gatherable(dt) {
 			t.Errorf("gatherable(%s) = true, want false", dt)
 		}
+	}
+}
+
+// TestInterleave splits random records of every layout gather supports, and
+// a dictionary column it leaves to compute.Take, into 1–4 sources at random
+// and checks that Interleave, taking the rows back in their order, rebuilds
+// each record; and that an order taking a row twice, or too few, fails.
+func TestInterleave(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 4))
+	fields := []arrow.Field{{Name: "dict", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}}}
+	for i, dt := range gatherTypes {
+		fields = append(fields, arrow.Field{Name: fmt.Sprint(i), Type: dt, Nullable: true})
+	}
+	schema := arrow.NewSchema(fields, nil)
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	for round := range 20 {
+		n := rng.IntN(300)
+		cols := make([]arrow.Array, len(fields))
+		dict := array.NewDictionaryBuilder(memory.DefaultAllocator, fields[0].Type.(*arrow.DictionaryType)).(*array.BinaryDictionaryBuilder)
+		for range n {
+			if err := dict.AppendString(fmt.Sprint("v", rng.IntN(5))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cols[0] = dict.NewArray()
+		dict.Release()
+		for i, dt := range gatherTypes {
+			cols[i+1] = randomArray(t, rng, dt, n)
+		}
+		whole := array.NewRecordBatch(schema, cols, int64(n))
+		for _, c := range cols {
+			c.Release()
+		}
+		// Deal the rows to k sources at random, in runs of 1–8.
+		k := 1 + rng.IntN(4)
+		from := make([]int32, 0, n)
+		for len(from) < n {
+			src := int32(rng.IntN(k))
+			for range min(1+rng.IntN(8), n-len(from)) {
+				from = append(from, src)
+			}
+		}
+		srcs := make([]arrow.RecordBatch, k)
+		for s := range srcs {
+			var rows []int64
+			for i, f := range from {
+				if f == int32(s) {
+					rows = append(rows, int64(i))
+				}
+			}
+			idx := array.NewInt64Builder(memory.DefaultAllocator)
+			idx.AppendValues(rows, nil)
+			indices := idx.NewArray()
+			idx.Release()
+			dat, err := compute.Take(ctx, compute.TakeOptions{}, compute.NewDatum(whole), compute.NewDatum(indices))
+			indices.Release()
+			if err != nil {
+				t.Fatal(err)
+			}
+			srcs[s] = dat.(*compute.RecordDatum).Value
+		}
+		got, err := Interleave(ctx, mem, srcs, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !array.RecordEqual(got, whole) {
+			t.Fatalf("round %d: %d rows from %d sources interleave to another record", round, n, k)
+		}
+		got.Release()
+		if n > 0 {
+			for _, bad := range [][]int32{from[1:], append(slices.Clone(from), from[0])} {
+				if _, err := Interleave(ctx, mem, srcs, bad); errcode.Of(err) != errcode.InvalidArgument {
+					t.Fatalf("round %d: Interleave with %d rows for %d = %v, want InvalidArgument", round, len(bad), n, err)
+				}
+			}
+		}
+		for _, s := range srcs {
+			s.Release()
+		}
+		whole.Release()
 	}
 }

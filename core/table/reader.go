@@ -209,7 +209,26 @@ var spanLists = sync.Pool{New: func() any { return new([]span) }}
 
 // assemble builds the record of n rows that spans take from groups.
 func (r *Reader) assemble(ctx context.Context, groups []arrow.RecordBatch, spans []span, n int64) (arrow.RecordBatch, error) {
-	cols := make([]arrow.Array, r.schema.NumFields())
+	rec, err := assemble(ctx, r.mem, r.schema, groups, spans, n)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, "read", r.t.pin.URI)
+	}
+	return rec, nil
+}
+
+// gatherColumn returns the rows spans take from srcs, arrays of output
+// column c.
+func (r *Reader) gatherColumn(ctx context.Context, c int, srcs []arrow.Array, spans []span) (arrow.Array, error) {
+	out, err := gatherColumn(ctx, r.mem, r.schema.Field(c), srcs, spans)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, "read", r.t.pin.URI)
+	}
+	return out, nil
+}
+
+// assemble builds the record of schema, n rows, that spans take from srcs.
+func assemble(ctx context.Context, mem memory.Allocator, schema *arrow.Schema, srcs []arrow.RecordBatch, spans []span, n int64) (arrow.RecordBatch, error) {
+	cols := make([]arrow.Array, schema.NumFields())
 	defer func() {
 		for _, c := range cols {
 			if c != nil {
@@ -217,43 +236,41 @@ func (r *Reader) assemble(ctx context.Context, groups []arrow.RecordBatch, spans
 			}
 		}
 	}()
-	srcs := make([]arrow.Array, len(groups))
-	for c := range r.schema.Fields() {
-		for i, g := range groups {
-			srcs[i] = g.Column(c)
+	in := make([]arrow.Array, len(srcs))
+	for c, field := range schema.Fields() {
+		for i, src := range srcs {
+			in[i] = src.Column(c)
 		}
 		var err error
-		if cols[c], err = r.gatherColumn(ctx, c, srcs, spans); err != nil {
+		if cols[c], err = gatherColumn(ctx, mem, field, in, spans); err != nil {
 			return nil, err
 		}
 	}
-	return array.NewRecordBatch(r.schema, cols, n), nil
+	return array.NewRecordBatch(schema, cols, n), nil
 }
 
-// gatherColumn returns the rows spans take from srcs, arrays of output
-// column c.
-func (r *Reader) gatherColumn(ctx context.Context, c int, srcs []arrow.Array, spans []span) (arrow.Array, error) {
-	field := r.schema.Field(c)
+// gatherColumn returns the rows spans take from srcs, arrays of field.
+func gatherColumn(ctx context.Context, mem memory.Allocator, field arrow.Field, srcs []arrow.Array, spans []span) (arrow.Array, error) {
 	var out arrow.Array
 	var err error
 	if gatherable(field.Type) {
-		out, err = r.gather(field.Type, srcs, spans)
+		out, err = gatherArray(mem, field.Type, srcs, spans)
 	} else {
-		out, err = r.take(ctx, srcs, spans)
+		out, err = take(ctx, mem, srcs, spans)
 	}
 	if err != nil {
-		return nil, errcode.Wrap(fmt.Errorf("column %q: %w", field.Name, err), errcode.Internal, "read", r.t.pin.URI)
+		return nil, fmt.Errorf("column %q: %w", field.Name, err)
 	}
 	return out, nil
 }
 
-// gather copies the rows spans take from srcs into a new array.
-func (r *Reader) gather(dt arrow.DataType, srcs []arrow.Array, spans []span) (arrow.Array, error) {
+// gatherArray copies the rows spans take from srcs into a new array.
+func gatherArray(mem memory.Allocator, dt arrow.DataType, srcs []arrow.Array, spans []span) (arrow.Array, error) {
 	data := make([]arrow.ArrayData, len(srcs))
 	for i, s := range srcs {
 		data[i] = s.Data()
 	}
-	out, err := gather(r.mem, dt, data, spans)
+	out, err := gather(mem, dt, data, spans)
 	if err != nil {
 		return nil, err
 	}
@@ -261,11 +278,11 @@ func (r *Reader) gather(dt arrow.DataType, srcs []arrow.Array, spans []span) (ar
 	return array.MakeFromData(out), nil
 }
 
-// take is gather for the types gather does not support (dictionaries,
+// take is gatherArray for the types gather does not support (dictionaries,
 // maps, extension types…): it concatenates the sources and picks the rows
 // with compute.Take.
-func (r *Reader) take(ctx context.Context, srcs []arrow.Array, spans []span) (arrow.Array, error) {
-	joined, err := array.Concatenate(srcs, r.mem)
+func take(ctx context.Context, mem memory.Allocator, srcs []arrow.Array, spans []span) (arrow.Array, error) {
+	joined, err := array.Concatenate(srcs, mem)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +291,7 @@ func (r *Reader) take(ctx context.Context, srcs []arrow.Array, spans []span) (ar
 	for i := 1; i < len(srcs); i++ {
 		base[i] = base[i-1] + int64(srcs[i-1].Len())
 	}
-	bld := array.NewInt64Builder(r.mem)
+	bld := array.NewInt64Builder(mem)
 	defer bld.Release()
 	for _, s := range spans {
 		for k := range s.n {
@@ -286,7 +303,42 @@ func (r *Reader) take(ctx context.Context, srcs []arrow.Array, spans []span) (ar
 	// Take runs on decoded memory and is short; it is not canceled because
 	// arrow-go v18.8.0's executor leaks its output buffers when its context is
 	// canceled mid-call.
-	return compute.TakeArray(compute.WithAllocator(context.WithoutCancel(ctx), r.mem), joined, indices)
+	return compute.TakeArray(compute.WithAllocator(context.WithoutCancel(ctx), mem), joined, indices)
+}
+
+// Interleave returns the rows of srcs, record batches of one schema, in the
+// order from gives: row i of the result is the next row not yet taken of
+// srcs[from[i]]. It copies each value once, consecutive rows of a source
+// in one copy, as a Reader assembles the rows of several row groups. from
+// must take every row of every source once.
+func Interleave(ctx context.Context, mem memory.Allocator, srcs []arrow.RecordBatch, from []int32) (arrow.RecordBatch, error) {
+	const op = "interleave"
+	if len(srcs) == 0 {
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "no record batches")
+	}
+	schema := srcs[0].Schema()
+	next := make([]int64, len(srcs))
+	var spans []span
+	for i, src := range from {
+		if src < 0 || int(src) >= len(srcs) || next[src] == srcs[src].NumRows() {
+			return nil, errcode.New(errcode.InvalidArgument, op, "", "row %d: no row left of record batch %d of %d", i, src, len(srcs))
+		}
+		spans = appendSpan(spans, int(src), next[src], 1)
+		next[src]++
+	}
+	for i, src := range srcs {
+		if !src.Schema().Equal(schema) {
+			return nil, errcode.New(errcode.InvalidArgument, op, "", "record batch %d's schema %s differs from the first's, %s", i, src.Schema(), schema)
+		}
+		if next[i] != src.NumRows() {
+			return nil, errcode.New(errcode.InvalidArgument, op, "", "took %d of record batch %d's %d rows", next[i], i, src.NumRows())
+		}
+	}
+	rec, err := assemble(ctx, mem, schema, srcs, spans, int64(len(from)))
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, op, "")
+	}
+	return rec, nil
 }
 
 // GroupRef names one row group of one file of the table.

@@ -606,6 +606,14 @@ func decodeSchema(b []byte) (s *arrow.Schema, err error) {
 	return r.Schema(), nil
 }
 
+// RowGroupOf returns the row group holding row id, numbered through the
+// table's files in order, and the row's index in it. id must be in
+// [0, NumRows).
+func (t *Table) RowGroupOf(id int64) (group int, row int64) {
+	g := t.groupOf(id)
+	return g, id - t.groupStarts[g]
+}
+
 // groupOf returns the index in t.groups of the row group holding row id,
 // which must be < NumRows.
 func (t *Table) groupOf(id int64) int {
