@@ -176,7 +176,7 @@ func (s *MixtureStream) plan(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		st, err := l.stepStream(s.ctx, key[1], d, wanted[key], 0, nil)
+		st, err := l.stepStream(s.ctx, key[1], d, wanted[key], 0, nil, nil)
 		if err != nil {
 			return err
 		}

@@ -35,6 +35,18 @@ type StreamOptions struct {
 	// ask for runs. 0 behaves as 1.
 	Run int `json:"run"`
 
+	// ShareSteps has the workers share every step instead of taking turns
+	// at steps or runs: each deals all the rank's steps from StartStep,
+	// but only the rows its own blocks of the table hold (see owners), and
+	// each Batch says where its rows go in their steps (Batch.Places). A
+	// consumer merges the workers' parts of each step. Workers taking
+	// turns each decode most of the pages of the steps they deal, so K of
+	// them decode up to K times what one stream does in a shuffle; workers
+	// sharing steps decode each page once between them, and each keeps
+	// rows for as many steps ahead in its 1/K of a budget as one stream
+	// does in all of it. Run does not apply.
+	ShareSteps bool `json:"share_steps"`
+
 	// CoalesceBytes, when positive, lets one Batch hold several of the
 	// worker's consecutive steps (sample-count steps only), as many as fit in about this many bytes (at
 	// most MaxCoalescedSteps). Each step that crosses into Python or C costs
@@ -62,7 +74,18 @@ type Batch struct {
 	// RowIDs are the table's row ids of Record's rows, in order; the
 	// stream does not change them.
 	RowIDs []uint64
+	// Places says where each row of Record goes, in a stream whose workers
+	// share steps (StreamOptions.ShareSteps); nil otherwise. Record holds
+	// the worker's rows of each step, steps in order and each step's rows in
+	// the order of the rank's share, and the workers' rows of a step
+	// together are the rank's share of it, once each. It is not nil in a
+	// shared stream, also when the worker deals no row of the steps.
+	Places []Place
 }
+
+// A Place is where a row of a batch goes when workers share steps: row
+// Index of the rank's share of global step Batch.Step + Step.
+type Place struct{ Step, Index int32 }
 
 type result struct {
 	batch Batch
@@ -150,6 +173,8 @@ func (l *Loader) streamAfter(ctx context.Context, so StreamOptions, prev *Stream
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "coalesce_bytes %d is negative", so.CoalesceBytes)
 	case so.Run < 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "run %d is negative", so.Run)
+	case so.ShareSteps && so.StartStep < 0:
+		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d is negative", so.StartStep)
 	case so.CoalesceBytes > 0 && l.opts.TokensPerStep != 0:
 		return nil, errcode.New(errcode.InvalidArgument, op, "",
 			"coalesce_bytes %d does not apply to token-budget steps: their rows vary, so a batch is one step", so.CoalesceBytes)
@@ -162,15 +187,24 @@ func (l *Loader) streamAfter(ctx context.Context, so StreamOptions, prev *Stream
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "start step %d of worker %d out of range [%d, %d]",
 			so.StartStep, so.Worker, -so.Worker, d.Steps())
 	}
+	if so.ShareSteps {
+		own, err := newOwners(ctx, l.table, int64(so.Worker), int64(k))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		steps := workerSteps(so.StartStep, d.Steps(), 0, 1, 1)
+		return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes, own, prev)
+	}
 	steps := workerSteps(so.StartStep, d.Steps(), int64(so.Worker), int64(k), int64(max(so.Run, 1)))
-	return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes, prev)
+	return l.stepStream(ctx, so.Epoch, d, steps, so.CoalesceBytes, nil, prev)
 }
 
 // stepStream starts producing this rank's batches of steps, steps of epoch
 // (whose dealing order is d) in [0, d.Steps()), in that order: each once,
 // in any order a consumer asks for (a Stream's worker turns, a Mixture's
-// draws). prev is nil, or as streamAfter says.
-func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []int64, coalesce int64, prev *Stream) (*Stream, error) {
+// draws). own, if not nil, keeps the rows of one of the workers sharing the
+// steps (StreamOptions.ShareSteps). prev is nil, or as streamAfter says.
+func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []int64, coalesce int64, own *owners, prev *Stream) (*Stream, error) {
 	order := l.EpochOrder(epoch)
 	// The sizes of rows are guessed from the first the stream deals, or the
 	// epoch's first when the rank's first step has none.
@@ -205,7 +239,7 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
-	go s.plan(ctx, l, d, order, steps, coalesce)
+	go s.plan(ctx, l, d, order, steps, coalesce, own)
 	var after <-chan struct{}
 	if prev != nil {
 		after = prev.finished
@@ -214,9 +248,10 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 	return s, nil
 }
 
-// batch is one batch of a horizon: steps, whose rows are positions
-// [from, to) of the horizon's kept rows.
+// batch is one batch of a horizon: steps, the horizon's from its first-th
+// on, whose rows are positions [from, to) of the horizon's kept rows.
 type batch struct {
+	first    int
 	steps    []int64
 	from, to int
 }
@@ -226,6 +261,7 @@ type batch struct {
 type horizon struct {
 	kept    *table.Kept
 	ids     []uint64 // of the kept rows, in order
+	places  []Place  // of the kept rows when workers share steps, Step counting from the horizon's first
 	batches []batch
 	left    atomic.Int64 // batches not read yet
 	err     error        // the planner's, in place of any batch
@@ -236,8 +272,9 @@ type horizon struct {
 // hands them to produce in order. It plans a horizon as soon as produce has
 // taken the one before, so that the next horizon's rows are decoded while
 // the one before is read, as fast as the budget frees room for them. Once
-// the last horizon's rows are decoded it closes decoded.
-func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, coalesce int64) (err error) {
+// the last horizon's rows are decoded it closes decoded. With own, it keeps
+// only the rows own deals, and their places.
+func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, coalesce int64, own *owners) (err error) {
 	defer func() {
 		if err != nil {
 			select {
@@ -256,12 +293,17 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		// first row: a step of a grouped deal or of token budgets may give
 		// this rank none.
 		var ids []uint64
+		var places []Place
 		var ends []int
 		var rowBytes int64
 		for len(ends) < len(steps) {
 			more, err := d.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
 			if err != nil {
 				return err
+			}
+			var placed []Place
+			if own != nil {
+				more, placed = own.keep(more, int32(len(ends)))
 			}
 			if rowBytes == 0 && len(more) > 0 {
 				groups, err := s.reader.Groups(more[:1])
@@ -276,6 +318,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 				break
 			}
 			ids = append(ids, more...)
+			places = append(places, placed...)
 			ends = append(ends, len(ids))
 		}
 		n := len(ends)
@@ -283,7 +326,10 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		if err != nil {
 			return err
 		}
-		h := &horizon{kept: kept, ids: ids}
+		if own != nil && places == nil {
+			places = []Place{} // a shared stream's batches have places, also when it deals none of their rows
+		}
+		h := &horizon{kept: kept, ids: ids, places: places}
 		last = kept
 		s.mu.Lock()
 		s.kepts = append(s.kepts, kept)
@@ -293,12 +339,16 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		// batch's rows say its step's.
 		per := 1
 		if coalesce > 0 && !l.deal.Grouped {
-			per = int(min(max(coalesce/max(rowBytes*l.RankBatchSize(), 1), 1), MaxCoalescedSteps))
+			rows := l.RankBatchSize()
+			if own != nil {
+				rows = (rows + own.k - 1) / own.k
+			}
+			per = int(min(max(coalesce/max(rowBytes*rows, 1), 1), MaxCoalescedSteps))
 		}
 		from := 0
 		for i := 0; i < n; i += per {
 			j := min(i+per, n)
-			h.batches = append(h.batches, batch{steps: steps[i:j], from: from, to: ends[j-1]})
+			h.batches = append(h.batches, batch{first: i, steps: steps[i:j], from: from, to: ends[j-1]})
 			from = ends[j-1]
 		}
 		h.left.Store(int64(len(h.batches)))
@@ -397,7 +447,14 @@ func (s *Stream) read(ctx context.Context, h *horizon, b batch, ch chan<- result
 	if err != nil {
 		return result{err: err}
 	}
-	return result{batch: Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec, RowIDs: h.ids[b.from:b.to:b.to]}}
+	out := Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec, RowIDs: h.ids[b.from:b.to:b.to]}
+	if h.places != nil {
+		out.Places = make([]Place, b.to-b.from)
+		for i, p := range h.places[b.from:b.to] {
+			out.Places[i] = Place{Step: p.Step - int32(b.first), Index: p.Index}
+		}
+	}
+	return result{batch: out}
 }
 
 // closeKept closes a horizon's kept rows once.
