@@ -75,6 +75,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 
@@ -94,7 +95,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 5
+const abiVersion = 6
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -586,16 +587,111 @@ func croupier_stream_next(h C.uint64_t, outArray *C.struct_ArrowArray, outSchema
 			return err
 		}
 		defer b.Record.Release()
+		rec := b.Record
+		if b.Places != nil {
+			rec = withPlaces(rec, b.Places)
+			defer rec.Release()
+		}
 		// A stream's schema never changes: a caller that has it passes no
 		// out_schema and skips exporting and importing it for every batch.
 		var schema *cdata.CArrowSchema
 		if outSchema != nil {
 			schema = (*cdata.CArrowSchema)(unsafe.Pointer(outSchema))
 		}
-		cdata.ExportArrowRecordBatch(b.Record, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), schema)
+		cdata.ExportArrowRecordBatch(rec, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), schema)
 		*outStep, *outSteps = C.int64_t(b.Step), C.int64_t(b.Steps)
 		return nil
 	})
+}
+
+// placesColumn names the column croupier_stream_next adds to the batches of
+// a stream whose workers share steps.
+const placesColumn = "croupier.places"
+
+// withPlaces returns rec with its rows' places as a last int64 column:
+// a row that is row i of the rank's share of step Batch.Step + j has
+// j<<32 | i. One column crosses the C ABI with the batch, in the same call.
+func withPlaces(rec arrow.RecordBatch, places []loader.Place) arrow.RecordBatch {
+	b := array.NewInt64Builder(loader.DefaultAllocator)
+	defer b.Release()
+	b.Reserve(len(places))
+	for _, p := range places {
+		b.UnsafeAppend(int64(p.Step)<<32 | int64(p.Index))
+	}
+	col := b.NewInt64Array()
+	defer col.Release()
+	fields := append(rec.Schema().Fields(), arrow.Field{Name: placesColumn, Type: arrow.PrimitiveTypes.Int64})
+	return array.NewRecordBatch(arrow.NewSchema(fields, nil), append(rec.Columns(), col), rec.NumRows())
+}
+
+//export croupier_merge_shared
+func croupier_merge_shared(stream *C.struct_ArrowArrayStream, steps C.int64_t, outArray *C.struct_ArrowArray, outSchema *C.struct_ArrowSchema, outSizes *C.int64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		r, err := importStream(stream)
+		if err != nil {
+			return err
+		}
+		defer r.Release()
+		if steps < 0 {
+			return errcode.New(errcode.InvalidArgument, "merge shared steps", "", "steps %d is negative", steps)
+		}
+		recs, places, err := withoutPlaces(r)
+		defer func() {
+			for _, rec := range recs {
+				rec.Release()
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		rec, sizes, err := loader.Merge(callContext(), loader.DefaultAllocator, recs, places, int(steps))
+		if err != nil {
+			return err
+		}
+		defer rec.Release()
+		var schema *cdata.CArrowSchema
+		if outSchema != nil {
+			schema = (*cdata.CArrowSchema)(unsafe.Pointer(outSchema))
+		}
+		cdata.ExportArrowRecordBatch(rec, (*cdata.CArrowArray)(unsafe.Pointer(outArray)), schema)
+		out := unsafe.Slice(outSizes, len(sizes))
+		for i, n := range sizes {
+			out[i] = C.int64_t(n)
+		}
+		return nil
+	})
+}
+
+// withoutPlaces reads the record batches of r, whose last column is
+// placesColumn, and returns them without it, and their places.
+func withoutPlaces(r array.RecordReader) ([]arrow.RecordBatch, [][]loader.Place, error) {
+	const op = "merge shared steps"
+	schema := r.Schema()
+	last := schema.NumFields() - 1
+	if last < 0 || schema.Field(last).Name != placesColumn || schema.Field(last).Type.ID() != arrow.INT64 {
+		return nil, nil, errcode.New(errcode.InvalidArgument, op, "", "the record batches' last column is not %s (int64): %s", placesColumn, schema)
+	}
+	md := schema.Metadata()
+	data := arrow.NewSchema(schema.Fields()[:last], &md)
+	var recs []arrow.RecordBatch
+	var places [][]loader.Place
+	for r.Next() {
+		rec := r.RecordBatch()
+		keys := rec.Column(last).(*array.Int64)
+		if keys.NullN() > 0 {
+			return recs, nil, errcode.New(errcode.InvalidArgument, op, "", "record batch %d has null places", len(recs))
+		}
+		ps := make([]loader.Place, keys.Len())
+		for i, v := range keys.Int64Values() {
+			ps[i] = loader.Place{Step: int32(v >> 32), Index: int32(uint32(v))}
+		}
+		recs = append(recs, array.NewRecordBatch(data, rec.Columns()[:last], rec.NumRows()))
+		places = append(places, ps)
+	}
+	if err := r.Err(); err != nil {
+		return recs, nil, errcode.Wrap(err, errcode.InvalidArgument, op, "")
+	}
+	return recs, places, nil
 }
 
 //export croupier_stream_stats

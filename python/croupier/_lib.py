@@ -25,7 +25,7 @@ import queue
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from types import TracebackType
 from typing import Any, TypeVar
@@ -125,7 +125,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -223,6 +223,17 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
             ctypes.POINTER(ArrowArray),
             ctypes.POINTER(ArrowSchema),
             ctypes.POINTER(ctypes.c_int64),
+            ctypes.POINTER(ctypes.c_int64),
+            _ERR,
+        ],
+        _INT,
+    ),
+    "croupier_merge_shared": (
+        [
+            ctypes.POINTER(ArrowArrayStream),
+            ctypes.c_int64,
+            ctypes.POINTER(ArrowArray),
+            ctypes.POINTER(ArrowSchema),
             ctypes.POINTER(ctypes.c_int64),
             _ERR,
         ],
@@ -827,6 +838,40 @@ def dataset_epoch_steps(dataset: int, epoch: int) -> int:
 def stream_open(dataset: int, options: dict[str, Any]) -> Handle:
     """Open a stream of one rank's batches (options of ``croupier_stream_open``)."""
     return _handle_out("croupier_stream_open", dataset, _encode(options))
+
+
+def merge_shared(
+    parts: Sequence[pa.RecordBatch], steps: int, schema: pa.Schema | None = None
+) -> tuple[pa.RecordBatch, list[int]]:
+    """The workers' ``parts`` of ``steps`` consecutive steps of streams that share
+    steps, merged: the rank's rows of the steps, in order, and the rows of each.
+
+    Each part has the stream's ``croupier.places`` column last, its steps
+    counted from the first of the steps (see ``croupier_merge_shared``);
+    ``schema``, the merged batches' (the parts' without it), if known, spares
+    exporting and importing it.
+    """
+    stream = _export_stream(pa.RecordBatchReader.from_batches(parts[0].schema, parts))
+    array, sizes = ArrowArray(), (ctypes.c_int64 * steps)()
+    c_schema = ArrowSchema() if schema is None else None
+    try:
+        _call(
+            _lib().croupier_merge_shared,
+            ctypes.byref(stream),
+            steps,
+            ctypes.byref(array),
+            None if c_schema is None else ctypes.byref(c_schema),
+            sizes,
+        )
+        batch = pa.RecordBatch._import_from_c(
+            ctypes.addressof(array),
+            schema if c_schema is None else ctypes.addressof(c_schema),
+        )
+        return batch, list(sizes)
+    finally:
+        _release_unimported(array)
+        if c_schema is not None:
+            _release_unimported(c_schema)
 
 
 def stream_next(

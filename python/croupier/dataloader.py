@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing.util
 import os
 import signal
@@ -15,7 +16,8 @@ import torch.utils.data
 import torch.utils.data._utils.worker
 
 from . import _lib
-from .dataset import Steps, StreamingDataset, merge_stats
+from ._runs import Steps, merge_runs
+from .dataset import StreamingDataset, merge_stats
 from .errors import InternalError, InvalidArgumentError
 from .follow import FollowingDataset, FollowStep
 from .mixture import Mixture, MixtureStep
@@ -62,6 +64,11 @@ class _WorkerStart:
             _die_with_parent(self.trainer)
         _lib.stop_waiting_when(done.is_set)
         _share_cores()
+        # The objects the worker has now (torch's, croupier's, the dataset's)
+        # live as long as it does: frozen, the cyclic collector no longer
+        # walks them on every full collection, which took a third of a
+        # worker's CPU time.
+        gc.freeze()
         if self.init_fn is not None:
             self.init_fn(worker_id)
 
@@ -158,15 +165,18 @@ class DataLoader(torch.utils.data.DataLoader):
       budget (its default when the dataset has none), so that the workers
       together hold what one process would; ``divide_budget=False`` gives each
       worker all of it.
-    - workers deal runs of 16 consecutive steps in turns (worker k makes runs
-      k, k + K, ...), which touch fewer row groups than every K-th step in
-      orders with locality, send each run in Arrow as one item, and this
-      process converts them to the dataset's format: torch hands over each
-      tensor through a shared-memory file of its own, which costs more than
-      making the step. torch takes one item from each worker in turn, so the
-      runs arrive in step order. Workers convert batches themselves and deal
-      single steps in turns, as with torch's loader, when the dataset has a
-      ``collate``, a ``collate_fn`` is given or ``pin_memory`` is set.
+    - workers share every step: each deals the rows of its own blocks of the
+      table, so that a page is decoded by one worker and each holds rows for as
+      many steps ahead in its share of the budget as one process does in all
+      of it. Each sends its rows of every run of 16 consecutive steps, in
+      Arrow, through shared-memory slots of its own, and this process merges
+      the workers' parts of each run and converts them to the dataset's
+      format (see ``croupier._runs``). Workers convert batches themselves and
+      deal single steps in turns, as with torch's loader, when the dataset has
+      a ``collate``, a ``collate_fn`` is given or ``pin_memory`` is set.
+    - workers do not collect their startup objects (torch's, the dataset's)
+      with Python's cyclic collector: they are frozen (``gc.freeze()``) before
+      the ``worker_init_fn`` runs.
     - a Mixture's or a FollowingDataset's workers make single steps in turns
       (worker k makes steps k, k + K, ...), converted, each with the dataset's
       position after it, which this process takes as it hands the step over.
@@ -242,8 +252,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def _from_workers(self) -> Iterator[Any]:
         """torch's iterator over what the workers send.
 
-        Workers deal runs of steps and send them in Arrow, for this process to
-        convert (see croupier.dataset.Steps), unless something must run on
+        Workers share runs of steps and send their rows in Arrow, for this
+        process to merge and convert (see croupier._runs), unless something must run on
         converted batches in the workers: the dataset's collate, a collate_fn,
         pinning. They divide the dataset's memory budget unless divide_budget
         is False. A Mixture's workers send single converted steps with the
@@ -336,22 +346,31 @@ class DataLoader(torch.utils.data.DataLoader):
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         ds = self.dataset
         workers: dict[int, dict[str, int]] = {}  # each worker's counters, as last sent
+        parts: list[Steps] = []  # of the run being gathered, from workers 0, 1, ...
+        slots: dict[tuple[int, int], torch.Tensor] = {}  # the workers' (see croupier._runs)
+        schema = None  # of the merged runs
         for batch in batches:
             if not isinstance(batch, Steps):
                 ds._count_delivered()
                 yield batch
                 continue
             workers[batch.worker] = batch.stats
-            ds._stats = merge_stats(workers.values())
-            # torch takes one item from each worker in turn, and worker k sends
-            # runs k, k + K, ...: each run begins at the next step.
-            if batch.first != ds.steps_consumed:
+            ds._stats = merge_stats(workers.values(), shared=True)
+            # torch takes one item from each worker in turn, and every worker
+            # sends its rows of every run: the parts of a run come one after
+            # the other, and each run begins at the next step.
+            if batch.first != ds.steps_consumed or batch.worker != len(parts):
                 raise InternalError(
-                    f"croupier.DataLoader: a worker sent steps {batch.first} to "
-                    f"{batch.first + batch.steps - 1} of epoch {ds.epoch} when step "
-                    f"{ds.steps_consumed} was next"
+                    f"croupier.DataLoader: worker {batch.worker} sent steps {batch.first} to "
+                    f"{batch.first + batch.steps - 1} of epoch {ds.epoch} when worker "
+                    f"{len(parts)}'s rows of the run from step {ds.steps_consumed} were next"
                 )
-            for out in ds._convert(batch.batch, batch.sizes):
+            parts.append(batch)
+            if len(parts) < self.num_workers:
+                continue
+            rows, sizes = merge_runs(parts, slots, schema)
+            parts, schema = [], rows.schema
+            for out in ds._convert(rows, sizes):
                 out = self.collate_fn(out)
                 ds._count_delivered()
                 yield out

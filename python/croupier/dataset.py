@@ -9,8 +9,8 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 
 - ``num_workers=0`` (any loader): the dataset, as it yields each batch;
 - :class:`croupier.DataLoader` with workers: the loader, in the main process,
-  as it hands each batch to the training loop (its workers deal runs of
-  consecutive steps, see :class:`Steps`);
+  as it hands each batch to the training loop (its workers share runs of
+  consecutive steps, see :mod:`croupier._runs`);
 - ``torchdata``'s ``StatefulDataLoader`` with workers: each worker's copy, whose
   ``state_dict()`` the loader collects (call ``loader.state_dict()`` then). A
   checkpoint taken after the last batch of an epoch continues with the next
@@ -34,7 +34,8 @@ import torch
 import torch.utils.data
 
 from . import _args, _lib
-from .errors import InvalidArgumentError
+from ._runs import PLACES, RUN_STEPS, Outbox, Steps
+from .errors import InternalError, InvalidArgumentError
 from .formats import check_format, check_packing, convert_steps, pack
 from .permutation import Permutation
 from .table import Table
@@ -46,14 +47,6 @@ STATE_FORMAT = 2
 # each crossing and conversion costs tens of microseconds, however small the
 # step (see croupier.formats.convert_steps).
 _COALESCE_BYTES = 1 << 20
-# Steps in each run a croupier.DataLoader worker deals (see Steps). Consecutive
-# steps read consecutive rows of each stream, so a worker dealing 16 of them
-# touches fewer row groups than one dealing every K-th step, in orders with
-# locality; and a run crosses to the main process as one item, so torch, which
-# keeps prefetch_factor items of each worker in flight, holds up to 16 times
-# the steps it would with single steps. Steps under 64 KiB already crossed up
-# to 1 MiB at a time (see _COALESCE_BYTES), so for them a run holds no more.
-_RUN_STEPS = 16
 # State dict formats load_state_dict reads: 1 has no table_id and no
 # permutation_uri, and binds its table by URI.
 _READ_FORMATS = (1, STATE_FORMAT)
@@ -100,16 +93,18 @@ _MOST_STATS = frozenset(
 )
 
 
-def merge_stats(streams: Iterable[Mapping[str, int]]) -> dict[str, int]:
+def merge_stats(streams: Iterable[Mapping[str, int]], shared: bool = False) -> dict[str, int]:
     """The counters of several workers' streams as one: the most of each worker
-    for a peak, a size and the counts of rounds formed (``_MOST_STATS``), the sum
-    for every other key."""
+    for a peak, a size and the counts of rounds formed (``_MOST_STATS``), and
+    for the steps of workers that share steps (each deals every step, see
+    croupier._runs), the sum for every other key."""
+    most = _MOST_STATS | {"steps"} if shared else _MOST_STATS
     out: dict[str, int] = {}
     for stats in streams:
         for key, value in stats.items():
             if key not in out:
                 out[key] = value
-            elif key in _MOST_STATS:
+            elif key in most:
                 out[key] = max(out[key], value)
             else:
                 out[key] += value
@@ -164,71 +159,6 @@ class _WorkerBudget:
             f"{self._info['memory_budget']} among its workers, {budget} bytes each; "
             "raise memory_budget, or pass divide_budget=False to give each worker all of it)"
         )
-
-
-class Steps:
-    """A run of consecutive steps of one DataLoader worker, still in Arrow, on its
-    way to :class:`croupier.DataLoader` in the main process, which converts them.
-
-    torch hands each tensor of a batch from a worker to the main process through
-    its own shared-memory file and socket: about 0.5 ms a tensor, several
-    times what croupier takes to make the step. Anything else crosses pickled
-    through a pipe: for a run of a few MB, the worker copies it into the pickle
-    and the pipe and the main process out of both, which costs more CPU than
-    reading the rows. So the run crosses as one tensor: the worker writes the
-    batch once, in Arrow's IPC stream format, into a tensor in shared memory,
-    and the main process reads its columns in place (:attr:`batch`).
-
-    Under croupier.DataLoader, worker k of K deals the runs k, k + K, k + 2K, …
-    of ``_RUN_STEPS`` steps from the iteration's first step (the epoch's last
-    run may be shorter), and sends each as one Steps. torch takes one item from
-    each worker in turn, so the runs reach the main process in step order: it
-    holds no more than the run it is converting.
-
-    Each also carries its worker's index and the counters of its worker's
-    stream when it was sent (:meth:`StreamingDataset.stats`), which the loader
-    adds up over the workers.
-    """
-
-    __slots__ = ("data", "first", "sizes", "stats", "steps", "worker")
-
-    def __init__(
-        self,
-        first: int,
-        sizes: list[int],
-        batch: pa.RecordBatch,
-        worker: int,
-        stats: dict[str, int],
-    ) -> None:
-        self.first, self.sizes, self.steps = first, sizes, len(sizes)
-        self.data = _shared_ipc(batch)
-        self.worker, self.stats = worker, stats
-
-    @property
-    def batch(self) -> pa.RecordBatch:
-        """The steps' rows; their buffers are views of :attr:`data`, which they keep."""
-        return pa.ipc.open_stream(pa.py_buffer(self.data.numpy())).read_next_batch()
-
-    def step_numbers(self) -> range:
-        """The global steps the batch holds, in order."""
-        return range(self.first, self.first + self.steps)
-
-
-def _shared_ipc(batch: pa.RecordBatch) -> torch.Tensor:
-    """``batch`` as an Arrow IPC stream in a byte tensor in shared memory, written once."""
-
-    def write(sink: pa.NativeFile) -> None:
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-
-    size = pa.MockOutputStream()  # counts the bytes, copies none
-    write(size)
-    # Made in shared memory, as torch.multiprocessing makes the storages it
-    # moves there: Tensor.share_memory_() would copy a tensor made first,
-    # faulting in its pages: 7.9 ms of CPU for 3.2 MB against 0.8 ms.
-    data = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size.size()))
-    write(pa.FixedSizeBufferWriter(pa.py_buffer(data.numpy())))
-    return data
 
 
 class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerBudget):
@@ -390,9 +320,9 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         self._worker_position = False
         self._shipped = False  # pickled to worker processes by the main process
         self._loader_counts = False  # a croupier.DataLoader counts delivered steps
-        # Set by croupier.DataLoader on the copies its workers get: they deal
-        # runs of steps and send them in Arrow, and the loader converts them in
-        # the main process (see Steps).
+        # Set by croupier.DataLoader on the copies its workers get: they share
+        # runs of steps and send them in Arrow, and the loader merges and
+        # converts them in the main process (see croupier._runs).
         self._send_runs = False
         # The stream __iter__ reads now, weakly: the dataset must not keep a
         # stream alive that an interrupted iteration left behind.
@@ -528,7 +458,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
                 "start_step": start,
                 "worker": k,
                 "num_workers": num_workers,
-                "run": _RUN_STEPS if runs else 1,
+                "share_steps": runs,
                 # Token-budget steps vary in rows: one a batch, so that
                 # each batch is one step.
                 "coalesce_bytes": 0 if self.tokens_per_step else _COALESCE_BYTES,
@@ -537,7 +467,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         try:
             self._stream = weakref.ref(stream)
             if runs:
-                yield from self._runs(stream, start, k, stride)
+                yield from self._runs(stream, start, k)
             else:
                 for first, steps, batch in _read(stream):
                     outs = self._convert(batch, self._step_sizes(steps, batch.num_rows))
@@ -562,35 +492,41 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         with self._budget_errors():
             return _lib.stream_open(self._handle(), options)
 
-    def _runs(self, stream: _lib.Handle, start: int, worker: int, workers: int) -> Iterator[Steps]:
-        """Worker ``worker``'s runs of ``_RUN_STEPS`` steps from ``start``, one Steps each.
+    def _runs(self, stream: _lib.Handle, start: int, worker: int) -> Iterator[Steps]:
+        """Worker ``worker``'s rows of each run of ``RUN_STEPS`` steps from
+        ``start``, from a stream that shares steps, one Steps each (see
+        croupier._runs).
 
-        A batch from Go holds consecutive steps of the worker, so it may end one
-        run and begin the worker's next, and a run may take several batches. A
-        run made of several parts is copied into one batch; a run cut from one
-        batch is written as a slice, which Arrow's IPC format writes compactly.
+        A batch from Go holds consecutive steps, so it may end one run and
+        begin the next, and a run may take several batches: a run is written
+        as the slices of the batches that hold it, one after the other.
         """
-        rows, end = self.rank_batch_size, self.steps_per_epoch
+        end = self.steps_per_epoch
+        outbox = Outbox(worker)
+        run_first = start
         parts: list[pa.RecordBatch] = []
-        sizes: list[int] = []
         for first, steps, batch in _read(stream):
-            t, done = first, 0
-            while done < steps:
-                run_first = start + (t - start) // _RUN_STEPS * _RUN_STEPS
-                run_end = min(run_first + _RUN_STEPS, end)
-                n = min(steps - done, run_end - t)
-                # Only a batch of several steps, all of rows rows but the
-                # epoch's last, is ever cut.
-                part = batch if n == steps else batch.slice(done * rows, n * rows)
+            at = batch.num_columns - 1
+            if batch.schema.names[at] != PLACES:
+                raise InternalError(f"a shared stream's batch has no {PLACES} column")
+            places = batch.column(at).to_numpy()
+            cuts = np.searchsorted(places >> 32, np.arange(steps + 1))
+            t = first
+            while t < first + steps:
+                run_end = min(run_first + RUN_STEPS, end)
+                n = min(first + steps, run_end) - t
+                lo, hi = cuts[t - first], cuts[t - first + n]
+                # Places count steps from the run's first, not the batch's.
+                part = batch.slice(lo, hi - lo)
+                if first != run_first:
+                    moved = places[lo:hi] + ((first - run_first) << 32)
+                    part = part.set_column(at, batch.schema.field(at), pa.array(moved))
                 parts.append(part)
-                sizes += self._step_sizes(n, part.num_rows)
-                t, done = t + n, done + n
+                t += n
                 if t == run_end:
-                    one = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
                     stats = _lib.stream_stats(stream.value)
-                    yield Steps(run_first, sizes, one, worker, stats)
-                    parts, sizes = [], []
-                    t += (workers - 1) * _RUN_STEPS  # the worker's next run
+                    yield outbox.send(run_first, run_end - run_first, parts, stats)
+                    run_first, parts = run_end, []
 
     def _step_sizes(self, steps: int, rows: int) -> list[int]:
         """The rows of each of ``steps`` consecutive steps that hold ``rows`` together.

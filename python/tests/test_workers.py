@@ -19,7 +19,8 @@ from conftest import plain
 
 import croupier as cr
 from croupier import _lib
-from croupier.dataset import _RUN_STEPS, Steps, merge_stats
+from croupier._runs import RUN_STEPS, Steps, merge_runs
+from croupier.dataset import merge_stats
 
 G, S = 16, 8
 
@@ -111,55 +112,89 @@ def test_workers_divide_the_memory_budget(table_uri: str) -> None:
     assert dataset(table_uri)._info["memory_budget"] == 512 << 20
 
 
+def shared_stream(ds: cr.StreamingDataset, start: int, w: int, k: int, coalesce: int) -> Any:
+    """Worker w of k's stream from step ``start``, sharing steps."""
+    options = {"epoch": 0, "start_step": start, "worker": w, "num_workers": k,
+               "share_steps": True, "coalesce_bytes": coalesce}  # fmt: skip
+    return _lib.stream_open(ds._handle(), options)
+
+
+def shared_runs(ds: cr.StreamingDataset, start: int, w: int, k: int, coalesce: int) -> list[Steps]:
+    """Worker w of k's runs from step ``start``, sharing steps, none released
+    (each in a slot of its own)."""
+    stream = shared_stream(ds, start, w, k, coalesce)
+    try:
+        return list(ds._runs(stream, start, w))
+    finally:
+        stream.close()
+
+
 @pytest.mark.parametrize("coalesce", [0, 4 << 10, 1 << 20])
-def test_runs_are_cut_from_the_streams_batches(table_uri: str, coalesce: int) -> None:
-    """A worker's runs, made of batches of one step each, of several steps that
-    end inside a run, or of up to 64 steps that span runs: each holds the rows of
-    its steps, in one compact batch, and the worker's runs come in turn."""
-    want = [batch["id"].tolist() for batch in dataset(table_uri)]
-    end = len(want)
-    ds = dataset(table_uri)
-    for k, start in [(1, 0), (3, 0), (2, 21), (3, end - 20)]:
-        for w in range(k):
-            options = {"epoch": 0, "start_step": start, "worker": w, "num_workers": k,
-                       "run": _RUN_STEPS, "coalesce_bytes": coalesce}  # fmt: skip
-            stream = _lib.stream_open(ds._handle(), options)
-            try:
-                runs = list(ds._runs(stream, start, w, k))
-            finally:
-                stream.close()
-            firsts = range(start + w * _RUN_STEPS, end, k * _RUN_STEPS)
-            assert [r.first for r in runs] == list(firsts)
-            for r in runs:
-                assert r.steps == min(_RUN_STEPS, end - r.first)
-                rows = [i for t in r.step_numbers() for i in want[t]]
-                assert r.batch.column("id").to_pylist() == rows
-                assert r.batch.get_total_buffer_size() == r.batch.nbytes  # no slice of more
+def test_runs_are_cut_from_the_streams_batches(
+    orders: dict[str, cr.Permutation], coalesce: int
+) -> None:
+    """The workers' runs, made of batches of one step each, of several steps that
+    end inside a run, or of up to 64 steps that span runs: every worker sends
+    every run, its part written compactly, and the parts merge to the rows of
+    the run's steps."""
+    for order in orders.values():
+        ds = dataset(order)
+        rows = [batch["id"].tolist() for batch in ds]
+        end = len(rows)
+        for k, start in [(1, 0), (3, 0), (2, 21), (3, end - 20)]:
+            workers = [shared_runs(ds, start, w, k, coalesce) for w in range(k)]
+            slots: dict[tuple[int, int], torch.Tensor] = {}
+            for w, runs in enumerate(workers):
+                assert [r.first for r in runs] == list(range(start, end, RUN_STEPS))
+                assert all(r.worker == w for r in runs)
+                for r in runs:
+                    assert r.steps == min(RUN_STEPS, end - r.first)
+                    for b in r.batches(slots):
+                        assert b.get_total_buffer_size() == b.nbytes  # no slice of more
+            schema = None
+            for parts in zip(*workers, strict=True):
+                merged, sizes = merge_runs(parts, slots, schema)
+                steps = parts[0].step_numbers()
+                assert merged.column("id").to_pylist() == [i for t in steps for i in rows[t]]
+                assert sizes == [len(rows[t]) for t in steps]
+                schema = merged.schema
+            assert all(slot[0] == 0 for slot in slots.values())  # all released
 
 
 def test_runs_cross_in_shared_memory(table_uri: str) -> None:
-    """A run pickles for a worker's result queue, with torch's reductions, as a
-    handle to shared memory and not its rows; what arrives reads the same rows,
-    in place."""
+    """A worker writes its runs into shared-memory slots of its own: a run
+    pickles for the worker's result queue, with torch's reductions, as a
+    handle to its slot's memory when the slot is new, and as the slot's number
+    once the main process has released it and the worker uses it again;
+    what arrives reads the same rows, in place."""
     columns = ["id", "tokens", "text"]
     ds = cr.StreamingDataset(cr.open_table(table_uri), global_batch_size=G, num_splits=S,
                              columns=columns, drop_last=False)  # fmt: skip
     want = [b["id"].tolist() for b in cr.DataLoader(ds)]
-    options = {"epoch": 0, "start_step": 0, "worker": 0, "num_workers": 1,
-               "run": _RUN_STEPS, "coalesce_bytes": 1 << 20}  # fmt: skip
-    stream = _lib.stream_open(ds._handle(), options)
+    stream = shared_stream(ds, 0, 0, 1, 1 << 20)
+    slots: dict[tuple[int, int], torch.Tensor] = {}
+    sizes, steps = [], []
     try:
-        runs = list(ds._runs(stream, 0, 0, 1))
+        for r in ds._runs(stream, 0, 0):
+            sent = ForkingPickler.dumps(r)
+            got = pickle.loads(sent)
+            assert got.slot == 0  # the one slot, released before the next run
+            if got.memory is None:
+                assert len(sent) < 1024
+            else:
+                assert got.memory.is_shared()
+                assert len(sent) < 4096 < got.size
+                sizes.append(got.size)
+            (batch,) = got.batches(slots)
+            assert batch.column("id").to_pylist() == [i for t in r.step_numbers() for i in want[t]]
+            steps += r.step_numbers()
+            del batch
+            got.release(slots)
     finally:
         stream.close()
-    assert [t for r in runs for t in r.step_numbers()] == list(range(len(want)))
-    for r in runs:
-        sent = ForkingPickler.dumps(r)
-        assert len(sent) < 4096 < r.batch.nbytes
-        got = pickle.loads(sent)
-        assert got.batch.equals(r.batch)
-        assert got.batch.column("id").to_pylist() == [i for t in r.step_numbers() for i in want[t]]
-        assert got.data.is_shared()
+    assert steps == list(range(len(want)))
+    assert 1 <= len(sizes) < len(want) // RUN_STEPS  # made, and grown, rarely
+    assert sizes == sorted(sizes)
 
 
 @pytest.fixture
@@ -181,7 +216,7 @@ def test_workers_deal_runs_in_step_order(
     """Under croupier.DataLoader the workers deal runs of steps; every step reaches
     the training loop once, in order, with the rows num_workers=0 gives it."""
     expected = ids(dataset(orders[order]))
-    assert len(expected) > num_workers * _RUN_STEPS  # a worker deals more than one run
+    assert len(expected) > num_workers * RUN_STEPS  # a worker deals more than one run
     ds = dataset(orders[order])
     loader = cr.DataLoader(ds, num_workers=num_workers)
     assert ids(loader) == expected
@@ -194,7 +229,7 @@ def test_resume_runs_at_another_world_size(orders: dict[str, cr.Permutation]) ->
     and 1 workers: the rest of the epoch holds exactly the steps not yet trained."""
     perm = orders["shuffled"]
     expected = [set(b) for b in ids(dataset(perm))]
-    stop = _RUN_STEPS + 5
+    stop = RUN_STEPS + 5
     ds = dataset(perm)
     first = []
     for batch in cr.DataLoader(ds, num_workers=2):
@@ -267,14 +302,17 @@ def test_workers_send_arrow_and_the_loader_converts(
     ds = make()
     loader = cr.DataLoader(ds, num_workers=2)
     assert [plain(b) for b in loader] == want
-    # what crosses from the workers: runs of steps in Arrow, every step once, in order
+    # what crosses from the workers: each worker's rows of every run of steps
+    # in Arrow, the workers' parts of a run one after the other, in order
     sent = list(loader._from_workers())
     assert all(isinstance(s, Steps) for s in sent)
     assert not ds._send_runs  # the dataset here stays as it was
     assert not ds._divide_budget
-    steps = [t for s in sent for t in s.step_numbers()]
+    assert [s.worker for s in sent] == [0, 1] * (len(sent) // 2)
+    steps = [t for s in sent[::2] for t in s.step_numbers()]
     assert steps == list(range(ds.steps_per_epoch))
-    assert max(s.steps for s in sent) == _RUN_STEPS
+    assert [s.first for s in sent[1::2]] == [s.first for s in sent[::2]]
+    assert max(s.steps for s in sent) == RUN_STEPS
 
 
 def rows(batch: dict[str, Any]) -> dict[str, Any]:
@@ -317,8 +355,8 @@ def test_stats_and_len_of_a_resumed_loader(table_uri: str) -> None:
 
 
 def test_merge_stats() -> None:
-    """Counters add up over workers; a peak, a horizon and the counts of rounds
-    formed are the most of any worker."""
+    """Counters add up over workers; a peak, a horizon, the counts of rounds
+    formed and the steps of workers sharing steps are the most of any worker."""
     a = {"steps": 3, "rows": 30, "held_peak": 100, "horizon_steps": 4, "held_limit": 500}
     b = {"steps": 2, "rows": 20, "held_peak": 300, "horizon_steps": 2, "held_limit": 500}
     assert merge_stats([a, b]) == {
@@ -326,6 +364,10 @@ def test_merge_stats() -> None:
     }  # fmt: skip
     assert merge_stats([a]) == a
     assert merge_stats([]) == {}
+    # Workers sharing steps each deal every step, their rows of it.
+    assert merge_stats([a, b], shared=True) == {
+        "steps": 3, "rows": 50, "held_peak": 300, "horizon_steps": 4, "held_limit": 1000,
+    }  # fmt: skip
     # Every worker of a FollowingDataset forms the same rounds, each as far as it
     # got; its listings add up, and one that waited out makes the whole.
     f = {"steps": 2, "rounds": 3, "version": 7, "new_rows": 90, "waits": 1, "waited_out": False}
