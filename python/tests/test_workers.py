@@ -332,6 +332,21 @@ def test_workers_convert_when_a_collate_must_see_batches(table_uri: str) -> None
         assert all(isinstance(b, dict) and "rows" in b for b in loader._from_workers())
 
 
+def test_workers_decode_each_row_group_once(orders: dict[str, cr.Permutation]) -> None:
+    """Workers sharing steps decode, between them, what one process does: in a
+    full shuffle of a table that fits the budget, each row group once (workers
+    taking turns at steps each decoded nearly every row group)."""
+    decoded = {}
+    for k in (0, 2, 3):
+        ds = cr.StreamingDataset(orders["shuffled"], global_batch_size=G, num_splits=S,
+                                 drop_last=False)  # fmt: skip
+        assert len(list(cr.DataLoader(ds, num_workers=k))) == ds.steps_per_epoch
+        stats = ds.stats()
+        decoded[k] = stats["row_groups"], stats["decoded_bytes"]
+    assert decoded[0][0] == 11  # the table's row groups
+    assert decoded[2] == decoded[3] == decoded[0]
+
+
 def test_stats_and_len_of_a_resumed_loader(table_uri: str) -> None:
     """Resumed inside an epoch, the dataset and croupier.DataLoader say how many
     batches are left, exactly as many as come; the training process's stats()
