@@ -76,12 +76,7 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 	if len(ids) > maxKeep {
 		return nil, errcode.New(errcode.InvalidArgument, "read", r.t.pin.URI, "%d row ids in one read; at most %d", len(ids), maxKeep)
 	}
-	spans := spanLists.Get().(*[]span)
-	defer func() {
-		*spans = (*spans)[:0]
-		spanLists.Put(spans)
-	}()
-	keys, err := r.locate(ids, spans)
+	keys, starts, of, err := r.locate(ids)
 	if err != nil {
 		return nil, err
 	}
@@ -89,29 +84,27 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 	// piece's rows by their offset in the group so that building a piece
 	// copies runs of rows.
 	start := make([]int, len(keys)+1)
-	for _, s := range *spans {
-		start[s.src+1] += int(s.n)
+	for _, k := range of {
+		start[k+1]++
 	}
 	for k := range keys {
 		start[k+1] += start[k]
 	}
 	sel := make([]uint64, len(ids))
 	fill := slices.Clone(start[:len(keys)])
-	pos := uint64(0)
-	for _, s := range *spans {
-		if s.off+s.n > 1<<32 {
-			return nil, errcode.New(errcode.Corrupt, "read", r.t.pin.URI, "row group %d of file %d holds more than 2^32 rows", keys[s.src].Group, keys[s.src].File)
+	for pos, id := range ids {
+		k := of[pos]
+		row := int64(id) - starts[k]
+		if row >= 1<<32 {
+			return nil, errcode.New(errcode.Corrupt, "read", r.t.pin.URI, "row group %d of file %d holds more than 2^32 rows", keys[k].Group, keys[k].File)
 		}
-		for i := range s.n {
-			sel[fill[s.src]] = uint64(s.off+i)<<32 | pos
-			fill[s.src]++
-			pos++
-		}
+		sel[fill[k]] = uint64(row)<<32 | uint64(pos)
+		fill[k]++
 	}
 	k := &Kept{r: r, budget: budget, loc: make([]rowLoc, len(ids)), pieces: make([]*piece, len(keys))}
 	for i, key := range keys {
 		p := &piece{key: key, sel: sel[start[i]:start[i+1]], done: make(chan struct{})}
-		slices.Sort(p.sel)
+		sortByRow(p.sel, r.t.pin.Files[key.File].RowGroups[key.Group])
 		for j, v := range p.sel {
 			k.loc[uint32(v)] = rowLoc{int32(i), int32(j)}
 		}
@@ -125,6 +118,32 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 	k.wg.Add(1)
 	go k.build(ctx)
 	return k, nil
+}
+
+// sortByRow orders sel, a piece's row offsets in a group of rows rows << 32
+// | positions, filled in ascending positions, by row offset, positions of a
+// row in order. A piece that keeps a good part of its group is counted into
+// place, in time linear in both; comparison sorting the rows of a
+// table-wide horizon of 2 million took 140 ms of the 400 before its first
+// batch.
+func sortByRow(sel []uint64, rows int64) {
+	if int64(len(sel))*8 < rows {
+		slices.Sort(sel)
+		return
+	}
+	at := make([]int32, rows+1) // where each row's entries go
+	for _, v := range sel {
+		at[v>>32+1]++
+	}
+	for i := range rows {
+		at[i+1] += at[i]
+	}
+	out := make([]uint64, len(sel))
+	for _, v := range sel {
+		out[at[v>>32]] = v
+		at[v>>32]++
+	}
+	copy(sel, out)
 }
 
 // Len is the number of positions.

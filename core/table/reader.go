@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -202,11 +201,6 @@ func (r *Reader) Read(ctx context.Context, ids []uint64) (arrow.RecordBatch, err
 	return k.Read(ctx, 0, len(ids))
 }
 
-// spanLists recycles the span lists of Read: a shuffled batch has a span per
-// row, and growing a list that long anew for every batch cost more than
-// filling it.
-var spanLists = sync.Pool{New: func() any { return new([]span) }}
-
 // assemble builds the record of n rows that spans take from groups.
 func (r *Reader) assemble(ctx context.Context, groups []arrow.RecordBatch, spans []span, n int64) (arrow.RecordBatch, error) {
 	rec, err := assemble(ctx, r.mem, r.schema, groups, spans, n)
@@ -347,7 +341,8 @@ type GroupRef struct{ File, Group int }
 // Groups returns the row groups that hold ids, each once, in the order they
 // are first needed.
 func (r *Reader) Groups(ids []uint64) ([]GroupRef, error) {
-	return r.locate(ids, nil)
+	keys, _, _, err := r.locate(ids)
+	return keys, err
 }
 
 // GuessBytes guesses, from its footer and before any is decoded, the decoded
@@ -488,43 +483,42 @@ func (r *Reader) Stats() ReaderStats {
 }
 
 // locate returns the row groups holding ids, each once in the order they
-// are first needed, and, when spans is not nil, sets *spans to the runs of
-// rows to take from them (indexing keys), in ids order.
-func (r *Reader) locate(ids []uint64, spans *[]span) (keys []GroupRef, err error) {
+// are first needed, the row id each of them starts at, and of each id the
+// index in keys of its group.
+func (r *Reader) locate(ids []uint64) (keys []GroupRef, starts []int64, of []int32, err error) {
 	n := r.t.NumRows()
 	// First each id's group, a loop of independent searches the processor
 	// overlaps; then the groups in order of need.
-	groups := make([]int32, len(ids))
+	of = make([]int32, len(ids))
 	g := 0
 	for i, id := range ids {
 		if id >= uint64(n) {
-			return nil, errcode.New(errcode.InvalidArgument, "read", r.t.pin.URI, "row id %d out of range [0, %d)", id, n)
+			return nil, nil, nil, errcode.New(errcode.InvalidArgument, "read", r.t.pin.URI, "row id %d out of range [0, %d)", id, n)
 		}
 		// Consecutive ids mostly fall in the group of the one before.
 		if int64(id) < r.t.groupStarts[g] || int64(id) >= r.t.groupStarts[g+1] {
 			g = r.t.groupOf(int64(id))
 		}
-		groups[i] = int32(g)
+		of[i] = int32(g)
 	}
 	index := r.t.keyIndex() // group in r.t.groups -> 1 + its index in keys
 	var used []int32        // the groups of keys
 	defer func() { r.t.putKeyIndex(index, used) }()
-	last, k := int32(-1), 0
-	for i, g := range groups {
+	last, k := int32(-1), int32(0)
+	for i, g := range of {
 		if g != last {
-			if k = int(index[g]) - 1; k < 0 {
-				k = len(keys)
-				index[g] = int32(k + 1)
+			if k = index[g] - 1; k < 0 {
+				k = int32(len(keys))
+				index[g] = k + 1
 				keys = append(keys, r.t.groups[g])
+				starts = append(starts, r.t.groupStarts[g])
 				used = append(used, g)
 			}
 			last = g
 		}
-		if spans != nil {
-			*spans = appendSpan(*spans, k, int64(ids[i])-r.t.groupStarts[g], 1)
-		}
+		of[i] = k
 	}
-	return keys, nil
+	return keys, starts, of, nil
 }
 
 // wanted is what decode keeps of a row group: rows (ascending, distinct), or
