@@ -620,8 +620,9 @@ func withPlaces(rec arrow.RecordBatch, places []loader.Place) arrow.RecordBatch 
 	}
 	col := b.NewInt64Array()
 	defer col.Release()
-	fields := append(rec.Schema().Fields(), arrow.Field{Name: placesColumn, Type: arrow.PrimitiveTypes.Int64})
-	return array.NewRecordBatch(arrow.NewSchema(fields, nil), append(rec.Columns(), col), rec.NumRows())
+	fields := slices.Concat(rec.Schema().Fields(), []arrow.Field{{Name: placesColumn, Type: arrow.PrimitiveTypes.Int64}})
+	md := rec.Schema().Metadata()
+	return array.NewRecordBatch(arrow.NewSchema(fields, &md), slices.Concat(rec.Columns(), []arrow.Array{col}), rec.NumRows())
 }
 
 //export croupier_merge_shared

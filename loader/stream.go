@@ -143,7 +143,8 @@ func (s *Stream) Stats() Stats {
 
 // Stream starts producing the batches of worker so.Worker: steps
 // so.StartStep + so.Worker, + so.NumWorkers, … up to the end of the epoch,
-// or runs of so.Run consecutive steps taken in the same turns.
+// runs of so.Run consecutive steps taken in the same turns, or, with
+// so.ShareSteps, the worker's rows of every step from so.StartStep.
 // The stream stops when ctx is canceled or Close is called. It fails when
 // the memory budget cannot hold one step (see budget.go).
 func (l *Loader) Stream(ctx context.Context, so StreamOptions) (*Stream, error) {
