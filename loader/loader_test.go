@@ -44,6 +44,20 @@ func newLoader(t *testing.T, tb *table.Table, opts loader.Options) *loader.Loade
 	return l
 }
 
+// shuffledTable opens a table of 26 row groups of 64 rows and builds a
+// shuffle of it with seed, closed when the test ends.
+func shuffledTable(t *testing.T, seed uint64) (*table.Table, *permutation.Permutations) {
+	t.Helper()
+	tb := openTable(t, 900, 700)
+	perms, err := permutation.Build(context.Background(), tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: seed}},
+		"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { perms.Close() })
+	return tb, perms
+}
+
 // collect runs a stream to the end and returns each step's number and ids,
 // splitting batches that hold several steps.
 func collect(t *testing.T, l *loader.Loader, so loader.StreamOptions) (steps []int64, ids [][]int64) {
@@ -446,13 +460,7 @@ func TestOptionBounds(t *testing.T) {
 // that cannot hold one step is an error that names it.
 func TestBudgetSmallerThanTheTable(t *testing.T) {
 	ctx := context.Background()
-	tb := openTable(t, 900, 700) // 26 row groups of 64 rows
-	perms, err := permutation.Build(ctx, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 3}},
-		"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer perms.Close()
+	tb, perms := shuffledTable(t, 3)
 	deal := func(budget int64) ([][]int64, loader.Stats) {
 		l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 16, NumSplits: 8,
 			ReadAhead: 2, MemoryBudget: budget})

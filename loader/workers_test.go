@@ -13,7 +13,6 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/loader"
-	"github.com/croupier-data/croupier/permutation"
 )
 
 // TestWorkersDealRuns checks that with runs of R steps, worker w of K deals
@@ -83,13 +82,7 @@ func TestWorkersDealRuns(t *testing.T) {
 // each decode about as many.
 func TestWorkersShareSteps(t *testing.T) {
 	ctx := context.Background()
-	tb := openTable(t, 900, 700) // 26 row groups of 64 rows
-	perms, err := permutation.Build(ctx, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 9}},
-		"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer perms.Close()
+	tb, perms := shuffledTable(t, 9) // 26 row groups of 64 rows
 	newLoader := func(budget int64) *loader.Loader {
 		l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 16, NumSplits: 8, WorldSize: 2, Rank: 1,
 			DropLast: false, Columns: []string{"id"}, MemoryBudget: budget})
