@@ -249,10 +249,9 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 	return s, nil
 }
 
-// batch is one batch of a horizon: steps, the horizon's from its first-th
-// on, whose rows are positions [from, to) of the horizon's kept rows.
+// batch is one batch of a horizon: steps, whose rows are positions
+// [from, to) of the horizon's kept rows.
 type batch struct {
-	first    int
 	steps    []int64
 	from, to int
 }
@@ -262,7 +261,7 @@ type batch struct {
 type horizon struct {
 	kept    *table.Kept
 	ids     []uint64 // of the kept rows, in order
-	places  []Place  // of the kept rows when workers share steps, Step counting from the horizon's first
+	places  []Place  // of the kept rows when workers share steps, Step counting from their batch's first
 	batches []batch
 	left    atomic.Int64 // batches not read yet
 	err     error        // the planner's, in place of any batch
@@ -349,7 +348,12 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		from := 0
 		for i := 0; i < n; i += per {
 			j := min(i+per, n)
-			h.batches = append(h.batches, batch{first: i, steps: steps[i:j], from: from, to: ends[j-1]})
+			h.batches = append(h.batches, batch{steps: steps[i:j], from: from, to: ends[j-1]})
+			if own != nil { // places count steps from the horizon's first until now
+				for k := from; k < ends[j-1]; k++ {
+					places[k].Step -= int32(i)
+				}
+			}
 			from = ends[j-1]
 		}
 		h.left.Store(int64(len(h.batches)))
@@ -450,10 +454,7 @@ func (s *Stream) read(ctx context.Context, h *horizon, b batch, ch chan<- result
 	}
 	out := Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec, RowIDs: h.ids[b.from:b.to:b.to]}
 	if h.places != nil {
-		out.Places = make([]Place, b.to-b.from)
-		for i, p := range h.places[b.from:b.to] {
-			out.Places[i] = Place{Step: p.Step - int32(b.first), Index: p.Index}
-		}
+		out.Places = h.places[b.from:b.to:b.to]
 	}
 	return result{batch: out}
 }
