@@ -505,6 +505,37 @@ def _release_unimported(struct: ArrowArray | ArrowSchema) -> None:
         _RELEASE(struct.release)(ctypes.addressof(struct))
 
 
+class _BatchOut:
+    """The out parameters of a call that exports one record batch: an
+    ``ArrowArray``, and an ``ArrowSchema`` unless the caller knows the schema
+    (every batch of a stream has the schema of its first, and exporting it
+    costs about as much as exporting the batch). As a context, it releases
+    what the call filled and Python did not import."""
+
+    def __init__(self, schema: pa.Schema | None) -> None:
+        self._schema = schema
+        self._array = ArrowArray()
+        self._c_schema = ArrowSchema() if schema is None else None
+
+    def args(self) -> tuple[Any, Any]:
+        """The call's ``out_array`` and ``out_schema`` (NULL when the schema is known)."""
+        c_schema = None if self._c_schema is None else ctypes.byref(self._c_schema)
+        return ctypes.byref(self._array), c_schema
+
+    def batch(self) -> pa.RecordBatch:
+        """The batch the call exported."""
+        schema = self._schema if self._c_schema is None else ctypes.addressof(self._c_schema)
+        return pa.RecordBatch._import_from_c(ctypes.addressof(self._array), schema)
+
+    def __enter__(self) -> _BatchOut:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _release_unimported(self._array)
+        if self._c_schema is not None:
+            _release_unimported(self._c_schema)
+
+
 def _encode(value: str | dict[str, Any]) -> bytes:
     return (value if isinstance(value, str) else json.dumps(value)).encode("utf-8")
 
@@ -792,21 +823,10 @@ def table_schema(table: int) -> pa.Schema:
 
 def table_take(table: int, row_ids: Any, n: int, columns: list[str] | None) -> pa.RecordBatch:
     """The ``n`` rows at ``row_ids`` (a ``uint64_t*``) of an open table, in that order."""
-    array, schema = ArrowArray(), ArrowSchema()
-    try:
-        _call(
-            _lib().croupier_table_take,
-            table,
-            row_ids,
-            n,
-            _encode(json.dumps(columns)),
-            ctypes.byref(array),
-            ctypes.byref(schema),
-        )
-        return pa.RecordBatch._import_from_c(ctypes.addressof(array), ctypes.addressof(schema))
-    finally:
-        _release_unimported(array)
-        _release_unimported(schema)
+    with _BatchOut(None) as out:
+        fn = _lib().croupier_table_take
+        _call(fn, table, row_ids, n, _encode(json.dumps(columns)), *out.args())
+        return out.batch()
 
 
 # ---------------------------------------------------------------------------
@@ -852,26 +872,10 @@ def merge_shared(
     exporting and importing it.
     """
     stream = _export_stream(pa.RecordBatchReader.from_batches(parts[0].schema, parts))
-    array, sizes = ArrowArray(), (ctypes.c_int64 * steps)()
-    c_schema = ArrowSchema() if schema is None else None
-    try:
-        _call(
-            _lib().croupier_merge_shared,
-            ctypes.byref(stream),
-            steps,
-            ctypes.byref(array),
-            None if c_schema is None else ctypes.byref(c_schema),
-            sizes,
-        )
-        batch = pa.RecordBatch._import_from_c(
-            ctypes.addressof(array),
-            schema if c_schema is None else ctypes.addressof(c_schema),
-        )
-        return batch, list(sizes)
-    finally:
-        _release_unimported(array)
-        if c_schema is not None:
-            _release_unimported(c_schema)
+    sizes = (ctypes.c_int64 * steps)()
+    with _BatchOut(schema) as out:
+        _call(_lib().croupier_merge_shared, ctypes.byref(stream), steps, *out.args(), sizes)
+        return out.batch(), list(sizes)
 
 
 def stream_next(
@@ -883,28 +887,13 @@ def stream_next(
     ``schema``, the schema of a batch the stream returned before (they all
     have the same), spares exporting and importing it again.
     """
-    array, step, steps = ArrowArray(), ctypes.c_int64(-1), ctypes.c_int64(0)
-    c_schema = ArrowSchema() if schema is None else None
-    try:
-        _call(
-            _lib().croupier_stream_next,
-            stream,
-            ctypes.byref(array),
-            None if c_schema is None else ctypes.byref(c_schema),
-            ctypes.byref(step),
-            ctypes.byref(steps),
-        )
+    step, steps = ctypes.c_int64(-1), ctypes.c_int64(0)
+    with _BatchOut(schema) as out:
+        fn = _lib().croupier_stream_next
+        _call(fn, stream, *out.args(), ctypes.byref(step), ctypes.byref(steps))
         if step.value < 0:
             return None
-        batch = pa.RecordBatch._import_from_c(
-            ctypes.addressof(array),
-            schema if c_schema is None else ctypes.addressof(c_schema),
-        )
-        return step.value, steps.value, batch
-    finally:
-        _release_unimported(array)
-        if c_schema is not None:
-            _release_unimported(c_schema)
+        return step.value, steps.value, out.batch()
 
 
 def stream_stats(stream: int) -> dict[str, int]:
