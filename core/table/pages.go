@@ -360,23 +360,29 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 	props := parquet.NewReaderProperties(mem)
 	props.BufferedStreamEnabled = true
 	props.BufferSize = streamBufferSize(src)
-	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), open: func(s byteRange) (file.PageReader, error) {
-		var stream parquet.BufferedReader
+	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), open: func(s byteRange) (file.PageReader, []byte, error) {
+		var (
+			stream parquet.BufferedReader
+			held   []byte
+		)
 		if b := fetchedBytes(src, s); b != nil {
 			stream = &memStream{b: b}
 		} else if s.n <= props.BufferSize {
 			// A section no larger than a stream's buffer is read in one
 			// request: a stream would size its buffer to the section,
-			// then grow it to peek at each page header.
-			b := make([]byte, s.n)
-			if _, err := src.ReadAt(b, s.off); err != nil {
-				return nil, err
+			// then grow it to peek at each page header. The buffer is
+			// scratch: the page reader copies each page out of it, so it
+			// is free again once the section is read.
+			held = scratch{}.Allocate(int(s.n))
+			if _, err := src.ReadAt(held, s.off); err != nil {
+				scratch{}.Free(held)
+				return nil, nil, err
 			}
-			stream = &memStream{b: b}
+			stream = &memStream{b: held}
 		} else {
 			var err error
 			if stream, err = props.GetStream(src, s.off, s.n); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		// A page reader of a section of pages, which it reads to the end:
@@ -385,7 +391,12 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 		// row group's whole offset index from the file); should this one be
 		// removed, the build says so.
 		//lint:ignore SA1019 the only page reader over a section of a chunk
-		return file.NewPageReader(stream, math.MaxInt64, chunk.Compression(), mem, nil)
+		r, err := file.NewPageReader(stream, math.MaxInt64, chunk.Compression(), mem, nil)
+		if err != nil {
+			scratch{}.Free(held)
+			return nil, nil, err
+		}
+		return r, held, nil
 	}}
 }
 
@@ -409,9 +420,12 @@ type pageSource interface {
 // pagePlan.sections), each read by a page reader of its own.
 type plannedPages struct {
 	sections []byteRange
-	open     func(byteRange) (file.PageReader, error)
-	cur      file.PageReader
-	err      error
+	// open returns a page reader of a section, and the scratch buffer it
+	// reads from (nil if none), to free once the reader is closed.
+	open func(byteRange) (file.PageReader, []byte, error)
+	cur  file.PageReader
+	held []byte
+	err  error
 }
 
 func (pp *plannedPages) Next() bool {
@@ -421,14 +435,13 @@ func (pp *plannedPages) Next() bool {
 				return true
 			}
 			pp.err = pp.cur.Err()
-			pp.cur.Close()
-			pp.cur = nil
+			pp.Close()
 			continue
 		}
 		if len(pp.sections) == 0 {
 			return false
 		}
-		pp.cur, pp.err = pp.open(pp.sections[0])
+		pp.cur, pp.held, pp.err = pp.open(pp.sections[0])
 		pp.sections = pp.sections[1:]
 	}
 	return false
@@ -438,11 +451,16 @@ func (pp *plannedPages) Page() file.Page { return pp.cur.Page() }
 
 func (pp *plannedPages) Err() error { return pp.err }
 
-// Close closes the page reader of the section being read.
+// Close closes the page reader of the section being read and frees the
+// buffer it read from.
 func (pp *plannedPages) Close() {
 	if pp.cur != nil {
 		pp.cur.Close()
 		pp.cur = nil
+	}
+	if pp.held != nil {
+		scratch{}.Free(pp.held)
+		pp.held = nil
 	}
 }
 
