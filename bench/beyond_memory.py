@@ -2,12 +2,13 @@
 budget, against a sequential pyarrow scan and its peers, in one run.
 
 The table is the ``rollout`` workload of ``bench/workloads.py`` (id, 128-640
-token ids, their log-probs and a reward a row; every column is read) in three
+token ids, their log-probs and a reward a row; every column is read) in four
 forms holding the same rows in the same order: plain Parquet written by
 pyarrow (zstd, row groups of 16,384 rows, 1 MiB pages, no page index), a
-croupier table written by ``cr.create_table`` with its defaults, and one
-written in 4 KiB pages (``page_bytes=4096``), the layout for full shuffles
-of tables far larger than the budget. The memory
+croupier table written by ``cr.create_table`` with its defaults, one
+written in 4 KiB pages (``page_bytes=4096``) and one in lz4 pages
+(``compression="lz4"``), the layouts for full shuffles of tables far larger
+than the budget. The memory
 budget is scaled down rather than the data up: ``memory_budget`` is the
 projected bytes ÷ each ``--ratios`` value, so the part runs in minutes while
 the table is still many budgets large. The files sit in the page cache; what
@@ -64,8 +65,14 @@ FORMS = {
     "parquet": "plain Parquet",
     "croupier": "croupier table",
     "croupier-4k": "croupier table, 4 KiB pages",
+    "croupier-lz4": "croupier table, lz4",
 }
-SMALL_PAGES = 4 << 10  # the page size of the croupier-4k form
+# How each croupier form is written: create_table's page_bytes and compression.
+LAYOUTS: dict[str, tuple[int | None, str | None]] = {
+    "croupier": (None, None),
+    "croupier-4k": (4 << 10, None),
+    "croupier-lz4": (None, "lz4"),
+}
 # What each peer reads, for the "table" column.
 PEER_SOURCES = {
     "pyarrow": "plain Parquet",
@@ -138,17 +145,11 @@ def prepare(args: argparse.Namespace, lance: bool) -> Tables:
     data = workloads.prepare(
         workloads.WORKLOADS[WORKLOAD], args.rows, args.cache / "data", args.seed
     )
-    uris = {
-        "parquet": "file://" + str(data.parquet),
-        "croupier": workloads.to_croupier(data),
-        "croupier-4k": workloads.to_croupier(data, SMALL_PAGES),
-    }
+    uris = {"parquet": "file://" + str(data.parquet)}
     row_groups = {"parquet": data.workload.row_group_rows}
-    for form, folder in (
-        ("croupier", data.croupier),
-        ("croupier-4k", data.croupier_pages(SMALL_PAGES)),
-    ):
-        first_file = next(folder.rglob("*.parquet"))
+    for form, layout in LAYOUTS.items():
+        uris[form] = workloads.to_croupier(data, *layout)
+        first_file = next(data.croupier_layout(*layout).rglob("*.parquet"))
         row_groups[form] = pq.ParquetFile(first_file).metadata.row_group(0).num_rows
     clumps = {form: args.clump or rows for form, rows in row_groups.items()}
     if lance:
@@ -285,7 +286,9 @@ def data_text(tables: Tables) -> str:
         " pages, no page index. croupier table: `cr.create_table` with its defaults,"
         f" {size(d.croupier):,.0f} MiB, row groups of {tables.row_groups['croupier']:,}"
         " rows and the page index it writes; with 4 KiB pages: `page_bytes=4096`,"
-        f" {size(d.croupier_pages(SMALL_PAGES)):,.0f} MiB. Global batch {d.workload.batch}."
+        f" {size(d.croupier_layout(*LAYOUTS['croupier-4k'])):,.0f} MiB; lz4:"
+        f' `compression="lz4"`, {size(d.croupier_layout(*LAYOUTS["croupier-lz4"])):,.0f} MiB.'
+        f" Global batch {d.workload.batch}."
     )
 
 

@@ -306,9 +306,11 @@ class Data:
         """A croupier table holding the same rows in the same order."""
         return self.folder / "croupier"
 
-    def croupier_pages(self, page_bytes: int) -> Path:
-        """The same croupier table written in pages of ``page_bytes``."""
-        return self.folder / f"croupier-{page_bytes}"
+    def croupier_layout(self, page_bytes: int | None, compression: str | None) -> Path:
+        """The same croupier table written in pages of ``page_bytes`` compressed
+        with ``compression`` (``None``: ``create_table``'s default)."""
+        name = "croupier" + (f"-{page_bytes}" if page_bytes else "")
+        return self.folder / (name + (f"-{compression}" if compression else ""))
 
     @property
     def meta(self) -> dict[str, float]:
@@ -386,19 +388,22 @@ def to_lance(data: Data) -> Path:
     return data.lance
 
 
-def to_croupier(data: Data, page_bytes: int | None = None) -> str:
+def to_croupier(data: Data, page_bytes: int | None = None, compression: str | None = None) -> str:
     """Write the rows into a croupier table (``create_table``'s defaults, or
-    pages of ``page_bytes``), once; returns its URI."""
+    pages of ``page_bytes`` compressed with ``compression``), once; returns its
+    URI."""
     import croupier as cr
 
-    folder = data.croupier if page_bytes is None else data.croupier_pages(page_bytes)
+    folder = data.croupier_layout(page_bytes, compression)
     # The mark sits beside the table, which holds only its own files.
     done = folder.with_name(folder.name + ".done")
     if not done.exists():
         shutil.rmtree(folder, ignore_errors=True)
         schema = pq.read_schema(data.files[0])
         reader = pa.RecordBatchReader.from_batches(schema, _batches(data))
-        cr.create_table("file://" + str(folder), reader, page_bytes=page_bytes).close()
+        cr.create_table(
+            "file://" + str(folder), reader, page_bytes=page_bytes, compression=compression
+        ).close()
         done.touch()
     return "file://" + str(folder)
 

@@ -150,8 +150,9 @@ func BenchmarkEpoch(b *testing.B) {
 // BenchmarkBeyondBudget reads a full shuffle of LM rows written as a croupier
 // table with memory budgets the projected columns are 4 and 32 times,
 // beside a sequential read with a budget that holds the table, the baseline
-// of the ratios docs/tuning.md gives; in the default layout (16 KiB pages)
-// and in 8 and 4 KiB pages, which hold a few rows of these token lists:
+// of the ratios docs/tuning.md gives; in the default layout (16 KiB zstd
+// pages), in 8 and 4 KiB pages, which hold a few rows of these token lists,
+// and in 16 and 4 KiB lz4 pages:
 //
 //	go test ./loader -run '^$' -bench BeyondBudget -benchtime 3x
 func BenchmarkBeyondBudget(b *testing.B) {
@@ -164,8 +165,14 @@ func BenchmarkBeyondBudget(b *testing.B) {
 	}
 	defer src.Close()
 	const projected = 40_000 * (640*4 + 4 + 8) // Arrow bytes of the rows, about
-	for _, page := range []int64{table.DefaultPageBytes, 8 << 10, 4 << 10} {
-		tb, err := table.Rewrite(ctx, src, "file://"+b.TempDir()+"/t", table.RewriteOptions{WriteOptions: table.WriteOptions{PageBytes: page}})
+	for _, layout := range []table.WriteOptions{
+		{PageBytes: table.DefaultPageBytes, Compression: "zstd"},
+		{PageBytes: 8 << 10, Compression: "zstd"},
+		{PageBytes: 4 << 10, Compression: "zstd"},
+		{PageBytes: table.DefaultPageBytes, Compression: "lz4"},
+		{PageBytes: 4 << 10, Compression: "lz4"},
+	} {
+		tb, err := table.Rewrite(ctx, src, "file://"+b.TempDir()+"/t", table.RewriteOptions{WriteOptions: layout})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -185,7 +192,7 @@ func BenchmarkBeyondBudget(b *testing.B) {
 			{"full-4x", perm, projected / 4},
 			{"full-32x", perm, projected / 32},
 		} {
-			b.Run(fmt.Sprintf("pages-%dKiB/%s", page>>10, bc.name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s-%dKiB/%s", layout.Compression, layout.PageBytes>>10, bc.name), func(b *testing.B) {
 				l, err := loader.New(tb, bc.order, loader.Options{GlobalBatchSize: 64, NumSplits: 8, MemoryBudget: bc.budget})
 				if err != nil {
 					b.Fatal(err)

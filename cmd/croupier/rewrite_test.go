@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
@@ -71,16 +72,28 @@ func TestRewrite(t *testing.T) {
 		}
 	}
 
-	// --json; a croupier table rewrites too.
+	// --json; a croupier table rewrites too, here into lz4 pages.
 	var out struct {
 		URI     string `json:"uri"`
 		Version int64  `json:"version"`
 		NumRows int64  `json:"num_rows"`
 	}
 	again := "file://" + filepath.Join(t.TempDir(), "again")
-	okJSON(t, &out, "rewrite", dst, again, "--quiet")
+	okJSON(t, &out, "rewrite", dst, again, "--quiet", "--compression", "lz4")
 	if out.URI != again || out.Version != 1 || out.NumRows != 4000 {
 		t.Fatalf("rewrite --json: %+v", out)
+	}
+	tb, err := table.Open(context.Background(), again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	md, err := tb.Footer(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if col, err := md.RowGroup(0).ColumnChunk(0); err != nil || col.Compression() != compress.Codecs.Lz4Raw {
+		t.Errorf("--compression lz4 wrote a column chunk of %v (%v)", col.Compression(), err)
 	}
 
 	for _, c := range []struct {
@@ -91,6 +104,7 @@ func TestRewrite(t *testing.T) {
 		{[]string{"rewrite", src}, 2, "missing arguments"},
 		{[]string{"rewrite", src, dst, "--quiet"}, 1, "a croupier table exists here"},
 		{[]string{"rewrite", src, dst + "2", "--columns", "id,nope"}, 1, `unknown column "nope"`},
+		{[]string{"rewrite", src, dst + "3", "--compression", "brotli"}, 1, `compression "brotli": use one of`},
 	} {
 		r := croupier(t, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {

@@ -24,7 +24,8 @@ func (d *discard) Close() error                { return nil }
 func BenchmarkWritePageCRCs(b *testing.B) {
 	rec := tabletest.Record(0, 200_000)
 	defer rec.Release()
-	props := writerProps(WriteOptions{}.withDefaults())
+	opts, _ := WriteOptions{}.withDefaults()
+	props := writerProps(opts)
 	aprops := pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
 	encode := func(crc bool) (time.Duration, int64) {
 		start := time.Now()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -53,6 +54,7 @@ const (
 const (
 	DefaultRowGroupRows = 4096
 	DefaultPageBytes    = 16 << 10
+	DefaultCompression  = "zstd"
 	DefaultMaxAttempts  = 1000
 )
 
@@ -62,6 +64,9 @@ type WriteOptions struct {
 	RowGroupRows int64 `json:"row_group_rows,omitempty"`
 	// PageBytes is the target size of one data page.
 	PageBytes int64 `json:"page_bytes,omitempty"`
+	// Compression is the codec of the data pages: "zstd" (the default),
+	// "lz4" or "none" (see the package doc for when each pays).
+	Compression string `json:"compression,omitempty"`
 	// MaxAttempts bounds the commit attempts of one Append: a writer that loses
 	// the race for a version retries on the next one.
 	MaxAttempts int `json:"max_attempts,omitempty"`
@@ -77,7 +82,15 @@ type WriteOptions struct {
 	TrustConditionalWrites bool `json:"trust_conditional_writes,omitempty"`
 }
 
-func (o WriteOptions) withDefaults() WriteOptions {
+// withDefaults fills in the defaults of o, and fails naming a compression
+// it does not know.
+func (o WriteOptions) withDefaults() (WriteOptions, error) {
+	if o.Compression == "" {
+		o.Compression = DefaultCompression
+	}
+	if _, ok := codecs[o.Compression]; !ok {
+		return o, fmt.Errorf("compression %q: use one of %q", o.Compression, slices.Sorted(maps.Keys(codecs)))
+	}
 	if o.RowGroupRows <= 0 {
 		o.RowGroupRows = DefaultRowGroupRows
 	}
@@ -87,7 +100,15 @@ func (o WriteOptions) withDefaults() WriteOptions {
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
-	return o
+	return o, nil
+}
+
+// codecs are the compressions WriteOptions.Compression names. LZ4 is
+// Parquet's LZ4_RAW, the framing every current reader agrees on.
+var codecs = map[string]compress.Compression{
+	"zstd": compress.Codecs.Zstd,
+	"lz4":  compress.Codecs.Lz4Raw,
+	"none": compress.Codecs.Uncompressed,
 }
 
 // manifest describes one version of a croupier table. It holds every data file
@@ -374,7 +395,10 @@ func mustBeCroupier(ctx context.Context, loc *store.Location) error {
 // errcode.AlreadyExists when a croupier table exists there.
 func Create(ctx context.Context, uri string, data array.RecordReader, opts WriteOptions) (*Table, error) {
 	const op = "create table"
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, uri)
+	}
 	loc, err := store.OpenCreate(ctx, uri)
 	if err != nil {
 		return nil, err
@@ -443,12 +467,16 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 // and retries on the next number. data must have exactly the table's schema
 // (see the package doc).
 func Append(ctx context.Context, uri string, data array.RecordReader, opts WriteOptions) (int64, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.InvalidArgument, "append", uri)
+	}
 	loc, err := store.Open(ctx, uri)
 	if err != nil {
 		return 0, err
 	}
 	defer loc.Close()
-	return appendData(ctx, loc, data, opts.withDefaults())
+	return appendData(ctx, loc, data, opts)
 }
 
 // Append adds data as a new version of t's croupier table; see Append. t stays
@@ -461,7 +489,11 @@ func (t *Table) Append(ctx context.Context, data array.RecordReader, opts WriteO
 	if opts.Catalog == nil {
 		opts.Catalog = t.cat
 	}
-	return appendData(ctx, t.loc, data, opts.withDefaults())
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.InvalidArgument, "append", t.pin.URI)
+	}
+	return appendData(ctx, t.loc, data, opts)
 }
 
 func appendData(ctx context.Context, loc *store.Location, data array.RecordReader, opts WriteOptions) (int64, error) {
@@ -590,7 +622,7 @@ func writerProps(opts WriteOptions) *parquet.WriterProperties {
 		parquet.WithMaxRowGroupLength(opts.RowGroupRows),
 		parquet.WithDataPageSize(opts.PageBytes),
 		parquet.WithPageIndexEnabled(true),
-		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompression(codecs[opts.Compression]),
 		parquet.WithDictionaryDefault(false),
 	)
 }

@@ -2,6 +2,7 @@ package table_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/google/uuid"
 
 	"github.com/croupier-data/croupier/core/catalog"
@@ -200,6 +202,68 @@ func TestCreateAppendTimeTravel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCompression: each WriteOptions.Compression writes its codec into
+// every column chunk, on create and on append, and the rows read back the
+// same; a name it does not know fails before anything is written.
+func TestCompression(t *testing.T) {
+	ctx := context.Background()
+	codecs := func(tb *table.Table, file int) []compress.Compression {
+		t.Helper()
+		md, err := tb.Footer(ctx, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []compress.Compression
+		for g := range md.NumRowGroups() {
+			for c := range md.Schema.NumColumns() {
+				col, err := md.RowGroup(g).ColumnChunk(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, col.Compression())
+			}
+		}
+		return out
+	}
+	for name, want := range map[string]compress.Compression{
+		"": compress.Codecs.Zstd, "zstd": compress.Codecs.Zstd,
+		"lz4": compress.Codecs.Lz4Raw, "none": compress.Codecs.Uncompressed,
+	} {
+		t.Run("codec="+name, func(t *testing.T) {
+			uri := "file://" + t.TempDir()
+			tb, err := table.Create(ctx, uri, tabletest.Reader(0, 30), table.WriteOptions{RowGroupRows: 8, Compression: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tb.Close()
+			// Appended files take the append's codec, whatever the table's.
+			if _, err := tb.Append(ctx, tabletest.Reader(30, 10), table.WriteOptions{Compression: "lz4"}); err != nil {
+				t.Fatal(err)
+			}
+			latest := open(t, uri)
+			for f, w := range []compress.Compression{want, compress.Codecs.Lz4Raw} {
+				for _, got := range codecs(latest, f) {
+					if got != w {
+						t.Fatalf("file %d: a column chunk compressed with %v, want %v", f, got, w)
+					}
+				}
+			}
+			if got := allIDs(t, latest); !slices.Equal(got, seq(0, 40)) {
+				t.Fatalf("ids %v", got)
+			}
+			checkRowsOf(t, latest, []uint64{39, 0, 17, 31, 5})
+		})
+	}
+	dir := filepath.Join(t.TempDir(), "tbl")
+	_, err := table.Create(ctx, "file://"+dir, tabletest.Reader(0, 5), table.WriteOptions{Compression: "brotli"})
+	wantErr(t, err, errcode.InvalidArgument, dir, `compression "brotli": use one of ["lz4" "none" "zstd"]`)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused create left %s: %v", dir, err)
+	}
+	_, err = table.Append(ctx, "file://"+dir, tabletest.Reader(0, 5), table.WriteOptions{Compression: "LZ4"})
+	wantErr(t, err, errcode.InvalidArgument, dir, `compression "LZ4"`)
 }
 
 func checkRowsOf(t *testing.T, tb *table.Table, ids []uint64) {

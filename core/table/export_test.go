@@ -17,7 +17,8 @@ func WriteOrphan(ctx context.Context, uri string, data array.RecordReader) error
 		return err
 	}
 	defer loc.Close()
-	_, err = writeData(ctx, loc, data, WriteOptions{}.withDefaults())
+	opts, _ := WriteOptions{}.withDefaults()
+	_, err = writeData(ctx, loc, data, opts)
 	return err
 }
 

@@ -48,6 +48,9 @@ func TestPageReadsMatchRows(t *testing.T) {
 	}{
 		{"index-v1-plain", []parquet.WriterProperty{parquet.WithPageIndexEnabled(true),
 			parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(64)}},
+		{"index-v1-plain-lz4", []parquet.WriterProperty{parquet.WithPageIndexEnabled(true),
+			parquet.WithDictionaryDefault(false), parquet.WithCompression(compress.Codecs.Lz4Raw),
+			parquet.WithDataPageSize(96)}},
 		{"index-v1-dict", []parquet.WriterProperty{parquet.WithPageIndexEnabled(true), parquet.WithDataPageSize(100)}},
 		{"index-v2-plain-zstd", []parquet.WriterProperty{parquet.WithPageIndexEnabled(true),
 			parquet.WithDataPageVersion(parquet.DataPageV2), parquet.WithDictionaryDefault(false),

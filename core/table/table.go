@@ -106,6 +106,17 @@
 // few rows of token lists, so a horizon that needs few rows of a row group
 // decodes few pages.
 //
+// WriteOptions.Compression picks the pages' codec: zstd by default, the
+// smallest files, or lz4 (Parquet's LZ4_RAW) or none. The page decoder's
+// time goes mostly to decompressing, and a full shuffle of a table N times
+// its budget decompresses each page about min(N, its rows) times an epoch,
+// so there the codec decides the speed. BenchmarkBeyondBudget (loader)
+// measures it: with lz4, files of token lists were 1.6 times as large and a
+// full shuffle at N = 4 read about twice as fast (docs/tuning.md has the
+// figures). zstd stays the default: every read of a table on an object store
+// pays for its bytes, and most reads are not full shuffles far beyond the
+// budget.
+//
 // # Decoding
 //
 // Decoding uses arrow-go's pqarrow: it is the reader that produces Arrow memory

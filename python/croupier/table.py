@@ -43,10 +43,12 @@ def _write_options(
     page_bytes: int | None,
     catalog: str | None,
     trust_conditional_writes: bool = False,
+    compression: str | None = None,
 ) -> dict[str, Any]:
     options = {
         "row_group_rows": _args.optional_integer("row_group_rows", row_group_rows),
         "page_bytes": _args.optional_integer("page_bytes", page_bytes),
+        "compression": None if compression is None else _args.text("compression", compression),
         "catalog": None if catalog is None else _args.text("catalog", catalog),
         "trust_conditional_writes": bool(trust_conditional_writes),
     }
@@ -59,6 +61,7 @@ def create_table(
     *,
     row_group_rows: int | None = None,
     page_bytes: int | None = None,
+    compression: str | None = None,
     trust_conditional_writes: bool = False,
 ) -> Table:
     """Create a croupier table at ``uri`` whose version 1 holds ``data``.
@@ -66,7 +69,11 @@ def create_table(
     ``data`` is a pyarrow Table, RecordBatch, RecordBatchReader or an iterable of
     record batches; its schema becomes the table's. Data files are Parquet with a
     page index, in row groups of ``row_group_rows`` rows (default 4,096, chosen
-    for reads of single rows) and pages of ``page_bytes``.
+    for reads of single rows) and pages of ``page_bytes`` (default 16 KiB),
+    compressed with ``compression``: ``"zstd"`` (the default, the smallest
+    files), ``"lz4"`` (larger files that decode several times faster: for full
+    shuffles of tables many memory budgets large, which decode each page many
+    times an epoch; see docs/tuning.md) or ``"none"``.
 
     Before a process's first commit to a store, croupier checks that the store
     honours conditional writes (a second exclusive create of one key must
@@ -77,10 +84,13 @@ def create_table(
 
     Raises:
         AlreadyExistsError: a croupier table already exists at ``uri``.
-        InvalidArgumentError: the store ignores conditional writes.
+        InvalidArgumentError: the store ignores conditional writes, or
+            ``compression`` is none of those above.
     """
     reader = _reader(data)
-    options = _write_options(row_group_rows, page_bytes, None, trust_conditional_writes)
+    options = _write_options(
+        row_group_rows, page_bytes, None, trust_conditional_writes, compression
+    )
     handle = _lib.table_create(uri, reader, options)
     return Table._from_handle(handle)
 
@@ -134,6 +144,7 @@ def rewrite(
     columns: Sequence[str] | None = None,
     row_group_rows: int | None = None,
     page_bytes: int | None = None,
+    compression: str | None = None,
     progress: RewriteProgress | bool | None = None,
     trust_conditional_writes: bool = False,
 ) -> Table:
@@ -143,7 +154,8 @@ def rewrite(
     large row groups that pyarrow, Spark or a Hugging Face export write make
     every random row expensive. This copies the rows of ``src``, in row id
     order, into row groups of ``row_group_rows`` rows (default 4,096) and pages
-    of ``page_bytes`` (default 16 KiB) with a page index, zstd-compressed. It
+    of ``page_bytes`` (default 16 KiB) with a page index, compressed with
+    ``compression`` (default zstd; see :func:`create_table`). It
     reads one row group of ``src`` at a time, so memory holds about one row
     group of each table, however large ``src`` is.
 
@@ -158,6 +170,7 @@ def rewrite(
         columns: the columns to keep, in that order; ``None`` keeps them all.
         row_group_rows: most rows in one row group.
         page_bytes: target size of one data page.
+        compression: ``"zstd"``, ``"lz4"`` or ``"none"`` (see :func:`create_table`).
         progress: ``callable(rows, total_rows, bytes, total_bytes)``, called
             after each row group of ``src`` (bytes: compressed bytes of the
             kept columns, as ``src``'s footers record them); ``True`` shows a
@@ -175,7 +188,9 @@ def rewrite(
     """
     if isinstance(columns, str):
         raise TypeError(f"rewrite: columns is a sequence of names, not the string {columns!r}")
-    options = _write_options(row_group_rows, page_bytes, None, trust_conditional_writes)
+    options = _write_options(
+        row_group_rows, page_bytes, None, trust_conditional_writes, compression
+    )
     if columns is not None:
         options["columns"] = [str(c) for c in columns]
     display = (_progress.tqdm_bars() or _progress.stderr_lines()) if progress is True else None
@@ -346,6 +361,7 @@ class Table(_lib.Closeable):
         data: TableData,
         *,
         row_group_rows: int | None = None,
+        compression: str | None = None,
         trust_conditional_writes: bool = False,
     ) -> int:
         """Append ``data`` to this croupier table as a new version; returns its number.
@@ -353,7 +369,8 @@ class Table(_lib.Closeable):
         Atomic, and safe from many processes at once: a writer that loses the
         race for a version number retries on the next. The schema must equal
         the table's. This object stays pinned at its own version; open the
-        table again to read the new one. ``trust_conditional_writes`` skips
+        table again to read the new one. ``compression`` is the new files'
+        codec (see :func:`create_table`). ``trust_conditional_writes`` skips
         the check that the store honours conditional writes (see
         :func:`create_table`).
 
@@ -363,7 +380,7 @@ class Table(_lib.Closeable):
                 accepting it (it ignores conditional writes).
         """
         reader = _reader(data)
-        options = _write_options(row_group_rows, None, None, trust_conditional_writes)
+        options = _write_options(row_group_rows, None, None, trust_conditional_writes, compression)
         return _lib.table_append(self.uri, reader, options)
 
     def take(self, row_ids: Iterable[int], columns: Sequence[str] | None = None) -> pa.Table:

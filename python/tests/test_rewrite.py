@@ -62,10 +62,14 @@ def test_rewrite(tmp_path: Path) -> None:
     assert done_bytes[-1] == calls[0][3] > 0
 
     # A projection, and a croupier table as the source.
-    projected = cr.rewrite(tbl, uri(tmp_path / "projected"), columns=["text", "id"])
+    projected = cr.rewrite(
+        tbl, uri(tmp_path / "projected"), columns=["text", "id"], compression="lz4"
+    )
     assert projected.schema.names == ["text", "id"]
     want = pq.read_table(tmp_path / "export", columns=["text", "id"])
-    assert data_file(tmp_path / "projected").read().equals(want)
+    f = data_file(tmp_path / "projected")
+    assert f.read().equals(want)
+    assert f.metadata.row_group(0).column(0).compression == "LZ4"  # LZ4_RAW, as pyarrow names it
 
     with pytest.raises(cr.AlreadyExistsError, match="exists"):
         cr.rewrite(src, tbl.uri)
