@@ -355,12 +355,13 @@ func (p *pagePlan) sections(dict int64) []byteRange {
 	return out
 }
 
-// read returns the planned pages of chunk, read from src.
-func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkMetaData, mem memory.Allocator) *plannedPages {
+// read returns the planned pages of chunk, read from src; a section of
+// pages read in one request goes into a buffer of bufs.
+func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkMetaData, mem memory.Allocator, bufs *bufferList) *plannedPages {
 	props := parquet.NewReaderProperties(mem)
 	props.BufferedStreamEnabled = true
 	props.BufferSize = streamBufferSize(src)
-	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), open: func(s byteRange) (file.PageReader, []byte, error) {
+	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), bufs: bufs, open: func(s byteRange) (file.PageReader, []byte, error) {
 		var (
 			stream parquet.BufferedReader
 			held   []byte
@@ -370,12 +371,12 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 		} else if s.n <= props.BufferSize {
 			// A section no larger than a stream's buffer is read in one
 			// request: a stream would size its buffer to the section,
-			// then grow it to peek at each page header. The buffer is
-			// scratch: the page reader copies each page out of it, so it
-			// is free again once the section is read.
-			held = scratch{}.Allocate(int(s.n))
+			// then grow it to peek at each page header. The page reader
+			// copies each page out of the buffer, so it is free again
+			// once the section is read.
+			held = bufs.get(int(s.n))
 			if _, err := src.ReadAt(held, s.off); err != nil {
-				scratch{}.Free(held)
+				bufs.put(held)
 				return nil, nil, err
 			}
 			stream = &memStream{b: held}
@@ -393,7 +394,9 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 		//lint:ignore SA1019 the only page reader over a section of a chunk
 		r, err := file.NewPageReader(stream, math.MaxInt64, chunk.Compression(), mem, nil)
 		if err != nil {
-			scratch{}.Free(held)
+			if held != nil {
+				bufs.put(held)
+			}
 			return nil, nil, err
 		}
 		return r, held, nil
@@ -420,9 +423,10 @@ type pageSource interface {
 // pagePlan.sections), each read by a page reader of its own.
 type plannedPages struct {
 	sections []byteRange
-	// open returns a page reader of a section, and the scratch buffer it
-	// reads from (nil if none), to free once the reader is closed.
+	// open returns a page reader of a section, and the buffer of bufs it
+	// reads from (nil if none), to give back once the reader is closed.
 	open func(byteRange) (file.PageReader, []byte, error)
+	bufs *bufferList
 	cur  file.PageReader
 	held []byte
 	err  error
@@ -459,7 +463,7 @@ func (pp *plannedPages) Close() {
 		pp.cur = nil
 	}
 	if pp.held != nil {
-		scratch{}.Free(pp.held)
+		pp.bufs.put(pp.held)
 		pp.held = nil
 	}
 }

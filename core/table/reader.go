@@ -65,10 +65,11 @@ type Reader struct {
 	// fetchShare is a decoder's part of fetchLimit: a row group whose
 	// sections are larger is read as it is decoded, a window of that part
 	// at a time, so that every decoder can have a row group to decode.
-	fetchShare int64
-	decoding   *slots       // one slot per row group being decoded
-	planned    atomic.Int64 // row groups Keep asked for so far: the priority of the next
-	stats      readerStats
+	fetchShare  int64
+	decoding    *slots       // one slot per row group being decoded
+	sectionBufs bufferList   // the buffers decoders read sections of pages into
+	planned     atomic.Int64 // row groups Keep asked for so far: the priority of the next
+	stats       readerStats
 }
 
 // NewReader returns a reader of the given columns.
@@ -103,7 +104,8 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 		opts.Decoders = runtime.GOMAXPROCS(0)
 	}
 	r := &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
-		mem: mem, reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(opts.Decoders, opts.DecodeBytes)}
+		mem: mem, reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(opts.Decoders, opts.DecodeBytes),
+		sectionBufs: bufferList{max: opts.Decoders}}
 	if opts.DecodeBytes <= 0 {
 		r.decoding = newSlots(opts.Decoders, math.MaxInt64)
 	}
@@ -703,7 +705,7 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 		for i, row := range rows {
 			keep[i] = plan.row(row)
 		}
-		pages := plan.read(src, chunk, scratch{})
+		pages := plan.read(src, chunk, scratch{}, &r.sectionBufs)
 		defer pages.Close()
 		arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pages, plan.rows, keep)
 		return arr, did.bytes, err
