@@ -264,7 +264,8 @@ def _check_pid() -> None:
             f"process {os.getpid()}, a forked child, and the Go runtime does not survive "
             "fork(), so croupier refuses to call it here (the call would hang). Start worker "
             'processes with multiprocessing_context="spawn" or "forkserver" '
-            "(croupier.DataLoader uses spawn by default), or load croupier only after forking."
+            "(croupier.DataLoader forks its workers from a fork server), or load croupier "
+            "only after forking."
         )
 
 

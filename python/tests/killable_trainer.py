@@ -84,9 +84,8 @@ def train(
                             shuffle_seed=SEED, rank=r, world_size=world_size, format="numpy")
         for r in range(world_size)
     ]  # fmt: skip
-    # Workers are spawned (croupier.DataLoader's default): torch's worker watchdog
-    # sees their parent die. Workers forked from a forkserver would outlive a
-    # kill -9, as the fork server, not this process, is their parent.
+    # Workers come from croupier.DataLoader's default fork server: each watches
+    # this process and ends with it, kill -9 included.
     loaders = [cr.DataLoader(ds, num_workers=workers) for ds in datasets]
     checkpoint, log = work / "checkpoint.json", work / "steps.jsonl"
     step = 0

@@ -6,7 +6,8 @@ from its last checkpoint at another world size and number of DataLoader
 workers each time, across an epoch boundary, and compares the log with an
 uninterrupted run. Each run is a process forked from a fork server that has
 imported torch (starting in a fraction of a second); the DataLoader workers of
-a run are spawned and import torch themselves, so the test is marked ``slow``.
+a run come from the run's own fork server, which imports torch again, so the
+test is marked ``slow``.
 """
 
 from __future__ import annotations

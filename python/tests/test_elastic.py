@@ -349,7 +349,7 @@ G_W, S_W = 24, 12  # 400 rows: streams of 33, 16 full steps and a partial one
 
 
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
-def test_spawned_workers_deal_like_one_process(perms: Perms, num_workers: int) -> None:
+def test_workers_deal_like_one_process(perms: Perms, num_workers: int) -> None:
     perm = perms.get("shuffled")
     ds = dataset(perm, global_batch_size=G_W, num_splits=S_W, drop_last=False, format="torch")
     want = {e: ref.rank_batches(order(perm, 0, e), S_W, G_W, 1, 0, drop_last=False) for e in (0, 1)}
@@ -370,9 +370,11 @@ def test_spawned_workers_deal_like_one_process(perms: Perms, num_workers: int) -
         with pytest.raises(RuntimeError, match=r"croupier\.DataLoader") as info:
             ds.state_dict()
         assert "StatefulDataLoader" in str(info.value)
-    else:
-        loader = cr.DataLoader(ds, num_workers=num_workers)
-        assert loader.multiprocessing_context.get_start_method() == "spawn"
+    else:  # 2 workers spawned, 3 forked from the default fork server
+        method = "spawn" if num_workers == 2 else "forkserver"
+        context = {"multiprocessing_context": method} if method == "spawn" else {}
+        loader = cr.DataLoader(ds, num_workers=num_workers, **context)
+        assert loader.multiprocessing_context.get_start_method() == method
         got = [ids_of(b) for b in loader]
         assert (ds.state_dict()["epoch"], ds.state_dict()["steps_consumed"]) == (2, 0)
     assert got == want[1]

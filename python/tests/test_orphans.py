@@ -198,7 +198,7 @@ def start_worker_loop(done: Any) -> tuple[Any, Any, Any]:
             torch.utils.data.default_convert,
             False,  # drop_last
             0,  # base_seed
-            _WorkerStart(None, os.getpid(), deathsig=False),
+            _WorkerStart(None, os.getpid(), deathsig=False, method="spawn"),
             0,  # worker_id
             1,  # num_workers
             False,  # persistent_workers

@@ -55,7 +55,8 @@ def test_croupier_dataloader_three_workers(table_uri: str) -> None:
     expected = ids(dataset(table_uri))
     ds = dataset(table_uri)
     loader = cr.DataLoader(ds, num_workers=3)
-    assert loader.multiprocessing_context.get_start_method() == "spawn"
+    # Forked from a fork server that has imported torch and croupier (Linux).
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"
     assert ids(loader) == expected
     assert ds.state_dict()["epoch"] == 1
     assert ds.state_dict()["steps_consumed"] == 0
@@ -80,12 +81,16 @@ def test_workers_share_the_cores(
     table_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: str | None
 ) -> None:
     """Each of K workers' Go runtime runs on cores ÷ K (at least 1), unless
-    GOMAXPROCS is in the environment; this process's runtime is left alone."""
+    GOMAXPROCS is in the environment; this process's runtime is left alone.
+    Workers forked from a fork server see the environment the server started
+    with, so the variable set here reaches spawned workers."""
+    options: dict[str, Any] = {}
     if env is not None:
         monkeypatch.setenv("GOMAXPROCS", env)
+        options["multiprocessing_context"] = "spawn"
     here = _lib.gomaxprocs()
     record = functools.partial(record_gomaxprocs, str(tmp_path))
-    loader = cr.DataLoader(dataset(table_uri), num_workers=2, worker_init_fn=record)
+    loader = cr.DataLoader(dataset(table_uri), num_workers=2, worker_init_fn=record, **options)
     assert ids(loader) == ids(dataset(table_uri))
     want = int(env) if env is not None else max(1, len(os.sched_getaffinity(0)) // 2)
     assert [int((tmp_path / f"worker-{k}").read_text()) for k in range(2)] == [want, want]
