@@ -6,10 +6,11 @@ reader processes that must start together (the ranks of a cluster).
 Bytes read from local files are ``rchar`` of ``/proc/self/io``: every byte
 ``read()``/``pread()`` returned to the process, whichever library asked, page
 cache hits included (files read through ``mmap`` are not counted). The kernel
-adds a child's counters to its parent's when the parent reaps it, so after a
-DataLoader's worker processes have been joined they are in the parent's
-figure; what each worker read while it started (imports) is recorded by
-:func:`record_worker_start` and taken off. Nothing is taken off for the
+adds a child's counters to its parent's when the parent reaps it, so after
+spawned DataLoader workers have been joined they are in the parent's figure,
+and what each read while it started (imports) is taken off; a worker forked
+from a fork server is reaped by the server, so what it read after it started
+is added. :func:`record_worker_start` notes both. Nothing is taken off for the
 measuring process: it has done its imports before it starts counting. Over S3
 the figure is the response body bytes the server sent (``internal/s3serve``).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import json
+import multiprocessing.util
 import os
 import time
 import urllib.request
@@ -41,14 +43,27 @@ def rchar(pid: int | str = "self") -> int:
 
 
 def record_worker_start(_worker_id: int) -> None:
-    """A DataLoader ``worker_init_fn``: note the bytes this worker read to start."""
+    """A DataLoader ``worker_init_fn``: note what this worker's reads change in
+    the measuring process's count (see the module doc)."""
     folder = os.environ.get(WORKER_IO_ENV)
-    if folder:
-        Path(folder, str(os.getpid())).write_text(str(rchar()))
+    if not folder:
+        return
+    start, trainer = rchar(), multiprocessing.parent_process()
+    note = Path(folder, str(os.getpid()))
+    if trainer is not None and os.getppid() == trainer.pid:
+        note.write_text(str(-start))  # reaped by the trainer: take its start-up off
+        return
+
+    def add_what_was_read() -> None:
+        note.write_text(str(rchar() - start))
+
+    # Runs as the worker process exits, after torch's worker loop has returned.
+    multiprocessing.util.Finalize(None, add_what_was_read, exitpriority=0)
 
 
-def worker_start_bytes() -> int:
-    """Bytes the workers recorded by :func:`record_worker_start` read to start; clears them."""
+def worker_bytes() -> int:
+    """What the workers noted by :func:`record_worker_start` change in the
+    measuring process's count; clears the notes."""
     folder = os.environ.get(WORKER_IO_ENV)
     if not folder:
         return 0
@@ -60,8 +75,9 @@ def worker_start_bytes() -> int:
 
 
 def local_bytes_read() -> int:
-    """Bytes read from files by this process and its reaped workers, less their start-up."""
-    return rchar() - worker_start_bytes()
+    """Bytes read from files by this process and its DataLoader workers, less
+    the workers' start-up."""
+    return rchar() + worker_bytes()
 
 
 def server_bytes_read(control: str) -> Callable[[], int]:
