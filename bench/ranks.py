@@ -171,7 +171,7 @@ def setup_lines(
         f" memory_budget={tables.budget(args.ratio) / beyond_memory.MiB:,.1f} MiB)` (the"
         f" projected columns are {args.ratio} times the budget) through `cr.DataLoader(ds,"
         " num_workers=K)` with its defaults, which decide what share of the budget each worker"
-        " gets."
+        " gets and fork the workers from a fork server each rank starts (importing torch once)."
         " The processes import torch and croupier first, then start together; each reads from"
         f" the start of the epoch for up to {args.seconds:g} s after its own first batch. rows/s"
         " is the rows all ranks delivered over the time from the start to the last batch of"
