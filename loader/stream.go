@@ -317,6 +317,17 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes > s.budget.Limit() {
 				break
 			}
+			if ids == nil && len(more) > 0 {
+				// Room for the rows the horizon will take, as far as the
+				// first step tells: growing by doubling copied a table-wide
+				// horizon's ids several times over, in fresh memory, and
+				// the collector spun waiting for each copy to end.
+				fit := s.budget.Limit()/max(rowBytes, 1)/int64(len(more)) + 1
+				ids = make([]uint64, 0, min(int64(len(steps)), fit)*int64(len(more)))
+				if own != nil {
+					places = make([]Place, 0, cap(ids))
+				}
+			}
 			ids = append(ids, more...)
 			places = append(places, placed...)
 			ends = append(ends, len(ids))
