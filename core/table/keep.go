@@ -34,10 +34,14 @@ import (
 // as Keep decodes them. Read hands out rows by position in that list; each
 // position once. It is safe for concurrent use; Close it when done.
 type Kept struct {
-	r       *Reader
-	budget  *Budget
-	seq     uint64 // in budget: Kepts made earlier have lower numbers
-	loc     []rowLoc
+	r      *Reader
+	budget *Budget
+	seq    uint64 // in budget: Kepts made earlier have lower numbers
+	// Of each position, the index in pieces of the piece holding its row,
+	// and that row's index among the piece's rows: set as the piece is
+	// built, read once it is done.
+	of      []int32
+	rows    []int32
 	pieces  []*piece
 	started int // pieces build has started; build's own
 	cancel  context.CancelFunc
@@ -45,9 +49,6 @@ type Kept struct {
 
 	mu sync.Mutex // guards pieces' rec, bytes and left after they are built
 }
-
-// rowLoc is where the row at one position is kept: row row of piece piece.
-type rowLoc struct{ piece, row int32 }
 
 // piece is the kept rows of one row group.
 type piece struct {
@@ -80,9 +81,10 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 	if err != nil {
 		return nil, err
 	}
-	// Bucket the positions by piece (a counting sort), then order each
-	// piece's rows by their offset in the group so that building a piece
-	// copies runs of rows.
+	// Bucket the positions by piece (a counting sort). Each piece's rows
+	// are then ordered by their offset in the group, so that building it
+	// copies runs of rows, as it is built: by the decoders, side by side,
+	// the first pieces while later ones wait.
 	start := make([]int, len(keys)+1)
 	for _, k := range of {
 		start[k+1]++
@@ -101,13 +103,9 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 		sel[fill[k]] = uint64(row)<<32 | uint64(pos)
 		fill[k]++
 	}
-	k := &Kept{r: r, budget: budget, loc: make([]rowLoc, len(ids)), pieces: make([]*piece, len(keys))}
+	k := &Kept{r: r, budget: budget, of: of, rows: make([]int32, len(ids)), pieces: make([]*piece, len(keys))}
 	for i, key := range keys {
 		p := &piece{key: key, sel: sel[start[i]:start[i+1]], done: make(chan struct{})}
-		sortByRow(p.sel, r.t.pin.Files[key.File].RowGroups[key.Group])
-		for j, v := range p.sel {
-			k.loc[uint32(v)] = rowLoc{int32(i), int32(j)}
-		}
 		p.left = len(p.sel)
 		k.pieces[i] = p
 	}
@@ -147,7 +145,7 @@ func sortByRow(sel []uint64, rows int64) {
 }
 
 // Len is the number of positions.
-func (k *Kept) Len() int { return len(k.loc) }
+func (k *Kept) Len() int { return len(k.of) }
 
 // build decodes the pieces in order, at most cap(r.reads) row groups fetched
 // or waiting for a core at a time: requests and decoding have bounds of their
@@ -228,7 +226,12 @@ func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan 
 	defer func() { k.finish(p, rec, err) }()
 	defer recoverTo(&err, "read", k.r.t.loc.ObjectURI(k.r.t.pin.Files[p.key.File].Key))
 	r := k.r
-	all := whole(p.sel, r.t.pin.Files[p.key.File].RowGroups[p.key.Group])
+	groupRows := r.t.pin.Files[p.key.File].RowGroups[p.key.Group]
+	sortByRow(p.sel, groupRows)
+	for j, v := range p.sel {
+		k.rows[uint32(v)] = int32(j)
+	}
+	all := whole(p.sel, groupRows)
 	var (
 		w     wanted // p's rows, each once
 		at    []span // where p's rows lie in a column of w.rows
@@ -316,8 +319,8 @@ func whole(sel []uint64, n int64) bool {
 // once: a piece is freed when the last position that takes a row from it
 // has been read.
 func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error) {
-	if from < 0 || to > len(k.loc) || from > to {
-		return nil, errcode.New(errcode.InvalidArgument, "read", k.r.t.pin.URI, "positions [%d, %d) outside [0, %d)", from, to, len(k.loc))
+	if from < 0 || to > len(k.of) || from > to {
+		return nil, errcode.New(errcode.InvalidArgument, "read", k.r.t.pin.URI, "positions [%d, %d) outside [0, %d)", from, to, len(k.of))
 	}
 	var (
 		used   []int32 // pieces, in order of first use
@@ -325,20 +328,15 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		index  = map[int32]int{}
 		spans  = make([]span, 0, 16)
 	)
-	last, src := int32(-1), 0
-	for _, l := range k.loc[from:to] {
-		if l.piece != last {
-			i, ok := index[l.piece]
-			if !ok {
-				i = len(used)
-				index[l.piece] = i
-				used = append(used, l.piece)
-				counts = append(counts, 0)
-			}
-			last, src = l.piece, i
+	for _, pi := range k.of[from:to] {
+		i, ok := index[pi]
+		if !ok {
+			i = len(used)
+			index[pi] = i
+			used = append(used, pi)
+			counts = append(counts, 0)
 		}
-		counts[src]++
-		spans = appendSpan(spans, src, int64(l.row), 1)
+		counts[i]++
 	}
 	recs := make([]arrow.RecordBatch, len(used))
 	defer func() {
@@ -366,6 +364,14 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		recs[i] = p.rec
 		recs[i].Retain()
 		k.mu.Unlock()
+	}
+	// The pieces are built: their rows' indices are set.
+	last, src := int32(-1), 0
+	for pos, pi := range k.of[from:to] {
+		if pi != last {
+			last, src = pi, index[pi]
+		}
+		spans = appendSpan(spans, src, int64(k.rows[from+pos]), 1)
 	}
 	out, err := k.r.assemble(ctx, recs, spans, int64(to-from))
 	if err != nil {
