@@ -68,7 +68,10 @@ class _WorkerStart:
 
     def __call__(self, worker_id: int) -> None:
         queue, done = _loop_state(sys._getframe(1))
-        _flush_at_exit(queue, done, self.trainer)
+        # A spawned worker's parent is the trainer: its parent changing says
+        # the trainer is gone. A fork server's worker is killed by its
+        # watcher when the trainer ends.
+        _flush_at_exit(queue, done, self.trainer if os.getppid() == self.trainer else None)
         if self.method == "forkserver" and _WATCH_TRAINER:
             _die_with_trainer(self.trainer)
         elif self.deathsig and sys.platform == "linux":
@@ -116,10 +119,11 @@ def _loop_state(frame: Any) -> tuple[Any, Any]:
     return frame.f_locals["data_queue"], frame.f_locals["done_event"]
 
 
-def _flush_at_exit(queue: Any, done: Any, trainer: int) -> None:
+def _flush_at_exit(queue: Any, done: Any, trainer: int | None) -> None:
     """Make the worker loop's result ``queue`` deliver its batches at exit while
-    ``trainer`` lives and has not set the loop's ``done`` event, and drop them
-    otherwise (see ``_WorkerStart``)."""
+    the trainer has not set the loop's ``done`` event and, when ``trainer`` is
+    given, while it is still this worker's parent; drop them otherwise (see
+    ``_WorkerStart``)."""
     if not hasattr(queue, "_thread"):
         raise InternalError(
             f"croupier.DataLoader: Python {sys.version.split()[0]}'s multiprocessing.Queue has "
@@ -133,12 +137,13 @@ def _flush_at_exit(queue: Any, done: Any, trainer: int) -> None:
     )
 
 
-def _wait_for_feeder(queue: Any, done: Any, trainer: int) -> None:
+def _wait_for_feeder(queue: Any, done: Any, trainer: int | None) -> None:
     """Wait until ``queue``'s feeder thread has written its buffer, unless the
-    trainer is gone or has set ``done`` (it reads nothing more)."""
+    trainer has set ``done`` or is no longer the parent ``trainer`` (it reads
+    nothing more)."""
     feeder = queue._thread
     while feeder is not None and feeder.is_alive():
-        if done.is_set() or os.getppid() != trainer:
+        if done.is_set() or (trainer is not None and os.getppid() != trainer):
             return
         feeder.join(_FEEDER_POLL_S)
 

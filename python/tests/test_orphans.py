@@ -181,10 +181,10 @@ class OneBigItem(torch.utils.data.IterableDataset[bytes]):
         yield bytes(range(256)) * (32 << 10)  # 8 MiB
 
 
-def start_worker_loop(done: Any) -> tuple[Any, Any, Any]:
+def start_worker_loop(done: Any, method: str = "spawn") -> tuple[Any, Any, Any]:
     """torch's worker loop over OneBigItem, started as torch starts it, with
     croupier.DataLoader's worker_init_fn: (process, index queue, data queue)."""
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context(method)
     indices, data = context.Queue(), context.Queue()
     worker = context.Process(
         target=torch.utils.data._utils.worker._worker_loop,
@@ -198,7 +198,7 @@ def start_worker_loop(done: Any) -> tuple[Any, Any, Any]:
             torch.utils.data.default_convert,
             False,  # drop_last
             0,  # base_seed
-            _WorkerStart(None, os.getpid(), deathsig=False, method="spawn"),
+            _WorkerStart(None, os.getpid(), deathsig=False, method=method),
             0,  # worker_id
             1,  # num_workers
             False,  # persistent_workers
@@ -210,12 +210,14 @@ def start_worker_loop(done: Any) -> tuple[Any, Any, Any]:
     return worker, indices, data
 
 
-def test_a_finished_worker_delivers_before_it_exits() -> None:
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_finished_worker_delivers_before_it_exits(method: str) -> None:
     """A worker told to exit (its iterator ended) while its last item is still
     on its way waits until the trainer has it: the workers share one lock on
-    the pipe, which a worker exiting mid-write would keep from the others."""
-    done = multiprocessing.get_context("spawn").Event()  # held: the worker opens it as it starts
-    worker, indices, data = start_worker_loop(done)
+    the pipe, which a worker exiting mid-write would keep from the others. A
+    worker forked from a fork server, whose parent is not the trainer, too."""
+    done = multiprocessing.get_context(method).Event()  # held: the worker opens it as it starts
+    worker, indices, data = start_worker_loop(done, method)
     try:
         for i in range(2):  # the item, then the end of the iterator
             indices.put((i, None))
