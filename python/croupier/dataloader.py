@@ -54,10 +54,9 @@ class _WorkerStart:
     kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``, which
     follows the parent *thread*, hence the main thread only), and checks that
     the trainer was still its parent once it asked, lest it died just before.
-    Third, once the
-    trainer sets the loop's ``done_event`` it gives the worker 5 s to exit: a
-    call waiting in Go (for versions of a followed table, a stalled store)
-    then ends at once (``_lib.stop_waiting_when``).
+    Third, once the trainer sets the loop's ``done_event`` it gives the worker
+    5 s to exit: a call waiting in Go (for versions of a followed table, a
+    stalled store) then ends at once (``_lib.stop_waiting_when``).
     """
 
     def __init__(
@@ -161,9 +160,20 @@ def _die_with_parent(trainer: int) -> None:
         os._exit(0)
 
 
-# Fork servers' workers need a pidfd to watch the trainer (Linux 5.3, Python
-# 3.9); elsewhere workers are spawned.
-_WATCH_TRAINER = sys.platform == "linux" and hasattr(os, "pidfd_open")
+def _pidfds() -> bool:
+    """Whether this system opens pidfds (Linux 5.3 and Python 3.9 on), which a
+    fork server's workers need to watch the trainer; elsewhere workers are
+    spawned."""
+    if sys.platform != "linux" or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # ENOSYS: an older kernel
+        return False
+    return True
+
+
+_WATCH_TRAINER = _pidfds()
 
 
 def _die_with_trainer(trainer: int) -> None:
