@@ -328,15 +328,19 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		index  = map[int32]int{}
 		spans  = make([]span, 0, 16)
 	)
+	last, src := int32(-1), 0
 	for _, pi := range k.of[from:to] {
-		i, ok := index[pi]
-		if !ok {
-			i = len(used)
-			index[pi] = i
-			used = append(used, pi)
-			counts = append(counts, 0)
+		if pi != last {
+			i, ok := index[pi]
+			if !ok {
+				i = len(used)
+				index[pi] = i
+				used = append(used, pi)
+				counts = append(counts, 0)
+			}
+			last, src = pi, i
 		}
-		counts[i]++
+		counts[src]++
 	}
 	recs := make([]arrow.RecordBatch, len(used))
 	defer func() {
@@ -366,7 +370,7 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		k.mu.Unlock()
 	}
 	// The pieces are built: their rows' indices are set.
-	last, src := int32(-1), 0
+	last = -1
 	for pos, pi := range k.of[from:to] {
 		if pi != last {
 			last, src = pi, index[pi]
