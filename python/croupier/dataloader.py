@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import multiprocessing.context
 import multiprocessing.util
@@ -60,10 +61,12 @@ class _WorkerStart:
     """
 
     def __init__(
-        self, init_fn: Callable[[int], None] | None, trainer: int, deathsig: bool, method: str
+        self, init_fn: Callable[[int], None] | None, trainer: int, watch: str | None
     ) -> None:
-        self.init_fn, self.trainer, self.deathsig = init_fn, trainer, deathsig
-        self.method = method
+        """``watch`` is how the worker dies with ``trainer``: ``"pidfd"``
+        (forked from a fork server), ``"parent"`` (spawned from the trainer's
+        main thread, on Linux) or ``None`` (torch's loop notices alone)."""
+        self.init_fn, self.trainer, self.watch = init_fn, trainer, watch
 
     def __call__(self, worker_id: int) -> None:
         queue, done = _loop_state(sys._getframe(1))
@@ -71,9 +74,9 @@ class _WorkerStart:
         # the trainer is gone. A fork server's worker is killed by its
         # watcher when the trainer ends.
         _flush_at_exit(queue, done, self.trainer if os.getppid() == self.trainer else None)
-        if self.method == "forkserver" and _WATCH_TRAINER:
+        if self.watch == "pidfd":
             _die_with_trainer(self.trainer)
-        elif self.deathsig and sys.platform == "linux":
+        elif self.watch == "parent":
             _die_with_parent(self.trainer)
         _lib.stop_waiting_when(done.is_set)
         _share_cores()
@@ -160,6 +163,7 @@ def _die_with_parent(trainer: int) -> None:
         os._exit(0)
 
 
+@functools.cache
 def _pidfds() -> bool:
     """Whether this system opens pidfds (Linux 5.3 and Python 3.9 on), which a
     fork server's workers need to watch the trainer; elsewhere workers are
@@ -171,9 +175,6 @@ def _pidfds() -> bool:
     except OSError:  # ENOSYS: an older kernel
         return False
     return True
-
-
-_WATCH_TRAINER = _pidfds()
 
 
 def _die_with_trainer(trainer: int) -> None:
@@ -211,7 +212,7 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     The fork server does not load croupier's Go core (croupier loads it on
     first use), so its children may.
     """
-    if not _WATCH_TRAINER or "forkserver" not in multiprocessing.get_all_start_methods():
+    if not _pidfds() or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
@@ -227,8 +228,8 @@ class DataLoader(torch.utils.data.DataLoader):
     - ``batch_size`` is always None: the dataset yields whole batches.
     - worker processes are forked from a fork server that has imported torch
       and croupier (``multiprocessing_context`` is ``"forkserver"`` with those
-      modules preloaded where the platform has fork servers), so that a worker starts
-      in a fraction of a second instead of importing torch anew each epoch;
+      modules preloaded, on Linux), so that a worker starts in a fraction of
+      a second instead of importing torch anew each epoch;
       ``"spawn"`` or another ``"forkserver"`` context may be passed, and
       ``"fork"`` is refused (the Go core does not survive ``fork()``).
     - it counts each batch it hands to the training loop, so
@@ -342,9 +343,14 @@ class DataLoader(torch.utils.data.DataLoader):
         """
         init_fn = self.worker_init_fn
         method = self.multiprocessing_context.get_start_method()
-        main = threading.current_thread() is threading.main_thread()
-        deathsig = method == "spawn" and main
-        self.worker_init_fn = _WorkerStart(init_fn, os.getpid(), deathsig, method)
+        watch = None
+        if method == "forkserver" and _pidfds():
+            watch = "pidfd"
+        elif method == "spawn" and sys.platform == "linux":
+            # PR_SET_PDEATHSIG follows the parent thread: the main one only.
+            main = threading.current_thread() is threading.main_thread()
+            watch = "parent" if main else None
+        self.worker_init_fn = _WorkerStart(init_fn, os.getpid(), watch)
         self._tell_workers(True)
         try:
             return super().__iter__()  # starts the workers: they get the dataset now

@@ -198,7 +198,7 @@ def start_worker_loop(done: Any, method: str = "spawn") -> tuple[Any, Any, Any]:
             torch.utils.data.default_convert,
             False,  # drop_last
             0,  # base_seed
-            _WorkerStart(None, os.getpid(), deathsig=False, method=method),
+            _WorkerStart(None, os.getpid(), watch="pidfd" if method == "forkserver" else None),
             0,  # worker_id
             1,  # num_workers
             False,  # persistent_workers
