@@ -513,3 +513,67 @@ func TestBudgetSmallerThanTheTable(t *testing.T) {
 		t.Fatalf("a budget too small for a step: %v", err)
 	}
 }
+
+// TestWindowHorizons deals a window shuffle of a table larger than the
+// budget, with budgets whose horizons hold between one and two windows of
+// each stream (a window is a row group): a horizon ends where its windows
+// do, so each row group is decoded once, not again by the next horizon for
+// the rows it left; the batches are those of an ample budget.
+func TestWindowHorizons(t *testing.T) {
+	ctx := context.Background()
+	tb := openTable(t, 1024) // 16 row groups of 64 rows
+	perms, err := permutation.Build(ctx, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 5, Window: 64}},
+		"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer perms.Close()
+	const splits, window = 4, 64
+	deal := func(budget int64) ([][]int64, loader.Stats) {
+		l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 8, NumSplits: splits,
+			ReadAhead: 2, MemoryBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		s, err := l.Stream(ctx, loader.StreamOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var steps [][]int64
+		for b, err := range s.All(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, slices.Clone(b.Record.Column(0).(*array.Int64).Int64Values()))
+			b.Record.Release()
+		}
+		return steps, s.Stats()
+	}
+	want, whole := deal(256 << 20)
+	if whole.RowGroups != 16 {
+		t.Fatalf("an ample budget decoded %d row groups, want each of the 16 once", whole.RowGroups)
+	}
+	rowBytes := whole.KeptBytes / tb.NumRows()
+	tried := 0
+	for budget := int64(8 << 10); budget < 1<<20; budget += budget / 8 {
+		got, st := deal(budget)
+		if !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("budget %d dealt other batches than an ample one", budget)
+		}
+		// Horizons are planned from guessed row sizes, up to a quarter too
+		// large: between 1.4 and 1.9 windows a stream, each holds one.
+		if per := st.HeldLimit / rowBytes / splits; per < window*14/10 || per > window*19/10 {
+			continue
+		}
+		tried++
+		if st.RowGroups != 16 {
+			t.Errorf("budget %d (%d bytes for kept rows, %d rows a stream): decoded %d row groups, want each of the 16 once",
+				budget, st.HeldLimit, st.HeldLimit/rowBytes/splits, st.RowGroups)
+		}
+	}
+	if tried == 0 {
+		t.Fatal("no budget tried held between one and two windows a stream")
+	}
+}

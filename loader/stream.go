@@ -287,6 +287,8 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 	}()
 	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
 	var last *table.Kept
+	var seen []uint64 // horizonEnd's, and the rows of a page it assumes
+	var perPage uint64
 	for len(steps) > 0 {
 		// Take steps while their rows fit the budget, at least one; ends[i]
 		// is where step i's rows end in ids. rowBytes is guessed from the
@@ -331,6 +333,21 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			ids = append(ids, more...)
 			places = append(places, placed...)
 			ends = append(ends, len(ids))
+		}
+		if len(ends) < len(steps) { // not the last: end it where fewest pages are decoded twice
+			if seen == nil {
+				rows, err := l.table.RowsPerPage(ctx)
+				if err != nil {
+					return err
+				}
+				perPage = uint64(max(rows, 1))
+				seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
+			}
+			c := horizonEnd(ids, ends, perPage, seen)
+			ids, ends = ids[:ends[c-1]], ends[:c]
+			if places != nil {
+				places = places[:len(ids)]
+			}
 		}
 		n := len(ends)
 		kept, err := s.reader.Keep(ctx, ids, s.budget)
