@@ -150,9 +150,9 @@ func BenchmarkEpoch(b *testing.B) {
 // BenchmarkBeyondBudget reads a full shuffle of LM rows written as a croupier
 // table with memory budgets the projected columns are 4 and 32 times,
 // beside a sequential read with a budget that holds the table, the baseline
-// of the ratios docs/tuning.md gives; in the default layout (16 KiB zstd
-// pages), in 8 and 4 KiB pages, which hold a few rows of these token lists,
-// and in 16 and 4 KiB lz4 pages:
+// of the ratios docs/tuning.md gives; in 16 (the default), 8 and 4 KiB zstd
+// pages, the smaller of which hold a few rows of these token lists, and in 16
+// KiB (the default layout) and 4 KiB lz4 pages:
 //
 //	go test ./loader -run '^$' -bench BeyondBudget -benchtime 3x
 func BenchmarkBeyondBudget(b *testing.B) {

@@ -54,7 +54,7 @@ const (
 const (
 	DefaultRowGroupRows = 4096
 	DefaultPageBytes    = 16 << 10
-	DefaultCompression  = "zstd"
+	DefaultCompression  = "lz4"
 	DefaultMaxAttempts  = 1000
 )
 
@@ -64,8 +64,8 @@ type WriteOptions struct {
 	RowGroupRows int64 `json:"row_group_rows,omitempty"`
 	// PageBytes is the target size of one data page.
 	PageBytes int64 `json:"page_bytes,omitempty"`
-	// Compression is the codec of the data pages: "zstd" (the default),
-	// "lz4" or "none" (see the package doc for when each pays).
+	// Compression is the codec of the data pages: "lz4" (the default),
+	// "zstd" or "none" (see the package doc for when each pays).
 	Compression string `json:"compression,omitempty"`
 	// MaxAttempts bounds the commit attempts of one Append: a writer that loses
 	// the race for a version retries on the next one.

@@ -228,7 +228,7 @@ func TestCompression(t *testing.T) {
 		return out
 	}
 	for name, want := range map[string]compress.Compression{
-		"": compress.Codecs.Zstd, "zstd": compress.Codecs.Zstd,
+		"": compress.Codecs.Lz4Raw, "zstd": compress.Codecs.Zstd,
 		"lz4": compress.Codecs.Lz4Raw, "none": compress.Codecs.Uncompressed,
 	} {
 		t.Run("codec="+name, func(t *testing.T) {

@@ -362,8 +362,8 @@ func TestFooterRowCountsAddUp(t *testing.T) {
 // first row group (its pages and their headers), keeping the file's size and
 // modification time so that only the decoder can notice: every read of the
 // row group either returns exactly the right rows or fails with Corrupt naming
-// the file and the row group. Croupier writes zstd pages, whose frames carry a
-// checksum; page headers have none, and a damaged one can make a column decode
+// the file and the row group. Croupier writes a CRC with every page; page
+// headers have none, and a damaged one can make a column decode
 // fewer values than the row group holds. (A plain Parquet file without
 // compression or page checksums has nothing that would tell a flipped value
 // from a real one.)

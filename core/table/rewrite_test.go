@@ -76,7 +76,7 @@ func sameRows(t *testing.T, got, want *table.Table, columns []string) {
 }
 
 // checkLayout fails t unless every data file of tb is in row groups of
-// rowGroupRows rows (fewer in the last), zstd, with a page index.
+// rowGroupRows rows (fewer in the last), lz4 (the default), with a page index.
 func checkLayout(t *testing.T, tb *table.Table, rowGroupRows int64) {
 	t.Helper()
 	for i, f := range tb.Files() {
@@ -98,7 +98,7 @@ func checkLayout(t *testing.T, tb *table.Table, rowGroupRows int64) {
 				if col.GetOffsetIndexLocation() == nil || col.GetColumnIndexLocation() == nil {
 					t.Fatalf("file %s, row group %d, column %s: no page index", f.Key, g, col.PathInSchema())
 				}
-				if col.Compression() != compress.Codecs.Zstd {
+				if col.Compression() != compress.Codecs.Lz4Raw {
 					t.Fatalf("file %s, row group %d, column %s: compression %s", f.Key, g, col.PathInSchema(), col.Compression())
 				}
 			}

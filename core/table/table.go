@@ -70,7 +70,7 @@
 //
 // # Data file layout
 //
-// Data files are Parquet written by pqarrow with zstd, a page index (column and
+// Data files are Parquet written by pqarrow with lz4, a page index (column and
 // offset indexes), the Arrow schema stored, DefaultRowGroupRows rows per row
 // group and DefaultPageBytes pages. The Reader decodes, of each row group a
 // read touches, only the pages that hold its rows (see pages.go), so the cost
@@ -106,16 +106,17 @@
 // few rows of token lists, so a horizon that needs few rows of a row group
 // decodes few pages.
 //
-// WriteOptions.Compression picks the pages' codec: zstd by default, the
-// smallest files, or lz4 (Parquet's LZ4_RAW) or none. The page decoder's
-// time goes mostly to decompressing, and a full shuffle of a table N times
-// its budget decompresses each page about min(N, its rows) times an epoch,
-// so there the codec decides the speed. BenchmarkBeyondBudget (loader)
-// measures it: with lz4, files of token lists were 1.6 times as large and a
-// full shuffle at N = 4 read about twice as fast (docs/tuning.md has the
-// figures). zstd stays the default: every read of a table on an object store
-// pays for its bytes, and most reads are not full shuffles far beyond the
-// budget.
+// WriteOptions.Compression picks the pages' codec: lz4 (Parquet's LZ4_RAW)
+// by default, or zstd, the smallest files, or none. The page decoder's time
+// goes mostly to decompressing, and a full shuffle of a table N times its
+// budget decompresses each page about min(N, its rows) times an epoch, so
+// there the codec decides the speed. BenchmarkBeyondBudget (loader) measures
+// it: with lz4, files of token lists were 1.6 times as large as with zstd, a
+// full shuffle at N = 4 read 2.2–3.3 times as fast and a scan 1.6–1.8 times
+// (docs/tuning.md has the figures). Tables to shuffle are many budgets large,
+// and a read from an object store costs its latency far more than its bytes,
+// so lz4 is the default; zstd is for tables read in order or kept for their
+// size.
 //
 // # Decoding
 //

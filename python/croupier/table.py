@@ -70,10 +70,11 @@ def create_table(
     record batches; its schema becomes the table's. Data files are Parquet with a
     page index, in row groups of ``row_group_rows`` rows (default 4,096, chosen
     for reads of single rows) and pages of ``page_bytes`` (default 16 KiB),
-    compressed with ``compression``: ``"zstd"`` (the default, the smallest
-    files), ``"lz4"`` (larger files that decode several times faster: for full
-    shuffles of tables many memory budgets large, which decode each page many
-    times an epoch; see docs/tuning.md) or ``"none"``.
+    compressed with ``compression``: ``"lz4"`` (the default: pages that
+    decode several times faster than zstd's, which a shuffle of a table many
+    memory budgets large does many times an epoch; see docs/tuning.md),
+    ``"zstd"`` (files 1.3 to 1.6 times smaller, for tables read mostly in
+    order or kept for their size) or ``"none"``.
 
     Before a process's first commit to a store, croupier checks that the store
     honours conditional writes (a second exclusive create of one key must
@@ -155,7 +156,7 @@ def rewrite(
     every random row expensive. This copies the rows of ``src``, in row id
     order, into row groups of ``row_group_rows`` rows (default 4,096) and pages
     of ``page_bytes`` (default 16 KiB) with a page index, compressed with
-    ``compression`` (default zstd; see :func:`create_table`). It
+    ``compression`` (default lz4; see :func:`create_table`). It
     reads one row group of ``src`` at a time, so memory holds about one row
     group of each table, however large ``src`` is.
 
@@ -170,7 +171,7 @@ def rewrite(
         columns: the columns to keep, in that order; ``None`` keeps them all.
         row_group_rows: most rows in one row group.
         page_bytes: target size of one data page.
-        compression: ``"zstd"``, ``"lz4"`` or ``"none"`` (see :func:`create_table`).
+        compression: ``"lz4"``, ``"zstd"`` or ``"none"`` (see :func:`create_table`).
         progress: ``callable(rows, total_rows, bytes, total_bytes)``, called
             after each row group of ``src`` (bytes: compressed bytes of the
             kept columns, as ``src``'s footers record them); ``True`` shows a

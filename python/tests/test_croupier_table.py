@@ -212,12 +212,14 @@ def test_data_files_carry_standard_page_crcs(tmp_path: Path) -> None:
 
 def test_compression(tmp_path: Path) -> None:
     """``compression`` names the codec of every page a create or an append
-    writes; pyarrow reads the files back to the rows written; an unknown name
-    is refused before anything is written."""
+    writes, lz4 when not given; pyarrow reads the files back to the rows
+    written; an unknown name is refused before anything is written."""
     uri = f"file://{tmp_path}/t"
-    tbl = cr.create_table(uri, rows(0, 3000), row_group_rows=1000, compression="lz4")
+    tbl = cr.create_table(uri, rows(0, 3000), row_group_rows=1000, compression="zstd")
     assert tbl.append(rows(3000, 500), compression="none") == 2
     tbl.close()
+    with cr.open_table(uri) as tbl:
+        assert tbl.append(rows(3500, 250)) == 3
     codecs = {}
     for path in (tmp_path / "t" / "data").glob("*.parquet"):
         meta = pq.ParquetFile(path).metadata
@@ -227,8 +229,8 @@ def test_compression(tmp_path: Path) -> None:
             for c in range(meta.num_columns)
         }
     # pyarrow names Parquet's LZ4_RAW codec "LZ4".
-    assert codecs == {3000: {"LZ4"}, 500: {"UNCOMPRESSED"}}
-    assert pq.read_table(tmp_path / "t" / "data").sort_by("id").equals(rows(0, 3500))
+    assert codecs == {3000: {"ZSTD"}, 500: {"UNCOMPRESSED"}, 250: {"LZ4"}}
+    assert pq.read_table(tmp_path / "t" / "data").sort_by("id").equals(rows(0, 3750))
     with pytest.raises(cr.InvalidArgumentError, match='compression "gzip": use one of'):
         cr.create_table(f"file://{tmp_path}/bad", rows(0, 10), compression="gzip")
     assert not (tmp_path / "bad").exists()

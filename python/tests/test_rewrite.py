@@ -51,7 +51,7 @@ def test_rewrite(tmp_path: Path) -> None:
             col = md.row_group(g).column(c)
             assert col.has_offset_index
             assert col.has_column_index
-            assert col.compression == "ZSTD"
+            assert col.compression == "LZ4"  # the default, LZ4_RAW, as pyarrow names it
 
     # One report per source row group (16,384 + 616 rows, then 5,000), growing to the totals.
     assert [c[0] for c in calls] == [16384, 17000, 22000]
@@ -63,13 +63,13 @@ def test_rewrite(tmp_path: Path) -> None:
 
     # A projection, and a croupier table as the source.
     projected = cr.rewrite(
-        tbl, uri(tmp_path / "projected"), columns=["text", "id"], compression="lz4"
+        tbl, uri(tmp_path / "projected"), columns=["text", "id"], compression="zstd"
     )
     assert projected.schema.names == ["text", "id"]
     want = pq.read_table(tmp_path / "export", columns=["text", "id"])
     f = data_file(tmp_path / "projected")
     assert f.read().equals(want)
-    assert f.metadata.row_group(0).column(0).compression == "LZ4"  # LZ4_RAW, as pyarrow names it
+    assert f.metadata.row_group(0).column(0).compression == "ZSTD"
 
     with pytest.raises(cr.AlreadyExistsError, match="exists"):
         cr.rewrite(src, tbl.uri)
