@@ -118,6 +118,7 @@ class Tables:
         rank: int = 0,
         world_size: int = 1,
         workers: int = 0,
+        in_process: bool | None = None,
     ) -> readers.Spec:
         """The reader ``kind`` in ``order`` over ``form`` (croupier's; peers read
         their own conversion of the plain Parquet files)."""
@@ -132,6 +133,7 @@ class Tables:
             num_splits=1 if order == "sequential" else args.num_splits,
             clump=self.clumps["croupier"] if kind == "lancedb" else self.clumps[form],
             workers=workers,
+            in_process=in_process,
             seed=args.seed,
             memory_budget=memory_budget,
             rank=rank,

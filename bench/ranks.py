@@ -5,7 +5,10 @@ For each shuffled order (window, clumped with clumps aligned to row groups,
 full), each world size W of ``--worlds`` and each ``--workers`` count K, W
 processes each build ``cr.StreamingDataset(rank=r, world_size=W)`` over the
 same persisted permutation, with a memory budget the projected columns are
-``--ratio`` times, and read it through ``cr.DataLoader(ds, num_workers=K)``.
+``--ratio`` times, and read it through ``cr.DataLoader(ds, num_workers=K)``,
+which reads in the rank's process, or, for a count written ``Kp``, through
+``cr.DataLoader(ds, num_workers=K, in_process=False)``, which starts K worker
+processes.
 The processes import everything first and then start together; each reads
 for up to ``--seconds`` after its own first batch.
 
@@ -14,7 +17,7 @@ last batch of any rank, and from the first batch of any rank on; bytes read
 (``rchar`` of every rank and its workers) ÷ Arrow bytes delivered, summed over
 the ranks; the ratio to a sequential pyarrow scan measured in the same run;
 and, per order and world size, the rate after the first batch with 2 workers
-÷ the rate with none.
+(asked for, and as processes) ÷ the rate with none.
 
 ``bench/run.py`` runs this as its ``ranks`` part.
 """
@@ -38,11 +41,25 @@ ORDERS = ("window", "clumped", "full")
 fmt = loader_throughput.fmt
 
 
+def workers_asked(workers: str) -> tuple[int, bool | None]:
+    """``num_workers`` and ``in_process`` of a ``--workers`` entry: ``K``, or
+    ``Kp`` for K worker processes."""
+    return int(workers.removesuffix("p")), False if workers.endswith("p") else None
+
+
+def workers_label(workers: str) -> str:
+    """A ``--workers`` entry as the tables say it."""
+    n, in_process = workers_asked(workers)
+    return f"{n} (processes)" if in_process is False else str(n)
+
+
 def run_cluster(
-    args: argparse.Namespace, tables: beyond_memory.Tables, order: str, world: int, workers: int
+    args: argparse.Namespace, tables: beyond_memory.Tables, order: str, world: int, workers: str
 ) -> dict[str, Any]:
-    """Measure ``world`` ranks of ``workers`` workers each in ``order``, started
-    together; their figures summed, or a note why there are none."""
+    """Measure ``world`` ranks of ``workers`` workers each (see workers_asked)
+    in ``order``, started together; their figures summed, or a note why there
+    are none."""
+    num_workers, in_process = workers_asked(workers)
     specs = [
         tables.spec(
             args,
@@ -52,7 +69,8 @@ def run_cluster(
             memory_budget=tables.budget(args.ratio),
             rank=r,
             world_size=world,
-            workers=workers,
+            workers=num_workers,
+            in_process=in_process,
         )
         for r in range(world)
     ]
@@ -112,7 +130,7 @@ def table_lines(rows: list[dict[str, Any]], base: float | None, total: int) -> l
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        head = f"| {r['order_label']} | {r['world']} | {r['workers']} |"
+        head = f"| {r['order_label']} | {r['world']} | {workers_label(r['workers'])} |"
         if "note" in r:
             lines.append(head + f" {beyond_memory.note_cell(r['note'], notes)} |" + " |" * 5)
             continue
@@ -129,25 +147,29 @@ def table_lines(rows: list[dict[str, Any]], base: float | None, total: int) -> l
 
 
 def workers_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
-    """Per order and world size: the rate from the first batch on with 2 workers
-    per rank ÷ the rate with none."""
+    """Per order, worker count other than 0 and world size: the rate from the
+    first batch on with those workers per rank ÷ the rate with none."""
     rate = {
         (r["order"], r["world"], r["workers"]): r.get("after_first_per_s")
         for r in rows
         if "note" not in r
     }
     lines = [
-        "| order | "
+        "| order | workers per rank | "
         + " | ".join(f"{w} {'rank' if w == 1 else 'ranks'}" for w in args.worlds)
         + " |",
-        "|---|" + "---:|" * len(args.worlds),
+        "|---|---|" + "---:|" * len(args.worlds),
     ]
     for order in args.orders:
-        ratios = []
-        for w in args.worlds:
-            two, none = rate.get((order, w, 2)), rate.get((order, w, 0))
-            ratios.append(fmt(two / none if two and none else None, ".2f"))
-        lines.append(f"| {loader_throughput.ORDER_LABELS[order]} | " + " | ".join(ratios) + " |")
+        for workers in args.workers:
+            if workers == "0":
+                continue
+            ratios = []
+            for w in args.worlds:
+                some, none = rate.get((order, w, workers)), rate.get((order, w, "0"))
+                ratios.append(fmt(some / none if some and none else None, ".2f"))
+            label = f"{loader_throughput.ORDER_LABELS[order]} | {workers_label(workers)}"
+            lines.append(f"| {label} | " + " | ".join(ratios) + " |")
     return lines
 
 
@@ -170,8 +192,10 @@ def setup_lines(
         f"{tables.data.workload.batch}, num_splits={args.num_splits}, rank=r, world_size=W,"
         f" memory_budget={tables.budget(args.ratio) / beyond_memory.MiB:,.1f} MiB)` (the"
         f" projected columns are {args.ratio} times the budget) through `cr.DataLoader(ds,"
-        " num_workers=K)` with its defaults, which decide what share of the budget each worker"
-        " gets and fork the workers from a fork server each rank starts (importing torch once)."
+        " num_workers=K)` with its defaults, which read in the rank's process (workers would"
+        " run no code of the user's), or, for K worker processes, through `cr.DataLoader(ds,"
+        " num_workers=K, in_process=False)`, whose workers each get a K-th of the budget and"
+        " are forked from a fork server each rank starts (importing torch once)."
         " The processes import torch and croupier first, then start together; each reads from"
         f" the start of the epoch for up to {args.seconds:g} s after its own first batch. rows/s"
         " is the rows all ranks delivered over the time from the start to the last batch of"
@@ -200,7 +224,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         return [int(x) for x in beyond_memory.csv(s)]
 
     ap.add_argument("--worlds", type=ints, default=[1, 4, 8], help="world sizes")
-    ap.add_argument("--workers", type=ints, default=[0, 2], help="DataLoader workers per rank")
+    ap.add_argument(
+        "--workers",
+        type=beyond_memory.csv,
+        default=["0", "2", "2p"],
+        help="DataLoader workers per rank: K (as asked for), or Kp (K worker processes)",
+    )
     ap.add_argument("--orders", type=beyond_memory.csv, default=list(ORDERS))
     ap.add_argument("--ratio", type=int, default=4, help="projected bytes ÷ memory budget")
     ap.add_argument("--form", choices=list(beyond_memory.FORMS), default="croupier")
@@ -216,6 +245,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.out = results_md
     if unknown := set(args.orders) - set(ORDERS):
         ap.error(f"unknown orders: {', '.join(sorted(unknown))}")
+    if bad := [w for w in args.workers if not w.removesuffix("p").isdigit()]:
+        ap.error(f"--workers: {', '.join(bad)} is not a count, or a count and p")
     if bad := [w for w in args.worlds if args.num_splits % w]:
         ap.error(f"world sizes {bad} do not divide --num-splits {args.num_splits}")
     return args
@@ -245,9 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{res['samples_per_s']:9,.0f} rows/s  read/delivered"
                     f" {res['read_bytes'] / res['delivered_bytes']:6.2f}"
                 )
+                label = f"{world} ranks, {workers_label(workers)} workers"
                 print(
-                    f"{res['order_label']:16s} {world} ranks, {workers} workers  {about}"
-                    f"  ({res['wall_s']:.0f} s)",
+                    f"{res['order_label']:16s} {label}  {about}  ({res['wall_s']:.0f} s)",
                     flush=True,
                 )
     last = beyond_memory.run(args, scan)
@@ -257,10 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     base = max(first, last, key=lambda r: r.get("samples_per_s", 0))
     lines = setup_lines(args, tables, base, (load, os.getloadavg()[0]))
     lines += ["", *table_lines(out, base.get("samples_per_s"), tables.data.rows)]
-    if 0 in args.workers and 2 in args.workers:
+    if "0" in args.workers and len(args.workers) > 1:
         lines += [
             "",
-            "Rate from the first batch on with 2 DataLoader workers per rank ÷ the rate with"
+            "Rate from the first batch on with DataLoader workers per rank ÷ the rate with"
             " none, same order and world size:",
             "",
             *workers_lines(out, args),

@@ -93,6 +93,9 @@ class Spec:
     memory_budget: int | None = None  # croupier: each stream's memory_budget (None: default)
     rank: int = 0  # croupier: this process's rank of world_size
     world_size: int = 1
+    # croupier: with workers, read in this process where the loader would
+    # (None: cr.DataLoader decides) or start worker processes (False)
+    in_process: bool | None = None
 
 
 @dataclass
@@ -162,7 +165,14 @@ def _croupier(spec: Spec, data: Data) -> Reader:
     def loader(ds: cr.StreamingDataset) -> Batches:
         if not spec.workers:
             return cr.DataLoader(ds)
-        return cr.DataLoader(ds, num_workers=spec.workers, worker_init_fn=_worker_start)
+        if spec.in_process is None:  # as a user asks for them
+            return cr.DataLoader(ds, num_workers=spec.workers)
+        return cr.DataLoader(
+            ds,
+            num_workers=spec.workers,
+            worker_init_fn=_worker_start,
+            in_process=spec.in_process,
+        )
 
     def resume(step: int) -> Batches:
         ds = dataset()

@@ -117,7 +117,7 @@ def make_dataset(tbl: cr.Table) -> cr.StreamingDataset:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("demo-data"), help="where to write")
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    parser.add_argument("--workers", type=int, default=0, help="num_workers of cr.DataLoader")
     args = parser.parse_args()
 
     table_folder = args.data.resolve() / "rollouts"

@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--global-batch-size", type=int, default=24)
     parser.add_argument("--num-splits", type=int, default=12, help="divisible by every world size")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    parser.add_argument("--workers", type=int, default=0, help="num_workers of cr.DataLoader")
     parser.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="global steps")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint, if any")

@@ -219,6 +219,27 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
+def _reads_in_process(
+    dataset: StreamingDataset | Mixture | FollowingDataset,
+    in_process: bool | None,
+    kwargs: dict[str, Any],
+) -> bool:
+    """Whether :class:`DataLoader` reads ``dataset`` in the training process
+    although workers are asked for (see its doc)."""
+    if not isinstance(dataset, StreamingDataset) or in_process is False:
+        return False
+    if in_process:
+        if kwargs.get("worker_init_fn") is not None:
+            raise InvalidArgumentError(
+                "croupier.DataLoader: in_process=True starts no workers to run worker_init_fn"
+            )
+        return True
+    return dataset._collate is None and all(
+        kwargs.get(name) is None
+        for name in ("collate_fn", "worker_init_fn", "multiprocessing_context")
+    )
+
+
 class DataLoader(torch.utils.data.DataLoader):
     """A thin :class:`torch.utils.data.DataLoader` for a :class:`StreamingDataset`,
     a :class:`Mixture` or a :class:`FollowingDataset`.
@@ -226,6 +247,16 @@ class DataLoader(torch.utils.data.DataLoader):
     Differences from torch's loader:
 
     - ``batch_size`` is always None: the dataset yields whole batches.
+    - a :class:`StreamingDataset` whose batches run no Python code of the
+      user's (no ``collate``, ``collate_fn`` or ``worker_init_fn``, and no
+      ``multiprocessing_context`` asked for) is read in the training
+      process whatever ``num_workers`` says: croupier's Go core already
+      decodes there on every core, beside the training loop and without the
+      GIL, with the whole memory budget, and worker processes would only add
+      copies of every row between processes and their start-up. The loader's
+      ``num_workers`` is then 0. ``in_process=False`` starts the workers
+      anyway; ``in_process=True`` reads in this process also with a
+      ``collate`` or ``collate_fn`` (not with a ``worker_init_fn``).
     - worker processes are forked from a fork server that has imported torch
       and croupier (``multiprocessing_context`` is ``"forkserver"`` with those
       modules preloaded, on Linux), so that a worker starts in a fraction of
@@ -271,6 +302,9 @@ class DataLoader(torch.utils.data.DataLoader):
         num_workers: worker processes (0: the batches are made in this process).
         divide_budget: give each worker ``memory_budget // num_workers`` of the
             dataset's memory budget (True), or all of it (False).
+        in_process: read a :class:`StreamingDataset` in this process however
+            many workers are asked for (True), start them (False), or decide
+            as above (None).
         kwargs: other arguments of :class:`torch.utils.data.DataLoader`
             (``pin_memory``, ``prefetch_factor``, ...).
     """
@@ -283,6 +317,7 @@ class DataLoader(torch.utils.data.DataLoader):
         num_workers: int = 0,
         *,
         divide_budget: bool = True,
+        in_process: bool | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(dataset, (StreamingDataset, Mixture, FollowingDataset)):
@@ -305,6 +340,10 @@ class DataLoader(torch.utils.data.DataLoader):
                 "croupier.DataLoader: in_order=False is not supported: it delivers every "
                 "step in order, and counts them for exact checkpoints"
             )
+        if num_workers > 0 and _reads_in_process(dataset, in_process, kwargs):
+            num_workers = 0
+            for name in ("prefetch_factor", "multiprocessing_context"):  # workers' own
+                kwargs.pop(name, None)
         if num_workers > 0:
             if kwargs.get("multiprocessing_context") is None:
                 kwargs["multiprocessing_context"] = _worker_context()

@@ -86,7 +86,7 @@ def train(
     ]  # fmt: skip
     # Workers come from croupier.DataLoader's default fork server: each watches
     # this process and ends with it, kill -9 included.
-    loaders = [cr.DataLoader(ds, num_workers=workers) for ds in datasets]
+    loaders = [cr.DataLoader(ds, num_workers=workers, in_process=False) for ds in datasets]
     checkpoint, log = work / "checkpoint.json", work / "steps.jsonl"
     step = 0
     if checkpoint.exists():

@@ -64,7 +64,7 @@ def test_resume_at_another_world_size(table_uri: str, expected: list[set[int]]) 
 def test_resume_from_workers(table_uri: str, expected: list[set[int]]) -> None:
     tbl = cr.open_table(table_uri)
     ds = dataset(tbl)
-    loader = cr.DataLoader(ds, num_workers=2)
+    loader = cr.DataLoader(ds, num_workers=2, in_process=False)
     first = []
     for batch in loader:
         first.append(set(batch["id"].tolist()))

@@ -373,7 +373,7 @@ def test_workers_deal_like_one_process(perms: Perms, num_workers: int) -> None:
     else:  # 2 workers spawned, 3 forked from the default fork server
         method = "spawn" if num_workers == 2 else "forkserver"
         context = {"multiprocessing_context": method} if method == "spawn" else {}
-        loader = cr.DataLoader(ds, num_workers=num_workers, **context)
+        loader = cr.DataLoader(ds, num_workers=num_workers, **context, in_process=False)
         assert loader.multiprocessing_context.get_start_method() == method
         got = [ids_of(b) for b in loader]
         assert (ds.state_dict()["epoch"], ds.state_dict()["steps_consumed"]) == (2, 0)
@@ -433,7 +433,9 @@ def run_ranks(
             assert stop is None
             per_rank.append(as_if_loader(ds, num_workers))
             continue
-        loader: Any = cr.DataLoader(ds, num_workers=num_workers) if real_workers else ds
+        loader: Any = ds
+        if real_workers:
+            loader = cr.DataLoader(ds, num_workers=num_workers, in_process=False)
         for batch in loader:
             batches.append(ids_of(batch))
             position = (ds.state_dict()["epoch"], ds.state_dict()["steps_consumed"])

@@ -143,7 +143,7 @@ def test_groups_in_dataloader_workers(tmp_path: Path) -> None:
         ds = cr.StreamingDataset(
             perms[0], global_batch_size=24, rank=1, world_size=2, drop_last=False, columns=["id"]
         )
-        loader = cr.DataLoader(ds, num_workers=workers)
+        loader = cr.DataLoader(ds, num_workers=workers, in_process=False)
         out = [batch["id"].tolist() for batch in loader]
         assert ds.state_dict()["epoch"] == 1
         return out

@@ -202,7 +202,7 @@ def test_dataloader_workers_pack(perm: cr.Permutation) -> None:
         packing="packed",
         pack_columns=["tokens", "logprobs"],
     )
-    loader = cr.DataLoader(ds, num_workers=2)
+    loader = cr.DataLoader(ds, num_workers=2, in_process=False)
     got = []
     for i, batch in enumerate(loader):
         ids = batch["id"].tolist()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import pickle
 import subprocess
@@ -54,7 +55,7 @@ def test_torch_dataloader_spawn_workers(table_uri: str) -> None:
 def test_croupier_dataloader_three_workers(table_uri: str) -> None:
     expected = ids(dataset(table_uri))
     ds = dataset(table_uri)
-    loader = cr.DataLoader(ds, num_workers=3)
+    loader = cr.DataLoader(ds, num_workers=3, in_process=False)
     # Forked from a fork server that has imported torch and croupier (Linux).
     assert loader.multiprocessing_context.get_start_method() == "forkserver"
     assert ids(loader) == expected
@@ -106,12 +107,13 @@ def test_workers_divide_the_memory_budget(table_uri: str) -> None:
     budget = 160_000
     expected = ids(dataset(table_uri, memory_budget=budget))
     assert len(expected) == dataset(table_uri).steps_per_epoch
+    small = cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2, in_process=False)
     with pytest.raises(cr.InvalidArgumentError, match="memory_budget 80000 bytes") as info:
-        ids(cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2))
+        ids(small)
     assert "divides the dataset's memory_budget 160000 among its workers" in str(info.value)
     assert "divide_budget=False" in str(info.value)
     loader = cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2,
-                           divide_budget=False)  # fmt: skip
+                           divide_budget=False, in_process=False)  # fmt: skip
     assert ids(loader) == expected
     # With no budget set, the workers divide Go's default, which the dataset reports.
     assert dataset(table_uri)._info["memory_budget"] == 512 << 20
@@ -223,7 +225,7 @@ def test_workers_deal_runs_in_step_order(
     expected = ids(dataset(orders[order]))
     assert len(expected) > num_workers * RUN_STEPS  # a worker deals more than one run
     ds = dataset(orders[order])
-    loader = cr.DataLoader(ds, num_workers=num_workers)
+    loader = cr.DataLoader(ds, num_workers=num_workers, in_process=False)
     assert ids(loader) == expected
     assert (ds.epoch, ds.steps_consumed) == (1, 0)
 
@@ -237,7 +239,7 @@ def test_resume_runs_at_another_world_size(orders: dict[str, cr.Permutation]) ->
     stop = RUN_STEPS + 5
     ds = dataset(perm)
     first = []
-    for batch in cr.DataLoader(ds, num_workers=2):
+    for batch in cr.DataLoader(ds, num_workers=2, in_process=False):
         first.append(set(batch["id"].tolist()))
         if len(first) == stop:
             break
@@ -247,7 +249,8 @@ def test_resume_runs_at_another_world_size(orders: dict[str, cr.Permutation]) ->
     for rank, num_workers in [(0, 3), (1, 1)]:
         resumed = dataset(perm, rank=rank, world_size=2)
         resumed.load_state_dict(state)
-        per_rank.append([set(b["id"].tolist()) for b in cr.DataLoader(resumed, num_workers)])
+        loader = cr.DataLoader(resumed, num_workers, in_process=False)
+        per_rank.append([set(b["id"].tolist()) for b in loader])
     rest = [a | b for a, b in zip(*per_rank, strict=True)]
     assert first + rest == expected
 
@@ -305,7 +308,7 @@ def test_workers_send_arrow_and_the_loader_converts(
 
     want = [plain(b) for b in cr.DataLoader(make())]
     ds = make()
-    loader = cr.DataLoader(ds, num_workers=2)
+    loader = cr.DataLoader(ds, num_workers=2, in_process=False)
     assert [plain(b) for b in loader] == want
     # what crosses from the workers: each worker's rows of every run of steps
     # in Arrow, the workers' parts of a run one after the other, in order
@@ -337,6 +340,38 @@ def test_workers_convert_when_a_collate_must_see_batches(table_uri: str) -> None
         assert all(isinstance(b, dict) and "rows" in b for b in loader._from_workers())
 
 
+def test_workers_asked_for_read_in_process(table_uri: str) -> None:
+    """A StreamingDataset that runs no code of the user's in workers is read in
+    this process whatever ``num_workers`` asks: the loader starts no worker,
+    says ``num_workers`` 0 and deals the batches and checkpoints of a loader
+    without workers; ``in_process=False``, a ``collate_fn`` or a
+    ``worker_init_fn`` start them; ``in_process=True`` refuses a
+    ``worker_init_fn``, which would never run."""
+    want = ids(dataset(table_uri))
+    plain_loader = cr.DataLoader(dataset(table_uri))
+    batches = iter(plain_loader)
+    [next(batches) for _ in range(3)]
+    want_state = plain_loader.state_dict()
+    del batches
+    loader = cr.DataLoader(dataset(table_uri), num_workers=2, prefetch_factor=4)
+    assert loader.num_workers == 0
+    batches = iter(loader)
+    assert [next(batches)["id"].tolist() for _ in range(3)] == want[:3]
+    assert multiprocessing.active_children() == []
+    assert loader.state_dict() == want_state
+    del batches
+    assert ids(loader) == want[3:]  # the next iteration resumes after them
+    assert cr.DataLoader(dataset(table_uri), num_workers=2, in_process=False).num_workers == 2
+    assert cr.DataLoader(dataset(table_uri), num_workers=2, collate_fn=rows).num_workers == 2
+    assert cr.DataLoader(dataset(table_uri), num_workers=2, worker_init_fn=print).num_workers == 2
+    assert cr.DataLoader(dataset(table_uri, collate=rows), num_workers=2).num_workers == 2
+    inside = cr.DataLoader(dataset(table_uri, collate=rows), num_workers=2, in_process=True)
+    assert inside.num_workers == 0
+    assert all("rows" in b for b in inside)
+    with pytest.raises(cr.InvalidArgumentError, match="starts no workers to run worker_init_fn"):
+        cr.DataLoader(dataset(table_uri), num_workers=2, in_process=True, worker_init_fn=print)
+
+
 def test_workers_decode_each_row_group_once(orders: dict[str, cr.Permutation]) -> None:
     """Workers sharing steps decode, between them, what one process does: in a
     full shuffle of a table that fits the budget, each row group once (workers
@@ -345,7 +380,7 @@ def test_workers_decode_each_row_group_once(orders: dict[str, cr.Permutation]) -
     for k in (0, 2, 3):
         ds = cr.StreamingDataset(orders["shuffled"], global_batch_size=G, num_splits=S,
                                  drop_last=False)  # fmt: skip
-        assert len(list(cr.DataLoader(ds, num_workers=k))) == ds.steps_per_epoch
+        assert len(list(cr.DataLoader(ds, num_workers=k, in_process=False))) == ds.steps_per_epoch
         stats = ds.stats()
         decoded[k] = stats["row_groups"], stats["decoded_bytes"]
     assert decoded[0][0] == 11  # the table's row groups
@@ -361,7 +396,7 @@ def test_stats_and_len_of_a_resumed_loader(table_uri: str) -> None:
     for num_workers in (0, 2):
         ds = dataset(table_uri)
         ds.load_state_dict({**ds.state_dict(), "steps_consumed": resume})
-        loader = cr.DataLoader(ds, num_workers=num_workers)
+        loader = cr.DataLoader(ds, num_workers=num_workers, in_process=False)
         assert len(ds) == len(loader) == n - resume
         assert ds.stats() == {}
         batches = ids(loader)
