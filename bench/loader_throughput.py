@@ -11,9 +11,10 @@ process:
   stream), clumped (``shuffle(seed, clump_size=C)``), window
   (``shuffle(seed, window=row group)``) and full (``shuffle(seed)``), on local
   files with ``num_workers=0``; the full shuffle with each other
-  ``--workers`` count; sequential and full over the local S3-compatible server
-  with no added latency and with ``--s3-latency`` ms before each request's
-  first byte;
+  ``--workers`` count of worker processes (``in_process=False``: the
+  DataLoader would read in the training process); sequential and full over
+  the local S3-compatible server with no added latency and with
+  ``--s3-latency`` ms before each request's first byte;
 - the peers (``bench/readers.py``), on local files with ``num_workers=0``:
   LanceDB's ``StreamingDataset`` in the orders croupier has that it offers
   (sequential, clumped, full), and the others in the order each offers for
@@ -109,7 +110,7 @@ class Run:
         if self.storage != "local":
             parts.append("S3" if self.storage == "s3" else f"S3 +{self.delay_ms:g} ms")
         if self.workers:
-            parts.append(f"{self.workers} workers")
+            parts.append(f"{self.workers} worker processes")
         return ", ".join(parts) + (" (baseline)" if self.kind == "pyarrow" else "")
 
 
@@ -510,7 +511,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--workers",
         type=lambda s: [int(x) for x in csv(s)],
         default=[0, 2],
-        help="croupier num_workers (the full shuffle runs with each)",
+        help="croupier worker processes (in_process=False; the full shuffle runs with each)",
     )
     ap.add_argument(
         "--storage",
@@ -620,6 +621,8 @@ def run_all(
                     clump=args.clump,
                     workers=r.workers,
                     seed=args.seed,
+                    # processes, which cr.DataLoader would not start for them
+                    in_process=False if r.workers else None,
                 )
                 control = None
                 if server and r.storage != "local":
