@@ -146,6 +146,45 @@ func TestSpareMappings(t *testing.T) {
 	}
 }
 
+// TestUnzeroed checks that AllocateUnzeroed reuses a spare mapping as
+// Allocate does, leaving what it held; that growing the buffer within its
+// mapping adds zero bytes; and that Allocate zeroes all that the mapping
+// held when it reuses it next.
+func TestUnzeroed(t *testing.T) {
+	a := cmem.New()
+	size := 2 * cmem.LargeBytes
+	b := a.Allocate(size)
+	fill(b, 7)
+	a.Free(b)
+	n := size - 4096
+	u := a.AllocateUnzeroed(n)
+	if a.SpareBytes() != 0 || len(u) != n {
+		t.Fatalf("%d bytes of spare mappings left, a buffer of %d bytes: the freed mapping was not reused", a.SpareBytes(), len(u))
+	}
+	if !bytes.Equal(u, bytes.Repeat([]byte{7}, n)) {
+		t.Fatal("an unzeroed buffer does not hold what its mapping held")
+	}
+	fill(u, 8)
+	g := a.Reallocate(size, u)
+	if !bytes.Equal(g[:n], bytes.Repeat([]byte{8}, n)) || !bytes.Equal(g[n:], make([]byte, size-n)) {
+		t.Fatal("growing an unzeroed buffer within its mapping did not keep its bytes and add zeros")
+	}
+	a.Free(g)
+	if z := a.Allocate(size); !bytes.Equal(z, make([]byte, len(z))) {
+		t.Fatal("Allocate reused a mapping without zeroing what an unzeroed buffer left in it")
+	} else {
+		a.Free(z)
+	}
+	if got := a.AllocatedBytes(); got != 0 {
+		t.Fatalf("%d bytes allocated after every buffer was freed", got)
+	}
+	if s := a.AllocateUnzeroed(100); len(s) != 100 { // small buffers come from malloc
+		t.Fatalf("a small unzeroed buffer of %d bytes", len(s))
+	} else {
+		a.Free(s)
+	}
+}
+
 // TestSparesFollowTheFrees checks that the spare mappings are those freed
 // last: a buffer a little larger than one freed before it reuses its
 // mapping, and a buffer freed when the spare mappings are full of others

@@ -216,9 +216,10 @@ func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, k
 	}
 	if fw, ok := d.dt.(arrow.FixedWidthDataType); ok {
 		d.width = fw.BitWidth() / 8
-		// Never more values than level entries in the chunk.
-		d.values = memory.NewResizableBuffer(mem)
-		d.values.Resize(int(values) * d.width)
+		// Never more values than level entries in the chunk; most of
+		// the buffer stays unused when few rows are kept, so it is not
+		// zeroed (elements zeroes the slots of nulls).
+		d.values = newFilled(mem, values*int64(d.width))
 	} else {
 		d.binOffs = append(make([]int32, 0, out+1), 0)
 	}
@@ -797,13 +798,15 @@ func (d *columnDecoder) elements(mem memory.Allocator, dt arrow.DataType) arrow.
 	if d.binOffs == nil {
 		values := d.values
 		values.Resize(d.slots * d.width) // never grows: slots ≤ level entries
-		if nullCount > 0 {               // spread values to their slots, from the back
+		if nullCount > 0 {               // spread values to their slots, from the back; nulls are zero
 			b := values.Bytes()
 			v := d.nvalues
-			for s := d.slots - 1; s >= 0 && v > 0; s-- {
-				if d.valid[s] {
+			for s := d.slots - 1; s >= 0; s-- {
+				if v > 0 && d.valid[s] {
 					v--
 					copy(b[s*d.width:(s+1)*d.width], b[v*d.width:(v+1)*d.width])
+				} else {
+					clear(b[s*d.width : (s+1)*d.width])
 				}
 			}
 		}
@@ -817,8 +820,7 @@ func (d *columnDecoder) elements(mem memory.Allocator, dt arrow.DataType) arrow.
 		offsets = slotOffsets[int32](mem, d, arrow.Int32SizeBytes)
 	}
 	defer offsets.Release()
-	data := memory.NewResizableBuffer(mem)
-	data.Resize(len(d.binData))
+	data := newFilled(mem, int64(len(d.binData)))
 	copy(data.Bytes(), d.binData)
 	defer data.Release()
 	return array.NewData(dt, d.slots, []*memory.Buffer{validity, offsets, data}, nil, nullCount, 0)

@@ -37,7 +37,9 @@ var fastFields = []arrow.Field{
 // TestDecodeColumnMatchesPqarrow decodes random columns of every layout
 // decodeColumn handles, with and without nulls (rows, lists and elements),
 // empty lists, PLAIN and dictionary encodings, V1 and V2 pages and many
-// pages per chunk, and checks each against pqarrow's decoding.
+// pages per chunk, and checks each against pqarrow's decoding; also from an
+// allocator whose unzeroed buffers hold garbage (as cmem's reused mappings
+// may), where the slots of nulls must still be zero.
 func TestDecodeColumnMatchesPqarrow(t *testing.T) {
 	fields := fastFields
 	schema := arrow.NewSchema(fields, nil)
@@ -73,39 +75,77 @@ func TestDecodeColumnMatchesPqarrow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
-			defer mem.AssertSize(t, 0)
-			for g := range pf.NumRowGroups() {
-				rg := pf.RowGroup(g)
-				for leaf, f := range fields {
-					chunk, _ := rg.MetaData().ColumnChunk(leaf)
-					col := pf.MetaData().Schema.Column(leaf)
-					kind := fastColumn(f, col, chunk)
-					if kind == notFast {
-						t.Fatalf("column %s is not decoded fast", f.Name)
+			checked := memory.NewCheckedAllocator(memory.DefaultAllocator)
+			defer checked.AssertSize(t, 0)
+			for _, mem := range []memory.Allocator{checked, dirty{checked}} {
+				for g := range pf.NumRowGroups() {
+					rg := pf.RowGroup(g)
+					for leaf, f := range fields {
+						chunk, _ := rg.MetaData().ColumnChunk(leaf)
+						col := pf.MetaData().Schema.Column(leaf)
+						kind := fastColumn(f, col, chunk)
+						if kind == notFast {
+							t.Fatalf("column %s is not decoded fast", f.Name)
+						}
+						pr, err := rg.GetColumnPageReader(leaf)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got, _, err := decodeColumn(mem, f, col, kind, chunk, pr, rg.NumRows(), nil)
+						pr.Close()
+						if err != nil {
+							t.Fatalf("row group %d, column %s: %v", g, f.Name, err)
+						}
+						tbl, err := fr.ReadRowGroups(ctx, []int{leaf}, []int{g})
+						if err != nil {
+							t.Fatal(err)
+						}
+						want := tbl.Column(0).Data().Chunk(0)
+						if !array.Equal(got, want) || got.NullN() != want.NullN() {
+							t.Fatalf("row group %d, column %s:\n got %v\nwant %v", g, f.Name, got, want)
+						}
+						checkNullSlotsZero(t, got)
+						got.Release()
+						tbl.Release()
 					}
-					pr, err := rg.GetColumnPageReader(leaf)
-					if err != nil {
-						t.Fatal(err)
-					}
-					got, _, err := decodeColumn(mem, f, col, kind, chunk, pr, rg.NumRows(), nil)
-					pr.Close()
-					if err != nil {
-						t.Fatalf("row group %d, column %s: %v", g, f.Name, err)
-					}
-					tbl, err := fr.ReadRowGroups(ctx, []int{leaf}, []int{g})
-					if err != nil {
-						t.Fatal(err)
-					}
-					want := tbl.Column(0).Data().Chunk(0)
-					if !array.Equal(got, want) || got.NullN() != want.NullN() {
-						t.Fatalf("row group %d, column %s:\n got %v\nwant %v", g, f.Name, got, want)
-					}
-					got.Release()
-					tbl.Release()
 				}
 			}
 		})
+	}
+}
+
+// dirty is an allocator whose unzeroed buffers hold garbage.
+type dirty struct{ memory.Allocator }
+
+func (d dirty) AllocateUnzeroed(n int) []byte {
+	b := d.Allocate(n)
+	for i := range b {
+		b[i] = 0xa5
+	}
+	return b
+}
+
+// checkNullSlotsZero fails t unless every null slot of a fixed-width array,
+// or of a list array's elements, is zero bytes.
+func checkNullSlotsZero(t *testing.T, a arrow.Array) {
+	t.Helper()
+	if l, ok := a.(*array.List); ok {
+		checkNullSlotsZero(t, l.ListValues())
+		return
+	}
+	fw, ok := a.DataType().(arrow.FixedWidthDataType)
+	if !ok || a.NullN() == 0 {
+		return
+	}
+	w := fw.BitWidth() / 8
+	vals := a.Data().Buffers()[1].Bytes()
+	for i := range a.Len() {
+		if a.IsNull(i) {
+			at := (a.Data().Offset() + i) * w
+			if slot := vals[at : at+w]; !bytes.Equal(slot, make([]byte, w)) {
+				t.Fatalf("%s: null slot %d holds %x", a.DataType(), i, slot)
+			}
+		}
 	}
 }
 

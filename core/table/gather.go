@@ -143,6 +143,25 @@ func newBuffer(mem memory.Allocator, n int64) *memory.Buffer {
 	return b
 }
 
+// unzeroedAllocator is an allocator that can hand out memory without zeroing
+// it first (cmem.Allocator).
+type unzeroedAllocator interface {
+	AllocateUnzeroed(n int) []byte
+}
+
+// newFilled allocates a buffer of n bytes that the caller fills before
+// anything reads it: not zeroed first, where mem can. Its capacity is
+// rounded up to 64 bytes, as newBuffer's, so that it shrinks in place.
+func newFilled(mem memory.Allocator, n int64) *memory.Buffer {
+	u, ok := mem.(unzeroedAllocator)
+	if !ok || n <= 0 {
+		return newBuffer(mem, n)
+	}
+	b := memory.NewBufferWithAllocator(u.AllocateUnzeroed(int(n+63)&^63), mem)
+	b.Resize(int(n))
+	return b
+}
+
 // gatherValidity returns the validity bitmap of the gathered rows and their
 // null count, or nil and 0 when no gathered row is null.
 func gatherValidity(mem memory.Allocator, srcs []arrow.ArrayData, spans []span, n int64) (*memory.Buffer, int) {
@@ -191,7 +210,7 @@ func gatherBits(mem memory.Allocator, srcs []arrow.ArrayData, spans []span, n in
 		}
 		return out
 	}
-	out := newBuffer(mem, n*int64(width/8))
+	out := newFilled(mem, n*int64(width/8))
 	switch width {
 	case 8:
 		gatherFixed[uint8](out.Bytes(), srcs, spans)
@@ -260,7 +279,7 @@ func gatherOffsets(mem memory.Allocator, dt arrow.DataType, srcs []arrow.ArrayDa
 // gatherOffsetsOf is gatherOffsets for offsets of type O. It fails when the
 // values outgrow O.
 func gatherOffsetsOf[O int32 | int64](mem memory.Allocator, srcs []arrow.ArrayData, spans []span, n int64) (*memory.Buffer, []span, error) {
-	out := newBuffer(mem, (n+1)*int64(unsafe.Sizeof(O(0))))
+	out := newFilled(mem, (n+1)*int64(unsafe.Sizeof(O(0))))
 	dst := arrow.GetData[O](out.Bytes())
 	var ranges []span
 	var total int64
@@ -294,7 +313,7 @@ func gatherBytes(mem memory.Allocator, srcs []arrow.ArrayData, ranges []span) *m
 	for _, r := range ranges {
 		n += r.n
 	}
-	out := newBuffer(mem, n)
+	out := newFilled(mem, n)
 	dst := out.Bytes()
 	for _, r := range ranges {
 		dst = dst[copy(dst, srcs[r.src].Buffers()[2].Bytes()[r.off:r.off+r.n]):]

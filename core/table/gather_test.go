@@ -102,7 +102,8 @@ func appendRandom(rng *rand.Rand, b array.Builder, nullable bool) {
 }
 
 // TestGatherMatchesTake checks gather against compute.Take on random arrays
-// of every supported layout, with nulls, sliced sources and runs of rows.
+// of every supported layout, with nulls, sliced sources and runs of rows;
+// every other trial from an allocator whose unzeroed buffers hold garbage.
 func TestGatherMatchesTake(t *testing.T) {
 	ctx := context.Background()
 	for _, dt := range gatherTypes {
@@ -143,7 +144,11 @@ func TestGatherMatchesTake(t *testing.T) {
 				for i, s := range srcs {
 					data[i] = s.Data()
 				}
-				gotData, err := gather(mem, dt, data, spans)
+				var alloc memory.Allocator = mem
+				if trial%2 == 1 {
+					alloc = dirty{mem}
+				}
+				gotData, err := gather(alloc, dt, data, spans)
 				if err != nil {
 					t.Fatal(err)
 				}
