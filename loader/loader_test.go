@@ -452,6 +452,32 @@ func TestOptionBounds(t *testing.T) {
 	}
 }
 
+// dealWithBudget streams order over tb with opts to the end and returns each
+// batch's ids and the stream's counters.
+func dealWithBudget(t *testing.T, tb *table.Table, order permutation.Order, opts loader.Options) ([][]int64, loader.Stats) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := loader.New(tb, order, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := l.Stream(ctx, loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var steps [][]int64
+	for b, err := range s.All(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, slices.Clone(b.Record.Column(0).(*array.Int64).Int64Values()))
+		b.Record.Release()
+	}
+	return steps, s.Stats()
+}
+
 // TestBudgetSmallerThanTheTable deals a full shuffle of a table many times
 // larger than the memory budget's share for kept rows: the batches are those
 // of a budget that holds the whole table, the rows kept never exceed the share
@@ -462,26 +488,8 @@ func TestBudgetSmallerThanTheTable(t *testing.T) {
 	ctx := context.Background()
 	tb, perms := shuffledTable(t, 3)
 	deal := func(budget int64) ([][]int64, loader.Stats) {
-		l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 16, NumSplits: 8,
+		return dealWithBudget(t, tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 16, NumSplits: 8,
 			ReadAhead: 2, MemoryBudget: budget})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		s, err := l.Stream(ctx, loader.StreamOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		var steps [][]int64
-		for b, err := range s.All(ctx) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			steps = append(steps, slices.Clone(b.Record.Column(0).(*array.Int64).Int64Values()))
-			b.Record.Release()
-		}
-		return steps, s.Stats()
 	}
 	want, whole := deal(256 << 20)
 	if whole.RowGroups != 26 {
@@ -530,26 +538,8 @@ func TestWindowHorizons(t *testing.T) {
 	defer perms.Close()
 	const splits, window = 4, 64
 	deal := func(budget int64) ([][]int64, loader.Stats) {
-		l, err := loader.New(tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 8, NumSplits: splits,
+		return dealWithBudget(t, tb, perms.Splits()[0], loader.Options{GlobalBatchSize: 8, NumSplits: splits,
 			ReadAhead: 2, MemoryBudget: budget})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		s, err := l.Stream(ctx, loader.StreamOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		var steps [][]int64
-		for b, err := range s.All(ctx) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			steps = append(steps, slices.Clone(b.Record.Column(0).(*array.Int64).Int64Values()))
-			b.Record.Release()
-		}
-		return steps, s.Stats()
 	}
 	want, whole := deal(256 << 20)
 	if whole.RowGroups != 16 {
