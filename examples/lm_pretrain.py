@@ -24,7 +24,8 @@ What it does:
    and document ids of every step and rank).
 
 A Mixture is iterated directly here; ``croupier.DataLoader(mix,
-num_workers=K)`` deals the same steps from K worker processes.
+num_workers=K, in_process=False)`` deals the same steps from K worker
+processes.
 
 Under torchrun (``WORLD_SIZE`` set) the script is the trainer;
 ``--work`` must then hold the tables the plain run writes.

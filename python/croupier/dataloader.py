@@ -226,7 +226,7 @@ def _reads_in_process(
 ) -> bool:
     """Whether :class:`DataLoader` reads ``dataset`` in the training process
     although workers are asked for (see its doc)."""
-    if not isinstance(dataset, StreamingDataset) or in_process is False:
+    if in_process is False:
         return False
     if in_process:
         if kwargs.get("worker_init_fn") is not None:
@@ -234,7 +234,8 @@ def _reads_in_process(
                 "croupier.DataLoader: in_process=True starts no workers to run worker_init_fn"
             )
         return True
-    return dataset._collate is None and all(
+    sources = dataset.sources if isinstance(dataset, Mixture) else [dataset]
+    return all(source._collate is None for source in sources) and all(
         kwargs.get(name) is None
         for name in ("collate_fn", "worker_init_fn", "multiprocessing_context")
     )
@@ -247,8 +248,8 @@ class DataLoader(torch.utils.data.DataLoader):
     Differences from torch's loader:
 
     - ``batch_size`` is always None: the dataset yields whole batches.
-    - a :class:`StreamingDataset` whose batches run no Python code of the
-      user's (no ``collate``, ``collate_fn`` or ``worker_init_fn``, and no
+    - a dataset whose batches run no Python code of the user's (no
+      ``collate``, ``collate_fn`` or ``worker_init_fn``, and no
       ``multiprocessing_context`` asked for) is read in the training
       process whatever ``num_workers`` says: croupier's Go core already
       decodes there on every core, beside the training loop and without the
@@ -302,9 +303,9 @@ class DataLoader(torch.utils.data.DataLoader):
         num_workers: worker processes (0: the batches are made in this process).
         divide_budget: give each worker ``memory_budget // num_workers`` of the
             dataset's memory budget (True), or all of it (False).
-        in_process: read a :class:`StreamingDataset` in this process however
-            many workers are asked for (True), start them (False), or decide
-            as above (None).
+        in_process: read the dataset in this process however many workers
+            are asked for (True), start them (False), or decide as above
+            (None).
         kwargs: other arguments of :class:`torch.utils.data.DataLoader`
             (``pin_memory``, ``prefetch_factor``, ...).
     """

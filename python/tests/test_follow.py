@@ -302,7 +302,7 @@ def deliver(ds: Any, workers: int, **loader_args: Any) -> Iterator[dict[str, Any
     """What the training loop sees of each step of iterating ``ds`` under
     croupier.DataLoader: the step, its ids and versions, the dataset's round and
     the loader's state dict after it."""
-    loader = cr.DataLoader(ds, num_workers=workers, **loader_args)
+    loader = cr.DataLoader(ds, num_workers=workers, in_process=False, **loader_args)
     for batch in loader:
         yield {"step": ds.steps_consumed - 1, "ids": batch["id"].tolist(),
                "versions": batch["_version"].tolist(), "round": ds.last_round,
@@ -340,6 +340,15 @@ def test_dataloader_workers_deal_the_steps_of_one_process(
     # The next iteration goes on from the position: no version completes a round.
     assert delivered(ds, 0) == []
     assert ds.steps_consumed == len(want)
+
+
+def test_workers_asked_for_read_in_process(growing: str) -> None:
+    """A following dataset without a collate is read in the training process
+    whatever num_workers asks, with the steps of no workers."""
+    want = delivered(follow(growing, **ROUNDS), 0)
+    loader = cr.DataLoader(follow(growing, **ROUNDS), num_workers=2)
+    assert loader.num_workers == 0
+    assert [b["id"].tolist() for b in loader] == [s["ids"] for s in want]
 
 
 def test_dataloader_workers_resume_from_a_state_dict(growing: str) -> None:

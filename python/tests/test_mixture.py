@@ -444,7 +444,7 @@ def deal(
             mix.load_state_dict(state)
         source: Any = mix
         if r == 0 and workers:
-            source = cr.DataLoader(mix, num_workers=workers)
+            source = cr.DataLoader(mix, num_workers=workers, in_process=False)
         shares.append([ids(step) for step in itertools.islice(source, steps)])
         assert mix.steps_consumed == (state or {}).get("steps_consumed", 0) + len(shares[-1])
     assert len({len(s) for s in shares}) == 1
@@ -509,6 +509,22 @@ def test_mixture_is_world_size_and_worker_invariant(
     assert deal(wide, w2, steps - at, state=state, **kwargs) == whole[at:]
 
 
+def test_workers_asked_for_read_in_process(wide: list[cr.Table]) -> None:
+    """A mixture whose sources have no collate is read in the training process
+    whatever num_workers asks, with the steps of no workers; a source's collate
+    starts the workers."""
+    kwargs = {"seed": 3, "weights": [1.0, 1.0, 2.0], "on_exhausted": "renormalize"}
+    want = [ids(step) for step in wide_mixture(wide, 1, 0, **kwargs)]
+    loader = cr.DataLoader(wide_mixture(wide, 1, 0, **kwargs), num_workers=2)
+    assert loader.num_workers == 0
+    assert [ids(step) for step in loader] == want
+    collated = cr.Mixture(
+        [(cr.StreamingDataset(t, global_batch_size=WIDE_G, collate=dict), 1.0) for t in wide],
+        seed=3,
+    )
+    assert cr.DataLoader(collated, num_workers=2).num_workers == 2
+
+
 def test_dataloader_workers_deal_a_mixture_and_resume(wide: list[cr.Table]) -> None:
     """Under croupier.DataLoader with 2 workers a mixture delivers the steps of 0
     workers; its state dict after 7 steps resumes at world size 2, with 3
@@ -519,7 +535,7 @@ def test_dataloader_workers_deal_a_mixture_and_resume(wide: list[cr.Table]) -> N
     whole = [ids(step) for step in mix]
     assert len(whole) == sum(WIDE) // WIDE_G  # every source's epoch, whole
     end = mix.state_dict()
-    loader = cr.DataLoader(wide_mixture(wide, 1, 0, **kwargs), num_workers=2)
+    loader = cr.DataLoader(wide_mixture(wide, 1, 0, **kwargs), num_workers=2, in_process=False)
     got = []
     for step in loader:
         got.append(ids(step))
