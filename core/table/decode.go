@@ -163,11 +163,12 @@ type columnDecoder struct {
 type run struct{ e0, e1, v0, v1 int }
 
 // decodeInfo is what decodeColumn did besides its column: the bytes of the
-// pages it decoded, and the rows of each data page, or nil when a page
-// starts inside a row.
+// pages it decoded, the rows of each data page (nil when a page starts
+// inside a row), and the level entries the data pages' headers count.
 type decodeInfo struct {
 	bytes    int64
 	pageRows []int64
+	entries  int64 // level entries of the data pages, as their headers say
 }
 
 // decodeColumn decodes a column chunk that fastColumn accepted, whose pages
@@ -181,6 +182,9 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 	for pr.Next() {
 		p := pr.Page()
 		did.bytes += int64(len(p.Data()))
+		if _, dict := p.(*file.DictionaryPage); !dict {
+			did.entries += int64(p.NumValues())
+		}
 		if err := d.page(p); err != nil {
 			return nil, did, err
 		}

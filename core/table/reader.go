@@ -716,6 +716,14 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 	}
 	defer pr.Close()
 	arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows(), rows)
+	if err == nil && did.entries != chunk.NumValues() {
+		// A page header is not under its page's CRC: one whose count of
+		// level entries is off cuts a list short, or decodes values that
+		// are not the page's, without any other sign.
+		arr.Release()
+		return nil, did.bytes, fmt.Errorf("column chunk %s: its pages hold %d level entries, its metadata says %d",
+			chunk.PathInSchema(), did.entries, chunk.NumValues())
+	}
 	if loc := chunk.GetOffsetIndexLocation(); err == nil && did.pageRows != nil && (loc == nil || loc.Length <= 0) {
 		chunks, err := leafChunks(md, key.Group, leaves)
 		if err == nil {
