@@ -19,9 +19,8 @@
 // the kernel took 0.05 of the 0.10–0.12 CPU-seconds per 10,000 rows. So up
 // to SpareBytes of the mappings freed last are kept and handed out again,
 // zeroed (or as they are, to AllocateUnzeroed), to buffers of up to an
-// eighth smaller: resident memory stays within
-// SpareBytes of what is allocated (and the eighth), and the kernel's part
-// fell to 0.03. Mappings are made in sizes of eight steps per power of two
+// eighth smaller: resident memory stays within SpareBytes of what is
+// allocated (and the eighth), and the kernel's part fell to 0.03. Mappings are made in sizes of eight steps per power of two
 // (see mappedSize), so a buffer a little larger than the one freed before
 // it, as the next batch of a stream often is, mostly fits in its mapping:
 // merging workers' runs of 3 MB, made in buffers a few percent apart, took
