@@ -435,6 +435,12 @@ def cells(args: argparse.Namespace, tables: Tables) -> list[tuple[str | None, re
     return [*out, (None, base)]
 
 
+def file_growth(r: dict[str, Any]) -> int:
+    """How much of the resident bytes that mapped files (the libraries' code)
+    grew from the imports to the sampled peak."""
+    return r.get("peak_rss_file", 0) - r.get("import_rss_file", 0)
+
+
 def progress(r: dict[str, Any]) -> str:
     """One line about a finished reader."""
     head = f"{r['label']:40s} {r['source']:26s} {r['order_label']:16s}"
@@ -443,7 +449,8 @@ def progress(r: dict[str, Any]) -> str:
     return (
         f"{head} {r['samples_per_s']:9,.0f} rows/s  read/delivered"
         f" {r['read_bytes'] / r['delivered_bytes']:6.2f}  RSS over imports"
-        f" {r['over_import'] / MiB:6,.0f} MiB  ({r['wall_s']:.0f} s)"
+        f" {r['over_import'] / MiB:6,.0f} MiB (files {file_growth(r) / MiB:,.0f})"
+        f"  ({r['wall_s']:.0f} s)"
     )
 
 

@@ -163,6 +163,7 @@ def child(payload: dict[str, Any]) -> None:
 
             croupier.version()
             out["import_rss"] = measure.tree_rss(os.getpid())
+            out["import_rss_file"] = measure.tree_rss(os.getpid(), "RssFile")
         if payload.get("barrier"):
             measure.await_start(payload["barrier"], payload["name"])
         m, ids = measure.measure(
@@ -222,14 +223,14 @@ def run_child(
             proc = subprocess.Popen(
                 cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
             )
-            peak = 0
+            peak = peak_file = 0  # the most resident bytes sampled, and their part mapping files
             try:
                 # Sampled until the child has written its figures: the
                 # interpreter's teardown after that pages in tens of MiB of
                 # the libraries' code (torch's too), which is no reader's.
                 while proc.poll() is None and time.monotonic() < deadline:
-                    if not result.exists():
-                        peak = max(peak, measure.tree_rss(proc.pid))
+                    if not result.exists() and (now := measure.tree_rss(proc.pid)) > peak:
+                        peak, peak_file = now, measure.tree_rss(proc.pid, "RssFile")
                     time.sleep(0.05)
             finally:  # past the deadline, or interrupted
                 killed = proc.poll() is None
@@ -242,7 +243,7 @@ def run_child(
             tail = log.read_text(errors="replace")[-2000:]
             return {"error": f"exit status {proc.returncode}: {tail}"}
         out = json.loads(result.read_text())
-        out["peak_rss"] = peak
+        out["peak_rss"], out["peak_rss_file"] = peak, peak_file
         return out
 
 

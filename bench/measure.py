@@ -117,12 +117,14 @@ def _status_bytes(pid: int | str, field: str) -> int:
     return 0
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants (summed VmRSS)."""
+def tree_rss(pid: int, field: str = "VmRSS") -> int:
+    """Resident bytes of a process and all its descendants (summed VmRSS, or
+    another field of their status: ``RssFile`` is the part that maps files,
+    the libraries' code among them)."""
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
-        total += _status_bytes(p, "VmRSS")
+        total += _status_bytes(p, field)
         todo += _children(p)
     return total
 

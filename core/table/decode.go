@@ -164,21 +164,28 @@ type run struct{ e0, e1, v0, v1 int }
 
 // decodeInfo is what decodeColumn did besides its column: the bytes of the
 // pages it decoded, the rows of each data page (nil when a page starts
-// inside a row), and the level entries the data pages' headers count.
+// inside a row), the level entries the data pages' headers count, the rows
+// the pages it decoded hold, and whether it read them to their end.
 type decodeInfo struct {
 	bytes    int64
 	pageRows []int64
 	entries  int64 // level entries of the data pages, as their headers say
+	rows     int64
+	ended    bool
 }
 
+// openRows, as the rows of decodeColumn's pages, says that they go on past
+// the rows it needs: it stops after the page that ends the last row it keeps.
+const openRows = -1
+
 // decodeColumn decodes a column chunk that fastColumn accepted, whose pages
-// pr reads hold rows rows: of them, the rows in keep (ascending, distinct),
-// or all when keep is nil.
+// pr reads hold rows rows (or openRows): of them, the rows in keep
+// (ascending, distinct), or all when keep is nil.
 func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind,
 	chunk *metadata.ColumnChunkMetaData, pr pageSource, rows int64, keep []int64) (arrow.Array, decodeInfo, error) {
 	d := newColumnDecoder(mem, f, col, kind, chunk.NumValues(), keep, rows)
 	defer d.free()
-	var did decodeInfo
+	did := decodeInfo{ended: true}
 	for pr.Next() {
 		p := pr.Page()
 		did.bytes += int64(len(p.Data()))
@@ -188,12 +195,19 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 		if err := d.page(p); err != nil {
 			return nil, did, err
 		}
+		if rows == openRows && d.kept() {
+			did.ended = false
+			break
+		}
 	}
 	if err := pr.Err(); err != nil {
 		return nil, did, err
 	}
+	if rows == openRows {
+		rows = d.seen
+	}
 	arr, err := d.finish(mem, rows)
-	did.pageRows = d.pageRows
+	did.pageRows, did.rows = d.pageRows, d.seen
 	return arr, did, err
 }
 
@@ -473,6 +487,20 @@ func (d *columnDecoder) dataPage(data []byte, enc parquet.Encoding, n int) error
 		return d.plain(data, present)
 	}
 	return d.indexed(data, present)
+}
+
+// kept reports whether the pages decoded so far hold every row to keep
+// whole: a row after the last one kept has started (a flat column's rows
+// never go on into the next page).
+func (d *columnDecoder) kept() bool {
+	if len(d.keep) == 0 || d.next < len(d.keep) {
+		return false
+	}
+	last := d.keep[len(d.keep)-1]
+	if d.list {
+		return d.seen > last+1
+	}
+	return d.seen > last
 }
 
 // pick finds the rows of a page of n level entries and sets d.runs to the

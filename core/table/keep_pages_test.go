@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
+	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
@@ -176,16 +177,17 @@ func randomRows(rng *rand.Rand, n int64) []uint64 {
 }
 
 // TestLearnedPages: once a column chunk of a file without an offset index
-// has been decoded whole, a read of a few of its rows fetches their pages,
-// not the chunk, decodes them alone and gets the right rows; a row group not
-// decoded yet is still decoded whole.
+// has been decoded, a read of a few of its rows fetches their pages, not the
+// chunk, decodes them alone and gets the right rows. A read of a chunk not
+// located yet decodes it from its start up to the page that ends the last
+// row it needs, and a later read goes on from there.
 func TestLearnedPages(t *testing.T) {
 	ctx := context.Background()
 	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range 4000 {
+	for range 6000 {
 		appendRandom(rng, b.Field(0), false)
 	}
 	src := b.NewRecordBatch()
@@ -237,5 +239,93 @@ func TestLearnedPages(t *testing.T) {
 	}
 	if n := read(2005, 3999); n < whole/2 {
 		t.Fatalf("sparse read of row group 1, not decoded before, decoded %d bytes, want its whole chunk", n)
+	}
+	// Row group 2, not decoded yet, read from its start on.
+	if n := read(4003, 4090); n >= whole/8 {
+		t.Fatalf("read of rows 3 and 90 of row group 2 decoded %d bytes of a %d-byte chunk, want those of its first rows", n, whole)
+	}
+	if n := read(4095, 4900); n < whole/4 || n >= whole*3/4 {
+		t.Fatalf("read of rows 95 and 900 of row group 2 decoded %d bytes of a %d-byte chunk, want those from row 90 to 900", n, whole)
+	}
+	if n := read(4004, 4601, 4899, 5999); n >= whole*3/4 {
+		t.Fatalf("read of rows 4, 601, 899 and 1999 of row group 2 decoded %d bytes of a %d-byte chunk, want their pages and those from row 900 on", n, whole)
+	}
+	if n := read(4001, 4700, 5998); n >= whole/4 {
+		t.Fatalf("read of rows 1, 700 and 1998 of row group 2, located by now, decoded %d bytes of a %d-byte chunk, want their pages", n, whole)
+	}
+}
+
+// TestLearnedPagesCached: the page locations an open table learnt of a file
+// without an offset index are in its catalog once it is closed, so that a
+// table opened after it reads only the pages of its first rows; an entry
+// that does not fit the chunk is a miss, not an error.
+func TestLearnedPagesCached(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		appendRandom(rng, b.Field(0), false)
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryDefault(false),
+		parquet.WithDataPageSize(256), parquet.WithBatchSize(16), parquet.WithDataPageVersion(parquet.DataPageV2))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
+	read := func(ids ...uint64) (decoded, whole int64) { // in a table opened for it, checked against src
+		t.Helper()
+		tb, err := OpenWith(ctx, "file://"+dir, OpenOptions{Catalog: cat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tb.Close()
+		md, err := tb.Footer(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunk, _ := md.RowGroup(0).ColumnChunk(0)
+		r, err := tb.NewReader(ReaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rec, err := r.Read(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rec.Release()
+		for j, id := range ids {
+			if !array.SliceEqual(rec.Column(0), int64(j), int64(j+1), src.Column(0), int64(id), int64(id+1)) {
+				t.Fatalf("row %d: got %v", id, rec.Column(0).GetOneForMarshal(j))
+			}
+		}
+		return r.Stats().DecodedBytes, chunk.TotalUncompressedSize()
+	}
+	if n, whole := read(3, 1000, 1999); n < whole/2 {
+		t.Fatalf("first read, nothing cached: decoded %d bytes of a %d-byte chunk, want most of it", n, whole)
+	}
+	if n, whole := read(4, 1001, 1998); n >= whole/4 {
+		t.Fatalf("read by a table opened after: decoded %d bytes of a %d-byte chunk, want its pages", n, whole)
+	}
+	// Damage every cached entry of page locations: they are misses.
+	tb, err := OpenWith(ctx, "file://"+dir, OpenOptions{Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := tb.pagesKey(pageKey{0, 0, 0})
+	tb.Close()
+	entry := cat.Get([]string{key})[0]
+	if entry == nil {
+		t.Fatal("no page locations cached")
+	}
+	entry[len(entry)-1] ^= 1
+	cat.Put([]string{key}, [][]byte{entry})
+	if n, whole := read(5, 1002, 1997); n < whole/2 {
+		t.Fatalf("read with a damaged entry: decoded %d bytes of a %d-byte chunk, want most of it", n, whole)
 	}
 }

@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -28,19 +32,33 @@ import (
 // croupier's page decoder handles, only the dictionary page and the data
 // pages that hold rows it keeps, so that a horizon that needs a few rows of a
 // row group pays for a few pages, not the whole chunk. Files without an
-// offset index (pyarrow writes none by default) are read a column chunk at a
-// time the first time; once decoded whole, a chunk whose pages start at rows
-// has its page locations recorded (learnPages), and later reads of it take
-// only their pages. The locations live as long as the Table; rewriting a
-// dataset as a croupier table gives its files an index.
+// offset index (pyarrow writes none by default) are learnt as they are read:
+// a read of some rows of such a chunk decodes its pages from the first not
+// located yet up to the page that ends the last row it keeps, and stops
+// there; where its pages start at rows, those it passed are recorded
+// (learnPages), so that a later read takes only its pages among them and
+// goes on from where the last read stopped. A header does not say how many
+// rows a V1 page of lists holds, so a page's rows are learnt by decoding its
+// levels, not by reading headers alone. The locations live as long as the
+// Table; rewriting a dataset as a croupier table gives its files an index.
 
 // pageLocs are the data pages of one column chunk: the first row of each in
-// its row group (first[len(off)] is the row group's row count), and where each
-// lies in the file.
+// its row group, and where each lies in the file. first[len(off)] is the row
+// group's row count, or, where the pages are known only up to a row (learnt
+// by the reads so far of a chunk without an offset index), that row: the
+// pages from it on then lie in rest.
 type pageLocs struct {
 	first     []int64
 	off, size []int64
+	rest      byteRange // the pages not located yet, to the chunk's end; empty when every page is
 }
+
+// partial reports whether some of the chunk's pages are not located yet.
+func (l *pageLocs) partial() bool { return l.rest.n > 0 }
+
+// known returns the row that the pages not located yet start with, or the
+// row group's row count.
+func (l *pageLocs) known() int64 { return l.first[len(l.off)] }
 
 // pageKey names one column chunk.
 type pageKey struct{ file, group, leaf int }
@@ -48,9 +66,121 @@ type pageKey struct{ file, group, leaf int }
 // pageIndex caches the offset indexes a table has read, by column chunk; nil
 // for a chunk without one.
 type pageIndex struct {
-	m     sync.Map // pageKey -> *pageLocs
-	loads singleflight.Group
-	tails indexTails
+	m      sync.Map // pageKey -> *pageLocs
+	loads  singleflight.Group
+	tails  indexTails
+	learnt learntPages
+}
+
+// learntPages holds the page locations learnt of chunks without an offset
+// index, to be written to the table's Cache. One goroutine at a time writes
+// all that is waiting, in one transaction, and goes on while more arrived
+// meanwhile: a decoder never waits for the catalog's lock.
+type learntPages struct {
+	mu      sync.Mutex
+	keys    []string
+	values  [][]byte
+	writing sync.WaitGroup // the writer, while one runs
+	running bool
+}
+
+// pagesKey is the Cache key of the page locations of column chunk key.
+func (t *Table) pagesKey(key pageKey) string {
+	o := t.pin.Files[key.file].Object
+	return cacheKey("pages", t.loc.ObjectURI(o.Key), o.Size, o.ModTime, o.ETag) +
+		"\x00" + strconv.Itoa(key.group) + "\x00" + strconv.Itoa(key.leaf)
+}
+
+// remember queues the locations of every page of chunk key for the Cache.
+func (t *Table) remember(key pageKey, locs *pageLocs) {
+	if t.cat == nil {
+		return
+	}
+	lp := &t.pageIndex.learnt
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	lp.keys, lp.values = append(lp.keys, t.pagesKey(key)), append(lp.values, locs.encode())
+	if !lp.running {
+		lp.running = true
+		lp.writing.Add(1)
+		go t.writeLearnt()
+	}
+}
+
+// writeLearnt writes what remember queued until nothing waits. Its error,
+// a panic's, is dropped: the cache is best effort.
+func (t *Table) writeLearnt() (err error) {
+	defer t.pageIndex.learnt.writing.Done()
+	defer recoverTo(&err, "cache page locations", t.loc.URI)
+	lp := &t.pageIndex.learnt
+	for {
+		lp.mu.Lock()
+		keys, values := lp.keys, lp.values
+		lp.keys, lp.values = nil, nil
+		if len(keys) == 0 {
+			lp.running = false
+			lp.mu.Unlock()
+			return nil
+		}
+		lp.mu.Unlock()
+		t.cat.Put(keys, values)
+	}
+}
+
+// encode returns the locations of a chunk located to its end, as the Cache
+// keeps them: a CRC-32 of what follows, the count of pages, then each
+// page's rows, its distance from the end of the page before it (from 0 for
+// the first) and its size, as varints.
+func (l *pageLocs) encode() []byte {
+	b := binary.AppendUvarint(make([]byte, 4, 4+3*4*len(l.off)), uint64(len(l.off)))
+	var end int64
+	for i, off := range l.off {
+		b = binary.AppendUvarint(b, uint64(l.first[i+1]-l.first[i]))
+		b = binary.AppendUvarint(b, uint64(off-end))
+		b = binary.AppendUvarint(b, uint64(l.size[i]))
+		end = off + l.size[i]
+	}
+	binary.LittleEndian.PutUint32(b, crc32.ChecksumIEEE(b[4:]))
+	return b
+}
+
+// decodePageLocs parses what encode wrote, for a chunk spanning chunk in a
+// row group of rows rows; an entry that does not add up is an error (the
+// Cache then misses).
+func decodePageLocs(b []byte, rows int64, chunk byteRange) (*pageLocs, error) {
+	if len(b) < 4 || binary.LittleEndian.Uint32(b) != crc32.ChecksumIEEE(b[4:]) {
+		return nil, errors.New("page locations: checksum mismatch")
+	}
+	b = b[4:]
+	next := func() int64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || v > math.MaxInt64/2 {
+			b = nil
+			return -1
+		}
+		b = b[n:]
+		return int64(v)
+	}
+	n := next()
+	if n <= 0 || n > int64(len(b)) {
+		return nil, errors.New("page locations: bad page count")
+	}
+	locs := &pageLocs{first: make([]int64, 1, n+1), off: make([]int64, 0, n), size: make([]int64, 0, n)}
+	var end int64
+	for range n {
+		r, gap, size := next(), next(), next()
+		if r <= 0 || gap < 0 || size <= 0 {
+			return nil, errors.New("page locations: bad page")
+		}
+		off := end + gap
+		locs.first = append(locs.first, locs.known()+r)
+		locs.off, locs.size = append(locs.off, off), append(locs.size, size)
+		end = off + size
+	}
+	if len(b) != 0 || locs.known() != rows || locs.off[0] < chunk.off || end > chunk.off+chunk.n {
+		return nil, errors.New("page locations do not fit the chunk")
+	}
+	return locs, nil
 }
 
 // indexTails holds the offset indexes of the files whose footers the table
@@ -169,7 +299,10 @@ func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
 		key       pageKey
 		off, size int64
 	}
-	var wants []want
+	var (
+		wants     []want
+		unindexed []pageKey
+	)
 	for g := range md.NumRowGroups() {
 		for _, leaf := range leaves {
 			col, err := md.RowGroup(g).ColumnChunk(leaf)
@@ -178,8 +311,7 @@ func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
 			}
 			loc := col.GetOffsetIndexLocation()
 			if loc == nil || loc.Length <= 0 {
-				// Keep what a decode may have learned (learnPages).
-				t.pageIndex.m.LoadOrStore(pageKey{f, g, leaf}, (*pageLocs)(nil))
+				unindexed = append(unindexed, pageKey{f, g, leaf})
 				continue
 			}
 			if loc.Offset < 0 || loc.Offset+int64(loc.Length) > t.pin.Files[f].Size {
@@ -189,6 +321,7 @@ func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
 			wants = append(wants, want{pageKey{f, g, leaf}, loc.Offset, int64(loc.Length)})
 		}
 	}
+	t.cachedPages(md, unindexed)
 	slices.SortFunc(wants, func(a, b want) int { return int(a.off - b.off) })
 	ra := t.loc.NewReaderAt(ctx, t.pin.Files[f].Object)
 	for len(wants) > 0 {
@@ -217,20 +350,56 @@ func (t *Table) loadPages(ctx context.Context, f int, leaves []int) error {
 	return nil
 }
 
-// learnPages records where the data pages of column chunk key lie, as an
-// offset index would say, once a decode has read the chunk whole from src:
-// its bytes span chunk, its dictionary page first when dict, then data pages
-// of rows[i] rows each, each starting a row. A later read of a few of its
-// rows then fetches and decodes only their pages. Files written without an
-// offset index (pyarrow's default) are read a whole chunk at a time only
-// the first time. Whatever does not add up is not recorded: the chunk is
-// then read whole, as before.
-func (t *Table) learnPages(key pageKey, src io.ReaderAt, chunk byteRange, dict bool, rows []int64) {
-	if v, ok := t.pageIndex.m.Load(key); ok && v.(*pageLocs) != nil {
+// cachedPages records the page locations the Cache holds of the given
+// chunks without an offset index, of one file whose footer is md, and nil
+// for the others, keeping what a decode may have learnt (learnPages).
+func (t *Table) cachedPages(md *metadata.FileMetaData, keys []pageKey) {
+	if len(keys) == 0 {
 		return
 	}
-	locs := &pageLocs{first: make([]int64, 1, len(rows)+1)}
-	off, end := chunk.off, chunk.off+chunk.n
+	found := make([][]byte, len(keys))
+	if t.cat != nil {
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = t.pagesKey(k)
+		}
+		found = t.cat.Get(names)
+	}
+	for i, k := range keys {
+		var locs *pageLocs
+		if found[i] != nil {
+			if chunks, err := leafChunks(md, k.group, []int{k.leaf}); err == nil {
+				locs, _ = decodePageLocs(found[i], t.pin.Files[k.file].RowGroups[k.group], chunks[0])
+			}
+		}
+		if locs != nil {
+			t.pageIndex.m.Store(k, locs)
+		} else {
+			t.pageIndex.m.LoadOrStore(k, (*pageLocs)(nil))
+		}
+	}
+}
+
+// learnPages records where the data pages of column chunk key lie, as an
+// offset index would say, once a decode has read them from src: the pages
+// of from, then those of from.rest it decoded, of rows[i] rows each, each
+// starting a row (with the chunk's dictionary page first when dict). When
+// the decode stopped before the chunk's end (ended is false), the last page
+// it read is left out: a row may go on into the page after it. Whatever
+// does not add up is not recorded: those pages are then read again, as
+// before.
+func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bool, rows []int64, ended bool) {
+	if !ended && len(rows) > 0 {
+		rows = rows[:len(rows)-1]
+	}
+	if len(rows) == 0 {
+		return
+	}
+	if v, ok := t.pageIndex.m.Load(key); ok && v.(*pageLocs) != nil && !v.(*pageLocs).partial() {
+		return
+	}
+	locs := &pageLocs{first: slices.Clone(from.first), off: slices.Clone(from.off), size: slices.Clone(from.size)}
+	off, end := from.rest.off, from.rest.off+from.rest.n
 	for p := range len(rows) + btoi(dict) {
 		if off >= end {
 			return
@@ -241,19 +410,31 @@ func (t *Table) learnPages(key pageKey, src io.ReaderAt, chunk byteRange, dict b
 			return
 		}
 		if p > 0 || !dict {
-			i := len(locs.off)
+			i := len(locs.off) - len(from.off)
 			if rows[i] <= 0 {
 				return
 			}
+			locs.first = append(locs.first, locs.known()+rows[i])
 			locs.off, locs.size = append(locs.off, off), append(locs.size, size)
-			locs.first = append(locs.first, locs.first[i]+rows[i])
 		}
 		off += size
 	}
-	if off != end || len(locs.off) == 0 {
+	switch {
+	case off < end:
+		if ended {
+			return
+		}
+		locs.rest = byteRange{off, end - off}
+	case off > end:
 		return
 	}
+	if v, ok := t.pageIndex.m.Load(key); ok && v.(*pageLocs) != nil && len(v.(*pageLocs).off) >= len(locs.off) {
+		return // a decode beside this one learnt as much
+	}
 	t.pageIndex.m.Store(key, locs)
+	if !locs.partial() {
+		t.remember(key, locs)
+	}
 }
 
 func btoi(b bool) int {
@@ -291,12 +472,15 @@ func parseOffsetIndex(b []byte, rows, size int64) (locs *pageLocs, err error) {
 }
 
 // pagePlan is the data pages of one column chunk a piece needs, and where
-// its rows land when only those pages are decoded.
+// its rows land when only those pages are decoded. A plan with a tail also
+// reads the pages not located yet (locs.rest), from the row they start with
+// up to the page that ends the last row it needs.
 type pagePlan struct {
 	locs  *pageLocs
-	pages []int   // the pages needed, ascending
+	pages []int   // the located pages needed, ascending
 	base  []int64 // for each, the rows of the pages before it in pages
 	rows  int64   // rows in them all
+	tail  bool
 }
 
 // planPages returns the pages of locs that hold rows (ascending offsets in
@@ -305,6 +489,10 @@ func planPages(locs *pageLocs, rows []int64) *pagePlan {
 	p := &pagePlan{locs: locs}
 	page := -1
 	for _, r := range rows {
+		if locs.partial() && r >= locs.known() {
+			p.tail = true
+			break
+		}
 		if page >= 0 && r < locs.first[page+1] {
 			continue
 		}
@@ -315,15 +503,18 @@ func planPages(locs *pageLocs, rows []int64) *pagePlan {
 		p.pages = append(p.pages, page)
 		p.rows += locs.first[page+1] - locs.first[page]
 	}
-	if len(p.pages) == len(locs.off) {
+	if !locs.partial() && len(p.pages) == len(locs.off) {
 		return nil
 	}
 	return p
 }
 
 // row returns where row r of the row group lies among the rows of the
-// planned pages; r must lie in one of them.
+// planned pages; r must lie in one of them, or in the tail.
 func (p *pagePlan) row(r int64) int64 {
+	if p.tail && r >= p.locs.known() {
+		return p.rows + r - p.locs.known()
+	}
 	i, _ := slices.BinarySearchFunc(p.pages, r, func(page int, r int64) int {
 		switch {
 		case p.locs.first[page+1] <= r:
@@ -338,11 +529,16 @@ func (p *pagePlan) row(r int64) int64 {
 
 // sections returns the byte ranges the plan reads of a chunk: its dictionary
 // page, if it has one (dict ≥ 0: from dict to the first data page), then each
-// run of consecutive planned pages.
+// run of consecutive planned pages, the tail's pages joining the run before
+// them where it reaches them.
 func (p *pagePlan) sections(dict int64) []byteRange {
 	var out []byteRange
-	if dict >= 0 && dict < p.locs.off[0] {
-		out = append(out, byteRange{dict, p.locs.off[0] - dict})
+	data := p.locs.rest.off
+	if len(p.locs.off) > 0 {
+		data = p.locs.off[0]
+	}
+	if dict >= 0 && dict < data {
+		out = append(out, byteRange{dict, data - dict})
 	}
 	for i, page := range p.pages {
 		off, n := p.locs.off[page], p.locs.size[page]
@@ -351,6 +547,14 @@ func (p *pagePlan) sections(dict int64) []byteRange {
 			continue
 		}
 		out = append(out, byteRange{off, n})
+	}
+	if p.tail {
+		rest := p.locs.rest
+		if k := len(out) - 1; k >= 0 && len(p.pages) > 0 && out[k].off+out[k].n == rest.off {
+			out[k].n += rest.n
+		} else {
+			out = append(out, rest)
+		}
 	}
 	return out
 }

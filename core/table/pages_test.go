@@ -62,7 +62,9 @@ func TestOffsetIndexChecked(t *testing.T) {
 }
 
 // TestPlanPages: a plan holds the pages of the rows asked for, maps each row
-// to its place among those pages' rows, and is nil when every page is needed.
+// to its place among those pages' rows, and is nil when every page is needed;
+// rows past the located pages of a chunk located in part are read from
+// where its located pages end.
 func TestPlanPages(t *testing.T) {
 	locs := &pageLocs{first: []int64{0, 10, 40, 45, 100}, off: []int64{4, 104, 204, 304}, size: []int64{100, 100, 100, 100}}
 	p := planPages(locs, []int64{3, 7, 41, 44, 99})
@@ -79,6 +81,27 @@ func TestPlanPages(t *testing.T) {
 	}
 	if planPages(locs, []int64{0, 10, 40, 45}) != nil {
 		t.Error("a plan of every page")
+	}
+	// Pages located up to row 40, the rest not yet: rows from 40 on are
+	// read from there, after the located pages the plan takes.
+	part := &pageLocs{first: []int64{0, 10, 40}, off: []int64{4, 104}, size: []int64{100, 100}, rest: byteRange{204, 300}}
+	p = planPages(part, []int64{3, 41, 50})
+	if p == nil || !p.tail || !slices.Equal(p.pages, []int{0}) || p.rows != 10 {
+		t.Fatalf("plan with a tail %+v", p)
+	}
+	for row, want := range map[int64]int64{3: 3, 41: 11, 50: 20} {
+		if got := p.row(row); got != want {
+			t.Errorf("row %d at %d, want %d", row, got, want)
+		}
+	}
+	if got := p.sections(0); !slices.Equal(got, []byteRange{{0, 4}, {4, 100}, {204, 300}}) {
+		t.Errorf("sections with a tail %v", got)
+	}
+	if got := planPages(part, []int64{11, 45}).sections(-1); !slices.Equal(got, []byteRange{{104, 400}}) {
+		t.Errorf("a page and the tail after it: sections %v, want one", got)
+	}
+	if p := planPages(part, []int64{3, 12}); p == nil || p.tail || len(p.pages) != 2 {
+		t.Errorf("every located page of a chunk located in part: plan %+v, want those pages", p)
 	}
 }
 
@@ -128,5 +151,38 @@ func TestIndexTailsKeepWhatTheFooterReadBrought(t *testing.T) {
 	}
 	if it.read(files-1, buf, start-1) {
 		t.Error("read bytes before the indexes")
+	}
+}
+
+// TestPageLocsEncoding: locations cached round-trip; an entry that does not
+// fit its chunk, or is damaged, does not decode.
+func TestPageLocsEncoding(t *testing.T) {
+	locs := &pageLocs{first: []int64{0, 10, 40, 100}, off: []int64{104, 204, 310}, size: []int64{100, 100, 90}}
+	b := locs.encode()
+	got, err := decodePageLocs(b, 100, byteRange{100, 300})
+	if err != nil || !slices.Equal(got.first, locs.first) || !slices.Equal(got.off, locs.off) || !slices.Equal(got.size, locs.size) || got.partial() {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for name, c := range map[string]struct {
+		rows  int64
+		chunk byteRange
+	}{
+		"other row count":        {99, byteRange{100, 300}},
+		"pages before the chunk": {100, byteRange{105, 300}},
+		"pages past the chunk":   {100, byteRange{100, 299}},
+	} {
+		if _, err := decodePageLocs(b, c.rows, c.chunk); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	for i := range b {
+		bad := slices.Clone(b)
+		bad[i] ^= 0x10
+		if _, err := decodePageLocs(bad, 100, byteRange{100, 300}); err == nil {
+			t.Errorf("byte %d damaged: decoded", i)
+		}
+	}
+	if _, err := decodePageLocs(b[:len(b)-1], 100, byteRange{100, 300}); err == nil {
+		t.Error("cut short: decoded")
 	}
 }

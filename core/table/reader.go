@@ -705,10 +705,25 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 		for i, row := range rows {
 			keep[i] = plan.row(row)
 		}
+		n := plan.rows
+		if plan.tail {
+			n = openRows
+		}
 		pages := plan.read(src, chunk, scratch{}, &r.sectionBufs)
 		defer pages.Close()
-		arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pages, plan.rows, keep)
-		return arr, did.bytes, err
+		arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pages, n, keep)
+		if err != nil || !plan.tail {
+			return arr, did.bytes, err
+		}
+		if err := checkCounts(chunk, did, plan, rg.NumRows()); err != nil {
+			arr.Release()
+			return nil, did.bytes, err
+		}
+		if did.pageRows != nil {
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, plan.locs,
+				len(plan.locs.off) == 0 && chunk.HasDictionaryPage(), did.pageRows[len(plan.pages):], did.ended)
+		}
+		return arr, did.bytes, nil
 	}
 	pr, err := rg.GetColumnPageReader(leaves[0])
 	if err != nil {
@@ -716,21 +731,44 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 	}
 	defer pr.Close()
 	arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pr, rg.NumRows(), rows)
-	if err == nil && did.entries != chunk.NumValues() {
-		// A page header is not under its page's CRC: one whose count of
-		// level entries is off cuts a list short, or decodes values that
-		// are not the page's, without any other sign.
-		arr.Release()
-		return nil, did.bytes, fmt.Errorf("column chunk %s: its pages hold %d level entries, its metadata says %d",
-			chunk.PathInSchema(), did.entries, chunk.NumValues())
+	if err == nil {
+		if err = checkCounts(chunk, did, nil, rg.NumRows()); err != nil {
+			arr.Release()
+			return nil, did.bytes, err
+		}
 	}
 	if loc := chunk.GetOffsetIndexLocation(); err == nil && did.pageRows != nil && (loc == nil || loc.Length <= 0) {
 		chunks, err := leafChunks(md, key.Group, leaves)
 		if err == nil {
-			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, chunks[0], chunk.HasDictionaryPage(), did.pageRows)
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, &pageLocs{first: []int64{0}, rest: chunks[0]},
+				chunk.HasDictionaryPage(), did.pageRows, true)
 		}
 	}
 	return arr, did.bytes, err
+}
+
+// checkCounts checks what a decode of column chunk chunk, of a row group of
+// rows rows, read to the chunk's end, against the chunk's metadata: the rows
+// its pages hold, and, read whole (plan is nil, or reads the chunk from its
+// start), their level entries. A page header is not under its page's CRC:
+// one whose count of level entries is off cuts a list short, or decodes
+// values that are not the page's, without any other sign.
+func checkCounts(chunk *metadata.ColumnChunkMetaData, did decodeInfo, plan *pagePlan, rows int64) error {
+	if !did.ended {
+		return nil
+	}
+	held := did.rows
+	if plan != nil {
+		held += plan.locs.known() - plan.rows
+	}
+	if held != rows {
+		return fmt.Errorf("column chunk %s: its pages hold %d rows, its row group %d", chunk.PathInSchema(), held, rows)
+	}
+	if (plan == nil || len(plan.locs.off) == 0) && did.entries != chunk.NumValues() {
+		return fmt.Errorf("column chunk %s: its pages hold %d level entries, its metadata says %d",
+			chunk.PathInSchema(), did.entries, chunk.NumValues())
+	}
+	return nil
 }
 
 // sections returns the byte ranges decode reads of row group g: each output
@@ -789,7 +827,13 @@ func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pageP
 	var plans []*pagePlan
 	for i, c := range cols {
 		if locs[i] == nil {
-			continue
+			// No offset index, and no page located yet: the plan reads
+			// from the chunk's start as far as rows need.
+			chunks, err := leafChunks(md, key.Group, leaves[i:i+1])
+			if err != nil {
+				return nil, errcode.Wrap(err, errcode.Corrupt, "plan pages", r.t.loc.ObjectURI(r.t.pin.Files[key.File].Key))
+			}
+			locs[i] = &pageLocs{first: []int64{0}, rest: chunks[0]}
 		}
 		if p := planPages(locs[i], rows); p != nil {
 			if plans == nil {

@@ -143,7 +143,10 @@
 //
 // OpenOptions.Catalog (core/catalog) caches footers and manifests on the host,
 // keyed by object URI and identity, so reopening a dataset of thousands of
-// files reads no footer from the store; the store stays the authority.
+// files reads no footer from the store; the store stays the authority. It
+// also keeps where the pages of column chunks without an offset index lie,
+// once reads have located them (see pages.go), so that the next open on the
+// host reads only the pages it needs from its first read on.
 package table
 
 import (
@@ -233,7 +236,8 @@ type OpenOptions struct {
 	// dataset has only its current version: Version must be 0.
 	Version int64 `json:"version,omitempty"`
 	// Catalog caches Parquet footers and manifests on this host, so that a
-	// reopen reads none of them from the store. nil disables the cache.
+	// reopen reads none of them from the store, and the page locations
+	// learnt of files without an offset index. nil disables the cache.
 	Catalog Cache `json:"-"`
 }
 
@@ -485,6 +489,7 @@ func (t *Table) Retain() { t.refs.Add(1) }
 // last one.
 func (t *Table) Close() error {
 	if t.refs.Add(-1) == 0 {
+		t.pageIndex.learnt.writing.Wait()
 		return t.loc.Close()
 	}
 	return nil
