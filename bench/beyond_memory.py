@@ -23,9 +23,9 @@ epoch when it is done sooner):
   denominator of every ratio (a single scan of a few seconds varied by a
   third from run to run on a shared machine);
 - croupier in each form and each order (sequential: the table's order with
-  ``num_splits=1``; window, clumped and full shuffles persisted with
-  ``PermutationBuilder.shuffle`` and read with ``--num-splits`` streams), with
-  each budget;
+  ``num_splits=1``; window (a row group a window, and ``--small-window``
+  rows), clumped and full shuffles persisted with ``PermutationBuilder.shuffle``
+  and read with ``--num-splits`` streams), with each budget;
 - the peers on the same rows, with no budget to give them: LanceDB's
   ``StreamingDataset`` shuffled (clumped and full) over a Lance conversion,
   Lance ``take`` of ``RandomSampler`` batches, and the map-style torch
@@ -59,7 +59,7 @@ import workloads
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = "rollout"
-ORDERS = ("sequential", "window", "clumped", "full")
+ORDERS = ("sequential", "window", "window-small", "clumped", "full")
 PEERS = ("lancedb", "lance-take", "torch-map")
 FORMS = {
     "parquet": "plain Parquet",
@@ -96,6 +96,7 @@ class Tables:
     uris: dict[str, str]  # form -> table URI
     row_groups: dict[str, int]  # form -> rows per row group
     clumps: dict[str, int]  # form -> rows per clump of the clumped order
+    windows: dict[str, int]  # form -> rows per window of the window order
     perms: dict[str, dict[str, str]]  # form -> order -> permutation URI
 
     @property
@@ -154,6 +155,7 @@ def prepare(args: argparse.Namespace, lance: bool) -> Tables:
         first_file = next(data.croupier_layout(*layout).rglob("*.parquet"))
         row_groups[form] = pq.ParquetFile(first_file).metadata.row_group(0).num_rows
     clumps = {form: args.clump or rows for form, rows in row_groups.items()}
+    windows = {form: args.window or rows for form, rows in row_groups.items()}
     if lance:
         workloads.to_lance(data)
     perms = {
@@ -163,11 +165,12 @@ def prepare(args: argparse.Namespace, lance: bool) -> Tables:
             args.orders,
             seed=args.seed,
             clump=clumps[form],
-            window=row_groups[form],
+            window=windows[form],
+            small_window=args.small_window,
         )
         for form, uri in uris.items()
     }
-    return Tables(data, uris, row_groups, clumps, perms)
+    return Tables(data, uris, row_groups, clumps, windows, perms)
 
 
 def failure(error: str) -> str:
@@ -308,8 +311,12 @@ def order_text(args: argparse.Namespace, tables: Tables, forms: list[str]) -> st
     aligned = all(tables.row_groups[f] % tables.clumps[f] == 0 for f in forms)
     what = {
         "sequential": "sequential is the table's own order read with `num_splits=1`",
-        "window": "window is `shuffle(seed, window=W)` with W a row group, "
-        + per_form(tables.row_groups),
+        "window": "window is `shuffle(seed, window=W)` with W "
+        + ("" if args.window else "a row group, ")
+        + per_form(tables.windows),
+        "window-small": f"small-window is `shuffle(seed, window={args.small_window})`, so that"
+        f" the {args.num_splits} windows a step reads at once fit the rows the smallest budget"
+        " keeps",
         "clumped": f"clumped is `shuffle(seed, clump_size=C)` with C {per_form(tables.clumps)}"
         + (", so that no clump straddles a row group" if aligned else ""),
         "full": "full is `shuffle(seed)`",
@@ -386,6 +393,12 @@ def common_args(ap: argparse.ArgumentParser, seconds: float, timeout: float) -> 
     ap.add_argument("--num-splits", type=int, default=8)
     ap.add_argument(
         "--clump", type=int, default=0, help="rows per clump of the clumped order (0: a row group)"
+    )
+    ap.add_argument(
+        "--window", type=int, default=0, help="rows per window of the window order (0: a row group)"
+    )
+    ap.add_argument(
+        "--small-window", type=int, default=256, help="rows per window of the window-small order"
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "bench")

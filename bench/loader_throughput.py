@@ -66,6 +66,7 @@ ORDER_LABELS = {
     "sequential": "sequential",
     "clumped": "clumped shuffle",
     "window": "window shuffle",
+    "window-small": "small-window shuffle",
     "full": "full shuffle",
     "batch": "batch order shuffle",
     "buffer": f"shuffle buffer {readers.HF_SHUFFLE_BUFFER:,}",
@@ -284,12 +285,20 @@ class S3Server:
 
 
 def build_permutations(
-    table_uri: str, folder: Path, orders: list[str], *, seed: int, clump: int, window: int
+    table_uri: str,
+    folder: Path,
+    orders: list[str],
+    *,
+    seed: int,
+    clump: int,
+    window: int,
+    small_window: int = 0,
 ) -> dict[str, str]:
     """Persist the permutation of each shuffled order of a table; returns their URIs.
 
     clumped is ``shuffle(seed, clump_size=clump)``, window ``shuffle(seed,
-    window=window)`` (clumps of one row), full ``shuffle(seed)``.
+    window=window)`` (clumps of one row), window-small the same with
+    ``small_window``, full ``shuffle(seed)``.
     """
     import croupier as cr
 
@@ -303,8 +312,8 @@ def build_permutations(
         b = cr.PermutationBuilder(table)
         if order == "clumped":
             b.shuffle(seed=seed, clump_size=clump)
-        elif order == "window":
-            b.shuffle(seed=seed, window=window)
+        elif order in ("window", "window-small"):
+            b.shuffle(seed=seed, window=window if order == "window" else small_window)
         else:
             b.shuffle(seed=seed)
         uri = "file://" + str(folder / order)
