@@ -355,7 +355,10 @@ def setup_lines(args: argparse.Namespace, tables: Tables, load: tuple[float, flo
         ' `stats()["decoded_bytes"]` over the same. "RSS over imports" is the peak resident'
         " memory of the process (the larger of VmHWM and a 50 ms sampling) less its resident"
         " memory once torch, pyarrow, the reader's library and croupier's Go runtime are"
-        " loaded, before the reader is built; croupier must keep it within the bound 1.25 times"
+        " loaded, before the reader is built, both from then on (importing torch runs"
+        " `ldconfig` from a `vfork()`ed child, which shares the process's memory until it"
+        " execs, and a sample that caught it counted that memory twice); croupier must keep it"
+        " within the bound 1.25 times"
         ' the budget + 64 MiB ("(over)" marks a row that does not). The baseline is read first'
         ' and again last; "vs baseline" divides by the faster of the two.',
         "",

@@ -165,6 +165,11 @@ def child(payload: dict[str, Any]) -> None:
             croupier.version()
             out["import_rss"] = measure.tree_rss(os.getpid())
             out["import_rss_file"] = measure.tree_rss(os.getpid(), "RssFile")
+            # Peaks count from here on: importing torch runs ldconfig from a
+            # vfork()ed child, which shares this process's memory until it
+            # execs, and a sample of the process tree then counted it twice.
+            measure.reset_peak_rss()
+            imported_marker(payload["result"]).touch()
         if payload.get("barrier"):
             measure.await_start(payload["barrier"], payload["name"])
         m, ids = measure.measure(
@@ -188,6 +193,11 @@ def child(payload: dict[str, Any]) -> None:
         out["error"] = traceback.format_exc()
     out["peak_rss_self"] = measure.peak_rss()
     Path(payload["result"]).write_text(json.dumps(out))
+
+
+def imported_marker(result: str) -> Path:
+    """The file a child asked for ``import_rss`` creates once it has measured it."""
+    return Path(result + ".imported")
 
 
 def run_child(
@@ -225,12 +235,18 @@ def run_child(
                 cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
             )
             peak = peak_file = 0  # the most resident bytes sampled, and their part mapping files
+            imported = imported_marker(str(result))
             try:
-                # Sampled until the child has written its figures: the
+                # Sampled until the child has written its figures (the
                 # interpreter's teardown after that pages in tens of MiB of
-                # the libraries' code (torch's too), which is no reader's.
+                # the libraries' code, torch's too, which is no reader's),
+                # and, where it measures its imports, from then on.
                 while proc.poll() is None and time.monotonic() < deadline:
-                    if not result.exists() and (now := measure.tree_rss(proc.pid)) > peak:
+                    if (
+                        not result.exists()
+                        and (imported.exists() or not options.get("import_rss"))
+                        and (now := measure.tree_rss(proc.pid)) > peak
+                    ):
                         peak, peak_file = now, measure.tree_rss(proc.pid, "RssFile")
                     time.sleep(0.05)
             finally:  # past the deadline, or interrupted
