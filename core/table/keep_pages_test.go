@@ -183,53 +183,14 @@ func randomRows(rng *rand.Rand, n int64) []uint64 {
 // row it needs, and a later read goes on from there.
 func TestLearnedPages(t *testing.T) {
 	ctx := context.Background()
-	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	defer b.Release()
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 6000 {
-		appendRandom(rng, b.Field(0), false)
-	}
-	src := b.NewRecordBatch()
-	defer src.Release()
-	dir := t.TempDir()
-	// V2 pages: a V1 page may start inside a row, and such pages are not
-	// recorded (arrow-go cuts them so; Arrow C++ and pyarrow do not).
-	data := tabletest.EncodeRecord(t, src, parquet.WithMaxRowGroupLength(2000), parquet.WithDictionaryDefault(false),
-		parquet.WithDataPageSize(256), parquet.WithBatchSize(16), parquet.WithDataPageVersion(parquet.DataPageV2))
-	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, src := tokenFile(t, 1, 6000, parquet.WithMaxRowGroupLength(2000))
 	tb, err := Open(ctx, "file://"+dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
-	md, err := tb.Footer(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk, _ := md.RowGroup(0).ColumnChunk(0)
-	read := func(ids ...uint64) int64 { // bytes of pages decoded for ids, checked against src
-		t.Helper()
-		r, err := tb.NewReader(ReaderOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		rec, err := r.Read(ctx, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rec.Release()
-		for j, id := range ids {
-			if !array.SliceEqual(rec.Column(0), int64(j), int64(j+1), src.Column(0), int64(id), int64(id+1)) {
-				t.Fatalf("row %d: got %v", id, rec.Column(0).GetOneForMarshal(j))
-			}
-		}
-		return r.Stats().DecodedBytes
-	}
-	whole := chunk.TotalUncompressedSize()
+	whole := firstChunkBytes(t, tb)
+	read := func(ids ...uint64) int64 { return decodedFor(t, tb, src, ids) }
 	// Decoded bytes are the pages' without their headers: most of the chunk.
 	if n := read(5, 900, 1999); n < whole/2 {
 		t.Fatalf("first sparse read of row group 0 decoded %d bytes, want its whole chunk (%d)", n, whole)
@@ -261,50 +222,16 @@ func TestLearnedPages(t *testing.T) {
 // that does not fit the chunk is a miss, not an error.
 func TestLearnedPagesCached(t *testing.T) {
 	ctx := context.Background()
-	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	defer b.Release()
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 2000 {
-		appendRandom(rng, b.Field(0), false)
-	}
-	src := b.NewRecordBatch()
-	defer src.Release()
-	dir := t.TempDir()
-	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryDefault(false),
-		parquet.WithDataPageSize(256), parquet.WithBatchSize(16), parquet.WithDataPageVersion(parquet.DataPageV2))
-	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, src := tokenFile(t, 3, 2000)
 	cat := catalog.Open(catalog.Options{Path: filepath.Join(t.TempDir(), "catalog.db")})
-	read := func(ids ...uint64) (decoded, whole int64) { // in a table opened for it, checked against src
+	read := func(ids ...uint64) (decoded, whole int64) { // in a table opened for it
 		t.Helper()
 		tb, err := OpenWith(ctx, "file://"+dir, OpenOptions{Catalog: cat})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tb.Close()
-		md, err := tb.Footer(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		chunk, _ := md.RowGroup(0).ColumnChunk(0)
-		r, err := tb.NewReader(ReaderOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		rec, err := r.Read(ctx, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rec.Release()
-		for j, id := range ids {
-			if !array.SliceEqual(rec.Column(0), int64(j), int64(j+1), src.Column(0), int64(id), int64(id+1)) {
-				t.Fatalf("row %d: got %v", id, rec.Column(0).GetOneForMarshal(j))
-			}
-		}
-		return r.Stats().DecodedBytes, chunk.TotalUncompressedSize()
+		return decodedFor(t, tb, src, ids), firstChunkBytes(t, tb)
 	}
 	if n, whole := read(3, 1000, 1999); n < whole/2 {
 		t.Fatalf("first read, nothing cached: decoded %d bytes of a %d-byte chunk, want most of it", n, whole)
@@ -312,7 +239,7 @@ func TestLearnedPagesCached(t *testing.T) {
 	if n, whole := read(4, 1001, 1998); n >= whole/4 {
 		t.Fatalf("read by a table opened after: decoded %d bytes of a %d-byte chunk, want its pages", n, whole)
 	}
-	// Damage every cached entry of page locations: they are misses.
+	// Damage the cached entry of page locations: it is a miss.
 	tb, err := OpenWith(ctx, "file://"+dir, OpenOptions{Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
@@ -328,4 +255,65 @@ func TestLearnedPagesCached(t *testing.T) {
 	if n, whole := read(5, 1002, 1997); n < whole/2 {
 		t.Fatalf("read with a damaged entry: decoded %d bytes of a %d-byte chunk, want most of it", n, whole)
 	}
+}
+
+// tokenFile writes rows random lists of int32 token ids (rng seed seed) as
+// the one file of a folder it returns, with the rows written, in V2 pages of
+// about 256 bytes without dictionaries or an offset index, and props. V2
+// pages start at rows; a V1 page may start inside a row, and such pages are
+// not located (arrow-go cuts them so; Arrow C++ and pyarrow do not).
+func tokenFile(t *testing.T, seed uint64, rows int, props ...parquet.WriterProperty) (string, arrow.RecordBatch) {
+	t.Helper()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for range rows {
+		appendRandom(rng, b.Field(0), false)
+	}
+	src := b.NewRecordBatch()
+	t.Cleanup(src.Release)
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, append([]parquet.WriterProperty{parquet.WithDictionaryDefault(false),
+		parquet.WithDataPageSize(256), parquet.WithBatchSize(16), parquet.WithDataPageVersion(parquet.DataPageV2)}, props...)...)
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, src
+}
+
+// firstChunkBytes is the uncompressed size of the first column chunk of tb.
+func firstChunkBytes(t *testing.T, tb *Table) int64 {
+	t.Helper()
+	md, err := tb.Footer(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk, err := md.RowGroup(0).ColumnChunk(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chunk.TotalUncompressedSize()
+}
+
+// decodedFor reads rows ids of tb's one column, checks them against src
+// and returns the bytes of pages the read decoded.
+func decodedFor(t *testing.T, tb *Table, src arrow.RecordBatch, ids []uint64) int64 {
+	t.Helper()
+	r, err := tb.NewReader(ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rec, err := r.Read(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	for j, id := range ids {
+		if !array.SliceEqual(rec.Column(0), int64(j), int64(j+1), src.Column(0), int64(id), int64(id+1)) {
+			t.Fatalf("row %d: got %v", id, rec.Column(0).GetOneForMarshal(j))
+		}
+	}
+	return r.Stats().DecodedBytes
 }
