@@ -63,8 +63,9 @@ func (l *pageLocs) known() int64 { return l.first[len(l.off)] }
 // pageKey names one column chunk.
 type pageKey struct{ file, group, leaf int }
 
-// pageIndex caches the offset indexes a table has read, by column chunk; nil
-// for a chunk without one.
+// pageIndex caches the offset indexes a table has read, by column chunk, and
+// for a chunk without one the locations learnt of its pages (nil until a
+// read or the Cache has located some).
 type pageIndex struct {
 	m      sync.Map // pageKey -> *pageLocs
 	loads  singleflight.Group
