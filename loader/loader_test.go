@@ -3,6 +3,7 @@ package loader_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
+	"github.com/apache/arrow-go/v18/parquet"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
@@ -519,6 +521,80 @@ func TestBudgetSmallerThanTheTable(t *testing.T) {
 	if _, err := l.Stream(ctx, loader.StreamOptions{}); !errors.Is(err, errcode.ErrInvalidArgument) ||
 		!strings.Contains(err.Error(), "memory_budget 2048 bytes cannot hold one step") {
 		t.Fatalf("a budget too small for a step: %v", err)
+	}
+}
+
+// TestBudgetSmallerThanAPlainTable deals files without an offset index (as
+// pyarrow writes them) in small pages, V2 pages in one file and V1 pages
+// (which may start inside a list) in the other, in order with several
+// splits, in a window shuffle and in a full shuffle, with budgets that hold
+// a sliver of the table up to one that holds it all: reading each chunk
+// only as far as a horizon needs, and the page locations learnt as horizons
+// read on, change no batch.
+func TestBudgetSmallerThanAPlainTable(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for i, version := range []parquet.DataPageVersion{parquet.DataPageV2, parquet.DataPageV1} {
+		rec := tabletest.Record(int64(i)*600, 600)
+		data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(200), parquet.WithDataPageSize(256),
+			parquet.WithBatchSize(16), parquet.WithDictionaryDefault(false), parquet.WithDataPageVersion(version))
+		rec.Release()
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("part-%d.parquet", i)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	orders := map[string]permutation.Order{"sequential": permutation.Identity{N: tb.NumRows()}}
+	for name, sh := range map[string]*permutation.ShuffleSpec{"window": {Seed: 3, Window: 150}, "full": {Seed: 4}} {
+		perms, err := permutation.Build(ctx, tb, permutation.Spec{Shuffle: sh}, "file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer perms.Close()
+		orders[name] = perms.Splits()[0]
+	}
+	for name, order := range orders {
+		deal := func(budget int64) [][]int64 { // each step's ids, every row's tokens and text checked
+			l, err := loader.New(tb, order, loader.Options{GlobalBatchSize: 8, NumSplits: 4, ReadAhead: 2, MemoryBudget: budget,
+				Columns: []string{"id", "tokens", "text"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			s, err := l.Stream(ctx, loader.StreamOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var steps [][]int64
+			for b, err := range s.All(ctx) {
+				if err != nil {
+					t.Fatalf("%s, budget %d: %v", name, budget, err)
+				}
+				ids := b.Record.Column(0).(*array.Int64).Int64Values()
+				tokens, text := b.Record.Column(1).(*array.List), b.Record.Column(2).(*array.String)
+				for j, id := range ids {
+					from, to := tokens.ValueOffsets(j)
+					got := tokens.ListValues().(*array.Int32).Int32Values()[from:to]
+					if !slices.Equal(got, tabletest.Tokens(id)) || text.Value(j) != tabletest.Text(id) {
+						t.Fatalf("%s, budget %d: row %d holds tokens %v, text %q", name, budget, id, got, text.Value(j))
+					}
+				}
+				steps = append(steps, slices.Clone(ids))
+				b.Record.Release()
+			}
+			return steps
+		}
+		want := deal(256 << 20)
+		for _, budget := range []int64{48 << 10, 96 << 10, 192 << 10} {
+			if got := deal(budget); !slices.EqualFunc(got, want, slices.Equal) {
+				t.Fatalf("%s, budget %d: other batches than an ample budget's", name, budget)
+			}
+		}
 	}
 }
 
