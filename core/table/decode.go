@@ -164,14 +164,23 @@ type run struct{ e0, e1, v0, v1 int }
 
 // decodeInfo is what decodeColumn did besides its column: the bytes of the
 // pages it decoded, the rows of each data page (nil when a page starts
-// inside a row), the level entries the data pages' headers count, the rows
+// inside a row), the level entries each data page's header counts, the rows
 // the pages it decoded hold, and whether it read them to their end.
 type decodeInfo struct {
-	bytes    int64
-	pageRows []int64
-	entries  int64 // level entries of the data pages, as their headers say
-	rows     int64
-	ended    bool
+	bytes       int64
+	pageRows    []int64
+	pageEntries []int64
+	rows        int64
+	ended       bool
+}
+
+// entries returns the level entries of data pages [from:] of those decoded.
+func (did decodeInfo) entries(from int) int64 {
+	var n int64
+	for _, e := range did.pageEntries[min(from, len(did.pageEntries)):] {
+		n += e
+	}
+	return n
 }
 
 // openRows, as the rows of decodeColumn's pages, says that they go on past
@@ -190,7 +199,7 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 		p := pr.Page()
 		did.bytes += int64(len(p.Data()))
 		if _, dict := p.(*file.DictionaryPage); !dict {
-			did.entries += int64(p.NumValues())
+			did.pageEntries = append(did.pageEntries, int64(p.NumValues()))
 		}
 		if err := d.page(p); err != nil {
 			return nil, did, err
@@ -682,8 +691,10 @@ func appendValid(flags *[]bool, n int, ok bool) {
 // plain decodes the values of d.runs of a page of n PLAIN values.
 func (d *columnDecoder) plain(data []byte, n int) error {
 	if d.width > 0 {
-		if size := n * d.width; len(data) < size {
-			return fmt.Errorf("page holds %d bytes of values, %d needed", len(data), size)
+		// Exactly: a page header is not under the page's CRC, and one
+		// whose count of level entries is short leaves values over.
+		if size := n * d.width; len(data) != size {
+			return fmt.Errorf("page holds %d bytes of values, %d values of %d bytes expected", len(data), n, d.width)
 		}
 		for _, r := range d.runs {
 			dst, err := d.fixed(r.v1 - r.v0)

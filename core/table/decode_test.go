@@ -344,3 +344,30 @@ func TestDecoderKeepsRowsAcrossPages(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderRefusesValuesLeftOver: a PLAIN page of fixed-width values holds
+// exactly a value for each present level entry; a page header is not under
+// the page's CRC, and one that counts too few entries leaves values over,
+// which is an error, as too few values are.
+func TestDecoderRefusesValuesLeftOver(t *testing.T) {
+	f := arrow.Field{Name: "i", Type: arrow.PrimitiveTypes.Int64, Nullable: true}
+	schema := arrow.NewSchema([]arrow.Field{f}, nil)
+	empty := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	rec := empty.NewRecordBatch()
+	empty.Release()
+	pf, err := file.NewParquetReader(bytes.NewReader(tabletest.EncodeRecord(t, rec)))
+	rec.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := pf.MetaData().Schema.Column(0)
+	for _, values := range []int{9, 10, 11} {
+		d := newColumnDecoder(memory.DefaultAllocator, f, col, fastFlat, 16, []int64{2, 3}, 10)
+		d.defs = append(d.defs[:0], 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+		err := d.dataPage(make([]byte, 8*values), parquet.Encodings.Plain, 10)
+		d.free()
+		if (err == nil) != (values == 10) {
+			t.Errorf("a page of 10 entries and %d values: %v", values, err)
+		}
+	}
+}

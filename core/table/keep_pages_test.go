@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/cmem"
+	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
 )
@@ -316,4 +318,35 @@ func decodedFor(t *testing.T, tb *Table, src arrow.RecordBatch, ids []uint64) in
 		}
 	}
 	return r.Stats().DecodedBytes
+}
+
+// TestLearnedPagesCountEntries: a read that reaches a chunk's end through
+// pages located by earlier reads checks the level entries of all its pages,
+// those located included, against the chunk's metadata.
+func TestLearnedPagesCountEntries(t *testing.T) {
+	ctx := context.Background()
+	dir, src := tokenFile(t, 5, 2000)
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	decodedFor(t, tb, src, []uint64{10, 500})
+	v, _ := tb.pageIndex.m.Load(pageKey{0, 0, 0})
+	learnt := v.(*pageLocs)
+	if learnt == nil || !learnt.partial() || learnt.entries <= 0 {
+		t.Fatalf("locations after a read of rows 10 and 500: %+v, want those of its first pages", learnt)
+	}
+	decodedFor(t, tb, src, []uint64{700, 1999}) // from the located pages on to the end: the counts add up
+	off := *learnt
+	off.entries--
+	tb.pageIndex.m.Store(pageKey{0, 0, 0}, &off)
+	r, err := tb.NewReader(ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Read(ctx, []uint64{1500, 1999}); errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "level entries") {
+		t.Fatalf("a tail read past located pages whose entries do not add up: %v, want Corrupt", err)
+	}
 }

@@ -51,6 +51,7 @@ type pageLocs struct {
 	first     []int64
 	off, size []int64
 	rest      byteRange // the pages not located yet, to the chunk's end; empty when every page is
+	entries   int64     // level entries of the pages located, where learnt with rest
 }
 
 // partial reports whether some of the chunk's pages are not located yet.
@@ -383,15 +384,18 @@ func (t *Table) cachedPages(md *metadata.FileMetaData, keys []pageKey) {
 
 // learnPages records where the data pages of column chunk key lie, as an
 // offset index would say, once a decode has read them from src: the pages
-// of from, then those of from.rest it decoded, of rows[i] rows each, each
-// starting a row (with the chunk's dictionary page first when dict). When
-// the decode stopped before the chunk's end (ended is false), the last page
-// it read is left out: a row may go on into the page after it. Whatever
-// does not add up is not recorded: those pages are then read again, as
-// before.
-func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bool, rows []int64, ended bool) {
+// of from, then those of from.rest it decoded, of rows[i] rows and
+// entries[i] level entries each, each starting a row (with the chunk's
+// dictionary page first when dict). When the decode stopped before the
+// chunk's end (ended is false), the last page it read is left out: a row
+// may go on into the page after it. Whatever does not add up is not
+// recorded: those pages are then read again, as before.
+func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bool, rows, entries []int64, ended bool) {
+	if len(rows) != len(entries) {
+		return
+	}
 	if !ended && len(rows) > 0 {
-		rows = rows[:len(rows)-1]
+		rows, entries = rows[:len(rows)-1], entries[:len(entries)-1]
 	}
 	if len(rows) == 0 {
 		return
@@ -399,7 +403,8 @@ func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bo
 	if v, ok := t.pageIndex.m.Load(key); ok && v.(*pageLocs) != nil && !v.(*pageLocs).partial() {
 		return
 	}
-	locs := &pageLocs{first: slices.Clone(from.first), off: slices.Clone(from.off), size: slices.Clone(from.size)}
+	locs := &pageLocs{first: slices.Clone(from.first), off: slices.Clone(from.off), size: slices.Clone(from.size),
+		entries: from.entries}
 	off, end := from.rest.off, from.rest.off+from.rest.n
 	for p := range len(rows) + btoi(dict) {
 		if off >= end {
@@ -417,6 +422,7 @@ func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bo
 			}
 			locs.first = append(locs.first, locs.known()+rows[i])
 			locs.off, locs.size = append(locs.off, off), append(locs.size, size)
+			locs.entries += entries[i]
 		}
 		off += size
 	}

@@ -720,8 +720,8 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 			return nil, did.bytes, err
 		}
 		if did.pageRows != nil {
-			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, plan.locs,
-				len(plan.locs.off) == 0 && chunk.HasDictionaryPage(), did.pageRows[len(plan.pages):], did.ended)
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, plan.locs, len(plan.locs.off) == 0 && chunk.HasDictionaryPage(),
+				did.pageRows[len(plan.pages):], did.pageEntries[len(plan.pages):], did.ended)
 		}
 		return arr, did.bytes, nil
 	}
@@ -741,32 +741,34 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 		chunks, err := leafChunks(md, key.Group, leaves)
 		if err == nil {
 			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, &pageLocs{first: []int64{0}, rest: chunks[0]},
-				chunk.HasDictionaryPage(), did.pageRows, true)
+				chunk.HasDictionaryPage(), did.pageRows, did.pageEntries, true)
 		}
 	}
 	return arr, did.bytes, err
 }
 
 // checkCounts checks what a decode of column chunk chunk, of a row group of
-// rows rows, read to the chunk's end, against the chunk's metadata: the rows
-// its pages hold, and, read whole (plan is nil, or reads the chunk from its
-// start), their level entries. A page header is not under its page's CRC:
-// one whose count of level entries is off cuts a list short, or decodes
-// values that are not the page's, without any other sign.
+// rows rows, read to the chunk's end (whole when plan is nil, else its tail),
+// against the chunk's metadata: the rows its pages hold, and their level
+// entries (a tail's, with those its located pages were learnt to hold). A
+// page header is not under its page's CRC: one whose count of level entries
+// is off cuts a list short, or decodes values that are not the page's,
+// without any other sign.
 func checkCounts(chunk *metadata.ColumnChunkMetaData, did decodeInfo, plan *pagePlan, rows int64) error {
 	if !did.ended {
 		return nil
 	}
-	held := did.rows
+	held, entries := did.rows, did.entries(0)
 	if plan != nil {
 		held += plan.locs.known() - plan.rows
+		entries = plan.locs.entries + did.entries(len(plan.pages))
 	}
 	if held != rows {
 		return fmt.Errorf("column chunk %s: its pages hold %d rows, its row group %d", chunk.PathInSchema(), held, rows)
 	}
-	if (plan == nil || len(plan.locs.off) == 0) && did.entries != chunk.NumValues() {
+	if entries != chunk.NumValues() {
 		return fmt.Errorf("column chunk %s: its pages hold %d level entries, its metadata says %d",
-			chunk.PathInSchema(), did.entries, chunk.NumValues())
+			chunk.PathInSchema(), entries, chunk.NumValues())
 	}
 	return nil
 }
