@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
@@ -456,7 +457,7 @@ func TestOptionBounds(t *testing.T) {
 
 // dealWithBudget streams order over tb with opts to the end and returns each
 // batch's ids and the stream's counters.
-func dealWithBudget(t *testing.T, tb *table.Table, order permutation.Order, opts loader.Options) ([][]int64, loader.Stats) {
+func dealWithBudget(t *testing.T, tb *table.Table, order permutation.Order, opts loader.Options, checks ...func(arrow.RecordBatch)) ([][]int64, loader.Stats) {
 	t.Helper()
 	ctx := context.Background()
 	l, err := loader.New(tb, order, opts)
@@ -473,6 +474,9 @@ func dealWithBudget(t *testing.T, tb *table.Table, order permutation.Order, opts
 	for b, err := range s.All(ctx) {
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, check := range checks {
+			check(b.Record)
 		}
 		steps = append(steps, slices.Clone(b.Record.Column(0).(*array.Int64).Int64Values()))
 		b.Record.Release()
@@ -559,34 +563,17 @@ func TestBudgetSmallerThanAPlainTable(t *testing.T) {
 	}
 	for name, order := range orders {
 		deal := func(budget int64) [][]int64 { // each step's ids, every row's tokens and text checked
-			l, err := loader.New(tb, order, loader.Options{GlobalBatchSize: 8, NumSplits: 4, ReadAhead: 2, MemoryBudget: budget,
-				Columns: []string{"id", "tokens", "text"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			s, err := l.Stream(ctx, loader.StreamOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			var steps [][]int64
-			for b, err := range s.All(ctx) {
-				if err != nil {
-					t.Fatalf("%s, budget %d: %v", name, budget, err)
-				}
-				ids := b.Record.Column(0).(*array.Int64).Int64Values()
-				tokens, text := b.Record.Column(1).(*array.List), b.Record.Column(2).(*array.String)
-				for j, id := range ids {
+			steps, _ := dealWithBudget(t, tb, order, loader.Options{GlobalBatchSize: 8, NumSplits: 4, ReadAhead: 2,
+				MemoryBudget: budget, Columns: []string{"id", "tokens", "text"}}, func(rec arrow.RecordBatch) {
+				tokens, text := rec.Column(1).(*array.List), rec.Column(2).(*array.String)
+				for j, id := range rec.Column(0).(*array.Int64).Int64Values() {
 					from, to := tokens.ValueOffsets(j)
 					got := tokens.ListValues().(*array.Int32).Int32Values()[from:to]
 					if !slices.Equal(got, tabletest.Tokens(id)) || text.Value(j) != tabletest.Text(id) {
 						t.Fatalf("%s, budget %d: row %d holds tokens %v, text %q", name, budget, id, got, text.Value(j))
 					}
 				}
-				steps = append(steps, slices.Clone(ids))
-				b.Record.Release()
-			}
+			})
 			return steps
 		}
 		want := deal(256 << 20)

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/arrow-go/v18/parquet/schema"
 
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
@@ -252,17 +253,9 @@ func TestDecoderKeepsRowsAcrossPages(t *testing.T) {
 		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
 		{Name: "i", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
 	}
-	schema := arrow.NewSchema(fields, nil)
-	empty := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	rec := empty.NewRecordBatch()
-	empty.Release()
-	pf, err := file.NewParquetReader(bytes.NewReader(tabletest.EncodeRecord(t, rec)))
-	rec.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cols := storedColumns(t, fields...)
 	for leaf, f := range fields {
-		col := pf.MetaData().Schema.Column(leaf)
+		col := cols[leaf]
 		kind := fastFlat
 		if leaf == 0 {
 			kind = fastList
@@ -351,16 +344,7 @@ func TestDecoderKeepsRowsAcrossPages(t *testing.T) {
 // which is an error, as too few values are.
 func TestDecoderRefusesValuesLeftOver(t *testing.T) {
 	f := arrow.Field{Name: "i", Type: arrow.PrimitiveTypes.Int64, Nullable: true}
-	schema := arrow.NewSchema([]arrow.Field{f}, nil)
-	empty := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	rec := empty.NewRecordBatch()
-	empty.Release()
-	pf, err := file.NewParquetReader(bytes.NewReader(tabletest.EncodeRecord(t, rec)))
-	rec.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := pf.MetaData().Schema.Column(0)
+	col := storedColumns(t, f)[0]
 	for _, values := range []int{9, 10, 11} {
 		d := newColumnDecoder(memory.DefaultAllocator, f, col, fastFlat, 16, []int64{2, 3}, 10)
 		d.defs = append(d.defs[:0], 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
@@ -370,4 +354,23 @@ func TestDecoderRefusesValuesLeftOver(t *testing.T) {
 			t.Errorf("a page of 10 entries and %d values: %v", values, err)
 		}
 	}
+}
+
+// storedColumns returns the Parquet columns that fields are stored as, one
+// leaf each.
+func storedColumns(t *testing.T, fields ...arrow.Field) []*schema.Column {
+	t.Helper()
+	empty := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, nil))
+	rec := empty.NewRecordBatch()
+	empty.Release()
+	pf, err := file.NewParquetReader(bytes.NewReader(tabletest.EncodeRecord(t, rec)))
+	rec.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := make([]*schema.Column, len(fields))
+	for i := range cols {
+		cols[i] = pf.MetaData().Schema.Column(i)
+	}
+	return cols
 }
