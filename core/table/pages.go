@@ -54,6 +54,16 @@ type pageLocs struct {
 	entries   int64     // level entries of the pages located, where learnt with rest
 }
 
+// unlocated returns the locations of a chunk spanning chunk of which no
+// page is located yet.
+func unlocated(chunk byteRange) *pageLocs { return &pageLocs{first: []int64{0}, rest: chunk} }
+
+// add appends a page of rows rows at [off, off+size) after those located.
+func (l *pageLocs) add(rows, off, size int64) {
+	l.first = append(l.first, l.known()+rows)
+	l.off, l.size = append(l.off, off), append(l.size, size)
+}
+
 // partial reports whether some of the chunk's pages are not located yet.
 func (l *pageLocs) partial() bool { return l.rest.n > 0 }
 
@@ -174,10 +184,8 @@ func decodePageLocs(b []byte, rows int64, chunk byteRange) (*pageLocs, error) {
 		if r <= 0 || gap < 0 || size <= 0 {
 			return nil, errors.New("page locations: bad page")
 		}
-		off := end + gap
-		locs.first = append(locs.first, locs.known()+r)
-		locs.off, locs.size = append(locs.off, off), append(locs.size, size)
-		end = off + size
+		locs.add(r, end+gap, size)
+		end += gap + size
 	}
 	if len(b) != 0 || locs.known() != rows || locs.off[0] < chunk.off || end > chunk.off+chunk.n {
 		return nil, errors.New("page locations do not fit the chunk")
@@ -385,15 +393,17 @@ func (t *Table) cachedPages(md *metadata.FileMetaData, keys []pageKey) {
 // learnPages records where the data pages of column chunk key lie, as an
 // offset index would say, once a decode has read them from src: the pages
 // of from, then those of from.rest it decoded, of rows[i] rows and
-// entries[i] level entries each, each starting a row (with the chunk's
-// dictionary page first when dict). When the decode stopped before the
-// chunk's end (ended is false), the last page it read is left out: a row
-// may go on into the page after it. Whatever does not add up is not
-// recorded: those pages are then read again, as before.
+// entries[i] level entries each, each starting a row; from.rest starts
+// with the chunk's dictionary page when the chunk has one (dict) and from
+// has located no page. When the decode stopped before the chunk's end
+// (ended is false), the last page it read is left out: a row may go on into
+// the page after it. Whatever does not add up is not recorded: those pages
+// are then read again, as before.
 func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bool, rows, entries []int64, ended bool) {
 	if len(rows) != len(entries) {
 		return
 	}
+	dict = dict && len(from.off) == 0
 	if !ended && len(rows) > 0 {
 		rows, entries = rows[:len(rows)-1], entries[:len(entries)-1]
 	}
@@ -420,8 +430,7 @@ func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bo
 			if rows[i] <= 0 {
 				return
 			}
-			locs.first = append(locs.first, locs.known()+rows[i])
-			locs.off, locs.size = append(locs.off, off), append(locs.size, size)
+			locs.add(rows[i], off, size)
 			locs.entries += entries[i]
 		}
 		off += size

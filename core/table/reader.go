@@ -720,7 +720,7 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 			return nil, did.bytes, err
 		}
 		if did.pageRows != nil {
-			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, plan.locs, len(plan.locs.off) == 0 && chunk.HasDictionaryPage(),
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, plan.locs, chunk.HasDictionaryPage(),
 				did.pageRows[len(plan.pages):], did.pageEntries[len(plan.pages):], did.ended)
 		}
 		return arr, did.bytes, nil
@@ -740,7 +740,7 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 	if loc := chunk.GetOffsetIndexLocation(); err == nil && did.pageRows != nil && (loc == nil || loc.Length <= 0) {
 		chunks, err := leafChunks(md, key.Group, leaves)
 		if err == nil {
-			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, &pageLocs{first: []int64{0}, rest: chunks[0]},
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, unlocated(chunks[0]),
 				chunk.HasDictionaryPage(), did.pageRows, did.pageEntries, true)
 		}
 	}
@@ -835,7 +835,7 @@ func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pageP
 			if err != nil {
 				return nil, errcode.Wrap(err, errcode.Corrupt, "plan pages", r.t.loc.ObjectURI(r.t.pin.Files[key.File].Key))
 			}
-			locs[i] = &pageLocs{first: []int64{0}, rest: chunks[0]}
+			locs[i] = unlocated(chunks[0])
 		}
 		if p := planPages(locs[i], rows); p != nil {
 			if plans == nil {
