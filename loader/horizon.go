@@ -58,3 +58,32 @@ func horizonEnd(ids []uint64, ends []int, rowsPerPage uint64, seen []uint64) int
 	}
 	return best + 1
 }
+
+// The first horizons are short on a remote store. A step of a shuffle takes
+// rows from nearly every row group, and each row group's piece holds the rows
+// of the whole horizon, so the first batch waits until every page the first
+// horizon needs is fetched and decoded: on a store 50 ms away, thousands of
+// round trips. There the first horizon is the first step alone, and each
+// next one may take twice as many steps as the one before: the first batch
+// waits for the pages of one step, and while each horizon is dealt the next,
+// twice as long, is fetched and decoded.
+//
+// Short horizons decode pages for fewer rows each, and a page that holds rows
+// of several of them is decoded by each. The ramp ends, and horizons take
+// what the budget holds, once the next would take more than a quarter of the
+// table's pages' worth of rows (its rows times the rows of a page above a
+// quarter of the table's rows): the ramp's horizons then decode about half
+// the table's pages between them, a table that fits the budget about one and
+// a half times in its first epoch instead of once, and a table N budgets
+// large a fraction of that more. On local files, where a horizon costs no
+// round trip, every horizon takes what the budget holds.
+
+// nextRamp returns the most steps the horizon after one of ramp steps and
+// rows rows may take, of left steps in all: twice ramp, or left once the
+// ramp ends.
+func nextRamp(ramp, left int, rows, perPage, tableRows int64) int {
+	if 2*rows*perPage*4 >= tableRows {
+		return left
+	}
+	return min(2*ramp, left)
+}

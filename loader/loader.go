@@ -70,7 +70,7 @@ type Options struct {
 	DropLast        bool     `json:"drop_last"`
 	ReadAhead       int      `json:"read_ahead"`    // batches; 0 means DefaultReadAhead
 	MemoryBudget    int64    `json:"memory_budget"` // bytes; 0 means DefaultMemoryBudget
-	MaxReads        int      `json:"max_reads"`     // range requests in flight; 0 means table.DefaultMaxReads
+	MaxReads        int      `json:"max_reads"`     // range requests in flight; 0 means the table's default (table.Table.MaxReads)
 
 	// Allocator for batch memory; nil means DefaultAllocator.
 	Allocator memory.Allocator `json:"-"`
@@ -140,7 +140,7 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 		opts.MemoryBudget = DefaultMemoryBudget
 	}
 	if opts.MaxReads <= 0 {
-		opts.MaxReads = table.DefaultMaxReads
+		opts.MaxReads = t.MaxReads()
 	}
 	if opts.Allocator == nil {
 		opts.Allocator = DefaultAllocator

@@ -327,6 +327,60 @@ func TestFileTruncatedMidEpoch(t *testing.T) {
 	}
 }
 
+// TestFirstHorizonsOnARemoteStore: on a remote store the first horizon is
+// one step and the next ones grow, so that the first batch waits for the
+// pages of one step, not of all the budget holds; on local files a budget
+// that holds the epoch deals it in one horizon. The rows dealt are the
+// dealing order's either way.
+func TestFirstHorizonsOnARemoteStore(t *testing.T) {
+	ctx := context.Background()
+	_, uri := s3Permutation(t)
+	perms, err := permutation.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer perms.Close()
+	local, _ := shuffledTable(t, 3)
+	localOrder := permutation.Identity{N: local.NumRows()}
+	for _, c := range []struct {
+		name  string
+		tb    *table.Table
+		order permutation.Order
+	}{{"remote", perms.Table(), perms.Splits()[0]}, {"local", local, localOrder}} {
+		l, err := loader.New(c.tb, c.order, loader.Options{GlobalBatchSize: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.Stream(ctx, loader.StreamOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step := int64(0); ; step++ {
+			b, err := s.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := l.RowIDs(ctx, 0, step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Step != step || !slices.Equal(b.RowIDs, want) {
+				t.Fatalf("%s: batch of step %d holds rows %v, step %d of the dealing order %v", c.name, b.Step, b.RowIDs, step, want)
+			}
+			b.Record.Release()
+		}
+		st := s.Stats()
+		s.Close()
+		l.Close()
+		if c.name == "remote" && st.Horizons < 2 || c.name == "local" && st.Horizons != 1 {
+			t.Errorf("%s: an epoch of %d steps in %d horizons with a budget that holds it", c.name, st.Steps, st.Horizons)
+		}
+	}
+}
+
 // TestNextInterruptedThenClose: a Next whose context ends while a step is
 // being read leaves that step to the next call, and Close frees it.
 func TestNextInterruptedThenClose(t *testing.T) {

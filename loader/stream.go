@@ -117,6 +117,7 @@ type Stream struct {
 	stall   atomic.Int64 // nanoseconds Next waited for a batch still being read
 	ready   atomic.Int64 // batches read and not yet taken by Next
 	horizon atomic.Int64 // steps in the horizon planned last
+	planned atomic.Int64 // horizons planned
 }
 
 // Stats describe what a stream has done so far, for monitoring and tuning.
@@ -130,6 +131,7 @@ type Stats struct {
 	HeldPeak     int64         `json:"held_peak"`     // the most bytes of rows kept at any time
 	HeldLimit    int64         `json:"held_limit"`    // the share of the memory budget for kept rows
 	HorizonSteps int64         `json:"horizon_steps"` // steps in the horizon planned last
+	Horizons     int64         `json:"horizons"`      // horizons planned so far
 }
 
 // Stats returns the stream's counters. It is safe to call at any time, also
@@ -138,7 +140,7 @@ func (s *Stream) Stats() Stats {
 	held, peak := s.budget.Used()
 	return Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
 		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak, HeldLimit: s.budget.Limit(),
-		HorizonSteps: s.horizon.Load()}
+		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load()}
 }
 
 // Stream starts producing the batches of worker so.Worker: steps
@@ -268,7 +270,8 @@ type horizon struct {
 }
 
 // plan lays out the worker's steps as horizons, each as many steps as the
-// memory budget keeps rows for, keeps their rows (table.Reader.Keep) and
+// memory budget keeps rows for (the first ones fewer: horizon.go),
+// keeps their rows (table.Reader.Keep) and
 // hands them to produce in order. It plans a horizon as soon as produce has
 // taken the one before, so that the next horizon's rows are decoded while
 // the one before is read, as fast as the budget frees room for them. Once
@@ -289,16 +292,35 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 	var last *table.Kept
 	var seen []uint64 // horizonEnd's, and the rows of a page it assumes
 	var perPage uint64
+	// The most steps the next horizon may take: on a remote store one at
+	// first, doubling (horizon.go).
+	ramp := len(steps)
+	if l.table.Remote() {
+		ramp = 1
+	}
+	pages := func() error { // sets perPage and seen, once
+		if seen != nil {
+			return nil
+		}
+		rows, err := l.table.RowsPerPage(ctx)
+		if err != nil {
+			return err
+		}
+		perPage = uint64(max(rows, 1))
+		seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
+		return nil
+	}
 	for len(steps) > 0 {
-		// Take steps while their rows fit the budget, at least one; ends[i]
-		// is where step i's rows end in ids. rowBytes is guessed from the
-		// first row: a step of a grouped deal or of token budgets may give
-		// this rank none.
+		// Take steps while their rows fit the budget, at least one, and no
+		// more than the ramp allows; ends[i] is where step i's rows end in
+		// ids. rowBytes is guessed from the first row: a step of a grouped
+		// deal or of token budgets may give this rank none.
 		var ids []uint64
 		var places []Place
 		var ends []int
 		var rowBytes int64
-		for len(ends) < len(steps) {
+		full := false // the budget, not the ramp or the steps, ended the horizon
+		for len(ends) < min(len(steps), ramp) {
 			more, err := d.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
 			if err != nil {
 				return err
@@ -317,6 +339,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 				}
 			}
 			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes > s.budget.Limit() {
+				full = true
 				break
 			}
 			if ids == nil && len(more) > 0 {
@@ -334,14 +357,15 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			places = append(places, placed...)
 			ends = append(ends, len(ids))
 		}
-		if len(ends) < len(steps) { // not the last: end it where fewest pages are decoded twice
-			if seen == nil {
-				rows, err := l.table.RowsPerPage(ctx)
-				if err != nil {
-					return err
-				}
-				perPage = uint64(max(rows, 1))
-				seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
+		if ramp < len(steps) {
+			if err := pages(); err != nil {
+				return err
+			}
+			ramp = nextRamp(ramp, len(steps), int64(len(ids)), int64(perPage), l.table.NumRows())
+		}
+		if full { // not the last: end it where fewest pages are decoded twice
+			if err := pages(); err != nil {
+				return err
 			}
 			c := horizonEnd(ids, ends, perPage, seen)
 			ids, ends = ids[:ends[c-1]], ends[:c]
@@ -391,6 +415,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			return nil
 		}
 		s.horizon.Store(int64(n))
+		s.planned.Add(1)
 		steps = steps[n:]
 	}
 	if last != nil && last.Built(ctx) != nil {

@@ -988,3 +988,50 @@ func TestStreamedRowGroupReadOnce(t *testing.T) {
 	}
 	t.Logf("a row group of %d bytes read as %d bytes in %d requests", group, s.BytesServed(), s.Requests())
 }
+
+// TestStreamedSectionsReadInWindows reads a few rows spread over a croupier
+// table's row group far larger than the reader's fetch share, so that it
+// streams the hundreds of sections of pages that hold them: they are read a
+// window of the share at a time, not in a request each, one after the other
+// (a round trip apiece on a distant store).
+func TestStreamedSectionsReadInWindows(t *testing.T) {
+	const rows, share, decoders = 40_000, 256 << 10, 2
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "big")
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows, PageBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	r, err := tb.NewReader(table.ReaderOptions{FetchBytes: share, Decoders: decoders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ids []uint64
+	for id := uint64(3); id < rows; id += 1511 {
+		ids = append(ids, id)
+	}
+	s.ResetCounts()
+	got, err := r.Read(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	for i, id := range ids {
+		if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
+			t.Fatalf("row %d: id %d", id, v)
+		}
+		if v := got.Column(3).(*array.String).Value(i); v != tabletest.Text(int64(id)) {
+			t.Fatalf("row %d: text %q", id, v)
+		}
+	}
+	// A window is half a decoder's part of the share; ranges end where the
+	// holes between sections are too long to read through.
+	window := int64(share / decoders / 2)
+	if n, served := s.Requests(), s.BytesServed(); n*window/4 > served {
+		t.Fatalf("%d rows read in %d requests of %d bytes on average; want windows of about %d", len(ids), n, served/n, window)
+	}
+	t.Logf("%d rows: %d requests, %d bytes", len(ids), s.Requests(), s.BytesServed())
+}

@@ -39,9 +39,14 @@ const (
 	// partBytes is the largest single range request; longer ranges are split
 	// into parts fetched in parallel.
 	partBytes = 8 << 20
-	// DefaultMaxReads is the default number of range requests a reader keeps
-	// in flight.
+	// DefaultMaxReads is the default number of range requests a reader of
+	// local files keeps in flight.
 	DefaultMaxReads = 16
+	// RemoteMaxReads is DefaultMaxReads on a remote store: a request there
+	// waits tens of milliseconds for its first byte, and only requests in
+	// flight together hide it. The bytes they fetch stay bounded by the
+	// reader's FetchBytes.
+	RemoteMaxReads = 64
 )
 
 // byteRange is n bytes of an object starting at off.
@@ -97,7 +102,14 @@ type fetched struct {
 	// window, when not 0, is how much a stream over a section not fetched
 	// reads at a time (streamBufferSize): a row group larger than a
 	// decoder's part of the reader's fetch share is streamed, not fetched.
+	// Its reads are served from a window of as many bytes of merged, fetched
+	// a window at a time from where a read first needs them: a row group
+	// streamed in small pages has hundreds of sections, and a request for
+	// each, one after the other, waited a round trip apiece.
 	window int64
+	merged []byteRange
+	win    []byte // the bytes at winOff, fetched last
+	winOff int64
 	// crcs check the page CRCs of the sections streamed as they are read;
 	// sorted by offset (sections do not overlap).
 	crcs []*pageCRCs
@@ -133,9 +145,7 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 		}
 		break
 	}
-	f.stats.requests.Add(1)
-	n, err := f.ReaderAt.ReadAt(p, off)
-	f.stats.bytesRead.Add(int64(n))
+	n, err := f.readWindow(p, off)
 	// Only the sections the bytes read overlap: a row group streamed in
 	// small pages has hundreds, and a read is often a page.
 	i, _ := slices.BinarySearchFunc(f.crcs, off, func(c *pageCRCs, off int64) int { return cmp.Compare(c.s.off+c.s.n, off+1) })
@@ -147,6 +157,33 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 			return 0, err // no bytes of a page whose CRC does not match
 		}
 	}
+	return n, err
+}
+
+// readWindow reads [off, off+len(p)) from the store, through the window
+// where merged holds it.
+func (f *fetched) readWindow(p []byte, off int64) (int, error) {
+	end := off + int64(len(p))
+	if off >= f.winOff && end <= f.winOff+int64(len(f.win)) {
+		return copy(p, f.win[off-f.winOff:]), nil
+	}
+	i, found := slices.BinarySearchFunc(f.merged, off, func(m byteRange, off int64) int { return cmp.Compare(m.off+m.n, off+1) })
+	if !found && i < len(f.merged) && f.merged[i].off <= off && end <= f.merged[i].off+f.merged[i].n {
+		m := f.merged[i]
+		n := min(m.off+m.n, off+max(f.window, int64(len(p)))) - off
+		f.win, f.winOff = growScratch(f.win, int(n)), off
+		f.stats.requests.Add(1)
+		got, err := f.ReaderAt.ReadAt(f.win, off)
+		f.stats.bytesRead.Add(int64(got))
+		if err != nil && !(err == io.EOF && int64(got) == n) {
+			f.win = f.win[:0]
+			return 0, err
+		}
+		return copy(p, f.win), nil
+	}
+	f.stats.requests.Add(1)
+	n, err := f.ReaderAt.ReadAt(p, off)
+	f.stats.bytesRead.Add(int64(n))
 	return n, err
 }
 
@@ -201,7 +238,8 @@ func (f *fetched) release() {
 	for _, b := range f.data {
 		scratch{}.Free(b)
 	}
-	f.data, f.ranges = nil, nil
+	scratch{}.Free(f.win)
+	f.data, f.ranges, f.win = nil, nil, nil
 }
 
 // ReaderStats count a reader's work since it was made.

@@ -466,12 +466,13 @@ type Budget struct {
 	held    map[uint64]int64 // bytes held by each Kept set still open
 	next    uint64           // the number of the last set made
 	turn    uint64           // the set whose pieces are being admitted
+	ended   map[uint64]bool  // sets after turn that admit no more pieces
 	changed chan struct{}    // closed and replaced whenever used falls or turn moves
 }
 
 // NewBudget returns a budget of limit bytes.
 func NewBudget(limit int64) *Budget {
-	return &Budget{limit: limit, held: map[uint64]int64{}, turn: 1, changed: make(chan struct{})}
+	return &Budget{limit: limit, held: map[uint64]int64{}, ended: map[uint64]bool{}, turn: 1, changed: make(chan struct{})}
 }
 
 // Limit is the budget's size in bytes.
@@ -520,14 +521,22 @@ func (b *Budget) admit(ctx context.Context, seq uint64, n int64) error {
 	}
 }
 
-// admitted records that set seq admits no more pieces: the next set's turn.
+// admitted records that set seq admits no more pieces: once the sets before
+// it have admitted theirs, the next set's turn. A set with no piece to admit
+// (a horizon whose steps give the rank no rows) may end before the sets made
+// earlier.
 func (b *Budget) admitted(seq uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.turn == seq {
-		b.turn++
-		b.signalLocked()
+	if seq < b.turn {
+		return
 	}
+	b.ended[seq] = true
+	for b.ended[b.turn] {
+		delete(b.ended, b.turn)
+		b.turn++
+	}
+	b.signalLocked()
 }
 
 // earlierHoldLocked reports whether a set made before seq holds bytes.

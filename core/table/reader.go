@@ -32,7 +32,8 @@ type ReaderOptions struct {
 	// Allocator for every Arrow buffer the reader creates. Memory that leaves
 	// through the C Data Interface must come from a C allocator (mallocator).
 	Allocator memory.Allocator
-	// MaxReads bounds the range requests in flight; 0 means DefaultMaxReads.
+	// MaxReads bounds the range requests in flight; 0 means the table's
+	// default (Table.MaxReads).
 	MaxReads int
 	// FetchBytes bounds the bytes fetched from the store and not yet decoded;
 	// 0 means no bound. A row group whose sections are more than a decoder's
@@ -98,7 +99,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 		mem = memory.DefaultAllocator
 	}
 	if opts.MaxReads <= 0 {
-		opts.MaxReads = DefaultMaxReads
+		opts.MaxReads = t.MaxReads()
 	}
 	if opts.Decoders <= 0 {
 		opts.Decoders = runtime.GOMAXPROCS(0)
@@ -570,7 +571,10 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		// offset index (a plain dataset's) locates its pages (learnPages),
 		// and holds no more than the window and a page.
 		if n > r.fetchShare {
-			n, src = r.fetchShare, &fetched{ReaderAt: ra, stats: &r.stats, window: r.fetchShare}
+			// Half for the window the reads are served from, half for
+			// the stream's buffer of the section being read.
+			n, src = r.fetchShare, &fetched{ReaderAt: ra, stats: &r.stats, window: r.fetchShare / 2, merged: ranges}
+			defer src.release()
 		}
 		if err := r.fetching.Acquire(ctx, n); err != nil {
 			return errcode.Wrap(err, errcode.Canceled, "read", where)

@@ -447,6 +447,19 @@ func newTable(loc *store.Location, pin Pin, schema *arrow.Schema, footers []*met
 // URI returns the URI the table was opened with.
 func (t *Table) URI() string { return t.pin.URI }
 
+// Remote reports whether the table lives on a remote object store (not
+// file:// or mem://), where every request waits a round trip.
+func (t *Table) Remote() bool { return t.loc.Remote() }
+
+// MaxReads is the default number of range requests a reader of the table
+// keeps in flight: DefaultMaxReads, or RemoteMaxReads on a remote store.
+func (t *Table) MaxReads() int {
+	if t.Remote() {
+		return RemoteMaxReads
+	}
+	return DefaultMaxReads
+}
+
 // Version returns the pinned version's name: the decimal version number of a
 // croupier table ("3"), "p" and a hash of the files for plain Parquet.
 func (t *Table) Version() string { return t.pin.Version }

@@ -191,7 +191,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
             gives each of its K worker processes ``memory_budget // K`` unless
             ``divide_budget=False``.
         max_reads: range requests to the store kept in flight (None: its default,
-            16); raise it for stores with high latency.
+            16 on local files, 64 on a remote store); raise it for stores with
+            high latency.
         list_format: ``"packed"`` (values + ``_offsets``) or ``"padded"``
             (``[rows, max_len]`` + ``_lengths``) for list columns in torch format.
         tokens_per_step: token-budget steps (docs/concepts.md, "Token-budget steps")
