@@ -231,12 +231,13 @@ func (l *Location) Match(ctx context.Context) ([]Object, error) {
 // implements io.ReaderAt, io.Reader and io.Seeker for decoders that need all
 // three.
 type ReaderAt struct {
-	ctx   context.Context
-	loc   *Location
-	obj   Object
-	pos   int64
-	reads atomic.Int64
-	seen  atomic.Pointer[Object] // the version the last read found
+	ctx    context.Context
+	loc    *Location
+	obj    Object
+	pos    int64
+	reads  atomic.Int64
+	hedges atomic.Int64           // reads sent again because the first answer was late
+	seen   atomic.Pointer[Object] // the version the last read found
 }
 
 // NewReaderAt returns a reader of obj that uses ctx for its requests.
@@ -261,6 +262,10 @@ func (r *ReaderAt) Size() int64 { return r.obj.Size }
 // Requests returns how many range requests the reader made.
 func (r *ReaderAt) Requests() int64 { return r.reads.Load() }
 
+// Hedges returns how many of its range reads were sent again because their
+// first answer was late (see hedge.go); they are not in Requests.
+func (r *ReaderAt) Hedges() int64 { return r.hedges.Load() }
+
 // ReadAt reads len(p) bytes at off with one range request, retried under the
 // location's policy when it fails transiently.
 func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
@@ -282,7 +287,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 			}
 			return got, err
 		}
-		rr, seen, err := r.loc.bucket.NewRangeReader(ctx, r.obj.Key, off, n, &r.obj)
+		rr, seen, err := r.loc.hedgedRange(ctx, &r.obj, off, n, &r.hedges)
 		var changed *changedError
 		switch {
 		case errors.As(err, &changed):

@@ -67,6 +67,7 @@ type Location struct {
 	pooled string    // the key of the pooled bucket it holds (see pool), or ""
 	remote bool      // opened by a Driver: not file:// or mem://
 	files  openFiles // file:// only: the files held open for reads
+	lat    latency   // remote only: first-byte latency and hedges of range reads (hedge.go)
 	closed atomic.Bool
 }
 
@@ -321,6 +322,11 @@ func (l *Location) ObjectURI(key string) string { return l.base + key }
 // Remote reports whether the location is on a remote store, where each
 // request costs a round trip, rather than local files or memory.
 func (l *Location) Remote() bool { return l.remote }
+
+// Hedges returns how many range reads of the location were sent again
+// because their first answer was late (see hedge.go), and how many range
+// reads it made of a remote store.
+func (l *Location) Hedges() (hedged, requests int64) { return l.lat.hedges.Load(), l.lat.requests.Load() }
 
 // Code classifies an error returned by a Bucket (see classify); a
 // context's cancellation or deadline is Canceled.

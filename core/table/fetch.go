@@ -252,9 +252,10 @@ type ReaderStats struct {
 	DecodedBytes int64         `json:"decoded_bytes"` // bytes of the pages decoded (of the columns, for those pqarrow decodes)
 	KeptRows     int64         `json:"kept_rows"`     // rows copied out of decoded row groups to be read
 	KeptBytes    int64         `json:"kept_bytes"`    // their bytes
+	Hedged       int64         `json:"hedged"`        // range requests sent again because the first answer was late
 }
 
 // readerStats is the live, atomic form of ReaderStats.
 type readerStats struct {
-	bytesRead, requests, groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
+	bytesRead, requests, groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes, hedged atomic.Int64
 }

@@ -482,6 +482,7 @@ func (r *Reader) Stats() ReaderStats {
 		DecodedBytes: r.stats.decoded.Load(),
 		KeptRows:     r.stats.keptRows.Load(),
 		KeptBytes:    r.stats.keptBytes.Load(),
+		Hedged:       r.stats.hedged.Load(),
 	}
 }
 
@@ -559,6 +560,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 	}
 	ranges := mergeRanges(slices.Clone(sections), hole)
 	ra := r.t.loc.NewReaderAt(ctx, f.Object)
+	defer func() { r.stats.hedged.Add(ra.Hedges()) }()
 	var src *fetched
 	if r.fetching != nil {
 		var n int64

@@ -585,9 +585,10 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         waiting for a batch still being read (the loader was the bottleneck);
         ``ready``, batches read ahead; ``held_bytes``, rows kept now for steps
         ahead, ``held_peak`` the most kept at once, ``held_limit`` the share of
-        ``memory_budget`` for them, and ``horizon_steps``, the steps of the
-        last horizon;
-        ``bytes_read`` and ``requests`` made to the store; ``row_groups``
+        ``memory_budget`` for them, ``horizon_steps``, the steps of the
+        last horizon, and ``horizons``, the horizons planned;
+        ``bytes_read`` and ``requests`` made to the store, and ``hedged``,
+        requests sent again because the first answer was late; ``row_groups``
         decoded and ``decoded_bytes``, the bytes of the pages they decoded;
         ``kept_rows`` and ``kept_bytes`` copied out of them for the steps;
         ``fetch_ns`` and ``decode_ns``, summed over parallel work. Empty before
