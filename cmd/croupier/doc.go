@@ -29,6 +29,11 @@
 //	croupier deal --checkpoint FOLLOW.json [--step T | --which-steps COLUMN=VALUE | --row ID]
 //	    [--world-size W] [--rank R] [--columns col1,col2]
 //
+//	croupier read (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
+//	    --global-batch-size G [--num-splits S] [--world-size W] [--rank R] [--epoch E]
+//	    [--shuffle-seed N] [--step T] [--steps N] [--columns col1,col2]
+//	    [--memory-budget BYTES] [--max-reads N]
+//
 //	croupier bench [--dir REPO] [--quick] [--dry-run]
 //
 // Every command takes --json and then prints one JSON document on stdout.
@@ -48,6 +53,14 @@
 // the rows sharing those columns' values together as one group, dealt whole
 // in one step to one rank (docs/concepts.md, "Groups"); it takes no --clump
 // or --window, and only a --split-hash on columns of the group key.
+//
+// read reads rank R's steps of epoch E from step T on (--steps of them, or to
+// the epoch's end) as a training loop would, drops them, and prints what they
+// cost: the rows and the rate, the time to the first batch, the range
+// requests made (per 1,000 rows, and how many were hedged), the bytes fetched
+// from the store and decoded for each byte of Arrow delivered, and the
+// horizons the stream planned (docs/tuning.md). --json prints these with the
+// stream's counters (its stats).
 //
 // rewrite copies the rows of SRC, a plain Parquet dataset (an export written
 // by pyarrow or Spark in large row groups, say) or a croupier table, in row id

@@ -39,6 +39,9 @@ Commands:
   permute show PERM_URI                  provenance and split sizes of a permutation
   deal (--perm URI | --table URI | --checkpoint FILE) [flags]
                                          row ids each rank gets at a global step
+  read (--perm URI | --table URI) --global-batch-size G [flags]
+                                         read a rank's steps and report what they cost:
+                                         rate, range requests, bytes fetched and decoded
   bench [--quick]                        run the benchmark harness (make bench)
 
 Every command takes --json for machine-readable output.
@@ -100,6 +103,8 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		return permuteCmd(ctx, e, rest)
 	case "deal":
 		return dealCmd(ctx, e, rest)
+	case "read":
+		return readCmd(ctx, e, rest)
 	case "bench":
 		return benchCmd(ctx, e, rest)
 	}

@@ -405,6 +405,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"deal", "--table", missing, "--global-batch-size", "4", "--world-size", "-2", "--step", "0"}, 2, "--world-size is -2"},
 		{[]string{"deal", "--table", missing, "--global-batch-size", "4", "--world-size", "2", "--rank", "2", "--step", "0"}, 2, "--rank 2 is not in [0, 2)"},
 		{[]string{"permute", missing, missing + "p", "--split-random", "a,b"}, 2, "want fractions"},
+		{[]string{"read", "--table", missing}, 2, "--global-batch-size is 0"},
+		{[]string{"read", "--global-batch-size", "4"}, 2, "--perm and --table"},
+		{[]string{"read", "--table", missing, "--global-batch-size", "4"}, 1, missing},
 	} {
 		r := croupier(t, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "croupier: ") {
@@ -420,6 +423,33 @@ func TestBadInput(t *testing.T) {
 	r = croupier(t, "deal", "--table", uri, "--global-batch-size", "4", "--step", "1000")
 	if r.code != 1 || !strings.Contains(r.stderr, "step 1000 out of range") {
 		t.Errorf("step out of range: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestRead reads every step of a shuffled epoch of rank 1 of 2, and a few
+// steps from the middle, and reports the rows and what they cost.
+func TestRead(t *testing.T) {
+	uri := makeTable(t)
+	perm := "file://" + filepath.Join(t.TempDir(), "perm")
+	ok(t, "permute", uri, perm, "--quiet", "--shuffle-seed", "3")
+	var all readOutput
+	okJSON(t, &all, "read", "--perm", perm, "--global-batch-size", "16", "--world-size", "2", "--rank", "1", "--columns", "id,tokens")
+	// 500 rows: 31 whole steps of 16, 8 rows of each for rank 1.
+	if all.Steps != 31 || all.Rows != 31*8 || all.Stats.Rows != all.Rows || all.Stats.Requests == 0 ||
+		all.Stats.BytesRead == 0 || all.Bytes == 0 || all.Stats.DecodedBytes < all.Bytes {
+		t.Fatalf("read an epoch: %+v", all)
+	}
+	var some readOutput
+	okJSON(t, &some, "read", "--perm", perm, "--global-batch-size", "16", "--step", "20", "--steps", "5")
+	if some.Steps != 5 || some.Rows != 5*16 || some.FirstStep != 20 {
+		t.Fatalf("read 5 steps from step 20: %+v", some)
+	}
+	if out := ok(t, "read", "--perm", perm, "--global-batch-size", "16"); !strings.Contains(out, "31 steps, 496 rows") ||
+		!strings.Contains(out, "range requests") || !strings.Contains(out, "fetched ÷ delivered") {
+		t.Errorf("read printed %q", out)
+	}
+	if r := croupier(t, "read", "--perm", perm, "--global-batch-size", "16", "--step", "31"); r.code != 1 || !strings.Contains(r.stderr, "step 31") {
+		t.Errorf("read past the last step: exit %d: %s", r.code, r.stderr)
 	}
 }
 
