@@ -58,6 +58,14 @@ func (l *latency) observe(d time.Duration) {
 	l.mean += (d - l.mean) / 16
 }
 
+// firstByte returns the usual first-byte latency, once there has been an
+// answer to learn it from.
+func (l *latency) firstByte() (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mean, l.samples > 0
+}
+
 // hedgeAfter says how long a request waits for its first byte before it is
 // hedged, or false when it is not to be.
 func (l *latency) hedgeAfter() (time.Duration, bool) {

@@ -49,6 +49,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -323,10 +324,18 @@ func (l *Location) ObjectURI(key string) string { return l.base + key }
 // request costs a round trip, rather than local files or memory.
 func (l *Location) Remote() bool { return l.remote }
 
+// FirstByte returns the usual first-byte latency of the location's range
+// reads of a remote store (a moving average), once there has been one: a
+// table's open reads its footers through the location, so a reader has it
+// from its first read on.
+func (l *Location) FirstByte() (time.Duration, bool) { return l.lat.firstByte() }
+
 // Hedges returns how many range reads of the location were sent again
 // because their first answer was late (see hedge.go), and how many range
 // reads it made of a remote store.
-func (l *Location) Hedges() (hedged, requests int64) { return l.lat.hedges.Load(), l.lat.requests.Load() }
+func (l *Location) Hedges() (hedged, requests int64) {
+	return l.lat.hedges.Load(), l.lat.requests.Load()
+}
 
 // Code classifies an error returned by a Bucket (see classify); a
 // context's cancellation or deadline is Canceled.

@@ -1035,3 +1035,57 @@ func TestStreamedSectionsReadInWindows(t *testing.T) {
 	}
 	t.Logf("%d rows: %d requests, %d bytes", len(ids), s.Requests(), s.BytesServed())
 }
+
+// TestHolesGrowWithLatency reads the same rows spread over a row group in
+// small pages from a store that answers at once and from one 60 ms away: far
+// away, sections of pages with longer holes between them are merged into one
+// request, since a hole costs less than a round trip there.
+func TestHolesGrowWithLatency(t *testing.T) {
+	const rows = 100_000
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "holes")
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows, PageBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	var ids []uint64
+	// The pages of ids 30,000 rows apart lie 100-130 KB apart: holes longer
+	// than the 64 KiB read on a store nearby, shorter than what 60 ms is
+	// worth.
+	for id := uint64(5); id < rows; id += 30_001 {
+		ids = append(ids, id)
+	}
+	requests := map[time.Duration]int64{}
+	for _, delay := range []time.Duration{0, 60 * time.Millisecond} {
+		s.SetFaults(s3test.Faults{FirstByte: delay})
+		tb := open(t, uri) // its open reads the footer: the latency is known from the first read on
+		r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ResetCounts()
+		k, err := r.Keep(ctx, ids, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := k.Read(ctx, 0, len(ids))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
+				t.Fatalf("row %d: id %d", id, v)
+			}
+		}
+		got.Release()
+		k.Close()
+		requests[delay] = s.Requests()
+		t.Logf("%v away: %d rows in %d requests of %d bytes", delay, len(ids), s.Requests(), s.BytesServed())
+		tb.Close()
+	}
+	if requests[60*time.Millisecond] >= requests[0] {
+		t.Fatalf("%d requests 60 ms away, %d at 0 ms; want fewer far away", requests[60*time.Millisecond], requests[0])
+	}
+}

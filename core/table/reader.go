@@ -554,11 +554,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 	if err != nil {
 		return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
-	hole := int64(holeBytes)
-	if r.t.loc.Remote() {
-		hole = remoteHoleBytes
-	}
-	ranges := mergeRanges(slices.Clone(sections), hole)
+	ranges := mergeRanges(slices.Clone(sections), holeFor(r.t.loc))
 	ra := r.t.loc.NewReaderAt(ctx, f.Object)
 	defer func() { r.stats.hedged.Add(ra.Hedges()) }()
 	var src *fetched
