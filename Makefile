@@ -86,7 +86,8 @@ clean:
 	rm -rf build dist $(LIB) python/croupier/libcroupier.h
 
 # The benchmark harness (bench/run.py): object store, loader and peers,
-# permutation build, commits, larger than memory, ranks. Its peers' libraries
+# permutation build, commits, larger than memory, ranks, token budgets,
+# mixtures, following, distant store. Its peers' libraries
 # and matplotlib are installed here only; `make test` and CI never need them.
 # BENCH_FLAGS=--quick is a smoke run at tiny sizes that leaves bench/RESULTS.md
 # alone; BENCH_FLAGS="--only memory,ranks" runs only the parts named.

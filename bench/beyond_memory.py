@@ -47,7 +47,8 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,27 +142,33 @@ class Tables:
             world_size=world_size,
         )
 
+    def folder(self, form: str) -> Path:
+        """The folder of ``form``'s files on local disk."""
+        if form == "parquet":
+            return self.data.parquet
+        return self.data.croupier_layout(*LAYOUTS[form])
 
-def prepare(args: argparse.Namespace, lance: bool) -> Tables:
-    """Write (or find in the cache) the table in each form, the Lance conversion
-    when ``lance``, and the permutations of ``args.orders`` over each form."""
-    data = workloads.prepare(
-        workloads.WORKLOADS[WORKLOAD], args.rows, args.cache / "data", args.seed
-    )
-    uris = {"parquet": "file://" + str(data.parquet)}
-    row_groups = {"parquet": data.workload.row_group_rows}
-    for form, layout in LAYOUTS.items():
-        uris[form] = workloads.to_croupier(data, *layout)
-        first_file = next(data.croupier_layout(*layout).rglob("*.parquet"))
-        row_groups[form] = pq.ParquetFile(first_file).metadata.row_group(0).num_rows
-    clumps = {form: args.clump or rows for form, rows in row_groups.items()}
-    windows = {form: args.window or rows for form, rows in row_groups.items()}
-    if lance:
-        workloads.to_lance(data)
-    perms = {
+    def elsewhere(self, args: argparse.Namespace, uris: dict[str, str], perms: Path) -> Tables:
+        """The same tables at ``uris`` (another store holding the same files),
+        with the permutations of ``args.orders`` built over them under ``perms``."""
+        return replace(
+            self, uris=uris, perms=permutations(args, uris, self.clumps, self.windows, perms)
+        )
+
+
+def permutations(
+    args: argparse.Namespace,
+    uris: dict[str, str],
+    clumps: dict[str, int],
+    windows: dict[str, int],
+    folder: Path,
+) -> dict[str, dict[str, str]]:
+    """The permutations of ``args.orders`` over each table of ``uris``,
+    persisted under ``folder``: form -> order -> permutation URI."""
+    return {
         form: loader_throughput.build_permutations(
             uri,
-            args.cache / "perms" / f"{WORKLOAD}-{data.rows}-{form}",
+            folder / form,
             args.orders,
             seed=args.seed,
             clump=clumps[form],
@@ -170,6 +177,27 @@ def prepare(args: argparse.Namespace, lance: bool) -> Tables:
         )
         for form, uri in uris.items()
     }
+
+
+def prepare(args: argparse.Namespace, lance: bool, layouts: Iterable[str] = LAYOUTS) -> Tables:
+    """Write (or find in the cache) the plain Parquet files, the croupier table
+    in each of ``layouts`` (keys of :data:`LAYOUTS`), the Lance conversion when
+    ``lance``, and the permutations of ``args.orders`` over each form."""
+    data = workloads.prepare(
+        workloads.WORKLOADS[WORKLOAD], args.rows, args.cache / "data", args.seed
+    )
+    uris = {"parquet": "file://" + str(data.parquet)}
+    row_groups = {"parquet": data.workload.row_group_rows}
+    for form in layouts:
+        uris[form] = workloads.to_croupier(data, *LAYOUTS[form])
+        first_file = next(data.croupier_layout(*LAYOUTS[form]).rglob("*.parquet"))
+        row_groups[form] = pq.ParquetFile(first_file).metadata.row_group(0).num_rows
+    clumps = {form: args.clump or rows for form, rows in row_groups.items()}
+    windows = {form: args.window or rows for form, rows in row_groups.items()}
+    if lance:
+        workloads.to_lance(data)
+    folder = args.cache / "perms" / f"{WORKLOAD}-{data.rows}"
+    perms = permutations(args, uris, clumps, windows, folder)
     return Tables(data, uris, row_groups, clumps, windows, perms)
 
 
@@ -184,11 +212,15 @@ def failure(error: str) -> str:
     return "failed: " + last
 
 
-def run(args: argparse.Namespace, spec: readers.Spec) -> dict[str, Any]:
-    """Measure one reader in a fresh process: its figures, or a note why there are none."""
+def run(
+    args: argparse.Namespace, spec: readers.Spec, control: str | None = None, **options: Any
+) -> dict[str, Any]:
+    """Measure one reader in a fresh process: its figures, or a note why there are
+    none. Bytes read are those the S3 server with control URL ``control`` sent,
+    if given; ``options`` go to :func:`loader_throughput.run_child`."""
     started = time.perf_counter()
     res = loader_throughput.run_child(
-        spec, args.seconds, None, timeout=args.timeout, resume=False, import_rss=True
+        spec, args.seconds, control, timeout=args.timeout, resume=False, import_rss=True, **options
     )
     res["wall_s"] = time.perf_counter() - started
     if "error" in res:
@@ -277,28 +309,31 @@ def table_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def data_text(tables: Tables) -> str:
-    """What the table is, in each form: rows, bytes, row groups."""
+    """What the table is, in each form written: rows, bytes, row groups."""
     d, m = tables.data, tables.data.meta
 
-    def size(folder: Path) -> float:
-        return sum(p.stat().st_size for p in folder.rglob("*.parquet")) / MiB
+    def size(form: str) -> float:
+        return sum(p.stat().st_size for p in tables.folder(form).rglob("*.parquet")) / MiB
 
     def codec(folder: Path) -> str:  # as written, whatever the defaults were then
         first = next(folder.rglob("*.parquet"))
         return pq.ParquetFile(first).metadata.row_group(0).column(0).compression.lower()
 
+    layouts = [
+        "croupier table: `cr.create_table` with its defaults"
+        f" ({codec(d.croupier)} pages), {size('croupier'):,.0f} MiB, row groups of"
+        f" {tables.row_groups['croupier']:,} rows and the page index it writes"
+    ]
+    if "croupier-4k" in tables.uris:
+        layouts.append(f"with 4 KiB pages: `page_bytes=4096`, {size('croupier-4k'):,.0f} MiB")
+    if "croupier-zstd" in tables.uris:
+        layouts.append(f'zstd: `compression="zstd"`, {size("croupier-zstd"):,.0f} MiB')
     return (
         f"Table: {d.workload.description}; {m['rows']:,} rows, {tables.projected / MiB:,.0f} MiB"
         " of projected columns in Arrow (every column is read). Plain Parquet: written by"
         f" pyarrow in {d.workload.files} zstd files, {m['parquet_bytes'] / MiB:,.0f} MiB, row"
         f" groups of {tables.row_groups['parquet']:,} rows, {d.workload.page_bytes // MiB} MiB"
-        " pages, no page index. croupier table: `cr.create_table` with its defaults"
-        f" ({codec(d.croupier)} pages), {size(d.croupier):,.0f} MiB, row groups of"
-        f" {tables.row_groups['croupier']:,} rows and the page index it writes; with 4 KiB"
-        f" pages: `page_bytes=4096`, {size(d.croupier_layout(*LAYOUTS['croupier-4k'])):,.0f} MiB;"
-        f' zstd: `compression="zstd"`,'
-        f" {size(d.croupier_layout(*LAYOUTS['croupier-zstd'])):,.0f} MiB."
-        f" Global batch {d.workload.batch}."
+        " pages, no page index. " + "; ".join(layouts) + f". Global batch {d.workload.batch}."
     )
 
 

@@ -147,7 +147,8 @@ def child(payload: dict[str, Any]) -> None:
     (``"import_rss": True``: croupier's library is loaded first in every
     reader's process, as peers import theirs when built, so that its runtime
     counts as an import); a start line shared with other reader processes
-    (``"barrier"``: the folder of :func:`measure.await_start`, and ``"name"``).
+    (``"barrier"``: the folder of :func:`measure.await_start`, and ``"name"``);
+    no more than a number of batches (``"batches"``).
     """
     spec = readers.Spec(**payload["spec"])
     data = workloads.Data(workloads.WORKLOADS[spec.workload], Path(spec.data_folder), spec.rows)
@@ -178,6 +179,8 @@ def child(payload: dict[str, Any]) -> None:
             row_group_rows=data.workload.row_group_rows,
             bytes_read=bytes_read,
             seconds=payload["seconds"],
+            batches=payload.get("batches"),
+            on_first=lambda s: first_batch_note(payload["result"]).write_text(repr(s)),
         )
         out.update(m.as_dict(), steps=reader.steps)
         if reader.stats is not None:
@@ -195,6 +198,12 @@ def child(payload: dict[str, Any]) -> None:
     Path(payload["result"]).write_text(json.dumps(out))
 
 
+def first_batch_note(result: str) -> Path:
+    """The file a child writes the seconds to its first batch into as it comes,
+    for a result of a child killed later."""
+    return Path(result + ".first")
+
+
 def imported_marker(result: str) -> Path:
     """The file a child asked for ``import_rss`` creates once it has measured it."""
     return Path(result + ".imported")
@@ -206,13 +215,15 @@ def run_child(
     control: str | None,
     *,
     timeout: float | None = None,
+    env: dict[str, str] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Measure ``spec`` in a fresh process; add the peak RSS of its process tree.
 
-    ``options`` go to :func:`child` in its payload. A process still running
-    after ``timeout`` seconds is killed with its DataLoader workers, and the
-    result says so.
+    ``options`` go to :func:`child` in its payload; ``env`` is added to the
+    process's environment (which croupier's Go runtime reads as it loads). A
+    process still running after ``timeout`` seconds is killed with its
+    DataLoader workers, and the result says so.
     """
     with tempfile.TemporaryDirectory(prefix="croupier-bench-") as tmp:
         result = Path(tmp) / "result.json"
@@ -225,7 +236,7 @@ def run_child(
             "control": control,
             "result": str(result),
         }
-        env = {**os.environ, measure.WORKER_IO_ENV: str(workers)}
+        env = {**os.environ, **(env or {}), measure.WORKER_IO_ENV: str(workers)}
         cmd = [sys.executable, __file__, "--child", json.dumps(payload)]
         log = Path(tmp) / "stderr"
         deadline = time.monotonic() + timeout if timeout else float("inf")
@@ -255,7 +266,10 @@ def run_child(
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         if killed:
-            return {"error": f"still running after {timeout:g} s: killed"}
+            error = f"still running after {timeout:g} s: killed"
+            if (first := first_batch_note(str(result))).exists():
+                error += f", its first batch came after {float(first.read_text()):,.1f} s"
+            return {"error": error}
         if not result.exists():
             tail = log.read_text(errors="replace")[-2000:]
             return {"error": f"exit status {proc.returncode}: {tail}"}

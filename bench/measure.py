@@ -80,20 +80,31 @@ def local_bytes_read() -> int:
     return rchar() + worker_bytes()
 
 
+def server_stats(control: str) -> dict[str, int]:
+    """The counters of the S3 server with control URL ``control`` since it
+    started or was reset: ``requests``, ``gets``, ``bytes`` (response bodies
+    sent), ``peak_in_flight``, and its ``delay_ms``."""
+    with urllib.request.urlopen(control + "/stats") as r:
+        return {k: int(v) for k, v in json.load(r).items()}
+
+
 def server_bytes_read(control: str) -> Callable[[], int]:
     """A counter of the body bytes the S3 server with control URL ``control`` has sent."""
+    return lambda: server_stats(control)["bytes"]
 
-    def read() -> int:
-        with urllib.request.urlopen(control + "/stats") as r:
-            return int(json.load(r)["bytes"])
 
-    return read
+def _post(url: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(url, method="POST")).close()
 
 
 def set_server_delay(control: str, ms: float) -> None:
     """Set the first-byte delay of the S3 server with control URL ``control``."""
-    req = urllib.request.Request(f"{control}/delay?ms={ms}", method="POST")
-    urllib.request.urlopen(req).close()
+    _post(f"{control}/delay?ms={ms}")
+
+
+def reset_server(control: str) -> None:
+    """Zero the counters of the S3 server with control URL ``control``."""
+    _post(f"{control}/reset")
 
 
 def _children(pid: int) -> list[int]:
@@ -178,7 +189,7 @@ class Measurement:
     read_bytes: int = 0  # bytes read from files or the object store, start-up included
     position_corr: float = 0.0  # Pearson correlation of position in the pass and row id
     row_groups_per_batch: float = 0.0  # distinct row groups of the source a batch holds
-    complete: bool = True  # the whole epoch was read (else stopped at the time limit)
+    complete: bool = True  # the whole epoch was read (else stopped at the time or batch limit)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,9 +202,12 @@ def measure(
     row_group_rows: int,
     bytes_read: Callable[[], int],
     seconds: float,
+    batches: int | None = None,
+    on_first: Callable[[float], None] | None = None,
 ) -> tuple[Measurement, list[np.ndarray]]:
     """Build a reader with ``make`` and consume its batches for up to ``seconds``
-    after the first.
+    after the first, and no more than ``batches`` of them if given;
+    ``on_first`` gets the seconds to the first batch as soon as it comes.
 
     Every batch is a dict holding an ``id`` tensor of the source row ids. The
     time to the first batch includes ``make()`` (opening the data, starting
@@ -208,17 +222,19 @@ def measure(
     ids: list[np.ndarray] = []
     first = last = start
     complete = True
-    batches: Iterator[dict[str, Any]] = iter(make())
-    for batch in batches:
+    it: Iterator[dict[str, Any]] = iter(make())
+    for batch in it:
         last = time.perf_counter()
         if not ids:
             first = last
+            if on_first is not None:
+                on_first(first - start)
         ids.append(np.asarray(batch["id"]).astype(np.int64, copy=True))
         del batch
-        if last - first > seconds:
+        if last - first > seconds or len(ids) == batches:
             complete = False
             break
-    del batches  # stops and joins the workers, if any, before the bytes are counted
+    del it  # stops and joins the workers, if any, before the bytes are counted
     gc.collect()
     read = bytes_read() - before
     m = Measurement(batches=len(ids), started=start, complete=complete)

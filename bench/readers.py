@@ -14,7 +14,9 @@ A reader is built in the measuring process by :func:`build` from a
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +98,12 @@ class Spec:
     # croupier: with workers, read in this process where the loader would
     # (None: cr.DataLoader decides) or start worker processes (False)
     in_process: bool | None = None
+    # croupier: open_table's cache_dir ("": none; None: not passed); MosaicML:
+    # its local folder for the shards of peer_uri
+    cache_dir: str | None = None
+    # peers: the folder of their conversion on an S3 server, as internal/s3serve
+    # names it (s3://bucket/prefix?endpoint=…); None: the local one in data_folder
+    peer_uri: str | None = None
 
 
 @dataclass
@@ -139,6 +147,29 @@ def build(spec: Spec) -> Reader:
     return _BUILDERS[spec.kind](spec, data)
 
 
+def s3_location(uri: str) -> tuple[str, dict[str, str]]:
+    """An S3 URI as croupier takes it (``s3://bucket/prefix?endpoint=…&region=…``)
+    as the path and ``storage_options`` Lance and LanceDB take (object_store's
+    keys)."""
+    parts = urllib.parse.urlsplit(uri)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    options = {"endpoint": query["endpoint"], "region": query.get("region", "us-east-1")}
+    if query.get("disable_https") == "true" or query["endpoint"].startswith("http:"):
+        options["allow_http"] = "true"
+    if query.get("anonymous") == "true":
+        options["skip_signature"] = "true"
+    if query.get("use_path_style") == "true":
+        options["virtual_hosted_style_request"] = "false"
+    return urllib.parse.urlunsplit(parts._replace(query="")), options
+
+
+def _cache_option(open_fn: Callable[..., Any], spec: Spec) -> dict[str, str]:
+    """``cache_dir`` for ``open_fn`` where the spec sets one and it takes it."""
+    if spec.cache_dir is None or "cache_dir" not in inspect.signature(open_fn).parameters:
+        return {}
+    return {"cache_dir": spec.cache_dir}
+
+
 def _croupier(spec: Spec, data: Data) -> Reader:
     import croupier as cr
 
@@ -147,9 +178,12 @@ def _croupier(spec: Spec, data: Data) -> Reader:
 
     def dataset() -> cr.StreamingDataset:
         if spec.perm_uri is None:
-            source: cr.Table | cr.Permutation = cr.open_table(spec.table_uri)
+            source: cr.Table | cr.Permutation = cr.open_table(
+                spec.table_uri, **_cache_option(cr.open_table, spec)
+            )
         else:
-            source = cr.open_permutations(spec.perm_uri)[0]
+            opts = _cache_option(cr.open_permutations, spec)
+            source = cr.open_permutations(spec.perm_uri, **opts)[0]
         ds = cr.StreamingDataset(
             source,
             global_batch_size=g,
@@ -274,7 +308,12 @@ def _lancedb(spec: Spec, data: Data) -> Reader:
         return to_torch(pa.Table.from_batches(parts).take(take))
 
     def dataset() -> StreamingDataset:
-        table = lancedb.connect(str(data.lancedb)).open_table("rows")
+        if spec.peer_uri is None:
+            db = lancedb.connect(str(data.lancedb))
+        else:
+            path, options = s3_location(spec.peer_uri)
+            db = lancedb.connect(path, storage_options=options)
+        table = db.open_table("rows")
         return StreamingDataset(
             table,
             num_splits=spec.num_splits,
@@ -308,7 +347,11 @@ def _lance_take(spec: Spec, data: Data) -> Reader:
     import lance
 
     def make() -> Batches:
-        ds = lance.dataset(str(data.lance))
+        if spec.peer_uri is None:
+            ds = lance.dataset(str(data.lance))
+        else:
+            path, options = s3_location(spec.peer_uri)
+            ds = lance.dataset(f"{path}/{data.lance.name}", storage_options=options)
         cols = data.workload.read_columns()
         return _random_batches(spec, data, lambda idx: ds.take(idx, columns=cols))
 
@@ -366,10 +409,25 @@ def _mosaic(spec: Spec, data: Data) -> Reader:
         ]
         return to_torch(pa.RecordBatch.from_arrays(arrays, names=cols))
 
+    where: dict[str, str] = {"local": str(data.mds)}
+    if spec.peer_uri is not None:
+        # Shards are downloaded into cache_dir; boto3 finds the server through
+        # the variable MosaicML's S3 downloads read. MosaicML 0.13 turns to
+        # unsigned requests only when creating its client fails for want of
+        # credentials, which botocore reports at the first request instead: it
+        # signs with placeholder keys, which a server serving anonymous reads
+        # does not check.
+        if spec.cache_dir is None:
+            raise ValueError("MosaicML over S3 needs cache_dir, the folder of its shards")
+        path, options = s3_location(spec.peer_uri)
+        os.environ["S3_ENDPOINT_URL"] = options["endpoint"]
+        os.environ.setdefault("AWS_DEFAULT_REGION", options["region"])
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "anonymous")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "anonymous")
+        where = {"remote": path, "local": spec.cache_dir}
+
     def dataset() -> StreamingDataset:
-        return StreamingDataset(
-            local=str(data.mds), shuffle=True, shuffle_seed=spec.seed, batch_size=g
-        )
+        return StreamingDataset(**where, shuffle=True, shuffle_seed=spec.seed, batch_size=g)
 
     def loader(ds: StreamingDataset) -> Batches:
         return torch.utils.data.DataLoader(ds, batch_size=g, collate_fn=collate)

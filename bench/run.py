@@ -32,6 +32,11 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
     following a growing croupier table against reading a pinned version of it,
     and the latency from a commit to its first step, on local files and over
     S3 with and without added latency (``bench/follow.py``).
+``distant``
+    croupier reading the larger-than-memory table from the local S3 server
+    waiting 0 to 100 ms before each request, against the same read of local
+    files, a second epoch from its disk cache, and its peers on the same
+    server (``bench/distant.py``).
 
 Each part prints its tables, regenerates its section of ``--out`` (by default
 ``bench/RESULTS.md``) with the setup it ran with, and writes its plots under
@@ -55,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import beyond_memory
+import distant
 import follow
 import loader_throughput
 import ranks
@@ -73,6 +79,7 @@ PARTS = (
     "tokens",
     "mixture",
     "follow",
+    "distant",
 )
 
 # Arguments of each part in a --quick run.
@@ -87,6 +94,8 @@ QUICK = {
     "tokens": "--rows 2000 --imbalance-steps 5",
     "mixture": "--rows 2000 --repeats 1",
     "follow": "--rows 20000 --versions 20 --rows-per-round 4000 --repeats 1 --commits 5",
+    "distant": "--rows 32768 --seconds 1 --forms croupier --orders full --ratios 4 --latencies 20"
+    " --cache-latencies 20 --peers lance-take,mosaic",
 }
 
 # Arguments that select a part of a script that runs several.
@@ -230,13 +239,14 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.out),
                 ]
             ).returncode
-        elif part in ("memory", "ranks", "tokens", "mixture", "follow"):
+        elif part in ("memory", "ranks", "tokens", "mixture", "follow", "distant"):
             run_part = {
                 "memory": beyond_memory.main,
                 "ranks": ranks.main,
                 "tokens": tokens.main,
                 "mixture": tokens.main,
                 "follow": follow.main,
+                "distant": distant.main,
             }[part]
             rc = run_part(
                 [

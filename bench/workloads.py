@@ -392,20 +392,26 @@ def to_croupier(data: Data, page_bytes: int | None = None, compression: str | No
     """Write the rows into a croupier table (``create_table``'s defaults, or
     pages of ``page_bytes`` compressed with ``compression``), once; returns its
     URI."""
-    import croupier as cr
-
     folder = data.croupier_layout(page_bytes, compression)
     # The mark sits beside the table, which holds only its own files.
     done = folder.with_name(folder.name + ".done")
     if not done.exists():
         shutil.rmtree(folder, ignore_errors=True)
-        schema = pq.read_schema(data.files[0])
-        reader = pa.RecordBatchReader.from_batches(schema, _batches(data))
-        cr.create_table(
-            "file://" + str(folder), reader, page_bytes=page_bytes, compression=compression
-        ).close()
+        write_croupier(data, "file://" + str(folder), page_bytes, compression)
         done.touch()
     return "file://" + str(folder)
+
+
+def write_croupier(
+    data: Data, uri: str, page_bytes: int | None = None, compression: str | None = None
+) -> None:
+    """Write the rows into a new croupier table at ``uri`` (``create_table``'s
+    defaults, or pages of ``page_bytes`` compressed with ``compression``)."""
+    import croupier as cr
+
+    schema = pq.read_schema(data.files[0])
+    reader = pa.RecordBatchReader.from_batches(schema, _batches(data))
+    cr.create_table(uri, reader, page_bytes=page_bytes, compression=compression).close()
 
 
 def _mds_encoding(type_: pa.DataType) -> str:

@@ -5,8 +5,10 @@
 //
 //	go run ./internal/s3serve [-bucket bench] [-delay 0ms] [-ignore-conditional-writes] NAME=FOLDER ...
 //
-// Each file of FOLDER (not its subfolders) is stored as NAME/<file name> in the
-// bucket. Once they are in, one JSON line goes to stdout:
+// Each file under FOLDER, in its subfolders too, is stored as NAME/<path in
+// FOLDER, slash-separated> in the bucket: a folder of Parquet files, a croupier
+// table or a Lance dataset is served as it lies on disk. Once they are in, one
+// JSON line goes to stdout:
 //
 //	{"control": "http://127.0.0.1:PORT", "uris": {"NAME": "s3://bench/NAME?endpoint=…"}}
 //
@@ -18,11 +20,14 @@
 // machine being measured). The control URL sets the delay and reads the
 // counters:
 //
-//	GET  CONTROL/stats        {"requests": N, "bytes": N, "delay_ms": N}
+//	GET  CONTROL/stats        {"requests": N, "gets": N, "bytes": N, "peak_in_flight": N, "delay_ms": N}
 //	POST CONTROL/delay?ms=50  sets the delay
 //	POST CONTROL/reset        zeroes the counters
 //
-// "bytes" counts the response bodies sent: what the readers fetched. Exiting
+// "requests" counts every request, "gets" the GETs among them (listings
+// included), "bytes" the response bodies sent: what the readers fetched;
+// "peak_in_flight" is the most requests served at once, how far a reader
+// overlaps its requests to hide the delay. Exiting
 // when standard input closes means the server never outlives the process that
 // started it with a pipe.
 package main
@@ -33,6 +38,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,8 +127,9 @@ func (c *control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]int64{"requests": c.srv.Requests(), "bytes": c.srv.BytesServed(),
-			"delay_ms": time.Duration(c.delay.Load()).Milliseconds()})
+		_ = json.NewEncoder(w).Encode(map[string]int64{"requests": c.srv.Requests(),
+			"gets": c.srv.Count(http.MethodGet, ""), "bytes": c.srv.BytesServed(),
+			"peak_in_flight": c.srv.PeakInFlight(), "delay_ms": time.Duration(c.delay.Load()).Milliseconds()})
 	case r.URL.Path == "/delay" && r.Method == http.MethodPost:
 		ms, err := strconv.ParseFloat(r.URL.Query().Get("ms"), 64)
 		if err != nil || ms < 0 {
@@ -137,23 +144,24 @@ func (c *control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// upload stores the files of folder as name/<file> in bucket.
+// upload stores the files under folder as name/<path in folder> in bucket.
 func upload(srv *s3test.Server, bucket, name, folder string) error {
-	entries, err := os.ReadDir(folder)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
+	return filepath.WalkDir(folder, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
 		}
-		data, err := os.ReadFile(filepath.Join(folder, e.Name()))
+		rel, err := filepath.Rel(folder, path)
 		if err != nil {
 			return err
 		}
-		if err := srv.Put(bucket, name+"/"+e.Name(), data); err != nil {
-			return fmt.Errorf("put %s/%s: %w", name, e.Name(), err)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
 		}
-	}
-	return nil
+		key := name + "/" + filepath.ToSlash(rel)
+		if err := srv.Put(bucket, key, data); err != nil {
+			return fmt.Errorf("put %s: %w", key, err)
+		}
+		return nil
+	})
 }

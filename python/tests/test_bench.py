@@ -140,3 +140,50 @@ def test_follow_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for poll in ("20 ms", "200 ms"):
         p50, p90, most = (float(c) for c in cells(poll))
         assert p50 <= p90 <= most
+
+
+@pytest.mark.slow
+def test_distant_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The distant part writes its section: croupier on local files and over the
+    S3 server with the server's count of GETs, its ratio to local files, the
+    cache's epochs (or "n/a" where open_table takes no cache_dir), and a peer
+    whose library is missing reported as skipped."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import distant
+    import readers
+
+    monkeypatch.setattr(readers, "missing", lambda kind: "pylance not installed")
+    out = tmp_path / "RESULTS.md"
+    argv = ["--rows=32768", "--forms=croupier", "--orders=sequential", "--latencies=0",
+            "--cache-latencies=0", "--ratios=4", "--seconds=0.3", "--peers=lancedb",
+            f"--cache={tmp_path / 'cache'}", f"--out={out}"]  # fmt: skip
+    assert distant.main(argv) == 0
+    text = out.read_text()
+    assert "## Distant store" in text
+
+    def rows(first: str, *more: str) -> list[list[str]]:
+        head = f"| {' | '.join((first, *more))} |"
+        found = [line for line in text.splitlines() if line.startswith(head)]
+        assert found, f"no row {head!r} in:\n{text}"
+        return [[c.strip() for c in line.strip().strip("|").split("|")] for line in found]
+
+    # table, order, budget, store, first batch, rows/s, ÷ local, rows/s after, ÷ local,
+    # GETs / 1,000 rows, croupier requests / 1,000 rows, fetched ÷ delivered, ...
+    [local] = rows("croupier table", "sequential", "24.2", "local files")
+    # the read in the table of every read, then in the table of the cache's epochs
+    [s3, cache] = rows("croupier table", "sequential", "24.2", "S3 +0 ms")
+    assert local[6] == "1.00"
+    assert local[9] == "—"
+    assert float(s3[5].replace(",", "")) > 0
+    assert float(s3[6]) > 0
+    assert float(s3[9].replace(",", "")) > 0  # the server counted the GETs of the read
+    assert 0.5 < float(s3[11]) < 3  # a sequential read fetches each page about once
+    headline = rows("croupier table", "sequential", "24.2")[0]
+    assert headline[3] == s3[8]  # from the first batch on, S3 ÷ local
+    if distant.cache_missing():
+        assert cache[4] == "n/a: open_table takes no cache_dir"
+    else:  # the second epoch reads what the first fetched from the cache
+        assert float(cache[11].replace(",", "")) < float(cache[6].replace(",", ""))
+    for store in ("local files", "S3 +0 ms"):
+        [skipped] = rows("LanceDB StreamingDataset", "Lance", "sequential", store)
+        assert skipped[5] == "skipped: pylance not installed"
