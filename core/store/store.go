@@ -50,6 +50,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
@@ -59,7 +60,11 @@ type Location struct {
 	Key string // key, prefix or glob inside the bucket; "" is the whole bucket
 	// Retry bounds the retries of the location's requests; Open sets it to
 	// the process's policy (see SetRetryPolicy).
-	Retry  RetryPolicy
+	Retry RetryPolicy
+	// Cache, when not nil, keeps on local disk the bytes that ReaderAts read
+	// of the objects of a remote store, and serves them again (see
+	// blockcache); nil reads every byte from the store.
+	Cache  *blockcache.Cache
 	bucket Bucket    // shared by the Locations open on one remote store (see Close)
 	base   string    // URI of the bucket's root, without query, ending in "/"
 	root   string    // file:// only: the folder the bucket is rooted at
