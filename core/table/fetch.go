@@ -133,9 +133,7 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 		}
 		break
 	}
-	f.stats.requests.Add(1)
 	n, err := f.ReaderAt.ReadAt(p, off)
-	f.stats.bytesRead.Add(int64(n))
 	// Only the sections the bytes read overlap: a row group streamed in
 	// small pages has hundreds, and a read is often a page.
 	i, _ := slices.BinarySearchFunc(f.crcs, off, func(c *pageCRCs, off int64) int { return cmp.Compare(c.s.off+c.s.n, off+1) })
@@ -183,9 +181,7 @@ func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots ch
 			defer errcode.Recover(&err, errcode.Internal, "read", where)
 			defer func() { <-slots }()
 			buf := scratch{}.Allocate(int(r.n))
-			n, err := ra.ReadAt(buf, r.off)
-			stats.requests.Add(1)
-			stats.bytesRead.Add(int64(n))
+			_, err = ra.ReadAt(buf, r.off)
 			f.data[i] = buf
 			return err
 		})
@@ -207,16 +203,23 @@ func (f *fetched) release() {
 // ReaderStats count a reader's work since it was made.
 type ReaderStats struct {
 	BytesRead    int64         `json:"bytes_read"`    // bytes received from the store
-	Requests     int64         `json:"requests"`      // range requests made
+	Requests     int64         `json:"requests"`      // range requests made to the store
 	RowGroups    int64         `json:"row_groups"`    // row groups fetched and decoded
 	FetchTime    time.Duration `json:"fetch_ns"`      // summed over requests running in parallel
 	DecodeTime   time.Duration `json:"decode_ns"`     // summed over row groups decoded in parallel
 	DecodedBytes int64         `json:"decoded_bytes"` // bytes of the pages decoded (of the columns, for those pqarrow decodes)
 	KeptRows     int64         `json:"kept_rows"`     // rows copied out of decoded row groups to be read
 	KeptBytes    int64         `json:"kept_bytes"`    // their bytes
+	// What the disk cache (OpenOptions.BlockCache) served instead of the
+	// store: blocks, and the bytes of reads they held; and the blocks
+	// fetched that it could not keep (its disk full or unwritable).
+	CacheHits     int64 `json:"cache_hits"`
+	CacheHitBytes int64 `json:"cache_hit_bytes"`
+	CacheUnstored int64 `json:"cache_unstored"`
 }
 
 // readerStats is the live, atomic form of ReaderStats.
 type readerStats struct {
-	bytesRead, requests, groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
+	reads                                                         store.ReadCounts // of the data files' ReaderAts
+	groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
 }

@@ -473,14 +473,18 @@ func dictionaryEncoded(col *metadata.ColumnChunkMetaData) bool {
 // Stats returns what the reader has done so far.
 func (r *Reader) Stats() ReaderStats {
 	return ReaderStats{
-		BytesRead:    r.stats.bytesRead.Load(),
-		Requests:     r.stats.requests.Load(),
+		BytesRead:    r.stats.reads.Bytes.Load(),
+		Requests:     r.stats.reads.Requests.Load(),
 		RowGroups:    r.stats.groups.Load(),
 		FetchTime:    time.Duration(r.stats.fetchNanos.Load()),
 		DecodeTime:   time.Duration(r.stats.decodeNanos.Load()),
 		DecodedBytes: r.stats.decoded.Load(),
 		KeptRows:     r.stats.keptRows.Load(),
 		KeptBytes:    r.stats.keptBytes.Load(),
+		// what the disk cache served
+		CacheHits:     r.stats.reads.CacheHits.Load(),
+		CacheHitBytes: r.stats.reads.CacheHitBytes.Load(),
+		CacheUnstored: r.stats.reads.CacheUnstored.Load(),
 	}
 }
 
@@ -557,7 +561,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		hole = remoteHoleBytes
 	}
 	ranges := mergeRanges(slices.Clone(sections), hole)
-	ra := r.t.loc.NewReaderAt(ctx, f.Object)
+	ra := r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
 	var src *fetched
 	if r.fetching != nil {
 		var n int64
