@@ -305,6 +305,10 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		st, err = r.loc.Cache.ReadAt(r.ctx, obj, p[:n], off, r.fetch)
 		if err == nil {
 			got = int(n)
+			// Blocks are found by the whole identity r.obj records: what
+			// they held is that version. A fetch reports more of it.
+			seen := r.obj
+			r.seen.CompareAndSwap(nil, &seen)
 		}
 		r.count(st.Requests, st.MissBytes, st)
 	} else {

@@ -457,6 +457,10 @@ func newTable(loc *store.Location, pin Pin, schema *arrow.Schema, footers []*met
 // URI returns the URI the table was opened with.
 func (t *Table) URI() string { return t.pin.URI }
 
+// BlockCache returns the disk cache the table reads its data files through
+// (OpenOptions.BlockCache), or nil.
+func (t *Table) BlockCache() *blockcache.Cache { return t.loc.Cache }
+
 // Version returns the pinned version's name: the decimal version number of a
 // croupier table ("3"), "p" and a hash of the files for plain Parquet.
 func (t *Table) Version() string { return t.pin.Version }
