@@ -19,7 +19,9 @@
 // Driver). It adds what croupier needs on top: URI parsing, error
 // classification (Code),
 // ReaderAt, a random-access reader over one pinned object that fails with
-// errcode.Changed when the object is not the one that was pinned, CheckKey and
+// errcode.Changed when the object is not the one that was pinned (and reads
+// through the location's disk cache, Location.Cache, on a remote store: see
+// core/blockcache), CheckKey and
 // Location.Holds, which refuse keys read from manifests and pins that would
 // lead out of a table's folder, and bounded retries. Every request croupier makes goes through a Location's methods
 // (Stat, Exists, ReadAll, List, Match, ReaderAt, WriteAll, Delete,
