@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux || darwin
 
 package blockcache
 
@@ -7,9 +7,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // lockWait bounds the wait for a block that another process fetches; past
@@ -20,6 +19,10 @@ const lockWait = 30 * time.Second
 
 // errBusy says that a lock asked for without waiting is held.
 var errBusy = errors.New("lock held by another process")
+
+// flock(2), fstat(2) and statfs(2) come from syscall, which every program
+// links already: golang.org/x/sys/unix would add a package to the smallest
+// program that reads tables (internal/sideeffects holds it to 300).
 
 // A lock is an flock(2) held on a lock file. The holder removes the file
 // before it lets go, so that no lock file outlives its use; a process that
@@ -49,8 +52,8 @@ func acquire(ctx context.Context, path string, wait time.Duration) (*lock, error
 			f.Close()
 			return nil, err
 		}
-		var held, there unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &there) == nil &&
+		var held, there syscall.Stat_t
+		if syscall.Fstat(int(f.Fd()), &held) == nil && syscall.Stat(path, &there) == nil &&
 			held.Dev == there.Dev && held.Ino == there.Ino {
 			return &lock{f: f, path: path}, nil
 		}
@@ -63,11 +66,11 @@ func acquire(ctx context.Context, path string, wait time.Duration) (*lock, error
 func flock(ctx context.Context, f *os.File, deadline time.Time) error {
 	pause := time.Millisecond
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		switch {
 		case err == nil:
 			return nil
-		case !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR):
+		case !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR):
 			return err
 		case time.Now().After(deadline):
 			return errBusy
@@ -93,13 +96,13 @@ func (l *lock) release() {
 // of dir, or of its nearest existing parent.
 func freeBytes(dir string) (int64, bool) {
 	for {
-		var st unix.Statfs_t
-		err := unix.Statfs(dir, &st)
+		var st syscall.Statfs_t
+		err := syscall.Statfs(dir, &st)
 		if err == nil {
 			return int64(st.Bavail) * int64(st.Bsize), true
 		}
 		parent := filepath.Dir(dir)
-		if !errors.Is(err, unix.ENOENT) || parent == dir {
+		if !errors.Is(err, syscall.ENOENT) || parent == dir {
 			return 0, false
 		}
 		dir = parent
