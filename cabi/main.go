@@ -80,6 +80,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 
 	"github.com/croupier-data/croupier"
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
@@ -95,7 +96,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 6
+const abiVersion = 7
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -238,11 +239,14 @@ func closeObject(v any) error {
 }
 
 // tableOptions are the JSON options of croupier_table_open and the writers:
-// the table package's options plus the catalog's path.
+// the table package's options plus the catalog's path and the block cache's
+// folder and bound.
 type tableOptions struct {
 	table.OpenOptions
 	table.WriteOptions
-	Catalog string `json:"catalog"` // bbolt catalog file caching footers and manifests; "" for none
+	Catalog    string `json:"catalog"`     // bbolt catalog file caching footers and manifests; "" for none
+	CacheDir   string `json:"cache_dir"`   // folder of the block cache; "" for none
+	CacheBytes int64  `json:"cache_bytes"` // its bound; 0 for blockcache's default
 }
 
 func decodeTableOptions(s *C.char) (tableOptions, error) {
@@ -253,6 +257,13 @@ func decodeTableOptions(s *C.char) (tableOptions, error) {
 	if o.Catalog != "" {
 		cat := catalog.Open(catalog.Options{Path: o.Catalog})
 		o.OpenOptions.Catalog, o.WriteOptions.Catalog = cat, cat
+	}
+	if o.CacheDir != "" {
+		c, err := blockcache.Open(blockcache.Options{Dir: o.CacheDir, MaxBytes: o.CacheBytes})
+		if err != nil {
+			return o, err
+		}
+		o.OpenOptions.BlockCache = c
 	}
 	return o, nil
 }
@@ -387,13 +398,17 @@ func croupier_catalog_lookup(path, name *C.char, out **C.char, errOut **C.char) 
 }
 
 //export croupier_table_open_pin
-func croupier_table_open_pin(pinJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
+func croupier_table_open_pin(pinJSON, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
 		pin, err := table.DecodePin([]byte(C.GoString(pinJSON)))
 		if err != nil {
 			return err
 		}
-		return handleOut[*table.Table](out)(table.OpenPin(callContext(), pin))
+		o, err := decodeTableOptions(optionsJSON)
+		if err != nil {
+			return err
+		}
+		return handleOut[*table.Table](out)(table.OpenPinWith(callContext(), pin, o.OpenOptions))
 	})
 }
 
@@ -733,9 +748,13 @@ func croupier_permutation_build(th C.uint64_t, specJSON, uri *C.char, progress C
 }
 
 //export croupier_permutation_open
-func croupier_permutation_open(uri *C.char, out *C.uint64_t, errOut **C.char) C.int {
+func croupier_permutation_open(uri, optionsJSON *C.char, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		return handleOut[*permutation.Permutations](out)(permutation.Open(callContext(), C.GoString(uri)))
+		o, err := decodeTableOptions(optionsJSON)
+		if err != nil {
+			return err
+		}
+		return handleOut[*permutation.Permutations](out)(permutation.OpenWith(callContext(), C.GoString(uri), o.OpenOptions))
 	})
 }
 

@@ -109,7 +109,7 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		loc.Close()
 		return nil, errcode.Wrap(err, errcode.Internal, op, uri)
 	}
-	p, err := open(ctx, loc)
+	p, err := open(ctx, loc, table.OpenOptions{BlockCache: t.BlockCache()})
 	if err != nil {
 		loc.Close()
 		return nil, err

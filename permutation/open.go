@@ -29,11 +29,17 @@ type Permutations struct {
 // version it was built over is still there, unchanged. Opening reads the
 // manifest only; row ids are read by range as they are asked for.
 func Open(ctx context.Context, uri string) (*Permutations, error) {
+	return OpenWith(ctx, uri, table.OpenOptions{})
+}
+
+// OpenWith is Open with the options its table is opened with: a catalog and
+// a block cache (the pin names the version: opts.Version must be 0).
+func OpenWith(ctx context.Context, uri string, opts table.OpenOptions) (*Permutations, error) {
 	loc, err := store.Open(ctx, uri)
 	if err != nil {
 		return nil, err
 	}
-	p, err := open(ctx, loc)
+	p, err := open(ctx, loc, opts)
 	if err != nil {
 		loc.Close()
 		return nil, err
@@ -41,12 +47,12 @@ func Open(ctx context.Context, uri string) (*Permutations, error) {
 	return p, nil
 }
 
-func open(ctx context.Context, loc *store.Location) (*Permutations, error) {
+func open(ctx context.Context, loc *store.Location, opts table.OpenOptions) (*Permutations, error) {
 	m, err := readManifest(ctx, loc)
 	if err != nil {
 		return nil, err
 	}
-	t, err := table.OpenPin(ctx, m.Table)
+	t, err := table.OpenPinWith(ctx, m.Table, opts)
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Changed, "open permutation", loc.URI)
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/loader"
@@ -89,7 +90,12 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	columns := fs.String("columns", "", "also print these columns of each row: col1,col2")
 	which := fs.String("which-steps", "", "with --checkpoint: the steps up to it that trained on the rows where COLUMN=VALUE")
 	rowID := fs.Int64("row", -1, "with --checkpoint: the steps up to it that trained on row ID")
+	cacheDir := cacheFlag(fs)
 	if _, err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	cache, err := openCache(*cacheDir)
+	if err != nil {
 		return err
 	}
 	set := map[string]bool{}
@@ -123,11 +129,11 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 				}
 			}
 			return dealFollow(ctx, e, data, *ckptPath, followFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
-				columns: splitList(*columns), column: column, value: value, row: *rowID, asJSON: *asJSON})
+				columns: splitList(*columns), column: column, value: value, row: *rowID, asJSON: *asJSON, cache: cache})
 		}
 		if isMixture(data) {
 			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
-				dropLast: *dropLast, dropLastSet: set["drop-last"], columns: splitList(*columns), asJSON: *asJSON})
+				dropLast: *dropLast, dropLastSet: set["drop-last"], columns: splitList(*columns), asJSON: *asJSON, cache: cache})
 		}
 		if set["step"] {
 			return usagef("deal: --step comes from the checkpoint; do not give it with --checkpoint (but for a mixture's or following's)")
@@ -188,7 +194,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		return usagef("deal: --rank %d is not in [0, %d): --world-size is %d", *rank, *w, *w)
 	}
 
-	t, order, closeOrder, err := openDealt(ctx, *permURI, *splitName, *tableURI, *version)
+	t, order, closeOrder, err := openDealt(ctx, *permURI, *splitName, *tableURI, *version, cache)
 	if err != nil {
 		return err
 	}
@@ -269,16 +275,17 @@ func dealtBy(c loader.Checkpoint, where string) (permURI, split, tableURI string
 		where, c.PermutationID)
 }
 
-// openDealt opens the order to deal and its table: split splitName (its
-// first if "") of the permutation at permURI, or the rows of version version
-// of the table at tableURI (its latest if 0). close closes what it opened.
-func openDealt(ctx context.Context, permURI, splitName, tableURI string, version int64) (t *table.Table, order permutation.Order, close func(), err error) {
+// openDealt opens the order to deal and its table, read through cache (may
+// be nil): split splitName (its first if "") of the permutation at permURI,
+// or the rows of version version of the table at tableURI (its latest if 0).
+// close closes what it opened.
+func openDealt(ctx context.Context, permURI, splitName, tableURI string, version int64, cache *blockcache.Cache) (t *table.Table, order permutation.Order, close func(), err error) {
 	if permURI != "" {
 		uri, err := toURI(permURI)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		p, err := permutation.Open(ctx, uri)
+		p, err := permutation.OpenWith(ctx, uri, table.OpenOptions{BlockCache: cache})
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -298,7 +305,7 @@ func openDealt(ctx context.Context, permURI, splitName, tableURI string, version
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	tb, err := table.OpenVersion(ctx, uri, version)
+	tb, err := table.OpenWith(ctx, uri, table.OpenOptions{Version: version, BlockCache: cache})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -16,6 +16,7 @@
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
 //	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
 //	    [--shuffle-seed N] [--clump N|auto] [--window N] [--group-by col1,col2] [--lengths COLUMN] [--quiet]
+//	    [--cache-dir DIR]
 //	croupier permute show PERM_URI
 //
 //	croupier deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
@@ -28,11 +29,12 @@
 //	croupier deal --checkpoint MIXTURE.json [--step T] [--world-size W] [--rank R] [--columns col1,col2]
 //	croupier deal --checkpoint FOLLOW.json [--step T | --which-steps COLUMN=VALUE | --row ID]
 //	    [--world-size W] [--rank R] [--columns col1,col2]
+//	    (every deal: [--cache-dir DIR])
 //
 //	croupier read (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
 //	    --global-batch-size G [--num-splits S] [--world-size W] [--rank R] [--epoch E]
 //	    [--shuffle-seed N] [--step T] [--steps N] [--columns col1,col2]
-//	    [--memory-budget BYTES] [--max-reads N]
+//	    [--memory-budget BYTES] [--max-reads N] [--cache-dir DIR]
 //
 //	croupier bench [--dir REPO] [--quick] [--dry-run]
 //
@@ -125,6 +127,14 @@
 // checkpointed URI and the versions committed now, as the run formed them
 // (they are a function of the versions); a step of a round whose versions
 // are not committed yet is NotFound.
+//
+// permute and deal read the data files of s3://, gs:// and azblob:// tables
+// through the disk cache in --cache-dir (docs/storage.md, "The disk cache"),
+// by default the folder Python's open_table uses: $CROUPIER_CACHE_DIR when
+// set, else $XDG_CACHE_HOME/croupier/blocks, else ~/.cache/croupier/blocks,
+// bounded by $CROUPIER_CACHE_BYTES or 64 GiB (at most half the space free on
+// its filesystem); --cache-dir "" reads every byte from the store. rewrite
+// reads its source once, without the cache.
 //
 // bench runs the benchmark harness, `make bench` in the repository named by
 // --dir (bench/run.py: object-store throughput, croupier and its peers reading

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/loader"
@@ -31,6 +32,7 @@ type followFlags struct {
 	column, value string
 	row           int64
 	asJSON        bool
+	cache         *blockcache.Cache // may be nil
 }
 
 // followTrained is one step that trained on a row: a trained of the round
@@ -86,7 +88,7 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 	if f.w < 1 || f.rank >= f.w {
 		return usagef("deal: --world-size %d and --rank %d: want at least one rank, and --rank below --world-size", f.w, f.rank)
 	}
-	tb, err := table.Open(ctx, c.TableURI)
+	tb, err := table.OpenWith(ctx, c.TableURI, table.OpenOptions{BlockCache: f.cache})
 	if err != nil {
 		return err
 	}

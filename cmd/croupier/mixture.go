@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/loader"
 )
@@ -28,6 +29,7 @@ type mixtureFlags struct {
 	dropLastSet bool
 	columns     []string
 	asJSON      bool
+	cache       *blockcache.Cache // may be nil
 }
 
 // mixtureSlotOutput is one slot of a mixture step: the source step that
@@ -79,7 +81,7 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 		if err != nil {
 			return err
 		}
-		t, order, closeOrder, err := openDealt(ctx, permURI, split, tableURI, 0)
+		t, order, closeOrder, err := openDealt(ctx, permURI, split, tableURI, 0, f.cache)
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	groupBy := fs.String("group-by", "", "deal rows sharing these columns' values as one group: col1,col2")
 	lengths := fs.String("lengths", "", "record each row's length from this column (a list: its length; an integer: its value), for token-budget steps")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	cacheDir := cacheFlag(fs)
 	pos, err := parse(fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -57,7 +58,11 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := table.OpenVersion(ctx, tableURI, *version)
+	cache, err := openCache(*cacheDir)
+	if err != nil {
+		return err
+	}
+	t, err := table.OpenWith(ctx, tableURI, table.OpenOptions{Version: *version, BlockCache: cache})
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,7 @@ func readCmd(ctx context.Context, e *env, args []string) error {
 	columns := fs.String("columns", "", "columns to read: col1,col2 (default: every column)")
 	budget := fs.Int64("memory-budget", 0, "bytes the stream may hold (0: the loader's default)")
 	maxReads := fs.Int("max-reads", 0, "range requests in flight (0: the table's default)")
+	cacheDir := cacheFlag(fs)
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -64,7 +65,11 @@ func readCmd(ctx context.Context, e *env, args []string) error {
 	case *first < 0 || *steps < 0:
 		return usagef("read: --step and --steps must be at least 0")
 	}
-	t, order, closeOrder, err := openDealt(ctx, *permURI, *splitName, *tableURI, *version)
+	cache, err := openCache(*cacheDir)
+	if err != nil {
+		return err
+	}
+	t, order, closeOrder, err := openDealt(ctx, *permURI, *splitName, *tableURI, *version, cache)
 	if err != nil {
 		return err
 	}
@@ -87,6 +92,8 @@ func readCmd(ctx context.Context, e *env, args []string) error {
 		out.Steps, out.Rows, out.Seconds, out.FirstBatch, out.RowsPerSec)
 	fmt.Fprintf(e.stdout, "%d range requests (%.1f per 1,000 rows, %d hedged), %d bytes fetched, %d decoded, %d delivered\n",
 		st.Requests, out.RequestsPerK, st.Hedged, st.BytesRead, st.DecodedBytes, out.Bytes)
+	fmt.Fprintf(e.stdout, "disk cache: %d blocks served (%d bytes of reads), %d fetched blocks not kept\n",
+		st.CacheHits, st.CacheHitBytes, st.CacheUnstored)
 	if out.Bytes > 0 {
 		fmt.Fprintf(e.stdout, "fetched ÷ delivered %.2f, decoded ÷ delivered %.2f, %d horizons\n",
 			float64(st.BytesRead)/float64(out.Bytes), float64(st.DecodedBytes)/float64(out.Bytes), st.Horizons)

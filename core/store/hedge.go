@@ -100,8 +100,8 @@ func (c cancelOnClose) Close() error {
 // hedgedRange opens a range reader of obj on a remote store, sending the
 // request again when the first has had no answer after the location's hedge
 // delay (see hedgeAfter). It returns the first answer that is not an error,
-// or the last error, and counts a hedge in hedges.
-func (l *Location) hedgedRange(ctx context.Context, obj *Object, off, n int64, hedges *atomic.Int64) (io.ReadCloser, Object, error) {
+// or the last error, and calls hedged when it sends a request again.
+func (l *Location) hedgedRange(ctx context.Context, obj *Object, off, n int64, hedged func()) (io.ReadCloser, Object, error) {
 	l.lat.requests.Add(1)
 	results := make(chan opened, 2)
 	where := l.ObjectURI(obj.Key)
@@ -133,7 +133,7 @@ func (l *Location) hedgedRange(ctx context.Context, obj *Object, off, n int64, h
 		case <-hedge:
 			hedge = nil
 			l.lat.hedges.Add(1)
-			hedges.Add(1)
+			hedged()
 			send()
 			pending++
 			continue

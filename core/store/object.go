@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
@@ -229,7 +230,8 @@ func (l *Location) Match(ctx context.Context) ([]Object, error) {
 // conditional on the object still being the pinned version (see Matches and
 // pinned.go) and fails with errcode.Changed naming the object otherwise. It
 // implements io.ReaderAt, io.Reader and io.Seeker for decoders that need all
-// three.
+// three. On a remote store whose Location has a Cache, it reads through the
+// cache (see cacheObject).
 type ReaderAt struct {
 	ctx    context.Context
 	loc    *Location
@@ -238,11 +240,36 @@ type ReaderAt struct {
 	reads  atomic.Int64
 	hedges atomic.Int64           // reads sent again because the first answer was late
 	seen   atomic.Pointer[Object] // the version the last read found
+	counts *ReadCounts
+}
+
+// ReadCounts count what reads of pinned objects cost: the requests that went
+// to the store and the bytes they received, and what the disk cache served
+// instead. It is safe for concurrent use.
+type ReadCounts struct {
+	Requests atomic.Int64 // range requests made to the store
+	Bytes    atomic.Int64 // bytes received from the store
+	// CacheHits are the blocks the disk cache served, CacheHitBytes the
+	// bytes of reads they held.
+	CacheHits, CacheHitBytes atomic.Int64
+	// CacheUnstored are the blocks fetched that the disk cache could not
+	// keep (its disk full or unwritable).
+	CacheUnstored atomic.Int64
+	// Hedged are the range requests sent again because the first answer
+	// was late (hedge.go); they are not in Requests.
+	Hedged atomic.Int64
 }
 
 // NewReaderAt returns a reader of obj that uses ctx for its requests.
 func (l *Location) NewReaderAt(ctx context.Context, obj Object) *ReaderAt {
 	return &ReaderAt{ctx: ctx, loc: l, obj: obj}
+}
+
+// CountInto makes r add the cost of its reads to c, and returns r. Call it
+// before the first read.
+func (r *ReaderAt) CountInto(c *ReadCounts) *ReaderAt {
+	r.counts = c
+	return r
 }
 
 // Seen returns the identity of the version the reader's last read found (the
@@ -259,7 +286,8 @@ func (r *ReaderAt) Seen() Object {
 // Size returns the pinned size of the object.
 func (r *ReaderAt) Size() int64 { return r.obj.Size }
 
-// Requests returns how many range requests the reader made.
+// Requests returns how many range requests the reader made, retries
+// included.
 func (r *ReaderAt) Requests() int64 { return r.reads.Load() }
 
 // Hedges returns how many of its range reads were sent again because their
@@ -267,9 +295,9 @@ func (r *ReaderAt) Requests() int64 { return r.reads.Load() }
 func (r *ReaderAt) Hedges() int64 { return r.hedges.Load() }
 
 // ReadAt reads len(p) bytes at off with one range request, retried under the
-// location's policy when it fails transiently.
+// location's policy when it fails transiently, or through the location's
+// cache.
 func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	where := r.loc.ObjectURI(r.obj.Key)
 	if off >= r.obj.Size {
 		return 0, io.EOF
 	}
@@ -278,16 +306,82 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	if short {
 		n = r.obj.Size - off
 	}
-	got, err := Do(r.ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
+	var got int
+	var err error
+	if obj, ok := r.loc.cacheObject(r.obj); ok {
+		var st blockcache.Stats
+		st, err = r.loc.Cache.ReadAt(r.ctx, obj, p[:n], off, r.fetch)
+		if err == nil {
+			got = int(n)
+			// Blocks are found by the whole identity r.obj records: what
+			// they held is that version. A fetch reports more of it.
+			seen := r.obj
+			r.seen.CompareAndSwap(nil, &seen)
+		}
+		r.count(st.Requests, st.MissBytes, st)
+	} else {
+		got, err = r.read(r.ctx, off, [][]byte{p[:n]})
+		r.count(1, int64(got), blockcache.Stats{})
+	}
+	if err != nil {
+		return 0, err
+	}
+	if short {
+		return got, io.EOF
+	}
+	return got, nil
+}
+
+// hedged counts a read sent again because its first answer was late.
+func (r *ReaderAt) hedged() {
+	r.hedges.Add(1)
+	if r.counts != nil {
+		r.counts.Hedged.Add(1)
+	}
+}
+
+// count adds requests to the store, the bytes they received and what the
+// disk cache did to r's counts.
+func (r *ReaderAt) count(requests, bytes int64, st blockcache.Stats) {
+	if c := r.counts; c != nil {
+		c.Requests.Add(requests)
+		c.Bytes.Add(bytes)
+		c.CacheHits.Add(st.Hits)
+		c.CacheHitBytes.Add(st.HitBytes)
+		c.CacheUnstored.Add(st.Unstored)
+	}
+}
+
+// fetch is the cache's Fetch: one read of the store.
+func (r *ReaderAt) fetch(ctx context.Context, off int64, bufs [][]byte) error {
+	_, err := r.read(ctx, off, bufs)
+	return err
+}
+
+// read fills bufs, one after the other, with the bytes at off, with one
+// range request retried under the location's policy, and returns how many
+// bytes it read.
+func (r *ReaderAt) read(ctx context.Context, off int64, bufs [][]byte) (int, error) {
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	where := r.loc.ObjectURI(r.obj.Key)
+	return Do(ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
 		r.reads.Add(1)
 		if path, ok := r.loc.localPath(r.obj.Key); ok {
-			got, seen, err := r.loc.readLocal(path, r.obj, p[:n], off)
-			if err == nil {
+			got := 0
+			for _, b := range bufs {
+				k, seen, err := r.loc.readLocal(path, r.obj, b, off+int64(got))
+				got += k
+				if err != nil {
+					return got, err
+				}
 				r.seen.Store(&seen)
 			}
-			return got, err
+			return got, nil
 		}
-		rr, seen, err := r.loc.hedgedRange(ctx, &r.obj, off, n, &r.hedges)
+		rr, seen, err := r.loc.hedgedRange(ctx, &r.obj, off, n, r.hedged)
 		var changed *changedError
 		switch {
 		case errors.As(err, &changed):
@@ -305,20 +399,37 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		if !r.obj.Matches(seen) {
 			return 0, errcode.Wrap(&changedError{pinned: r.obj, found: seen}, errcode.Changed, "read", where)
 		}
-		got, err := io.ReadFull(rr, p[:n])
-		if err != nil {
-			return got, shortRead(err, got, int(n), off)
+		got := 0
+		for _, b := range bufs {
+			k, err := io.ReadFull(rr, b)
+			got += k
+			if err != nil {
+				return got, shortRead(err, got, int(n), off)
+			}
 		}
 		r.seen.Store(&seen)
 		return got, nil
 	})
-	if err != nil {
-		return 0, err
+}
+
+// cacheObject returns how the location's cache knows obj, and whether it may
+// keep obj's bytes: only on a remote store (local files are local already,
+// mem:// objects in memory), and only for a version the store names with an
+// ETag or a generation. A listed object, known by its size alone, could be
+// any version. The identity is the object's URI (without the location's
+// query) and everything obj records of its version, so that a changed
+// object is never served the blocks of the version before.
+func (l *Location) cacheObject(obj Object) (blockcache.Object, bool) {
+	if l.Cache == nil || !l.remote || (obj.ETag == "" && obj.Generation == 0) {
+		return blockcache.Object{}, false
 	}
-	if short {
-		return got, io.EOF
+	var mod int64
+	if !obj.ModTime.IsZero() {
+		mod = obj.ModTime.UnixNano()
 	}
-	return got, nil
+	id := fmt.Sprintf("%s\x00size %d\x00etag %s\x00generation %d\x00modified %d",
+		l.ObjectURI(obj.Key), obj.Size, obj.ETag, obj.Generation, mod)
+	return blockcache.Object{ID: id, Size: obj.Size}, true
 }
 
 // Read reads from the current offset.

@@ -19,7 +19,9 @@
 // Driver). It adds what croupier needs on top: URI parsing, error
 // classification (Code),
 // ReaderAt, a random-access reader over one pinned object that fails with
-// errcode.Changed when the object is not the one that was pinned, CheckKey and
+// errcode.Changed when the object is not the one that was pinned (and reads
+// through the location's disk cache, Location.Cache, on a remote store: see
+// core/blockcache), CheckKey and
 // Location.Holds, which refuse keys read from manifests and pins that would
 // lead out of a table's folder, and bounded retries. Every request croupier makes goes through a Location's methods
 // (Stat, Exists, ReadAll, List, Match, ReaderAt, WriteAll, Delete,
@@ -51,6 +53,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
@@ -60,7 +63,11 @@ type Location struct {
 	Key string // key, prefix or glob inside the bucket; "" is the whole bucket
 	// Retry bounds the retries of the location's requests; Open sets it to
 	// the process's policy (see SetRetryPolicy).
-	Retry  RetryPolicy
+	Retry RetryPolicy
+	// Cache, when not nil, keeps on local disk the bytes that ReaderAts read
+	// of the objects of a remote store, and serves them again (see
+	// blockcache); nil reads every byte from the store.
+	Cache  *blockcache.Cache
 	bucket Bucket    // shared by the Locations open on one remote store (see Close)
 	base   string    // URI of the bucket's root, without query, ending in "/"
 	root   string    // file:// only: the folder the bucket is rooted at

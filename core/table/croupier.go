@@ -801,9 +801,9 @@ func (t *Table) AppendedThrough(ctx context.Context, from, to int64) (as []Appen
 }
 
 // OpenVersion opens version v of t's croupier table (0: the latest) with
-// t's catalog.
+// t's catalog and block cache.
 func (t *Table) OpenVersion(ctx context.Context, v int64) (*Table, error) {
-	return OpenWith(ctx, t.pin.URI, OpenOptions{Version: v, Catalog: t.cat})
+	return OpenWith(ctx, t.pin.URI, OpenOptions{Version: v, Catalog: t.cat, BlockCache: t.BlockCache()})
 }
 
 // Appended returns what version v of t's croupier table added to its

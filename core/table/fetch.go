@@ -119,7 +119,6 @@ type fetched struct {
 	*store.ReaderAt
 	ranges []byteRange
 	data   [][]byte
-	stats  *readerStats
 	// window, when not 0, is how much a stream over a section not fetched
 	// reads at a time (streamBufferSize): a row group larger than a
 	// decoder's part of the reader's fetch share is streamed, not fetched.
@@ -193,19 +192,14 @@ func (f *fetched) readWindow(p []byte, off int64) (int, error) {
 		m := f.merged[i]
 		n := min(m.off+m.n, off+max(f.window, int64(len(p)))) - off
 		f.win, f.winOff = growScratch(f.win, int(n)), off
-		f.stats.requests.Add(1)
 		got, err := f.ReaderAt.ReadAt(f.win, off)
-		f.stats.bytesRead.Add(int64(got))
 		if err != nil && !(err == io.EOF && int64(got) == n) {
 			f.win = f.win[:0]
 			return 0, err
 		}
 		return copy(p, f.win), nil
 	}
-	f.stats.requests.Add(1)
-	n, err := f.ReaderAt.ReadAt(p, off)
-	f.stats.bytesRead.Add(int64(n))
-	return n, err
+	return f.ReaderAt.ReadAt(p, off)
 }
 
 // fetchedBytes returns the bytes of r where src has fetched them, within
@@ -228,7 +222,7 @@ func fetchedBytes(src io.ReaderAt, r byteRange) []byte {
 func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots chan struct{}, stats *readerStats, where string) (*fetched, error) {
 	start := time.Now()
 	defer func() { stats.fetchNanos.Add(int64(time.Since(start))) }()
-	f := &fetched{ReaderAt: ra, ranges: ranges, data: make([][]byte, len(ranges)), stats: stats}
+	f := &fetched{ReaderAt: ra, ranges: ranges, data: make([][]byte, len(ranges))}
 	g, gctx := errgroup.WithContext(ctx)
 	for i, r := range ranges {
 		select {
@@ -241,9 +235,7 @@ func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots ch
 			defer errcode.Recover(&err, errcode.Internal, "read", where)
 			defer func() { <-slots }()
 			buf := scratch{}.Allocate(int(r.n))
-			n, err := ra.ReadAt(buf, r.off)
-			stats.requests.Add(1)
-			stats.bytesRead.Add(int64(n))
+			_, err = ra.ReadAt(buf, r.off)
 			f.data[i] = buf
 			return err
 		})
@@ -266,7 +258,7 @@ func (f *fetched) release() {
 // ReaderStats count a reader's work since it was made.
 type ReaderStats struct {
 	BytesRead    int64         `json:"bytes_read"`    // bytes received from the store
-	Requests     int64         `json:"requests"`      // range requests made
+	Requests     int64         `json:"requests"`      // range requests made to the store
 	RowGroups    int64         `json:"row_groups"`    // row groups fetched and decoded
 	FetchTime    time.Duration `json:"fetch_ns"`      // summed over requests running in parallel
 	DecodeTime   time.Duration `json:"decode_ns"`     // summed over row groups decoded in parallel
@@ -274,9 +266,16 @@ type ReaderStats struct {
 	KeptRows     int64         `json:"kept_rows"`     // rows copied out of decoded row groups to be read
 	KeptBytes    int64         `json:"kept_bytes"`    // their bytes
 	Hedged       int64         `json:"hedged"`        // range requests sent again because the first answer was late
+	// What the disk cache (OpenOptions.BlockCache) served instead of the
+	// store: blocks, and the bytes of reads they held; and the blocks
+	// fetched that it could not keep (its disk full or unwritable).
+	CacheHits     int64 `json:"cache_hits"`
+	CacheHitBytes int64 `json:"cache_hit_bytes"`
+	CacheUnstored int64 `json:"cache_unstored"`
 }
 
 // readerStats is the live, atomic form of ReaderStats.
 type readerStats struct {
-	bytesRead, requests, groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes, hedged atomic.Int64
+	reads                                                         store.ReadCounts // of the data files' ReaderAts
+	groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
 }

@@ -474,15 +474,19 @@ func dictionaryEncoded(col *metadata.ColumnChunkMetaData) bool {
 // Stats returns what the reader has done so far.
 func (r *Reader) Stats() ReaderStats {
 	return ReaderStats{
-		BytesRead:    r.stats.bytesRead.Load(),
-		Requests:     r.stats.requests.Load(),
+		BytesRead:    r.stats.reads.Bytes.Load(),
+		Requests:     r.stats.reads.Requests.Load(),
 		RowGroups:    r.stats.groups.Load(),
 		FetchTime:    time.Duration(r.stats.fetchNanos.Load()),
 		DecodeTime:   time.Duration(r.stats.decodeNanos.Load()),
 		DecodedBytes: r.stats.decoded.Load(),
 		KeptRows:     r.stats.keptRows.Load(),
 		KeptBytes:    r.stats.keptBytes.Load(),
-		Hedged:       r.stats.hedged.Load(),
+		Hedged:       r.stats.reads.Hedged.Load(),
+		// what the disk cache served
+		CacheHits:     r.stats.reads.CacheHits.Load(),
+		CacheHitBytes: r.stats.reads.CacheHitBytes.Load(),
+		CacheUnstored: r.stats.reads.CacheUnstored.Load(),
 	}
 }
 
@@ -555,8 +559,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
 	ranges := mergeRanges(slices.Clone(sections), holeFor(r.t.loc))
-	ra := r.t.loc.NewReaderAt(ctx, f.Object)
-	defer func() { r.stats.hedged.Add(ra.Hedges()) }()
+	ra := r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
 	var src *fetched
 	if r.fetching != nil {
 		var n int64
@@ -571,7 +574,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		if n > r.fetchShare {
 			// Half for the window the reads are served from, half for
 			// the stream's buffer of the section being read.
-			n, src = r.fetchShare, &fetched{ReaderAt: ra, stats: &r.stats, window: r.fetchShare / 2, merged: ranges}
+			n, src = r.fetchShare, &fetched{ReaderAt: ra, window: r.fetchShare / 2, merged: ranges}
 			defer src.release()
 		}
 		if err := r.fetching.Acquire(ctx, n); err != nil {

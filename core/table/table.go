@@ -170,6 +170,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 )
@@ -239,6 +240,10 @@ type OpenOptions struct {
 	// reopen reads none of them from the store, and the page locations
 	// learnt of files without an offset index. nil disables the cache.
 	Catalog Cache `json:"-"`
+	// BlockCache keeps on local disk the bytes read of the data files of a
+	// remote store, so that reading them again reads the disk (see
+	// blockcache); nil, the default, reads every byte from the store.
+	BlockCache *blockcache.Cache `json:"-"`
 }
 
 // Open opens the table at uri at its latest version. A uri whose folder holds
@@ -260,6 +265,7 @@ func OpenWith(ctx context.Context, uri string, opts OpenOptions) (*Table, error)
 	if err != nil {
 		return nil, err
 	}
+	loc.Cache = opts.BlockCache
 	f, err := detect(ctx, loc)
 	if err == nil {
 		var t *Table
@@ -334,13 +340,16 @@ func (f parquetFormat) open(ctx context.Context, loc *store.Location, opts OpenO
 
 // OpenPin reopens exactly the version that pin describes.
 func OpenPin(ctx context.Context, pin Pin) (*Table, error) {
-	return OpenPinWith(ctx, pin, nil)
+	return OpenPinWith(ctx, pin, OpenOptions{})
 }
 
-// OpenPinWith is OpenPin with a catalog that caches the footers it reads (may
-// be nil).
-func OpenPinWith(ctx context.Context, pin Pin, cat Cache) (*Table, error) {
+// OpenPinWith is OpenPin with the catalog and the block cache of opts; the
+// pin names the version, so opts.Version must be 0.
+func OpenPinWith(ctx context.Context, pin Pin, opts OpenOptions) (*Table, error) {
 	const op = "open pinned table"
+	if opts.Version != 0 {
+		return nil, errcode.New(errcode.InvalidArgument, op, pin.URI, "version %d asked of a pin, which names its version", opts.Version)
+	}
 	if pin.Format != PinFormat {
 		return nil, errcode.New(errcode.InvalidArgument, op, pin.URI, "unsupported pin format %d (want %d)", pin.Format, PinFormat)
 	}
@@ -361,6 +370,7 @@ func OpenPinWith(ctx context.Context, pin Pin, cat Cache) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	loc.Cache = opts.BlockCache
 	// The files' keys are checked before anything is read: a pin must not
 	// lead a reader outside its table.
 	if _, err := checkFiles(pin.Files, loc.Holds); err != nil {
@@ -368,7 +378,7 @@ func OpenPinWith(ctx context.Context, pin Pin, cat Cache) (*Table, error) {
 		return nil, errcode.Wrap(fmt.Errorf("corrupt pin: %w", err), errcode.Corrupt, op, pin.URI)
 	}
 	t := newTable(loc, pin, schema, make([]*metadata.FileMetaData, len(pin.Files)))
-	t.cat = cat
+	t.cat = opts.Catalog
 	return t, nil
 }
 
@@ -459,6 +469,10 @@ func (t *Table) MaxReads() int {
 	}
 	return DefaultMaxReads
 }
+
+// BlockCache returns the disk cache the table reads its data files through
+// (OpenOptions.BlockCache), or nil.
+func (t *Table) BlockCache() *blockcache.Cache { return t.loc.Cache }
 
 // Version returns the pinned version's name: the decimal version number of a
 // croupier table ("3"), "p" and a hash of the files for plain Parquet.

@@ -125,7 +125,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -152,7 +152,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_table_cleanup": ([_STR, _STR, _STR_OUT, _ERR], _INT),
     "croupier_catalog_register": ([_STR, _STR, _STR, _ERR], _INT),
     "croupier_catalog_lookup": ([_STR, _STR, _STR_OUT, _ERR], _INT),
-    "croupier_table_open_pin": ([_STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_table_open_pin": ([_STR, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_table_pin": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_table_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_table_schema": ([_HANDLE, ctypes.POINTER(ArrowSchema), _ERR], _INT),
@@ -172,7 +172,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_dataset_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_dataset_open_split": ([_HANDLE, ctypes.c_int64, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_permutation_build": ([_HANDLE, _STR, _STR, PROGRESS, _HANDLE_OUT, _ERR], _INT),
-    "croupier_permutation_open": ([_STR, _HANDLE_OUT, _ERR], _INT),
+    "croupier_permutation_open": ([_STR, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_permutation_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_permutation_row_ids": (
         [
@@ -797,9 +797,10 @@ def catalog_lookup(path: str, name: str) -> str:
     return _str_out("croupier_catalog_lookup", _encode(path), _encode(name))
 
 
-def table_open_pin(pin_json: str) -> Handle:
-    """Reopen exactly the version described by :func:`table_pin`."""
-    return _handle_out("croupier_table_open_pin", _encode(pin_json))
+def table_open_pin(pin_json: str, options: dict[str, Any] | None = None) -> Handle:
+    """Reopen exactly the version described by :func:`table_pin` (options of
+    ``croupier_table_open_pin``)."""
+    return _handle_out("croupier_table_open_pin", _encode(pin_json), _encode(options or {}))
 
 
 def table_pin(table: int) -> str:
@@ -948,9 +949,9 @@ def permutation_build(
     return _handle_out("croupier_permutation_build", table, _encode(spec), _encode(uri), callback)
 
 
-def permutation_open(uri: str) -> Handle:
-    """Open a persisted permutation."""
-    return _handle_out("croupier_permutation_open", _encode(uri))
+def permutation_open(uri: str, options: dict[str, Any] | None = None) -> Handle:
+    """Open a persisted permutation (options of ``croupier_permutation_open``)."""
+    return _handle_out("croupier_permutation_open", _encode(uri), _encode(options or {}))
 
 
 def permutation_info(permutation: int) -> dict[str, Any]:

@@ -591,8 +591,12 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         requests sent again because the first answer was late; ``row_groups``
         decoded and ``decoded_bytes``, the bytes of the pages they decoded;
         ``kept_rows`` and ``kept_bytes`` copied out of them for the steps;
-        ``fetch_ns`` and ``decode_ns``, summed over parallel work. Empty before
-        the first iteration.
+        ``fetch_ns`` and ``decode_ns``, summed over parallel work;
+        ``cache_hits`` and ``cache_hit_bytes``, the blocks the disk cache
+        served instead of the store and the bytes of reads they held, and
+        ``cache_unstored``, the blocks fetched that it could not keep (its
+        disk full or unwritable; see :func:`~croupier.open_table`). Empty
+        before the first iteration.
 
         Under :class:`croupier.DataLoader` with workers that send runs of steps
         (no ``collate``, ``collate_fn`` or ``pin_memory``), the dataset in the

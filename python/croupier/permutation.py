@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,7 @@ import numpy as np
 
 from . import _args, _lib, _progress
 from .errors import ClosedError, InvalidArgumentError
-from .table import Table
+from .table import Table, _cache_options
 
 # The clump size that has the builder choose one from the table's layout
 # (Go's permutation.AutoClump).
@@ -225,7 +226,7 @@ class PermutationBuilder:
         finally:
             if bar:
                 bar[1]()
-        return Permutations._from_handle(handle)
+        return Permutations._from_handle(handle, self._table._cache)
 
 
 def _sizes(ratios: Any, counts: Any, fixed: Any) -> dict[str, Any]:
@@ -237,15 +238,25 @@ def _sizes(ratios: Any, counts: Any, fixed: Any) -> dict[str, Any]:
     }
 
 
-def open_permutations(uri: str) -> Permutations:
+def open_permutations(
+    uri: str,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_bytes: int | None = None,
+) -> Permutations:
     """Open a persisted permutation, checking its table version is still there.
+
+    ``cache_dir`` and ``cache_bytes`` set the disk cache its table reads a
+    remote store through, as :func:`~croupier.open_table`'s do, by default
+    from the environment; copies of the permutation keep them.
 
     Raises:
         NotFoundError: there is no permutation at ``uri``.
         ChangedError: a file of the table version it was built over changed or
             vanished.
     """
-    return Permutations._from_handle(_lib.permutation_open(uri))
+    cache = _cache_options(cache_dir, cache_bytes)
+    return Permutations._from_handle(_lib.permutation_open(uri, cache), cache)
 
 
 class Permutations(_lib.Closeable):
@@ -260,30 +271,35 @@ class Permutations(_lib.Closeable):
         raise TypeError("use PermutationBuilder.persist() or croupier.open_permutations()")
 
     @classmethod
-    def _from_handle(cls, handle: _lib.Handle) -> Permutations:
+    def _from_handle(cls, handle: _lib.Handle, cache: dict[str, Any]) -> Permutations:
+        """The permutations of a Go handle whose table was opened with the
+        disk cache options ``cache``."""
         self = cls.__new__(cls)
-        self._setup(handle, _lib.permutation_info(handle.value))
+        self._setup(handle, _lib.permutation_info(handle.value), cache)
         return self
 
-    def _setup(self, handle: _lib.Handle | None, info: dict[str, Any]) -> None:
+    def _setup(
+        self, handle: _lib.Handle | None, info: dict[str, Any], cache: dict[str, Any]
+    ) -> None:
         self._go = handle
         self._info = info
+        self._cache = cache
         self._closed = False
         self._lock = threading.Lock()
         self._table: Table | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"info": self._info}
+        return {"info": self._info, "cache": self._cache}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._setup(None, state["info"])
+        self._setup(None, state["info"], state["cache"])
 
     def _handle(self) -> int:
         with self._lock:
             if self._closed:
                 raise ClosedError(f"permutation {self.uri} is closed")
             if self._go is None:
-                self._go = _lib.permutation_open(self.uri)
+                self._go = _lib.permutation_open(self.uri, self._cache)
             return self._go.value
 
     @property
@@ -328,7 +344,7 @@ class Permutations(_lib.Closeable):
     def table(self) -> Table:
         """The pinned table version the permutation orders."""
         if self._table is None:
-            self._table = Table._from_pin(json.dumps(self._manifest["table"]))
+            self._table = Table._from_pin(json.dumps(self._manifest["table"]), self._cache)
         return self._table
 
     def __len__(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -55,6 +56,39 @@ def _write_options(
     return {k: v for k, v in options.items() if v}
 
 
+def _cache_options(
+    cache_dir: str | os.PathLike[str] | None, cache_bytes: int | None
+) -> dict[str, Any]:
+    """The disk cache options of a table opened for reading: ``cache_dir`` and
+    ``cache_bytes`` where given, else the environment's, else the defaults
+    (see :func:`open_table`). They are resolved here, as the Go runtime does
+    not see variables set after the process started."""
+    if cache_dir is None:
+        cache_dir = os.environ.get("CROUPIER_CACHE_DIR")
+    if cache_dir is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        cache_dir = os.path.join(base, "croupier", "blocks")
+    folder = _args.text(
+        "cache_dir", os.fspath(cache_dir) if isinstance(cache_dir, os.PathLike) else cache_dir
+    )
+    if folder == "":
+        return {}
+    options: dict[str, Any] = {"cache_dir": os.path.abspath(os.path.expanduser(folder))}
+    if cache_bytes is None:
+        env = os.environ.get("CROUPIER_CACHE_BYTES", "")
+        if env != "":
+            try:
+                cache_bytes = int(env)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"CROUPIER_CACHE_BYTES must be a number of bytes, got {env!r}"
+                ) from None
+            options["cache_bytes"] = _args.integer("CROUPIER_CACHE_BYTES", cache_bytes, 1)
+    else:
+        options["cache_bytes"] = _args.integer("cache_bytes", cache_bytes, 1)
+    return options
+
+
 def create_table(
     uri: str,
     data: TableData,
@@ -96,7 +130,14 @@ def create_table(
     return Table._from_handle(handle)
 
 
-def open_table(uri: str, version: int | str | None = None, *, catalog: str | None = None) -> Table:
+def open_table(
+    uri: str,
+    version: int | str | None = None,
+    *,
+    catalog: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_bytes: int | None = None,
+) -> Table:
     """Open a table and pin a version of it.
 
     Args:
@@ -114,18 +155,32 @@ def open_table(uri: str, version: int | str | None = None, *, catalog: str | Non
         catalog: path of a local catalog file caching Parquet footers and
             manifests, so that reopening a dataset of thousands of files reads
             none of them again (the object store stays the authority).
+        cache_dir: folder of the disk cache that keeps the bytes read of the
+            data files of a remote store (``s3://``, ``gs://``,
+            ``azblob://``), so that later epochs, and every process of the
+            node, read them from local disk (see docs/storage.md, "The disk
+            cache"). ``None`` is ``$CROUPIER_CACHE_DIR`` if set, else
+            ``$XDG_CACHE_HOME/croupier/blocks``, else
+            ``~/.cache/croupier/blocks``; ``""`` (or
+            ``CROUPIER_CACHE_DIR=""``) reads every byte from the store. Local
+            files are never cached.
+        cache_bytes: the bound of the folder, in bytes; ``None`` is
+            ``$CROUPIER_CACHE_BYTES`` if set, else 64 GiB or half the space
+            free on its filesystem, whichever is less. Copies of the table
+            (pickled, in DataLoader workers) keep both settings.
 
     Raises:
         NotFoundError: nothing exists at ``uri``, or the version does not.
         CorruptError: a file is not readable Parquet (the message names it).
         InvalidArgumentError: ``version`` is not one of the table's.
     """
-    options: dict[str, Any] = _write_options(None, None, catalog)
+    cache = _cache_options(cache_dir, cache_bytes)
+    options: dict[str, Any] = {**_write_options(None, None, catalog), **cache}
     if isinstance(version, str) and version.isdecimal():
         version = int(version)  # a croupier table's version, as checkpoints write it
     if version is not None and not isinstance(version, str):
         options["version"] = _args.integer("version", version, 1)
-    table = Table._from_handle(_lib.table_open(uri, options))
+    table = Table._from_handle(_lib.table_open(uri, options), cache)
     if isinstance(version, str) and version != table.version:
         table.close()
         raise InvalidArgumentError(
@@ -166,7 +221,8 @@ def rewrite(
 
     Args:
         src: a URI (a plain Parquet dataset, or a croupier table at its latest
-            version) or an open :class:`Table` (its pinned version).
+            version), read without the disk cache, or an open :class:`Table`
+            (its pinned version).
         dst_uri: where to create the new table.
         columns: the columns to keep, in that order; ``None`` keeps them all.
         row_group_rows: most rows in one row group.
@@ -202,7 +258,8 @@ def rewrite(
         elif callable(progress):
             progress(rows, total_rows, done_bytes, total_bytes)
 
-    table = open_table(src) if isinstance(src, str) else src
+    # A rewrite reads its source once: its blocks would only crowd the disk cache.
+    table = open_table(src, cache_dir="") if isinstance(src, str) else src
     try:
         handle = _lib.table_rewrite(table._handle(), dst_uri, options, report)
     finally:
@@ -252,9 +309,9 @@ class Table(_lib.Closeable):
     """One pinned version of a table. Create it with :func:`open_table`.
 
     A table is cheap to pickle: the pickle carries its pin (paths, sizes and
-    ETags of its files), and the copy reopens exactly that version on first use
-    in the new process, failing with :class:`~croupier.ChangedError` if a file
-    changed meanwhile.
+    ETags of its files) and its disk cache settings, and the copy reopens
+    exactly that version on first use in the new process, failing with
+    :class:`~croupier.ChangedError` if a file changed meanwhile.
 
     Close it with :meth:`close` or a ``with`` block; otherwise it is released when
     garbage-collected. Datasets opened from a table stay usable after it closes.
@@ -262,6 +319,7 @@ class Table(_lib.Closeable):
 
     _handle_obj: _lib.Handle | None
     _pin: str | None
+    _cache: dict[str, Any]  # the disk cache options it was opened with, for copies
     _info: dict[str, Any]
     _schema: pa.Schema | None
     _closed: bool
@@ -270,22 +328,30 @@ class Table(_lib.Closeable):
         raise TypeError("use croupier.open_table(uri) to open a table")
 
     @classmethod
-    def _from_handle(cls, handle: _lib.Handle) -> Table:
+    def _from_handle(cls, handle: _lib.Handle, cache: dict[str, Any] | None = None) -> Table:
+        """The table of a Go handle opened with the disk cache options ``cache``."""
         self = cls.__new__(cls)
-        self._setup(handle, pin=None, info=_lib.table_info(handle.value))
+        self._setup(handle, pin=None, info=_lib.table_info(handle.value), cache=cache or {})
         return self
 
     @classmethod
-    def _from_pin(cls, pin: str) -> Table:
+    def _from_pin(cls, pin: str, cache: dict[str, Any]) -> Table:
         """Open exactly the version a pin (JSON text) describes."""
-        handle = _lib.table_open_pin(pin)
+        handle = _lib.table_open_pin(pin, cache)
         self = cls.__new__(cls)
-        self._setup(handle, pin=pin, info=_lib.table_info(handle.value))
+        self._setup(handle, pin=pin, info=_lib.table_info(handle.value), cache=cache)
         return self
 
-    def _setup(self, handle: _lib.Handle | None, pin: str | None, info: dict[str, Any]) -> None:
+    def _setup(
+        self,
+        handle: _lib.Handle | None,
+        pin: str | None,
+        info: dict[str, Any],
+        cache: dict[str, Any],
+    ) -> None:
         self._handle_obj = handle
         self._pin = pin
+        self._cache = cache
         self._info = info
         self._schema = None
         self._closed = False
@@ -294,10 +360,10 @@ class Table(_lib.Closeable):
     # -- pickling: carry the pin, reopen lazily -------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"pin": self._pin_json(), "info": self._info}
+        return {"pin": self._pin_json(), "info": self._info, "cache": self._cache}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._setup(None, pin=state["pin"], info=state["info"])
+        self._setup(None, pin=state["pin"], info=state["info"], cache=state["cache"])
 
     def _pin_json(self) -> str:
         """The pin as JSON text (fetched once, then cached)."""
@@ -312,7 +378,7 @@ class Table(_lib.Closeable):
                 raise ClosedError(f"table {self.uri} (version {self.version}) is closed")
             if self._handle_obj is None:
                 assert self._pin is not None
-                self._handle_obj = _lib.table_open_pin(self._pin)
+                self._handle_obj = _lib.table_open_pin(self._pin, self._cache)
             return self._handle_obj.value
 
     # -- public API --------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,16 @@ WriteTable = Callable[..., str]
 # restore the default here, so that children start with it.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tables opened without ``cache_dir`` keep their blocks in a temporary
+    folder of the session, and so do the processes the tests start: no test
+    writes to ``~/.cache``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CROUPIER_CACHE_DIR", str(tmp_path_factory.mktemp("blocks")))
+        yield
 
 
 def rows(start: int, n: int) -> pa.Table:

@@ -1,0 +1,405 @@
+// Package blockcache keeps the bytes of pinned objects of distant stores on
+// local disk, so that a table read every epoch is fetched from its store once
+// per node.
+//
+// A training run reads every table it trains on once an epoch, from stores
+// that answer each request in 20–100 ms and charge for it, while each node
+// has terabytes of local disk. Bytes of a pinned object cannot change (a
+// changed object is another version, with another identity), so they can be
+// kept on that disk and read back by every later epoch, and by every rank and
+// DataLoader worker of the node, for the cost of a local read.
+//
+// Invariants and caveats:
+//
+//   - Blocks. An object is cut into aligned blocks of BlockSize bytes (its
+//     last block is short). A read is served from the blocks that cover it;
+//     the missing ones are fetched, consecutive missing blocks of one read in
+//     one range request, stored and served.
+//   - Identity. Blocks are found by a hash of Object.ID, which holds
+//     everything the store records of the object's version (see
+//     core/store), and their index. A changed object has another identity:
+//     its old blocks are never found for it.
+//   - Verified. Every block file starts with a header (magic, format version,
+//     the identity hash, the block index, the length) followed by a CRC-32C
+//     of header and bytes. A file that fails any check is deleted and counts
+//     as a miss: the cache serves the object's bytes or fetches them, never
+//     other bytes.
+//   - Crashes. A block is written to a temporary file in its folder and
+//     renamed into place, so a reader finds a whole block or none. Nothing is
+//     synced to disk: a block torn by a power loss fails its checksum, and is
+//     a miss. Temporary and lock files that a killed process left are removed
+//     by the next sweep once older than staleAge.
+//   - Processes. One folder serves every process of a node. A process about
+//     to fetch a block holds an flock(2) on the block's lock file and looks for
+//     the block again once it holds it, so that processes missing the same
+//     block fetch it once; the kernel releases the lock of a process that
+//     dies. The lock only spares fetches, correctness never depends on it: a
+//     wait longer than lockWait fetches anyway.
+//   - Size. The blocks are evicted least recently used first: a hit sets its
+//     block's modification time. A Cache sweeps the folder (deletes the
+//     oldest blocks until the folder is within its bound) at its first store
+//     and whenever what it stored since its last sweep passes a sixteenth of
+//     the bound; one process sweeps a folder at a time. Across processes the
+//     bound is kept loosely: the folder may exceed it by what they store
+//     between sweeps. A block deleted while a reader has it open still reads
+//     whole (Linux keeps an unlinked open file), and its checksum is checked
+//     all the same.
+//   - Disks fail. A block that cannot be stored (disk full, folder
+//     unwritable) is served all the same and counted (Stats.Unstored): the
+//     disk never fails a read.
+package blockcache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/croupier-data/croupier/core/errcode"
+)
+
+// BlockSize is the unit the cache fetches on a miss and keeps. A shuffle
+// reads a 16 KiB page here and there; a larger block makes later reads of
+// its neighbours hits, and on a store 50 ms away the extra transfer is
+// almost free (256 KiB take 2 ms at 1 Gb/s), while a block per page would
+// make the folder hold millions of files.
+const BlockSize = 256 << 10
+
+// DefaultMaxBytes is the bound of a Cache whose Options.MaxBytes is 0,
+// unless half the space free on its filesystem is less.
+const DefaultMaxBytes = 64 << 30
+
+// Options configure a Cache.
+type Options struct {
+	// Dir is the folder holding the blocks, an absolute path; it is created
+	// when the first block is stored.
+	Dir string
+	// MaxBytes bounds the bytes of the blocks in Dir; 0 is DefaultMaxBytes or
+	// half the space free on Dir's filesystem at Open, whichever is less.
+	MaxBytes int64
+}
+
+// Object is what the cache knows of one pinned object.
+type Object struct {
+	// ID names the object's version: its location and everything its store
+	// records of the version (size, ETag, generation, modification time).
+	// Two objects whose bytes may differ must have different IDs.
+	ID   string
+	Size int64
+}
+
+// Fetch reads the bytes of the object from off with one range request into
+// bufs, one after the other, and returns an error unless it filled them all.
+type Fetch func(ctx context.Context, off int64, bufs [][]byte) error
+
+// Stats count a cache's work.
+type Stats struct {
+	Hits      int64 // blocks served from disk
+	HitBytes  int64 // bytes of reads they served
+	Misses    int64 // blocks fetched from the store
+	MissBytes int64 // their bytes
+	Requests  int64 // range requests made to the store
+	Unstored  int64 // blocks fetched that could not be stored: disk full or unwritable
+	Evicted   int64 // blocks that sweeps deleted
+}
+
+func (s *Stats) add(o Stats) {
+	s.Hits += o.Hits
+	s.HitBytes += o.HitBytes
+	s.Misses += o.Misses
+	s.MissBytes += o.MissBytes
+	s.Requests += o.Requests
+	s.Unstored += o.Unstored
+	s.Evicted += o.Evicted
+}
+
+// Cache is a folder of blocks. It is safe for concurrent use, and several
+// Caches, in one process or many, may share a folder.
+type Cache struct {
+	dir       string
+	max, step int64
+	added     atomic.Int64 // bytes stored since the last sweep
+	sweeping  sync.Mutex
+	mu        sync.Mutex
+	stats     Stats
+}
+
+// Open returns a cache of blocks in opts.Dir. It creates nothing: the folder
+// is made when the first block is stored, and one that cannot be is a cache
+// that stores nothing, not an error.
+func Open(opts Options) (*Cache, error) {
+	const op = "open block cache"
+	if !filepath.IsAbs(opts.Dir) {
+		return nil, errcode.New(errcode.InvalidArgument, op, opts.Dir, "the cache folder must be an absolute path")
+	}
+	if opts.MaxBytes < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, op, opts.Dir, "cache bound %d bytes is negative", opts.MaxBytes)
+	}
+	c := &Cache{dir: filepath.Clean(opts.Dir), max: opts.MaxBytes}
+	if c.max == 0 {
+		c.max = DefaultMaxBytes
+		if free, ok := freeBytes(c.dir); ok {
+			c.max = min(c.max, free/2)
+		}
+	}
+	c.step = max(c.max/16, BlockSize)
+	// The first block stored sweeps: processes that each store less than a
+	// step would otherwise grow the folder without bound.
+	c.added.Store(c.step)
+	return c, nil
+}
+
+// Dir returns the cache's folder.
+func (c *Cache) Dir() string { return c.dir }
+
+// MaxBytes returns the cache's bound.
+func (c *Cache) MaxBytes() int64 { return c.max }
+
+// Stats returns what the cache has done since it was opened.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+func (c *Cache) count(s Stats) {
+	c.mu.Lock()
+	c.stats.add(s)
+	c.mu.Unlock()
+}
+
+// ReadAt fills p with the bytes of obj at off, [off, off+len(p)) lying within
+// the object, from the blocks on disk where they are and with fetch where
+// they are not, and returns what that took. Its only errors are fetch's and
+// ctx's: the disk never fails a read.
+func (c *Cache) ReadAt(ctx context.Context, obj Object, p []byte, off int64, fetch Fetch) (Stats, error) {
+	if off < 0 || off+int64(len(p)) > obj.Size {
+		return Stats{}, errcode.New(errcode.Internal, "read through block cache", c.dir,
+			"bytes [%d, %d) asked of an object of %d bytes", off, off+int64(len(p)), obj.Size)
+	}
+	if len(p) == 0 {
+		return Stats{}, nil
+	}
+	r := &read{c: c, obj: obj, id: sha256.Sum256([]byte(obj.ID)), p: p, off: off, fetch: fetch}
+	first, last := off/BlockSize, (off+int64(len(p))-1)/BlockSize
+	err := r.blocks(ctx, first, last)
+	c.count(r.st)
+	if r.stored > 0 && c.added.Add(r.stored) >= c.step {
+		c.sweep(ctx)
+	}
+	return r.st, err
+}
+
+// read is one ReadAt.
+type read struct {
+	c      *Cache
+	obj    Object
+	id     [sha256.Size]byte
+	p      []byte
+	off    int64
+	fetch  Fetch
+	st     Stats
+	stored int64 // bytes of the blocks it stored
+}
+
+// blocks serves blocks first to last: the hits from disk, each run of
+// consecutive misses with one fetch.
+func (r *read) blocks(ctx context.Context, first, last int64) error {
+	for b := first; b <= last; {
+		if r.serve(b) {
+			b++
+			continue
+		}
+		e := b + 1
+		for e <= last && !r.serve(e) {
+			e++
+		}
+		if err := r.fill(ctx, b, e-1); err != nil {
+			return err
+		}
+		b = e + 1 // e, when there is one, was a hit
+	}
+	return nil
+}
+
+// fill fetches and stores blocks b0 to b1, none of which was on disk. It
+// holds their locks first, in order (so processes that share blocks never
+// wait on each other in a cycle), then serves from disk what another process
+// stored meanwhile and fetches the rest.
+func (r *read) fill(ctx context.Context, b0, b1 int64) error {
+	var held []*lock
+	defer func() {
+		for _, l := range held {
+			l.release()
+		}
+	}()
+	for b := b0; b <= b1; b++ {
+		l, err := acquire(ctx, r.path(b)+lockSuffix, lockWait)
+		if ctx.Err() != nil {
+			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "wait for a block another process fetches", r.c.dir)
+		}
+		if err == nil {
+			held = append(held, l)
+		} // else fetched without its lock: twice at worst
+	}
+	for b := b0; b <= b1; {
+		if r.serve(b) {
+			b++
+			continue
+		}
+		e := b + 1
+		for e <= b1 && !r.serve(e) {
+			e++
+		}
+		if err := r.fetchRun(ctx, b, e-1); err != nil {
+			return err
+		}
+		b = e + 1
+	}
+	return nil
+}
+
+// fetchRun fetches blocks b0 to b1 with one request, then stores them.
+func (r *read) fetchRun(ctx context.Context, b0, b1 int64) error {
+	start, end := b0*BlockSize, min((b1+1)*BlockSize, r.obj.Size)
+	bufs, free := r.pieces(start, end)
+	defer free()
+	r.st.Requests++
+	if err := r.fetch(ctx, start, bufs); err != nil {
+		return err
+	}
+	r.st.Misses += b1 - b0 + 1
+	r.st.MissBytes += end - start
+	for b := b0; b <= b1; b++ {
+		bs, be := b*BlockSize, min((b+1)*BlockSize, r.obj.Size)
+		if err := r.c.store(r.path(b), r.id, b, cut(bufs, bs-start, be-bs)); err != nil {
+			r.st.Unstored++
+			continue
+		}
+		r.stored += be - bs
+	}
+	return nil
+}
+
+// serve copies block b into p from disk, and reports whether it could: a
+// block absent or failing a check is a miss, and one that fails a check is
+// deleted.
+func (r *read) serve(b int64) bool {
+	path := r.path(b)
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	bs, be := b*BlockSize, min((b+1)*BlockSize, r.obj.Size)
+	bufs, free := r.pieces(bs, be)
+	defer free()
+	if !readBlock(f, r.id, b, be-bs, bufs) {
+		os.Remove(path) // a block stored again meanwhile goes too: a miss, no more
+		return false
+	}
+	touch(path)
+	r.st.Hits++
+	r.st.HitBytes += min(be, r.off+int64(len(r.p))) - max(bs, r.off)
+	return true
+}
+
+// pieces returns buffers for the bytes [start, end) of the object, one
+// after the other: the part of p they overlap, and scratch for what lies
+// before and after p; free returns the scratch.
+func (r *read) pieces(start, end int64) (bufs [][]byte, free func()) {
+	var scratch []*[]byte
+	take := func(n int64) []byte {
+		b := blockBufs.Get().(*[]byte)
+		scratch = append(scratch, b)
+		return (*b)[:n]
+	}
+	pend := r.off + int64(len(r.p))
+	if start < r.off {
+		bufs = append(bufs, take(min(r.off, end)-start))
+	}
+	if lo, hi := max(start, r.off), min(end, pend); lo < hi {
+		bufs = append(bufs, r.p[lo-r.off:hi-r.off])
+	}
+	if end > pend {
+		bufs = append(bufs, take(end-max(start, pend)))
+	}
+	return bufs, func() {
+		for _, b := range scratch {
+			blockBufs.Put(b)
+		}
+	}
+}
+
+// blockBufs are scratch buffers of a block's size: the parts of blocks that
+// lie outside the read that needs them. A read takes two at most.
+var blockBufs = sync.Pool{New: func() any { b := make([]byte, BlockSize); return &b }}
+
+// cut returns the bytes [from, from+n) of bufs taken end to end.
+func cut(bufs [][]byte, from, n int64) [][]byte {
+	var out [][]byte
+	for _, b := range bufs {
+		if n == 0 {
+			break
+		}
+		if from >= int64(len(b)) {
+			from -= int64(len(b))
+			continue
+		}
+		k := min(int64(len(b))-from, n)
+		out = append(out, b[from:from+k])
+		from, n = 0, n-k
+	}
+	return out
+}
+
+// Names of the files in a cache folder. Block b of the object whose identity
+// hashes to id is <dir>/<id[0] in hex>/<id[:16] in hex>-<b>.blk; while a
+// process fetches it, it holds <that>.lock, and writes <that>.tmp<random>.
+const (
+	blockSuffix = ".blk"
+	lockSuffix  = ".lock"
+	tempInfix   = ".tmp"
+	sweepLock   = "sweep.lock"
+)
+
+// path returns the file of block b.
+func (r *read) path(b int64) string { return r.c.path(r.id, b) }
+
+// path returns the file of block b of the object whose identity hashes to
+// id.
+func (c *Cache) path(id [sha256.Size]byte, b int64) string {
+	return filepath.Join(c.dir, hex.EncodeToString(id[:1]), hex.EncodeToString(id[:16])+"-"+strconv.FormatInt(b, 10)+blockSuffix)
+}
+
+// store writes a block to a temporary file beside path and renames it into
+// place.
+func (c *Cache) store(path string, id [sha256.Size]byte, b int64, bufs [][]byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
+	if os.IsNotExist(err) {
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			f, err = os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
+		}
+	}
+	if err != nil {
+		return err
+	}
+	err = writeBlock(f, id, b, bufs)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("store block %d: %w", b, err)
+	}
+	return nil
+}

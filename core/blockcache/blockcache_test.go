@@ -1,0 +1,561 @@
+package blockcache_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/croupier-data/croupier/core/blockcache"
+	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/core/store/s3test"
+	_ "github.com/croupier-data/croupier/drivers/s3"
+)
+
+const bs = blockcache.BlockSize
+
+// Environment of the child processes the tests start (see TestMain).
+const (
+	envChild  = "CROUPIER_BLOCKCACHE_CHILD" // "write" or "share"
+	envDir    = "CROUPIER_BLOCKCACHE_DIR"   // the cache folder
+	envSignal = "CROUPIER_BLOCKCACHE_SIGNAL"
+	envURI    = "CROUPIER_BLOCKCACHE_URI"
+	envObject = "CROUPIER_BLOCKCACHE_OBJECT" // a store.Object, in JSON
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(envChild) {
+	case "write":
+		writeUntilKilled(os.Getenv(envDir), os.Getenv(envSignal))
+	case "share":
+		os.Exit(readShared())
+	}
+	os.Exit(m.Run())
+}
+
+// content returns the n bytes of the object called name.
+func content(name string, n int64) []byte {
+	seed := sha256.Sum256([]byte(name))
+	r := rand.New(rand.NewChaCha8(seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// source is a store of one object that counts its requests.
+type source struct {
+	data     []byte
+	requests atomic.Int64
+	bytes    atomic.Int64
+}
+
+func (s *source) fetch(ctx context.Context, off int64, bufs [][]byte) error {
+	s.requests.Add(1)
+	for _, b := range bufs {
+		n := copy(b, s.data[off:])
+		off += int64(n)
+		s.bytes.Add(int64(n))
+	}
+	return nil
+}
+
+func open(t testing.TB, dir string, maxBytes int64) *blockcache.Cache {
+	t.Helper()
+	c, err := blockcache.Open(blockcache.Options{Dir: dir, MaxBytes: maxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// check reads [off, off+n) of obj through c and checks the bytes.
+func check(t *testing.T, c *blockcache.Cache, obj blockcache.Object, src *source, off, n int64) blockcache.Stats {
+	t.Helper()
+	p := make([]byte, n)
+	st, err := c.ReadAt(context.Background(), obj, p, off, src.fetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, src.data[off:off+n]) {
+		t.Fatalf("read [%d, +%d) of %s: wrong bytes", off, n, obj.ID)
+	}
+	return st
+}
+
+// TestReadsAreServedFromBlocks reads ranges of an object whose last block is
+// short: the first reads fetch the blocks they cover, consecutive missing
+// blocks in one request, and the same reads again fetch nothing.
+func TestReadsAreServedFromBlocks(t *testing.T) {
+	c := open(t, t.TempDir(), 0)
+	size := int64(5*bs + 1000)
+	src := &source{data: content("blocks", size)}
+	obj := blockcache.Object{ID: "blocks", Size: size}
+	ranges := [][2]int64{{10, 100}, {bs - 5, 10}, {3*bs + 7, bs + 500}, {size - 1, 1}, {0, size}}
+	for _, r := range ranges {
+		check(t, c, obj, src, r[0], r[1])
+	}
+	// Blocks 0, 1, 3 and 4 together, 5, then 2.
+	if got := src.requests.Load(); got != 5 {
+		t.Errorf("%d requests; want 5", got)
+	}
+	if got := src.bytes.Load(); got != size {
+		t.Errorf("%d bytes fetched; want the object's %d, each block once", got, size)
+	}
+	src.requests.Store(0)
+	for _, r := range ranges {
+		if st := check(t, c, obj, src, r[0], r[1]); st.Hits == 0 || st.Misses != 0 || st.HitBytes != r[1] {
+			t.Errorf("read [%d, +%d) again: %+v; want hits only", r[0], r[1], st)
+		}
+	}
+	if got := src.requests.Load(); got != 0 {
+		t.Errorf("%d requests reading again; want 0", got)
+	}
+}
+
+// TestDamagedBlockIsAMiss damages block files every way (each byte flipped,
+// truncated at every length of its header and some of its body, extended,
+// another block's or another object's file in its place): each read of a
+// damaged block returns the object's bytes, fetched again, and stores the
+// block again.
+func TestDamagedBlockIsAMiss(t *testing.T) {
+	dir := t.TempDir()
+	c := open(t, dir, 0)
+	size := int64(2*bs + 100)
+	src := &source{data: content("damaged", size)}
+	obj := blockcache.Object{ID: "damaged", Size: size}
+	check(t, c, obj, src, 0, size)
+	other := &source{data: content("other", size)}
+	check(t, c, blockcache.Object{ID: "other", Size: size}, other, 0, size)
+	files := make([][]byte, 3)
+	for b := range files {
+		var err error
+		if files[b], err = os.ReadFile(c.BlockPath(obj.ID, int64(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(files[2]) != blockcache.HeaderSize+100 {
+		t.Fatalf("last block file holds %d bytes; want a header and 100", len(files[2]))
+	}
+	misses := 0
+	damage := func(what string, b int64, bad []byte) {
+		t.Helper()
+		misses++
+		path := c.BlockPath(obj.ID, b)
+		if err := os.WriteFile(path, bad, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := src.requests.Load()
+		st := check(t, c, obj, src, b*bs, min(bs, size-b*bs))
+		if src.requests.Load() != before+1 || st.Misses != 1 {
+			t.Fatalf("%s: block %d served from disk (%+v)", what, b, st)
+		}
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, files[b]) {
+			t.Fatalf("%s: block %d not stored again", what, b)
+		}
+	}
+	for b, good := range files {
+		at := []int{}
+		if b == 2 {
+			for i := range good { // every byte of the short block
+				at = append(at, i)
+			}
+		} else { // every byte of the header, some of the bytes
+			for i := range blockcache.HeaderSize {
+				at = append(at, i)
+			}
+			at = append(at, blockcache.HeaderSize, blockcache.HeaderSize+1, len(good)/2, len(good)-1)
+		}
+		for _, i := range at {
+			bad := slices.Clone(good)
+			bad[i] ^= 0xff
+			damage(fmt.Sprintf("byte %d flipped", i), int64(b), bad)
+		}
+		for n := range blockcache.HeaderSize {
+			damage(fmt.Sprintf("truncated to %d bytes", n), int64(b), good[:n])
+		}
+		for _, n := range []int{blockcache.HeaderSize, blockcache.HeaderSize + 1, len(good) / 2, len(good) - 1} {
+			damage(fmt.Sprintf("truncated to %d bytes", n), int64(b), good[:n])
+		}
+		damage("extended by a byte", int64(b), append(slices.Clone(good), 0))
+	}
+	damage("block 0 in block 1's place", 1, files[0])
+	otherBlock, err := os.ReadFile(c.BlockPath("other", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	damage("another object's block 1", 1, otherBlock)
+	if got := c.Stats().Misses; got != int64(misses)+6 {
+		t.Errorf("%d misses; want %d", got, misses+6)
+	}
+}
+
+// TestChangedObjectIsNotServed rewrites an object on the S3 test server under
+// its key, as many bytes and with the same Last-Modified: a read of the new
+// version returns its bytes, never the cached blocks of the old one, which
+// still serve reads of the version they belong to.
+func TestChangedObjectIsNotServed(t *testing.T) {
+	ctx := context.Background()
+	srv := startS3(t)
+	loc := openS3(t, srv, t.TempDir())
+	size := int64(3*bs + 17)
+	old, new := content("v1", size), content("v2", size)
+	if err := srv.Put("bkt", "obj", old); err != nil {
+		t.Fatal(err)
+	}
+	v1, err := loc.Stat(ctx, "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readS3(t, loc, v1, old)
+	if err := srv.Overwrite("bkt", "obj", new); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := loc.Stat(ctx, "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.ETag == v1.ETag || !v2.ModTime.Equal(v1.ModTime) || v2.Size != v1.Size {
+		t.Fatalf("the rewrite changed %s to %s; want another ETag only", v1, v2)
+	}
+	srv.ResetCounts()
+	readS3(t, loc, v2, new)
+	if got := srv.BytesServed(); got != size {
+		t.Errorf("the store served %d bytes of the new version; want all %d", got, size)
+	}
+	srv.ResetCounts()
+	readS3(t, loc, v1, old)
+	if got := srv.Requests(); got != 0 {
+		t.Errorf("%d requests reading the old version again; want 0", got)
+	}
+}
+
+func startS3(t *testing.T) *s3test.Server {
+	t.Helper()
+	srv, err := s3test.Start("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func openS3(t *testing.T, srv *s3test.Server, dir string) *store.Location {
+	t.Helper()
+	loc, err := store.Open(context.Background(), srv.URI("bkt", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { loc.Close() })
+	loc.Cache = open(t, dir, 0)
+	return loc
+}
+
+// readS3 reads obj whole through loc and checks its bytes.
+func readS3(t *testing.T, loc *store.Location, obj store.Object, want []byte) {
+	t.Helper()
+	p := make([]byte, obj.Size)
+	if _, err := loc.NewReaderAt(context.Background(), obj).ReadAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, want) {
+		t.Fatalf("read %s (%s): wrong bytes", obj.Key, obj)
+	}
+}
+
+// TestProcessesFetchABlockOnce has two processes read the same object at the
+// same moment through one cache folder, from the S3 test server answering
+// each request after 300 ms: the store serves the object's bytes once.
+func TestProcessesFetchABlockOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := startS3(t)
+	size := int64(6*bs + 1234)
+	if err := srv.Put("bkt", "shared", content("shared", size)); err != nil {
+		t.Fatal(err)
+	}
+	loc, err := store.Open(ctx, srv.URI("bkt", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	obj, err := loc.Stat(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := json.Marshal(obj)
+	dir, start := t.TempDir(), filepath.Join(t.TempDir(), "start")
+	srv.SetFaults(s3test.Faults{FirstByte: 300 * time.Millisecond})
+	srv.ResetCounts()
+	var children []*exec.Cmd
+	var outs []*bytes.Buffer
+	for range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), envChild+"=share", envDir+"="+dir, envSignal+"="+start,
+			envURI+"="+srv.URI("bkt", ""), envObject+"="+string(js))
+		out := &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children, outs = append(children, cmd), append(outs, out)
+	}
+	if err := os.WriteFile(start, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range children {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, outs[i])
+		}
+	}
+	if got := srv.BytesServed(); got != size {
+		t.Errorf("the store served %d bytes in %d requests; want the object's %d once", got, srv.Requests(), size)
+	}
+}
+
+// readShared is a child of TestProcessesFetchABlockOnce: it waits for the
+// start file, then reads the object whole through the cache.
+func readShared() int {
+	ctx := context.Background()
+	var obj store.Object
+	if err := json.Unmarshal([]byte(os.Getenv(envObject)), &obj); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	loc, err := store.Open(ctx, os.Getenv(envURI))
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer loc.Close()
+	if loc.Cache, err = blockcache.Open(blockcache.Options{Dir: os.Getenv(envDir)}); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	for {
+		if _, err := os.Stat(os.Getenv(envSignal)); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p := make([]byte, obj.Size)
+	if _, err := loc.NewReaderAt(ctx, obj).ReadAt(p, 0); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if !bytes.Equal(p, content(obj.Key, obj.Size)) {
+		fmt.Println("wrong bytes")
+		return 1
+	}
+	return 0
+}
+
+// Objects the killed writer stores: "object 0", "object 1", …, each of
+// writtenSize bytes; and "hung", whose fetch never ends.
+const writtenSize = 4*bs + 7
+
+// TestKilledWriter kills a process with SIGKILL while it stores blocks, one
+// of its fetches holding the locks of its blocks: every block file it left is
+// intact, the locks it held are free, every object reads its own bytes, and
+// a sweep removes the files it left behind once they are stale.
+func TestKilledWriter(t *testing.T) {
+	dir := t.TempDir()
+	hung := filepath.Join(t.TempDir(), "hung")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"=write", envDir+"="+dir, envSignal+"="+hung)
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(hung); err == nil && len(blockFiles(t, dir)) >= 64 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the writer stored no blocks in a minute:\n%s", out)
+		}
+	}
+	cmd.Process.Kill()
+	var exit *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("writer not killed: %v\n%s", err, out)
+	}
+
+	c := open(t, dir, 0)
+	for b := range int64(4) {
+		if !blockcache.Free(c.LockPath("hung", b)) {
+			t.Errorf("the lock of block %d the writer held is not free", b)
+		}
+	}
+	files := blockFiles(t, dir)
+	names := map[string]string{} // a block file's object prefix -> the object's ID
+	for i := range 4*len(files) + 8 {
+		id := "object " + strconv.Itoa(i)
+		sum := sha256.Sum256([]byte(id))
+		names[hex.EncodeToString(sum[:16])] = id
+	}
+	objects := 0
+	for _, path := range files {
+		prefix, index, _ := strings.Cut(strings.TrimSuffix(filepath.Base(path), ".blk"), "-")
+		id, ok := names[prefix]
+		b, _ := strconv.ParseInt(index, 10, 64)
+		if !ok || !blockcache.Intact(path, id, b, min(bs, writtenSize-b*bs)) {
+			t.Errorf("block file %s is not an intact block", path)
+		}
+		n, _ := strconv.Atoi(strings.TrimPrefix(id, "object "))
+		objects = max(objects, n+1)
+	}
+	for i := range objects + 1 {
+		id := "object " + strconv.Itoa(i)
+		check(t, c, blockcache.Object{ID: id, Size: writtenSize}, &source{data: content(id, writtenSize)}, 0, writtenSize)
+	}
+	left := leftBehind(t, dir)
+	if len(left) == 0 {
+		t.Fatal("the writer left no lock file")
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, path := range left {
+		os.Chtimes(path, old, old)
+	}
+	c.Sweep(context.Background())
+	if left := leftBehind(t, dir); len(left) > 0 {
+		t.Errorf("stale files left after a sweep: %v", left)
+	}
+}
+
+// writeUntilKilled is the child of TestKilledWriter: it fetches the blocks
+// of "hung" without end, holding their locks, and once it does, stores
+// objects until it is killed, creating the file signal when both are under
+// way.
+func writeUntilKilled(dir, signal string) {
+	ctx := context.Background()
+	c, err := blockcache.Open(blockcache.Options{Dir: dir, MaxBytes: 1 << 40})
+	if err != nil {
+		panic(err)
+	}
+	go c.ReadAt(ctx, blockcache.Object{ID: "hung", Size: 4 * bs}, make([]byte, 4*bs), 0, func(context.Context, int64, [][]byte) error {
+		os.WriteFile(signal, nil, 0o644)
+		select {}
+	})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; ; i += 4 {
+				id := "object " + strconv.Itoa(i)
+				src := &source{data: content(id, writtenSize)}
+				if _, err := c.ReadAt(ctx, blockcache.Object{ID: id, Size: writtenSize}, make([]byte, writtenSize), 0, src.fetch); err != nil {
+					panic(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// blockFiles returns the block files in dir.
+func blockFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*", "*.blk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// leftBehind returns the temporary and lock files in dir.
+func leftBehind(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, ".blk") })
+}
+
+// TestEvictionLeastRecentlyUsed bounds a cache to four blocks and reads a
+// fifth and sixth after a hit on the oldest: each sweep keeps the folder
+// within the bound, deleting the least recently used block.
+func TestEvictionLeastRecentlyUsed(t *testing.T) {
+	dir := t.TempDir()
+	file := int64(blockcache.HeaderSize + bs)
+	c := open(t, dir, 4*file)
+	size := int64(8 * bs)
+	src := &source{data: content("evicted", size)}
+	obj := blockcache.Object{ID: "evicted", Size: size}
+	for b := range int64(4) {
+		check(t, c, obj, src, b*bs, 1)
+	}
+	// Blocks used an hour ago, 0 first, then 0 again now.
+	for b := range int64(4) {
+		used := time.Now().Add(-time.Hour + time.Duration(b)*time.Minute)
+		if err := os.Chtimes(c.BlockPath(obj.ID, b), used, used); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, c, obj, src, 0, 1)
+	present := func() []int64 {
+		var out []int64
+		var total int64
+		for b := range int64(8) {
+			if fi, err := os.Stat(c.BlockPath(obj.ID, b)); err == nil {
+				out = append(out, b)
+				total += fi.Size()
+			}
+		}
+		if total > 4*file {
+			t.Errorf("the folder holds %d bytes of blocks; the bound is %d", total, 4*file)
+		}
+		return out
+	}
+	check(t, c, obj, src, 4*bs, 1)
+	if got := present(); !slices.Equal(got, []int64{0, 2, 3, 4}) {
+		t.Errorf("blocks %v on disk; want 0, 2, 3, 4 (1 the least recently used)", got)
+	}
+	check(t, c, obj, src, 5*bs, 1)
+	if got := present(); !slices.Equal(got, []int64{0, 3, 4, 5}) {
+		t.Errorf("blocks %v on disk; want 0, 3, 4, 5", got)
+	}
+	if got := c.Stats().Evicted; got != 2 {
+		t.Errorf("%d blocks evicted; want 2", got)
+	}
+}
+
+// TestUnwritableFolder reads through a cache whose folder cannot be made:
+// every read returns the object's bytes from the store, and the blocks not
+// stored are counted.
+func TestUnwritableFolder(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, filepath.Join(file, "blocks"), 0) // under a file: no folder can be made
+	size := int64(3*bs + 5)
+	src := &source{data: content("unwritable", size)}
+	obj := blockcache.Object{ID: "unwritable", Size: size}
+	for range 2 {
+		if st := check(t, c, obj, src, 0, size); st.Unstored != 4 || st.Misses != 4 {
+			t.Errorf("%+v; want 4 blocks fetched and not stored", st)
+		}
+	}
+	if got := src.requests.Load(); got != 2 {
+		t.Errorf("%d requests; want 2", got)
+	}
+}
