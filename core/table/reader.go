@@ -19,7 +19,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table/internal/general"
@@ -61,7 +60,11 @@ type Reader struct {
 	mem    memory.Allocator
 
 	reads      chan struct{}       // one slot per range request in flight
-	fetching   *semaphore.Weighted // bytes fetched and not yet decoded; nil: no bound
+	// fetching bounds the bytes fetched and not yet decoded (nil: no
+	// bound), granted to the row group needed soonest first: horizons are
+	// planned while the one before is still being fetched, and a later
+	// horizon's row groups must not take the room of the next batch's.
+	fetching *slots
 	fetchLimit int64               // its size
 	// fetchShare is a decoder's part of fetchLimit: a row group whose
 	// sections are larger is read as it is decoded, a window of that part
@@ -111,7 +114,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 		r.decoding = newSlots(opts.Decoders, math.MaxInt64)
 	}
 	if opts.FetchBytes > 0 {
-		r.fetching, r.fetchLimit = semaphore.NewWeighted(opts.FetchBytes), opts.FetchBytes
+		r.fetching, r.fetchLimit = newSlots(math.MaxInt, opts.FetchBytes), opts.FetchBytes
 		r.fetchShare = max(opts.FetchBytes/int64(opts.Decoders), min(opts.FetchBytes, minWindow))
 	}
 	return r, nil
@@ -577,10 +580,11 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 			n, src = r.fetchShare, &fetched{ReaderAt: ra, window: r.fetchShare / 2, merged: ranges}
 			defer src.release()
 		}
-		if err := r.fetching.Acquire(ctx, n); err != nil {
+		n, err := r.fetching.acquire(ctx, prio, n)
+		if err != nil {
 			return errcode.Wrap(err, errcode.Canceled, "read", where)
 		}
-		defer r.fetching.Release(n)
+		defer r.fetching.release(n)
 	}
 	if src == nil {
 		if src, err = fetch(ctx, ra, ranges, r.reads, &r.stats, where); err != nil {
