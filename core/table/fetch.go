@@ -217,23 +217,22 @@ func fetchedBytes(src io.ReaderAt, r byteRange) []byte {
 	return nil
 }
 
-// fetch reads ranges of obj in parallel, at most cap(slots) requests at a
-// time across the reader.
-func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots chan struct{}, stats *readerStats, where string) (*fetched, error) {
+// fetch reads ranges of obj in parallel, as slots, shared by the reader's
+// fetches, grant requests: the row group of priority prio (the lowest is
+// needed soonest) before those needed later.
+func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots *slots, prio int64, stats *readerStats, where string) (*fetched, error) {
 	start := time.Now()
 	defer func() { stats.fetchNanos.Add(int64(time.Since(start))) }()
 	f := &fetched{ReaderAt: ra, ranges: ranges, data: make([][]byte, len(ranges))}
 	g, gctx := errgroup.WithContext(ctx)
 	for i, r := range ranges {
-		select {
-		case slots <- struct{}{}:
-		case <-gctx.Done():
+		if _, err := slots.acquire(gctx, prio, 0); err != nil {
 			g.Wait()
 			return nil, errcode.Wrap(context.Cause(gctx), errcode.Canceled, "read", where)
 		}
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "read", where)
-			defer func() { <-slots }()
+			defer slots.release(0)
 			buf := scratch{}.Allocate(int(r.n))
 			_, err = ra.ReadAt(buf, r.off)
 			f.data[i] = buf

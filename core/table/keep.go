@@ -147,7 +147,7 @@ func sortByRow(sel []uint64, rows int64) {
 // Len is the number of positions.
 func (k *Kept) Len() int { return len(k.of) }
 
-// build decodes the pieces in order, at most cap(r.reads) row groups fetched
+// build decodes the pieces in order, at most r.maxReads row groups fetched
 // or waiting for a core at a time: requests and decoding have bounds of their
 // own, and a batch that needs many row groups from a distant store must not
 // wait a round trip for every two of them. Should it stop early, the pieces
@@ -165,7 +165,7 @@ func (k *Kept) build(ctx context.Context) (err error) {
 	defer recoverTo(&err, "read", k.r.t.pin.URI)
 	r := k.r
 	prio := r.planned.Add(int64(len(k.pieces))) - int64(len(k.pieces))
-	sem := make(chan struct{}, cap(r.reads))
+	sem := make(chan struct{}, r.maxReads)
 	if k.budget != nil {
 		// Each piece's admission needs its file's footer: those not read
 		// yet are read together, not a round trip per piece.

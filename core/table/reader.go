@@ -59,13 +59,14 @@ type Reader struct {
 	leaves [][]int       // Parquet leaf columns of each output column
 	mem    memory.Allocator
 
-	reads      chan struct{}       // one slot per range request in flight
+	reads    *slots // one per range request in flight, granted to the row group needed soonest
+	maxReads int
 	// fetching bounds the bytes fetched and not yet decoded (nil: no
 	// bound), granted to the row group needed soonest first: horizons are
 	// planned while the one before is still being fetched, and a later
 	// horizon's row groups must not take the room of the next batch's.
-	fetching *slots
-	fetchLimit int64               // its size
+	fetching   *slots
+	fetchLimit int64 // its size
 	// fetchShare is a decoder's part of fetchLimit: a row group whose
 	// sections are larger is read as it is decoded, a window of that part
 	// at a time, so that every decoder can have a row group to decode.
@@ -108,7 +109,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 		opts.Decoders = runtime.GOMAXPROCS(0)
 	}
 	r := &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
-		mem: mem, reads: make(chan struct{}, opts.MaxReads), decoding: newSlots(opts.Decoders, opts.DecodeBytes),
+		mem: mem, reads: newSlots(opts.MaxReads, 0), maxReads: opts.MaxReads, decoding: newSlots(opts.Decoders, opts.DecodeBytes),
 		sectionBufs: bufferList{max: opts.Decoders}}
 	if opts.DecodeBytes <= 0 {
 		r.decoding = newSlots(opts.Decoders, math.MaxInt64)
@@ -587,7 +588,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		defer r.fetching.release(n)
 	}
 	if src == nil {
-		if src, err = fetch(ctx, ra, ranges, r.reads, &r.stats, where); err != nil {
+		if src, err = fetch(ctx, ra, ranges, r.reads, prio, &r.stats, where); err != nil {
 			return err
 		}
 		defer src.release()
