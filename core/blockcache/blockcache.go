@@ -59,6 +59,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -127,7 +128,26 @@ type Cache struct {
 	sweeping  sync.Mutex
 	mu        sync.Mutex
 	stats     Stats
+	// checked holds the block files this cache has read whole and found
+	// intact, by path, with what fstat said of them (os.FileInfo): a later
+	// hit on the same file, unchanged (the same inode, size and modification
+	// time: a block stored again is a new file, and a write in place moves
+	// the time) reads only the bytes it needs. A shuffle needs a 16 KiB page of a
+	// block at a time: reading and summing all 256 KiB of it on every hit
+	// took the second epoch of a full shuffle to 0.4 of the rate of the same
+	// read of local files. At most maxChecked files are held.
+	checked  sync.Map
+	nchecked atomic.Int64
 }
+
+// maxChecked bounds the block files a cache remembers as checked: 64 Ki of
+// them, 16 GiB of blocks, in a few MiB.
+const maxChecked = 64 << 10
+
+// touchAge is how old a block's mark of its last use may grow before a hit
+// marks it again: the sweeps' order needs no finer time, and a mark is a
+// system call.
+const touchAge = time.Minute
 
 // Open returns a cache of blocks in opts.Dir. It creates nothing: the folder
 // is made when the first block is stored, and one that cannot be is a cache
@@ -296,17 +316,57 @@ func (r *read) serve(b int64) bool {
 		return false
 	}
 	defer f.Close()
-	bs, be := b*BlockSize, min((b+1)*BlockSize, r.obj.Size)
-	bufs, free := r.pieces(bs, be)
-	defer free()
-	if !readBlock(f, r.id, b, be-bs, bufs) {
-		os.Remove(path) // a block stored again meanwhile goes too: a miss, no more
+	fi, err := f.Stat()
+	if err != nil {
 		return false
 	}
-	touch(path)
+	bs, be := b*BlockSize, min((b+1)*BlockSize, r.obj.Size)
+	lo, hi := max(bs, r.off), min(be, r.off+int64(len(r.p)))
+	if !r.readChecked(f, fi, path, lo, hi, bs) {
+		bufs, free := r.pieces(bs, be)
+		defer free()
+		if !readBlock(f, r.id, b, be-bs, bufs) {
+			r.c.checked.Delete(path)
+			os.Remove(path) // a block stored again meanwhile goes too: a miss, no more
+			return false
+		}
+		r.c.check(path, fi)
+	}
+	if time.Since(fi.ModTime()) > touchAge {
+		touch(path)
+		if now, err := f.Stat(); err == nil {
+			r.c.check(path, now) // its new time is its own mark
+		}
+	}
 	r.st.Hits++
-	r.st.HitBytes += min(be, r.off+int64(len(r.p))) - max(bs, r.off)
+	r.st.HitBytes += hi - lo
 	return true
+}
+
+// check records that the block file at path, as fi describes it, is intact.
+func (c *Cache) check(path string, fi os.FileInfo) {
+	if c.nchecked.Load() >= maxChecked {
+		return
+	}
+	if _, had := c.checked.Swap(path, fi); !had {
+		c.nchecked.Add(1)
+	}
+}
+
+// readChecked reads bytes [lo, hi) of the object, of block file f starting
+// at object offset bs, into p where the cache has read f whole before and
+// found it intact (the file at path is still the one it checked), and
+// reports whether it did.
+func (r *read) readChecked(f *os.File, fi os.FileInfo, path string, lo, hi, bs int64) bool {
+	v, ok := r.c.checked.Load(path)
+	if !ok || lo >= hi {
+		return false
+	}
+	if was := v.(os.FileInfo); !os.SameFile(was, fi) || was.Size() != fi.Size() || !was.ModTime().Equal(fi.ModTime()) {
+		return false
+	}
+	_, err := f.ReadAt(r.p[lo-r.off:hi-r.off], headerSize+lo-bs)
+	return err == nil
 }
 
 // pieces returns buffers for the bytes [start, end) of the object, one

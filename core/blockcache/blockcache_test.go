@@ -559,3 +559,44 @@ func TestUnwritableFolder(t *testing.T) {
 		t.Errorf("%d requests; want 2", got)
 	}
 }
+
+// TestCheckedBlockReadInPart: once a cache has read a block file whole and
+// found it intact, its hits on the same file read only the bytes they need,
+// and right; a file damaged in place after that (its modification time
+// moves) is checked whole again, a miss, and fetched again.
+func TestCheckedBlockReadInPart(t *testing.T) {
+	c := open(t, t.TempDir(), 0)
+	size := int64(bs + 500)
+	src := &source{data: content("parts", size)}
+	obj := blockcache.Object{ID: "parts", Size: size}
+	check(t, c, obj, src, 0, size) // fetched and stored
+	check(t, c, obj, src, 0, size) // read whole from disk and checked
+	for _, r := range [][2]int64{{10, 100}, {bs - 7, 20}, {bs + 1, 499}, {0, bs}} {
+		if st := check(t, c, obj, src, r[0], r[1]); st.Misses != 0 {
+			t.Fatalf("read [%d, +%d): %+v, want hits", r[0], r[1], st)
+		}
+	}
+	if src.requests.Load() != 1 {
+		t.Fatalf("%d fetches, want 1", src.requests.Load())
+	}
+	path := c.BlockPath(obj.ID, 0)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0) // in place: the same file
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{good[blockcache.HeaderSize+50] ^ 0xff}, blockcache.HeaderSize+50); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	old := time.Now().Add(-time.Hour) // a time unlike the one checked, whatever the clock's grain
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if st := check(t, c, obj, src, 40, 20); st.Misses != 1 || src.requests.Load() != 2 {
+		t.Fatalf("a block damaged in place after its check: %+v, %d fetches", st, src.requests.Load())
+	}
+}

@@ -116,6 +116,7 @@ func (l *Location) hedgedRange(ctx context.Context, obj *Object, off, n int64, h
 			o.rc, o.seen, o.err = l.bucket.NewRangeReader(rctx, obj.Key, off, n, obj)
 			if o.err == nil {
 				l.lat.observe(time.Since(start))
+				l.served.observe(time.Since(start))
 			}
 		}(opened{cancel: cancel})
 	}

@@ -310,7 +310,11 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	var err error
 	if obj, ok := r.loc.cacheObject(r.obj); ok {
 		var st blockcache.Stats
+		start := time.Now()
 		st, err = r.loc.Cache.ReadAt(r.ctx, obj, p[:n], off, r.fetch)
+		if err == nil && st.Requests == 0 {
+			r.loc.served.observe(time.Since(start)) // from disk: a request's latency is its fetch's
+		}
 		if err == nil {
 			got = int(n)
 			// Blocks are found by the whole identity r.obj records: what

@@ -75,7 +75,8 @@ type Location struct {
 	pooled string    // the key of the pooled bucket it holds (see pool), or ""
 	remote bool      // opened by a Driver: not file:// or mem://
 	files  openFiles // file:// only: the files held open for reads
-	lat    latency   // remote only: first-byte latency and hedges of range reads (hedge.go)
+	lat    latency   // remote only: first-byte latency and hedges of range requests (hedge.go)
+	served latency   // remote only: latency of range reads as served, from the store or the disk cache
 	closed atomic.Bool
 }
 
@@ -331,11 +332,12 @@ func (l *Location) ObjectURI(key string) string { return l.base + key }
 // request costs a round trip, rather than local files or memory.
 func (l *Location) Remote() bool { return l.remote }
 
-// FirstByte returns the usual first-byte latency of the location's range
-// reads of a remote store (a moving average), once there has been one: a
-// table's open reads its footers through the location, so a reader has it
-// from its first read on.
-func (l *Location) FirstByte() (time.Duration, bool) { return l.lat.firstByte() }
+// ReadLatency returns the usual latency of the location's range reads of a
+// remote store as they are served (a moving average), once there has been
+// one: the first byte of a request to the store, or the whole read where the
+// disk cache (Cache) served every byte of it. A table's open reads its
+// footers through the location, so a reader has it from its first read on.
+func (l *Location) ReadLatency() (time.Duration, bool) { return l.served.firstByte() }
 
 // Hedges returns how many range reads of the location were sent again
 // because their first answer was late (see hedge.go), and how many range
