@@ -459,14 +459,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--forms", type=csv, default=list(FORMS), help="of: " + ", ".join(FORMS))
     ap.add_argument("--peers", type=csv, default=list(PEERS), help="of: " + ", ".join(PEERS))
     args = ap.parse_args(argv)
+    check_choices(ap, args, ORDERS, FORMS, PEERS)
+    return args
+
+
+def check_choices(
+    ap: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    orders: Iterable[str],
+    forms: Iterable[str],
+    peers: Iterable[str],
+) -> None:
+    """Fail through ``ap`` on an order, form or peer that is not known."""
     for name, given, known in (
-        ("orders", args.orders, ORDERS),
-        ("forms", args.forms, FORMS),
-        ("peers", args.peers, PEERS),
+        ("orders", args.orders, orders),
+        ("forms", args.forms, forms),
+        ("peers", args.peers, peers),
     ):
         if unknown := set(given) - set(known):
             ap.error(f"unknown {name}: {', '.join(sorted(unknown))}")
-    return args
 
 
 def cells(args: argparse.Namespace, tables: Tables) -> list[tuple[str | None, readers.Spec]]:

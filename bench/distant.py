@@ -608,13 +608,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     results_md = ap.get_default("out")
     ap.set_defaults(out=None)
     args = ap.parse_args(argv)
-    for name, given, known in (
-        ("orders", args.orders, ORDERS),
-        ("forms", args.forms, FORMS),
-        ("peers", args.peers, PEERS),
-    ):
-        if unknown := set(given) - set(known):
-            ap.error(f"unknown {name}: {', '.join(sorted(unknown))}")
+    beyond_memory.check_choices(ap, args, ORDERS, FORMS, PEERS)
     if extra := set(args.cache_latencies) - set(args.latencies):
         ap.error(f"--cache-latencies {sorted(extra)} are not among --latencies")
     matrix = ("latencies", "cache_latencies", "ratios", "orders", "forms", "peers", "rows")

@@ -72,12 +72,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]\n"+
 			"       croupier deal --checkpoint MIXTURE.json [--step T] [flags]\n"+
 			"       croupier deal --checkpoint FOLLOW.json [--step T | --which-steps COLUMN=VALUE | --row ID] [flags]")
-	permURI := fs.String("perm", "", "permutation to deal")
-	splitName := fs.String("split", "", "split of the permutation (default: its first)")
-	tableURI := fs.String("table", "", "table to deal in row id order")
-	version := fs.Int64("version", 0, "with --table: the table version (0: the latest)")
-	g := fs.Int64("global-batch-size", 0, "samples per global step, all ranks together")
-	s := fs.Int64("num-splits", 0, "streams the epoch is dealt from (0: the global batch size)")
+	permURI, splitName, tableURI, version, g, s := dealtFlags(fs, "deal")
 	tokens := fs.Int64("tokens-per-step", 0, "token-budget steps of at most N tokens, instead of --global-batch-size (a permutation with lengths)")
 	oversize := fs.String("oversize", "", "with --tokens-per-step: error or truncate, for a row longer than the budget (default error)")
 	w := fs.Int64("world-size", 1, "number of ranks")
@@ -273,6 +268,19 @@ func dealtBy(c loader.Checkpoint, where string) (permURI, split, tableURI string
 	}
 	return "", "", "", usagef("deal: checkpoint %s deals permutation %s and does not record where it lives (format 1): give its --perm URI",
 		where, c.PermutationID)
+}
+
+// dealtFlags adds the flags that say what verb deals and in steps of how
+// many rows: a permutation's split or a table's version, the global batch
+// size and the streams.
+func dealtFlags(fs *flag.FlagSet, verb string) (permURI, splitName, tableURI *string, version, g, s *int64) {
+	permURI = fs.String("perm", "", "permutation to "+verb)
+	splitName = fs.String("split", "", "split of the permutation (default: its first)")
+	tableURI = fs.String("table", "", "table to "+verb+" in row id order")
+	version = fs.Int64("version", 0, "with --table: the table version (0: the latest)")
+	g = fs.Int64("global-batch-size", 0, "samples per global step, all ranks together")
+	s = fs.Int64("num-splits", 0, "streams the epoch is dealt from (0: the global batch size)")
+	return permURI, splitName, tableURI, version, g, s
 }
 
 // openDealt opens the order to deal and its table, read through cache (may

@@ -36,12 +36,7 @@ type readOutput struct {
 func readCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "read",
 		"read (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) --global-batch-size G [flags]")
-	permURI := fs.String("perm", "", "permutation to read")
-	splitName := fs.String("split", "", "split of the permutation (default: its first)")
-	tableURI := fs.String("table", "", "table to read in row id order")
-	version := fs.Int64("version", 0, "with --table: the table version (0: the latest)")
-	g := fs.Int64("global-batch-size", 0, "samples per global step, all ranks together")
-	s := fs.Int64("num-splits", 0, "streams the epoch is dealt from (0: the global batch size)")
+	permURI, splitName, tableURI, version, g, s := dealtFlags(fs, "read")
 	w := fs.Int64("world-size", 1, "number of ranks")
 	rank := fs.Int64("rank", 0, "the rank whose steps are read")
 	epoch := fs.Int64("epoch", 0, "epoch")
