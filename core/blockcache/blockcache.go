@@ -215,6 +215,42 @@ func (c *Cache) ReadAt(ctx context.Context, obj Object, p []byte, off int64, fet
 	return r.st, err
 }
 
+// Warm fetches into the cache the blocks of obj that hold [off, off+n) and
+// are not on disk, as ReadAt would, and returns what that took. A block
+// whose file is there is not read: it is checked when it is read.
+func (c *Cache) Warm(ctx context.Context, obj Object, off, n int64, fetch Fetch) (Stats, error) {
+	var st Stats
+	id := sha256.Sum256([]byte(obj.ID))
+	end := min(off+n, obj.Size)
+	for b := max(off, 0) / BlockSize; b*BlockSize < end; {
+		if _, err := os.Stat(c.path(id, b)); err == nil {
+			b++
+			continue
+		}
+		e := b + 1
+		for e*BlockSize < end {
+			if _, err := os.Stat(c.path(id, e)); err == nil {
+				break
+			}
+			e++
+		}
+		from, to := b*BlockSize, min(e*BlockSize, obj.Size)
+		buf := blockBufs.Get().(*[]byte)
+		p := *buf
+		if int64(cap(p)) < to-from {
+			p = make([]byte, to-from)
+		}
+		s, err := c.ReadAt(ctx, obj, p[:to-from], from, fetch)
+		blockBufs.Put(buf)
+		st.add(s)
+		if err != nil {
+			return st, err
+		}
+		b = e
+	}
+	return st, nil
+}
+
 // read is one ReadAt.
 type read struct {
 	c      *Cache

@@ -600,3 +600,25 @@ func TestCheckedBlockReadInPart(t *testing.T) {
 		t.Fatalf("a block damaged in place after its check: %+v, %d fetches", st, src.requests.Load())
 	}
 }
+
+// TestWarm fetches the blocks of a range that are not on disk, each run of
+// them with one request, leaves those that are, and reads of the range after
+// it make no request.
+func TestWarm(t *testing.T) {
+	c := open(t, t.TempDir(), 0)
+	size := int64(5*bs + 10)
+	src := &source{data: content("warm", size)}
+	obj := blockcache.Object{ID: "warm", Size: size}
+	check(t, c, obj, src, 2*bs+5, 10) // block 2 on disk
+	st, err := c.Warm(context.Background(), obj, bs-1, 3*bs+2, src.fetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Blocks 0-1 and 3-4 were missing: two runs, two requests.
+	if st.Requests != 2 || st.Misses != 4 || src.requests.Load() != 3 {
+		t.Fatalf("warm: %+v, %d fetches in all", st, src.requests.Load())
+	}
+	if st := check(t, c, obj, src, 0, size); st.Misses != 1 || src.requests.Load() != 4 { // the short last block alone
+		t.Fatalf("read after warm: %+v, %d fetches in all", st, src.requests.Load())
+	}
+}

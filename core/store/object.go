@@ -336,6 +336,19 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	return got, nil
 }
 
+// Warm fetches into the location's disk cache the blocks that hold [off,
+// off+n) and are not there yet; without a cache for the object it does
+// nothing.
+func (r *ReaderAt) Warm(off, n int64) error {
+	obj, ok := r.loc.cacheObject(r.obj)
+	if !ok {
+		return nil
+	}
+	st, err := r.loc.Cache.Warm(r.ctx, obj, off, n, r.fetch)
+	r.count(st.Requests, st.MissBytes, st)
+	return err
+}
+
 // hedged counts a read sent again because its first answer was late.
 func (r *ReaderAt) hedged() {
 	r.hedges.Add(1)

@@ -43,7 +43,8 @@ type Kept struct {
 	of      []int32
 	rows    []int32
 	pieces  []*piece
-	started int // pieces build has started; build's own
+	started int   // pieces build has started; build's own
+	prio    int64 // the priority of the first piece; the next ones' follow
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
@@ -113,6 +114,11 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 		k.seq = budget.join()
 	}
 	ctx, k.cancel = context.WithCancel(ctx)
+	k.prio = r.planned.Add(int64(len(k.pieces))) - int64(len(k.pieces))
+	if r.t.loc.Cache != nil && r.t.Remote() {
+		k.wg.Add(1)
+		go k.warm(ctx, warmRows(sel, start))
+	}
 	k.wg.Add(1)
 	go k.build(ctx)
 	return k, nil
@@ -164,7 +170,7 @@ func (k *Kept) build(ctx context.Context) (err error) {
 	}()
 	defer recoverTo(&err, "read", k.r.t.pin.URI)
 	r := k.r
-	prio := r.planned.Add(int64(len(k.pieces))) - int64(len(k.pieces))
+	prio := k.prio
 	sem := make(chan struct{}, r.maxReads)
 	if k.budget != nil {
 		// Each piece's admission needs its file's footer: those not read

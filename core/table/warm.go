@@ -1,0 +1,82 @@
+package table
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// Warming the disk cache.
+//
+// A reader fetches the pages of a horizon's row groups as it decodes them,
+// within the fetch share of its memory budget: on a store far away, bytes in
+// flight are what hides the round trips, and a small budget holds few. With
+// a disk cache (OpenOptions.BlockCache) the bytes fetched need not wait in
+// memory: they go to disk. So a Kept set of a table with a cache first
+// fetches the blocks of the sections its row groups will read into the
+// cache, in the order the row groups are needed, many requests at once and
+// each at most warmBytes, while its row groups are decoded one after the
+// other within the share; they then read those sections from disk. It
+// fetches nothing the row groups would not: the same sections, the same
+// blocks.
+
+// warmBytes is the most bytes one request warming the cache holds.
+const warmBytes = 256 << 10
+
+// warm fetches into the table's disk cache the sections the pieces of k will
+// read, pieces in order; rows[i] are the rows of piece i in its row group.
+func (k *Kept) warm(ctx context.Context, rows [][]int64) (err error) {
+	defer k.wg.Done()
+	defer recoverTo(&err, "warm the disk cache of", k.r.t.pin.URI)
+	r := k.r
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i, p := range k.pieces {
+		f := r.t.pin.Files[p.key.File]
+		md, err := r.t.Footer(ctx, p.key.File)
+		if err != nil {
+			return nil // the piece meets the error again
+		}
+		plans, err := r.plan(ctx, p.key, rows[i])
+		if err != nil {
+			return nil
+		}
+		sections, err := r.sections(md, p.key.Group, plans)
+		if err != nil {
+			return nil
+		}
+		ra := r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
+		for _, s := range mergeRanges(sections, holeFor(r.t.loc)) {
+			for off := s.off; off < s.off+s.n; off += warmBytes {
+				// The request slots of the reader, at the piece's
+				// priority: a warm-up waits behind the requests of the
+				// pieces needed sooner.
+				if _, err := r.reads.acquire(ctx, k.prio+int64(i), 0); err != nil {
+					return nil
+				}
+				wg.Add(1)
+				go func(off, n int64) (err error) {
+					defer recoverTo(&err, "warm the disk cache of", r.t.loc.ObjectURI(f.Key))
+					defer func() { r.reads.release(0); wg.Done() }()
+					return ra.Warm(off, n) // an error is the piece's to meet again
+				}(off, min(warmBytes, s.off+s.n-off))
+			}
+		}
+	}
+	return nil
+}
+
+// warmRows returns, for each piece of sel (positions start[i] to
+// start[i+1]), its distinct rows in its row group, ascending.
+func warmRows(sel []uint64, start []int) [][]int64 {
+	rows := make([][]int64, len(start)-1)
+	for i := range rows {
+		rs := make([]int64, 0, start[i+1]-start[i])
+		for _, v := range sel[start[i]:start[i+1]] {
+			rs = append(rs, int64(v>>32))
+		}
+		slices.Sort(rs)
+		rows[i] = slices.Compact(rs)
+	}
+	return rows
+}
