@@ -65,7 +65,9 @@ def test_second_open_reads_the_disk(table_uri: str, tmp_path: Path) -> None:
     cache = str(tmp_path / "blocks")
     ids, first = epoch(cr.open_table(table_uri, cache_dir=cache))
     assert ids == list(range(1000))
-    assert (first["requests"] > 0, first["bytes_read"] > 0) == (True, True), first
+    # The first epoch reads from the store, or from blocks its table's open
+    # fetched with the footers (a small file lies in the footer's blocks).
+    assert first["requests"] + first["cache_hits"] > 0, first
     again, second = epoch(cr.open_table(table_uri, cache_dir=cache))
     assert again == ids
     assert (second["requests"], second["bytes_read"]) == (0, 0), second
