@@ -298,17 +298,13 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 	if l.table.Remote() {
 		ramp = 1
 	}
-	pages := func() error { // sets perPage and seen, once
-		if seen != nil {
+	pages := func() error { // sets perPage, once
+		if perPage != 0 {
 			return nil
 		}
 		rows, err := l.table.RowsPerPage(ctx)
-		if err != nil {
-			return err
-		}
 		perPage = uint64(max(rows, 1))
-		seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
-		return nil
+		return err
 	}
 	for len(steps) > 0 {
 		// Take steps while their rows fit the budget, at least one, and no
@@ -366,6 +362,9 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		if full { // not the last: end it where fewest pages are decoded twice
 			if err := pages(); err != nil {
 				return err
+			}
+			if seen == nil {
+				seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
 			}
 			c := horizonEnd(ids, ends, perPage, seen)
 			ids, ends = ids[:ends[c-1]], ends[:c]

@@ -36,17 +36,21 @@ const (
 	hedgeFloor  = 10 * time.Millisecond
 )
 
-// latency learns a location's usual first-byte latency and counts its
-// hedges.
+// latency learns a usual latency from the latencies observed.
 type latency struct {
 	mu      sync.Mutex
-	mean    time.Duration // moving average of the first-byte latencies seen
+	mean    time.Duration // moving average of the latencies seen
 	samples int64
+}
 
+// hedging is what a location knows to hedge its range requests: their
+// first-byte latency, how many it sent and how many it sent again.
+type hedging struct {
+	latency
 	requests, hedges atomic.Int64
 }
 
-// observe records a request's first-byte latency.
+// observe records a latency.
 func (l *latency) observe(d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -58,9 +62,8 @@ func (l *latency) observe(d time.Duration) {
 	l.mean += (d - l.mean) / 16
 }
 
-// firstByte returns the usual first-byte latency, once there has been an
-// answer to learn it from.
-func (l *latency) firstByte() (time.Duration, bool) {
+// usual returns the usual latency, once there has been one to learn it from.
+func (l *latency) usual() (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mean, l.samples > 0
@@ -68,7 +71,7 @@ func (l *latency) firstByte() (time.Duration, bool) {
 
 // hedgeAfter says how long a request waits for its first byte before it is
 // hedged, or false when it is not to be.
-func (l *latency) hedgeAfter() (time.Duration, bool) {
+func (l *hedging) hedgeAfter() (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.samples < hedgeSamples || (l.hedges.Load()+1)*hedgeShare > l.requests.Load() {

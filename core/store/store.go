@@ -75,7 +75,7 @@ type Location struct {
 	pooled string    // the key of the pooled bucket it holds (see pool), or ""
 	remote bool      // opened by a Driver: not file:// or mem://
 	files  openFiles // file:// only: the files held open for reads
-	lat    latency   // remote only: first-byte latency and hedges of range requests (hedge.go)
+	lat    hedging   // remote only: first-byte latency and hedges of range requests (hedge.go)
 	served latency   // remote only: latency of range reads as served, from the store or the disk cache
 	closed atomic.Bool
 }
@@ -337,7 +337,7 @@ func (l *Location) Remote() bool { return l.remote }
 // one: the first byte of a request to the store, or the whole read where the
 // disk cache (Cache) served every byte of it. A table's open reads its
 // footers through the location, so a reader has it from its first read on.
-func (l *Location) ReadLatency() (time.Duration, bool) { return l.served.firstByte() }
+func (l *Location) ReadLatency() (time.Duration, bool) { return l.served.usual() }
 
 // Hedges returns how many range reads of the location were sent again
 // because their first answer was late (see hedge.go), and how many range

@@ -117,7 +117,8 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 	k.prio = r.planned.Add(int64(len(k.pieces))) - int64(len(k.pieces))
 	if r.t.loc.Cache != nil && r.t.Remote() {
 		k.wg.Add(1)
-		go k.warm(ctx, warmRows(sel, start))
+		// A copy: the pieces order their rows in place as they are built.
+		go k.warm(ctx, slices.Clone(sel), start)
 	}
 	k.wg.Add(1)
 	go k.build(ctx)

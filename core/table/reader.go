@@ -558,11 +558,10 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 	if err != nil {
 		return err
 	}
-	sections, err := r.sections(md, key.Group, plans)
+	sections, ranges, err := r.requests(md, key.Group, plans)
 	if err != nil {
 		return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
 	}
-	ranges := mergeRanges(slices.Clone(sections), holeFor(r.t.loc))
 	ra := r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
 	var src *fetched
 	if r.fetching != nil {
@@ -804,6 +803,16 @@ func (r *Reader) sections(md *metadata.FileMetaData, g int, plans []*pagePlan) (
 		all = append(all, plans[c].sections(dictionaryOffset(chunk))...)
 	}
 	return all, nil
+}
+
+// requests returns the sections a decode of row group g reads (see
+// sections), and the ranges it requests them in: merged across the holes
+// worth reading on the table's store (holeFor), in parts.
+func (r *Reader) requests(md *metadata.FileMetaData, g int, plans []*pagePlan) (sections, ranges []byteRange, err error) {
+	if sections, err = r.sections(md, g, plans); err != nil {
+		return nil, nil, err
+	}
+	return sections, mergeRanges(slices.Clone(sections), holeFor(r.t.loc)), nil
 }
 
 // plan returns, for each output column of row group key, the pages that hold

@@ -24,8 +24,9 @@ import (
 const warmBytes = 256 << 10
 
 // warm fetches into the table's disk cache the sections the pieces of k will
-// read, pieces in order; rows[i] are the rows of piece i in its row group.
-func (k *Kept) warm(ctx context.Context, rows [][]int64) (err error) {
+// read, pieces in order; sel holds the pieces' rows as Keep bucketed them,
+// piece i's at positions start[i] to start[i+1].
+func (k *Kept) warm(ctx context.Context, sel []uint64, start []int) (err error) {
 	defer k.wg.Done()
 	defer recoverTo(&err, "warm the disk cache of", k.r.t.pin.URI)
 	r := k.r
@@ -37,16 +38,16 @@ func (k *Kept) warm(ctx context.Context, rows [][]int64) (err error) {
 		if err != nil {
 			return nil // the piece meets the error again
 		}
-		plans, err := r.plan(ctx, p.key, rows[i])
+		plans, err := r.plan(ctx, p.key, pieceRows(sel[start[i]:start[i+1]]))
 		if err != nil {
 			return nil
 		}
-		sections, err := r.sections(md, p.key.Group, plans)
+		_, ranges, err := r.requests(md, p.key.Group, plans)
 		if err != nil {
 			return nil
 		}
 		ra := r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
-		for _, s := range mergeRanges(sections, holeFor(r.t.loc)) {
+		for _, s := range ranges {
 			for off := s.off; off < s.off+s.n; off += warmBytes {
 				// The request slots of the reader, at the piece's
 				// priority: a warm-up waits behind the requests of the
@@ -66,17 +67,13 @@ func (k *Kept) warm(ctx context.Context, rows [][]int64) (err error) {
 	return nil
 }
 
-// warmRows returns, for each piece of sel (positions start[i] to
-// start[i+1]), its distinct rows in its row group, ascending.
-func warmRows(sel []uint64, start []int) [][]int64 {
-	rows := make([][]int64, len(start)-1)
-	for i := range rows {
-		rs := make([]int64, 0, start[i+1]-start[i])
-		for _, v := range sel[start[i]:start[i+1]] {
-			rs = append(rs, int64(v>>32))
-		}
-		slices.Sort(rs)
-		rows[i] = slices.Compact(rs)
+// pieceRows returns the distinct rows of a piece's entries (row offset <<
+// 32 | position), ascending.
+func pieceRows(sel []uint64) []int64 {
+	rows := make([]int64, 0, len(sel))
+	for _, v := range sel {
+		rows = append(rows, int64(v>>32))
 	}
-	return rows
+	slices.Sort(rows)
+	return slices.Compact(rows)
 }
