@@ -144,14 +144,7 @@ func TestKeepWarmsTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer got.Release()
-	for i, id := range ids {
-		if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
-			t.Fatalf("row %d: id %d", id, v)
-		}
-		if v := got.Column(2).(*array.String).Value(i); v != tabletest.Text(int64(id)) {
-			t.Fatalf("row %d: text %q", id, v)
-		}
-	}
+	checkIDsAndText(t, got, ids, 2)
 	// One row group at a time fetches one or two blocks at a time; the
 	// warm-up fetches the 25 row groups' blocks side by side.
 	if p := s.PeakInFlight(); p < 4 {

@@ -1019,14 +1019,7 @@ func TestStreamedSectionsReadInWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer got.Release()
-	for i, id := range ids {
-		if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
-			t.Fatalf("row %d: id %d", id, v)
-		}
-		if v := got.Column(3).(*array.String).Value(i); v != tabletest.Text(int64(id)) {
-			t.Fatalf("row %d: text %q", id, v)
-		}
-	}
+	checkIDsAndText(t, got, ids, 3)
 	// A window is half a decoder's part of the share; ranges end where the
 	// holes between sections are too long to read through.
 	window := int64(share / decoders / 2)
@@ -1087,5 +1080,19 @@ func TestHolesGrowWithLatency(t *testing.T) {
 	}
 	if requests[60*time.Millisecond] >= requests[0] {
 		t.Fatalf("%d requests 60 ms away, %d at 0 ms; want fewer far away", requests[60*time.Millisecond], requests[0])
+	}
+}
+
+// checkIDsAndText checks that rec's rows are those of ids, in order: their
+// id (column 0) and their text (column text).
+func checkIDsAndText(t *testing.T, rec arrow.RecordBatch, ids []uint64, text int) {
+	t.Helper()
+	for i, id := range ids {
+		if v := rec.Column(0).(*array.Int64).Value(i); v != int64(id) {
+			t.Fatalf("row %d: id %d", id, v)
+		}
+		if v := rec.Column(text).(*array.String).Value(i); v != tabletest.Text(int64(id)) {
+			t.Fatalf("row %d: text %q", id, v)
+		}
 	}
 }
