@@ -296,12 +296,12 @@ func (r *read) fill(ctx context.Context, b0, b1 int64) error {
 	}()
 	for b := b0; b <= b1; b++ {
 		l, err := acquire(ctx, r.path(b)+lockSuffix, lockWait)
-		if ctx.Err() != nil {
-			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "wait for a block another process fetches", r.c.dir)
-		}
 		if err == nil {
 			held = append(held, l)
 		} // else fetched without its lock: twice at worst
+		if ctx.Err() != nil {
+			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "wait for a block another process fetches", r.c.dir)
+		}
 	}
 	for b := b0; b <= b1; {
 		if r.serve(b) {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/croupier-data/croupier/core/blockcache"
+	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/store/s3test"
 	_ "github.com/croupier-data/croupier/drivers/s3"
@@ -127,6 +128,38 @@ func TestReadsAreServedFromBlocks(t *testing.T) {
 	if got := src.requests.Load(); got != 0 {
 		t.Errorf("%d requests reading again; want 0", got)
 	}
+}
+
+// TestCanceledReadLeavesNoLock reads missing blocks with a context canceled
+// before the read: the locks are taken at once (no process holds them) and
+// must be let go with the error, their files removed and closed.
+func TestCanceledReadLeavesNoLock(t *testing.T) {
+	c := open(t, t.TempDir(), 0)
+	size := int64(3 * bs)
+	src := &source{data: content("canceled", size)}
+	obj := blockcache.Object{ID: "canceled", Size: size}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(ents)
+	}
+	before := fds()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.ReadAt(ctx, obj, make([]byte, size), 0, src.fetch); errcode.Of(err) != errcode.Canceled {
+		t.Fatalf("read with a canceled context: %v; want Canceled", err)
+	}
+	for b := range int64(3) {
+		if _, err := os.Stat(c.LockPath(obj.ID, b)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("block %d: lock file left behind (%v)", b, err)
+		}
+	}
+	if after := fds(); after > before {
+		t.Errorf("%d file descriptors open after the read, %d before", after, before)
+	}
+	check(t, c, obj, src, 0, size) // and the blocks are fetched after
 }
 
 // TestDamagedBlockIsAMiss damages block files every way (each byte flipped,
