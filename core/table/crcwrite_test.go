@@ -25,7 +25,7 @@ func BenchmarkWritePageCRCs(b *testing.B) {
 	rec := tabletest.Record(0, 200_000)
 	defer rec.Release()
 	opts, _ := WriteOptions{}.withDefaults()
-	props := writerProps(opts)
+	props := writerProps(opts, valuesPerCheck(rec, opts.PageBytes))
 	aprops := pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
 	encode := func(crc bool) (time.Duration, int64) {
 		start := time.Now()

@@ -22,6 +22,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/google/uuid"
 
 	"github.com/croupier-data/croupier/core/catalog"
@@ -201,6 +202,110 @@ func TestCreateAppendTimeTravel(t *testing.T) {
 				tk.Close()
 			}
 		})
+	}
+}
+
+// TestPagesHoldTheirSize writes a column of 200-byte strings with one
+// 1 MiB string among them, a list column of small numbers and a column of
+// numbers, and checks that every page of the strings holds about PageBytes
+// of values (at most one and a half times; the large string's page as many
+// of its neighbours), and the other columns' pages still full pages of
+// their values.
+func TestPagesHoldTheirSize(t *testing.T) {
+	ctx := context.Background()
+	const (
+		rows, width  = 20_000, 200
+		huge, hugeAt = 1 << 20, 12_345
+		pageBytes    = 16 << 10
+	)
+	mem := memory.NewGoAllocator()
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "text", Type: arrow.BinaryTypes.String},
+		{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+	}, nil)
+	b := array.NewRecordBuilder(mem, schema)
+	defer b.Release()
+	text := strings.Repeat("x", width)
+	for i := range rows {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		if i == hugeAt {
+			b.Field(1).(*array.StringBuilder).Append(strings.Repeat("y", huge))
+		} else {
+			b.Field(1).(*array.StringBuilder).Append(text)
+		}
+		lb := b.Field(2).(*array.ListBuilder)
+		lb.Append(true)
+		for j := range 8 {
+			lb.ValueBuilder().(*array.Int32Builder).Append(int32(i + j))
+		}
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	rr, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tb, err := table.Create(ctx, "file://"+dir, rr, table.WriteOptions{RowGroupRows: 8192, PageBytes: pageBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	f := tb.Files()[0]
+	pf, err := file.OpenParquetFile(filepath.Join(dir, f.Key), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	index := pf.GetPageIndexReader()
+	var first int64 // the row group's first row in the table
+	for g, groupRows := range f.RowGroups {
+		rg, err := index.RowGroup(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Rows of each page of column c, in order.
+		pageRows := func(c int) []int64 {
+			oi, err := rg.GetOffsetIndex(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			locs := oi.GetPageLocations()
+			n := make([]int64, len(locs))
+			for i, l := range locs {
+				end := groupRows
+				if i+1 < len(locs) {
+					end = locs[i+1].FirstRowIndex
+				}
+				n[i] = end - l.FirstRowIndex
+			}
+			return n
+		}
+		for c, value := range map[int]int64{0: 8, 2: 8 * 4} {
+			pages := pageRows(c)
+			for i, n := range pages[:len(pages)-1] { // the last may be short
+				if n*value < pageBytes/2 {
+					t.Errorf("row group %d, column %d: page %d holds %d rows, %d bytes of values; want about %d", g, c, i, n, n*value, pageBytes)
+				}
+			}
+		}
+		var at int64
+		for i, n := range pageRows(1) {
+			small := n // of width bytes
+			if hugeAt >= first+at && hugeAt < first+at+n {
+				small--
+			}
+			if small*width > pageBytes*3/2 {
+				t.Errorf("row group %d, page %d of the strings holds %d rows of %d bytes (%d of the large one); want at most %d bytes",
+					g, i, small, width, n-small, pageBytes*3/2)
+			}
+			at += n
+		}
+		first += groupRows
+	}
+	if got := allIDs(t, open(t, "file://"+dir)); !slices.Equal(got, seq(0, rows)) {
+		t.Fatalf("ids read back: %d of %d", len(got), rows)
 	}
 }
 
