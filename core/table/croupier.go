@@ -694,7 +694,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 			}
 		}
 		if err := pw.WriteBuffered(rec); err != nil {
-			return nil, errcode.Wrap(err, errcode.InvalidArgument, "write", where)
+			return nil, errcode.Wrap(err, writeCode(err, errcode.InvalidArgument), "write", where)
 		}
 		rows += rec.NumRows()
 	}
@@ -710,7 +710,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	// discards it.
 	if err = pw.Close(); err != nil {
 		loc.Delete(context.WithoutCancel(ctx), key)
-		return nil, errcode.Wrap(err, store.Code(err), "write", where)
+		return nil, errcode.Wrap(err, writeCode(err, store.Code(err)), "write", where)
 	}
 	bw = nil
 	passPhase("data-written")
