@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -25,6 +24,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table/internal/general"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/internal/seal"
 )
 
@@ -317,13 +317,8 @@ func decodeManifest(data []byte, v int64) (*manifest, error) {
 		return nil, fmt.Errorf("corrupt manifest: %w", err)
 	}
 	var m manifest
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
+	if err := jsonargs.Unmarshal(data, &m, true); err != nil {
 		return nil, fmt.Errorf("corrupt manifest: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("corrupt manifest: data after the manifest's JSON object")
 	}
 	switch {
 	case m.Format == ManifestFormat && !sealed:
