@@ -15,6 +15,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/bigtest"
 )
 
 // TestCreateFromBigPage creates a table from a Parquet file whose one page
@@ -22,6 +23,7 @@ import (
 // reads what the file's footer bounds.
 func TestCreateFromBigPage(t *testing.T) {
 	const size = 100e6
+	bigtest.Skip(t, size)
 	schema := arrow.NewSchema([]arrow.Field{{Name: "blob", Type: arrow.BinaryTypes.Binary}}, nil)
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/bigtest"
 )
 
 // bigSchema is the schema of bigCells: an id and a binary blob.
@@ -80,9 +81,7 @@ func checkBigCells(t *testing.T, tb *table.Table, size int) {
 func TestBigCells(t *testing.T) {
 	for _, size := range []int{100e6, 250e6} {
 		t.Run(fmt.Sprint(size/1e6, "MB"), func(t *testing.T) {
-			if size > 100e6 && testing.Short() {
-				t.Skip("a 250 MB cell takes a few seconds")
-			}
+			bigtest.Skip(t, int64(size))
 			rec := bigCells(size)
 			defer rec.Release()
 			rdr, err := array.NewRecordReader(bigSchema, []arrow.RecordBatch{rec})
@@ -105,6 +104,7 @@ func TestBigCells(t *testing.T) {
 // its column chunk.
 func TestBigDictionaryPage(t *testing.T) {
 	const size = 100e6
+	bigtest.Skip(t, size)
 	rec := bigCells(size)
 	defer rec.Release()
 	data := tabletest.EncodeRecord(t, rec, parquet.WithDictionaryDefault(true),
