@@ -762,7 +762,8 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 // footer is md, by what the footer says instead of arrow-go's fixed bounds
 // (64 MiB stored, 256 MiB decoded), which one cell of a training table can
 // pass: stored, a page lies within its column chunk, which lies within the
-// file; decoded, it is no larger than its column chunk decoded. arrow-go
+// file; decoded, it is no larger than its column chunk decoded (see
+// decodedBound). arrow-go
 // takes one bound for all the chunks it reads, the largest; croupier's own
 // page reader bounds each chunk's pages by that chunk (see sectionPages).
 func BoundPages(props *parquet.ReaderProperties, md *metadata.FileMetaData, size int64, groups ...int) {
@@ -781,9 +782,8 @@ func BoundPages(props *parquet.ReaderProperties, md *metadata.FileMetaData, size
 			}
 		}
 	}
-	// A bound of 0 or less is taken for arrow-go's default.
-	props.MaxCompressedPageSize = max(1, min(stored, size))
-	props.MaxUncompressedPageSize = max(1, decoded)
+	props.MaxCompressedPageSize = max(1, min(stored, size)) // 0 or less is taken for arrow-go's bound
+	props.MaxUncompressedPageSize = decodedBound(decoded)
 }
 
 // checkCounts checks what a decode of column chunk chunk, of a row group of

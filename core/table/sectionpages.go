@@ -21,31 +21,36 @@ import (
 // has no way to be told otherwise; this one bounds a page by what the file
 // says of it: stored, it lies within its section, which lies within its
 // column chunk, which lies within the file; decoded, it is no larger than
-// its column chunk decoded, as the footer gives it. What a writer wrote, it
-// reads; a header that claims more is Corrupt, before anything is
-// allocated for it.
+// its column chunk decoded, as the footer gives it (or arrow-go's 256 MiB,
+// where that is more). What a writer wrote, it reads; a header that claims
+// more is Corrupt, before anything is allocated for it.
 
 // Fields of parquet.thrift's page headers that sectionPages reads, besides
 // pageHeaderType, pageHeaderUncompressedSize and pageHeaderCompressedSize.
 const (
-	pageHeaderDataV1       = 5
-	pageHeaderDictionary   = 7
-	pageHeaderDataV2       = 8
-	pageTypeDataV1         = 0
-	pageTypeDictionary     = 2
-	pageTypeDataV2         = 3
-	pageNumValues          = 1 // of each of the three page headers
-	pageEncoding           = 2 // of DataPageHeader and DictionaryPageHeader
-	pageV1DefEncoding      = 3
-	pageV1RepEncoding      = 4
-	pageV2Nulls            = 2
-	pageV2Rows             = 3
-	pageV2Encoding         = 4
-	pageV2DefBytes         = 5
-	pageV2RepBytes         = 6
-	pageV2Compressed       = 7
-	pageDictionaryEncoding = pageEncoding
+	pageHeaderDataV1     = 5
+	pageHeaderDictionary = 7
+	pageHeaderDataV2     = 8
+	pageTypeDataV1       = 0
+	pageTypeDictionary   = 2
+	pageTypeDataV2       = 3
+	pageNumValues        = 1 // of each of the three page headers
+	pageEncoding         = 2 // of DataPageHeader and DictionaryPageHeader
+	pageV1DefEncoding    = 3
+	pageV1RepEncoding    = 4
+	pageV2Nulls          = 2
+	pageV2Rows           = 3
+	pageV2Encoding       = 4
+	pageV2DefBytes       = 5
+	pageV2RepBytes       = 6
+	pageV2Compressed     = 7
 )
+
+// decodedBound is the most bytes a page of a column chunk of decoded bytes
+// decoded may hold: decoded, as the footer says, but never less than
+// arrow-go's own bound, so that no file it reads is refused for a footer
+// that understates its chunks.
+func decodedBound(decoded int64) int64 { return max(decoded, parquet.DefaultMaxUncompressedPageSize) }
 
 // pageStream is what sectionPages reads a section from: a memStream, or
 // one of arrow-go's buffered streams over the file.
@@ -78,7 +83,7 @@ func newSectionPages(r pageStream, n int64, chunk *metadata.ColumnChunkMetaData)
 		return nil, err
 	}
 	return &sectionPages{r: r, left: n, codec: codec, none: chunk.Compression() == compress.Codecs.Uncompressed,
-		decoded: chunk.TotalUncompressedSize()}, nil
+		decoded: decodedBound(chunk.TotalUncompressedSize())}, nil
 }
 
 // Next reads the next page, skipping pages other than dictionary and data
@@ -112,10 +117,10 @@ func (s *sectionPages) next() (file.Page, error) {
 	stored, _ := h.int(pageHeaderCompressedSize)
 	size, _ := h.int(pageHeaderUncompressedSize)
 	if stored < 0 || stored > s.left {
-		return nil, fmt.Errorf("a page of %d bytes stored overruns its section by %d bytes", stored, stored-s.left)
+		return nil, fmt.Errorf("a page header says %d bytes stored, where its section has %d left", stored, s.left)
 	}
 	if size < 0 || size > s.decoded || s.none && size != stored {
-		return nil, fmt.Errorf("a page of %d bytes decoded (%d stored) in a column chunk of %d bytes decoded", size, stored, s.decoded)
+		return nil, fmt.Errorf("a page header says %d bytes decoded (%d stored), more than its column chunk's %d", size, stored, s.decoded)
 	}
 	body, err := s.body(int(stored))
 	if err != nil {
@@ -142,7 +147,7 @@ func (s *sectionPages) next() (file.Page, error) {
 	}
 	switch typ {
 	case pageTypeDictionary:
-		enc, _ := sub.int(pageDictionaryEncoding)
+		enc, _ := sub.int(pageEncoding)
 		data, err := s.decode(body, 0, int(size), true)
 		if err != nil {
 			return nil, err

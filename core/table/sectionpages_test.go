@@ -15,8 +15,9 @@ import (
 
 // TestSectionPagesBoundPages reads a column chunk's pages with their first
 // header edited to claim more than the file holds: more bytes stored than
-// its section, or more decoded than its column chunk. Each is refused,
-// before anything is allocated for it; the chunk as written reads whole.
+// its section, or more decoded than its column chunk (and arrow-go's 256
+// MiB). Each is refused, before anything is allocated for it; the chunk as
+// written reads whole.
 func TestSectionPagesBoundPages(t *testing.T) {
 	b := tabletest.Encode(t, 0, 3000, 3000)
 	pf, err := file.NewParquetReader(bytes.NewReader(b))
@@ -55,10 +56,10 @@ func TestSectionPagesBoundPages(t *testing.T) {
 		value int64
 		want  string
 	}{
-		{pageHeaderCompressedSize, 1<<31 - 1, "overruns its section"},
-		{pageHeaderUncompressedSize, 1<<31 - 1, "decoded"},
-		{pageHeaderUncompressedSize, chunk.TotalUncompressedSize() + 1, "decoded"},
-		{pageHeaderCompressedSize, -1, "bytes stored"},
+		{pageHeaderCompressedSize, 1<<31 - 1, "2147483647 bytes stored, where its section has"},
+		{pageHeaderCompressedSize, -1, "-1 bytes stored"},
+		{pageHeaderUncompressedSize, 1<<31 - 1, "2147483647 bytes decoded"},
+		{pageHeaderUncompressedSize, -1, "-1 bytes decoded"},
 	} {
 		edited := *h
 		edited.fields = slices.Clone(h.fields)
