@@ -87,7 +87,7 @@ func (l *Loader) Checkpoint(epoch, stepsConsumed int64) Checkpoint {
 func ParseCheckpoint(data []byte, where string) (Checkpoint, error) {
 	const op = "read checkpoint"
 	var c Checkpoint
-	if err := jsonargs.Decode(data, &c, false, op, where); err != nil {
+	if err := jsonargs.Decode(data, &c, true, op, where); err != nil {
 		return c, err
 	}
 	if !slices.Contains(CheckpointFormats, c.Format) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/permutation"
 )
 
@@ -156,8 +157,8 @@ func (f *Follower) Checkpoint(pos FollowPosition, stepsConsumed int64) FollowChe
 func ParseFollowCheckpoint(data []byte, where string) (FollowCheckpoint, error) {
 	const op = "read follow checkpoint"
 	var c FollowCheckpoint
-	if err := json.Unmarshal(data, &c); err != nil {
-		return c, errcode.Wrap(err, errcode.InvalidArgument, op, where)
+	if err := jsonargs.Decode(data, &c, false, op, where); err != nil {
+		return c, err
 	}
 	if c.Format != FollowCheckpointFormat || c.Kind != "follow" {
 		return c, errcode.New(errcode.InvalidArgument, op, where,

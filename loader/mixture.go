@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 )
 
 // A Mixture interleaves the steps of several loaders (its sources) by
@@ -84,16 +85,16 @@ func (p MixturePoint) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads [step, [weights]].
 func (p *MixturePoint) UnmarshalJSON(b []byte) error {
 	var pair []json.RawMessage
-	if err := json.Unmarshal(b, &pair); err != nil {
-		return err
-	}
-	if len(pair) != 2 {
+	if jsonargs.Unmarshal(b, &pair, false) != nil || len(pair) != 2 {
 		return fmt.Errorf("a schedule point is [step, [weights]], got %s", b)
 	}
-	if err := json.Unmarshal(pair[0], &p.Step); err != nil {
-		return err
+	if err := jsonargs.Unmarshal(pair[0], &p.Step, false); err != nil {
+		return fmt.Errorf("a schedule point's step: %w", err)
 	}
-	return json.Unmarshal(pair[1], &p.Weights)
+	if err := jsonargs.Unmarshal(pair[1], &p.Weights, false); err != nil {
+		return fmt.Errorf("a schedule point's weights: %w", err)
+	}
+	return nil
 }
 
 // MixturePosition is how far a mixture has dealt: its next step, each
@@ -392,8 +393,8 @@ func (m *Mixture) Checkpoint(pos MixturePosition) MixtureCheckpoint {
 func ParseMixtureCheckpoint(data []byte, where string) (MixtureCheckpoint, error) {
 	const op = "read mixture checkpoint"
 	var c MixtureCheckpoint
-	if err := json.Unmarshal(data, &c); err != nil {
-		return c, errcode.Wrap(err, errcode.InvalidArgument, op, where)
+	if err := jsonargs.Decode(data, &c, false, op, where); err != nil {
+		return c, err
 	}
 	if c.Format != MixtureCheckpointFormat {
 		return c, errcode.New(errcode.InvalidArgument, op, where,

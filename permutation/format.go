@@ -1,14 +1,11 @@
 package permutation
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"path"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/internal/seal"
 )
 
@@ -207,13 +205,8 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		return Manifest{}, errcode.Wrap(fmt.Errorf("malformed manifest: %w", err), errcode.Corrupt, op, where)
 	}
 	var m Manifest
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
+	if err := jsonargs.Unmarshal(b, &m, true); err != nil {
 		return Manifest{}, errcode.Wrap(fmt.Errorf("malformed manifest: %w", err), errcode.Corrupt, op, where)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "malformed manifest: data after its JSON object")
 	}
 	// The ID names the folder of the row id chunks: only a UUID in its
 	// canonical form keeps them inside the permutation's folder.

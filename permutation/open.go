@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 
@@ -131,6 +132,7 @@ type Split struct {
 	index  int
 	info   SplitInfo
 	chunks [2]*chunkCache // of row ids and of lengths, by part
+	once   rowsOnce
 
 	groupsMu sync.Mutex
 	starts   []int64       // GroupStarts, once read
@@ -195,15 +197,63 @@ func (s *Split) chunk(ctx context.Context, p part, c int64) ([]uint64, error) {
 		if err != nil || p == lengths {
 			return vals, err
 		}
+		where := s.p.loc.ObjectURI(chunkKey(s.p.loc.Key, s.p.m.ID, s.index, p, c))
 		limit := uint64(s.p.table.NumRows())
 		for _, id := range vals {
 			if id >= limit {
-				return nil, errcode.New(errcode.Corrupt, "read row ids", s.p.loc.ObjectURI(chunkKey(s.p.loc.Key, s.p.m.ID, s.index, p, c)),
+				return nil, errcode.New(errcode.Corrupt, "read row ids", where,
 					"row id %d is outside the table's %d rows", id, limit)
 			}
 		}
+		if id, earlier, ok := s.once.record(c, vals, limit, numChunks(s.info.NumRows)); !ok {
+			in := "twice in it"
+			if earlier {
+				in = "in it and in an earlier chunk"
+			}
+			return nil, errcode.New(errcode.Corrupt, "read row ids", where,
+				"permutation %s, split %q, chunk %d: row %d is %s; a split holds each row once", s.p.m.ID, s.info.Name, c, id, in)
+		}
 		return vals, nil
 	})
+}
+
+// rowsOnce checks that a split holds each row once, as its chunks of row
+// ids are read: a chunk edited with its digest and the manifest's seal
+// redone would otherwise deal a row twice in an epoch, and another never.
+// It holds a bit per row of the table, from the first chunk read on, and
+// marks a chunk's rows the first time it is read; a chunk read again (after
+// the chunk cache let it go) has the digest it had, and is not marked
+// again.
+type rowsOnce struct {
+	mu     sync.Mutex
+	seen   []uint64 // a bit per table row: in a chunk marked
+	marked []bool   // by chunk
+}
+
+// record marks the rows ids of chunk c, of a split of chunks chunks over a
+// table of rows rows. It returns false and the first row already marked,
+// and whether an earlier chunk holds it, leaving no mark of c.
+func (o *rowsOnce) record(c int64, ids []uint64, rows uint64, chunks int64) (dup uint64, earlier, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen == nil {
+		o.seen, o.marked = make([]uint64, (rows+63)/64), make([]bool, chunks)
+	}
+	if o.marked[c] {
+		return 0, false, true
+	}
+	for i, id := range ids {
+		if o.seen[id/64]&(1<<(id%64)) != 0 {
+			earlier = !slices.Contains(ids[:i], id)
+			for _, undo := range ids[:i] {
+				o.seen[undo/64] &^= 1 << (undo % 64)
+			}
+			return id, earlier, false
+		}
+		o.seen[id/64] |= 1 << (id % 64)
+	}
+	o.marked[c] = true
+	return 0, false, true
 }
 
 // readChunk reads and decodes the n values of chunk c of part p, checking

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -237,7 +239,7 @@ func openParquet(ctx context.Context, paths []string) (*parquetFiles, error) {
 func (p *parquetFiles) open() error {
 	path := p.paths[p.next]
 	p.next++
-	pf, err := file.OpenParquetFile(path, false)
+	pf, err := openParquetFile(path)
 	if err != nil {
 		return errcode.Wrap(err, errcode.NotFound, "open parquet", path)
 	}
@@ -259,6 +261,24 @@ func (p *parquetFiles) open() error {
 	}
 	p.pf, p.rr = pf, rr
 	return nil
+}
+
+// openParquetFile opens the Parquet file at path with its pages bounded by
+// what its footer says (table.BoundPages), not by arrow-go's fixed bounds.
+func openParquetFile(path string) (*file.Reader, error) {
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return nil, err
+	}
+	md := pf.MetaData()
+	pf.Close()
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	table.BoundPages(props, md, fi.Size())
+	return file.OpenParquetFile(path, false, file.WithMetadata(md), file.WithReadProps(props))
 }
 
 func (p *parquetFiles) closeFile() {

@@ -48,6 +48,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,6 +206,9 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, where)
 	}
+	if err := checkRemote(u); err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, op, where)
+	}
 	bucketURL := *u
 	bucketURL.Path = ""
 	// A driver may hand the policy to its SDK (drivers/s3 does, for uploads).
@@ -221,6 +225,27 @@ func open(ctx context.Context, uri string, p RetryPolicy) (*Location, error) {
 	}
 	return &Location{URI: uri, bucket: b, Key: strings.TrimPrefix(u.Path, "/"),
 		base: u.Scheme + "://" + u.Host + "/", pooled: key, remote: true}, nil
+}
+
+// checkRemote refuses a remote store's URI that is malformed, before any
+// request: no bucket (s3://, s3:///key), not of the form scheme://bucket
+// (s3:bucket), or a query parameter without a value (?endpoint=). Sent as
+// it is, such a URI makes the store's SDK try a host that does not exist,
+// and fail as a store that cannot be reached, after every retry.
+func checkRemote(u *url.URL) error {
+	form := u.Scheme + "://bucket/prefix"
+	switch {
+	case u.Opaque != "":
+		return fmt.Errorf("not of the form %s", form)
+	case u.Host == "":
+		return fmt.Errorf("the URI names no bucket: use %s", form)
+	}
+	for name, vals := range u.Query() {
+		if slices.Contains(vals, "") {
+			return fmt.Errorf("query parameter %q has no value", name)
+		}
+	}
+	return nil
 }
 
 // credentialWords are the parts of a query parameter's name that mark it as

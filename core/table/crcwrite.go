@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -10,6 +11,8 @@ import (
 	"sort"
 
 	"github.com/apache/thrift/lib/go/thrift"
+
+	"github.com/croupier-data/croupier/core/errcode"
 )
 
 // Writing page CRCs.
@@ -22,6 +25,18 @@ import (
 // offset indexes, the offsets and sizes of column chunks and row groups in
 // the footer, and the offsets and lengths of the page indexes themselves.
 //
+// Between column chunks there may be bytes that are no page: arrow-go
+// writes each chunk's metadata (the ColumnChunk struct the footer holds)
+// after the chunk through a 4 KiB buffer it never flushes, so the part of a
+// metadata longer than that buffer (a column named with thousands of
+// characters, long statistics) reaches the file, up to its last buffer.
+// Readers go by the footer's offsets and never read those bytes. The
+// writer forwards pages until it meets bytes that are not a page; from
+// there it holds the rest of the file, and adds the CRCs of the pages of
+// the chunks it holds once the footer says where they lie.
+//
+// A failure here is a bug, not the store's, whatever write it ends:
+// crcError marks it Internal.
 // arrow-go writes a file in two parts: the magic and the pages of each row
 // group's column chunks, in file order; then, as the file closes, its page
 // indexes (column indexes, then offset indexes) and its footer. The writer
@@ -59,6 +74,25 @@ const (
 )
 
 var parquetMagic = []byte("PAR1")
+
+// crcError is a failure of the page CRC writer.
+type crcError struct{ err error }
+
+func (e *crcError) Error() string { return "page CRCs: " + e.err.Error() }
+func (e *crcError) Unwrap() error { return e.err }
+
+// crcFailed returns a crcError of a formatted message.
+func crcFailed(format string, args ...any) error { return &crcError{fmt.Errorf(format, args...)} }
+
+// writeCode is the code of err, an error of writing a data file, when not
+// the page CRC writer's (Internal): code.
+func writeCode(err error, code errcode.Code) errcode.Code {
+	var ce *crcError
+	if errors.As(err, &ce) {
+		return errcode.Internal
+	}
+	return code
+}
 
 // pageCRCWriter adds page CRCs to the Parquet file written through it, and
 // closes w when the file is complete.
@@ -101,7 +135,7 @@ func (c *pageCRCWriter) forwardPages() error {
 				return nil
 			}
 			if !bytes.Equal(b[:len(parquetMagic)], parquetMagic) {
-				return errors.New("page CRCs: the file does not begin with PAR1")
+				return crcFailed("the file does not begin with PAR1")
 			}
 			if _, err := c.w.Write(parquetMagic); err != nil {
 				return err
@@ -125,10 +159,9 @@ func (c *pageCRCWriter) forwardPages() error {
 			return nil
 		}
 		page := b[n : n+int(size)]
-		h.setInt(pageHeaderCRC, thrift.I32, int64(int32(crc32.ChecksumIEEE(page))))
-		header, err := encodeStruct(h)
+		header, err := c.withCRC(h, n, page, c.pos+int64(done))
 		if err != nil {
-			return fmt.Errorf("page CRCs: page at offset %d: %w", c.pos+int64(done), err)
+			return err
 		}
 		if _, err := c.w.Write(header); err != nil {
 			return err
@@ -136,13 +169,24 @@ func (c *pageCRCWriter) forwardPages() error {
 		if _, err := c.w.Write(page); err != nil {
 			return err
 		}
-		grew := int64(len(header) - n)
-		if k := len(c.added); k > 0 {
-			grew += c.added[k-1]
-		}
-		c.starts, c.added = append(c.starts, c.pos+int64(done)), append(c.added, grew)
 		done += n + int(size)
 	}
+}
+
+// withCRC returns the header h, n bytes as written at off, of page, with
+// the page's CRC, and records how much it grew.
+func (c *pageCRCWriter) withCRC(h *tStruct, n int, page []byte, off int64) ([]byte, error) {
+	h.setInt(pageHeaderCRC, thrift.I32, int64(int32(crc32.ChecksumIEEE(page))))
+	header, err := encodeStruct(h)
+	if err != nil {
+		return nil, crcFailed("page at offset %d: %w", off, err)
+	}
+	grew := int64(len(header) - n)
+	if k := len(c.added); k > 0 {
+		grew += c.added[k-1]
+	}
+	c.starts, c.added = append(c.starts, off), append(c.added, grew)
+	return header, nil
 }
 
 // isPageHeader tells a page header from the structs that follow the pages.
@@ -187,22 +231,28 @@ func (c *pageCRCWriter) Close() error {
 	return c.w.Close()
 }
 
-// finish writes the second part of the file, held in buf.
+// finish writes the rest of the file, held in buf: pages, if bytes that
+// were not a page came before them, then the page indexes and the footer.
 func (c *pageCRCWriter) finish() error {
 	b := c.buf
 	n := len(b)
 	if n < 8 || !bytes.Equal(b[n-4:], parquetMagic) {
-		return errors.New("page CRCs: the file does not end with a footer")
+		return crcFailed("the file does not end with a footer")
 	}
 	footerLen := int(uint32le(b[n-8 : n-4]))
 	if footerLen > n-8 {
-		return fmt.Errorf("page CRCs: a footer of %d bytes in the last %d", footerLen, n-8)
+		return crcFailed("a footer of %d bytes in the last %d", footerLen, n-8)
 	}
 	footer, _, err := decodeStruct(b[n-8-footerLen : n-8])
 	if err != nil {
-		return fmt.Errorf("page CRCs: footer: %w", err)
+		return crcFailed("footer: %w", err)
 	}
-	indexes, err := c.moveIndexes(footer, b[:n-8-footerLen])
+	held := b[:n-8-footerLen]
+	out, used, err := c.heldPages(footer, held)
+	if err != nil {
+		return err
+	}
+	indexes, err := c.moveIndexes(footer, held[used:], c.pos+int64(used))
 	if err != nil {
 		return err
 	}
@@ -211,13 +261,72 @@ func (c *pageCRCWriter) finish() error {
 	}
 	meta, err := encodeStruct(footer)
 	if err != nil {
-		return fmt.Errorf("page CRCs: footer: %w", err)
+		return crcFailed("footer: %w", err)
 	}
-	out := append(indexes, meta...)
+	out = append(out, indexes...)
+	out = append(out, meta...)
 	out = append(out, byte(len(meta)), byte(len(meta)>>8), byte(len(meta)>>16), byte(len(meta)>>24))
 	out = append(out, parquetMagic...)
 	_, err = c.w.Write(out)
 	return err
+}
+
+// heldPages returns the column chunks that lie in held, the bytes held from
+// c.pos on, with their pages' CRCs and the bytes between them as they are,
+// and how many bytes of held they took: none, when held begins with the
+// page indexes.
+func (c *pageCRCWriter) heldPages(footer *tStruct, held []byte) ([]byte, int, error) {
+	var chunks []byteRange
+	for _, rg := range footer.structs(fileMetaRowGroups) {
+		for _, cc := range rg.structs(rowGroupColumns) {
+			md := cc.child(columnChunkMetaData)
+			if md == nil {
+				continue
+			}
+			start, _ := md.int(columnMetaDataPageOffset)
+			if dict, ok := md.int(columnMetaDictPageOffset); ok && dict > 0 {
+				start = min(start, dict)
+			}
+			size, _ := md.int(columnMetaCompressedSize)
+			switch {
+			case start+size <= c.pos:
+				continue // forwarded
+			case start < c.pos || size < 0 || start+size > c.pos+int64(len(held)):
+				return nil, 0, crcFailed("a column chunk at offset %d, %d bytes, neither before offset %d nor in the %d bytes after it",
+					start, size, c.pos, len(held))
+			}
+			chunks = append(chunks, byteRange{start, size})
+		}
+	}
+	slices.SortFunc(chunks, func(a, b byteRange) int { return cmp.Compare(a.off, b.off) })
+	var out []byte
+	at := c.pos
+	for _, ch := range chunks {
+		if ch.off < at {
+			return nil, 0, crcFailed("column chunks overlap at offset %d", ch.off)
+		}
+		out = append(out, held[at-c.pos:ch.off-c.pos]...) // anything between, as it is
+		for off := ch.off; off < ch.off+ch.n; {
+			b := held[off-c.pos : ch.off+ch.n-c.pos]
+			h, n, err := decodeStruct(b)
+			if err != nil || !isPageHeader(h) {
+				return nil, 0, crcFailed("no page header at offset %d, in the column chunk at offset %d", off, ch.off)
+			}
+			size, _ := h.int(pageHeaderCompressedSize)
+			if size < 0 || int64(len(b)-n) < size {
+				return nil, 0, crcFailed("a page at offset %d, %d bytes, overruns its column chunk", off, size)
+			}
+			page := b[n : n+int(size)]
+			header, err := c.withCRC(h, n, page, off)
+			if err != nil {
+				return nil, 0, err
+			}
+			out = append(append(out, header...), page...)
+			off += int64(n) + size
+		}
+		at = ch.off + ch.n
+	}
+	return out, int(at - c.pos), nil
 }
 
 // writtenIndex is one column or offset index among the structs after the pages.
@@ -227,10 +336,11 @@ type writtenIndex struct {
 	offset bool // an offset index
 }
 
-// moveIndexes returns the page indexes in structs (which begins where the
-// pages end) with the pages' new locations in the offset indexes, and sets
-// their new offsets and lengths in footer's column chunks.
-func (c *pageCRCWriter) moveIndexes(footer *tStruct, structs []byte) ([]byte, error) {
+// moveIndexes returns the page indexes in structs (which begins at base, in
+// the file as written to the writer, after the pages) with the pages' new
+// locations in the offset indexes, and sets their new offsets and lengths
+// in footer's column chunks.
+func (c *pageCRCWriter) moveIndexes(footer *tStruct, structs []byte, base int64) ([]byte, error) {
 	var all []writtenIndex
 	for _, rg := range footer.structs(fileMetaRowGroups) {
 		for _, cc := range rg.structs(rowGroupColumns) {
@@ -246,29 +356,29 @@ func (c *pageCRCWriter) moveIndexes(footer *tStruct, structs []byte) ([]byte, er
 	}
 	slices.SortFunc(all, func(a, b writtenIndex) int { return int(a.off - b.off) })
 	out := make([]byte, 0, len(structs)+8*len(c.starts))
-	at := c.pos // the position of structs[0], before the CRCs
+	at := base
 	for _, x := range all {
-		if x.off < at || x.n < 0 || x.off+x.n > c.pos+int64(len(structs)) {
-			return nil, fmt.Errorf("page CRCs: a page index at offset %d, %d bytes, outside the page indexes", x.off, x.n)
+		if x.off < at || x.n < 0 || x.off+x.n > base+int64(len(structs)) {
+			return nil, crcFailed("a page index at offset %d, %d bytes, outside the page indexes", x.off, x.n)
 		}
-		out = append(out, structs[at-c.pos:x.off-c.pos]...) // anything between, as it is
-		idx := structs[x.off-c.pos : x.off-c.pos+x.n]
+		out = append(out, structs[at-base:x.off-base]...) // anything between, as it is
+		idx := structs[x.off-base : x.off-base+x.n]
 		if x.offset {
 			var err error
 			if idx, err = c.movePages(idx); err != nil {
-				return nil, fmt.Errorf("page CRCs: offset index at offset %d: %w", x.off, err)
+				return nil, crcFailed("offset index at offset %d: %w", x.off, err)
 			}
 		}
 		offID, lenID := int16(columnChunkColumnIndexOffset), int16(columnChunkColumnIndexLength)
 		if x.offset {
 			offID, lenID = columnChunkOffsetIndexOffset, columnChunkOffsetIndexLength
 		}
-		x.chunk.setInt(offID, thrift.I64, c.moved(c.pos)+int64(len(out)))
+		x.chunk.setInt(offID, thrift.I64, c.moved(base)+int64(len(out)))
 		x.chunk.setInt(lenID, thrift.I32, int64(len(idx)))
 		out = append(out, idx...)
 		at = x.off + x.n
 	}
-	return append(out, structs[at-c.pos:]...), nil
+	return append(out, structs[at-base:]...), nil
 }
 
 // movePages returns the offset index idx with its pages' new locations.
@@ -322,7 +432,7 @@ func (c *pageCRCWriter) moveChunks(footer *tStruct) error {
 				md.setInt(columnMetaUncompressedSize, thrift.I64, u+g)
 			}
 			if _, ok := md.int(columnMetaBloomFilterOffset); ok {
-				return errors.New("page CRCs: files with bloom filters are not supported")
+				return crcFailed("files with bloom filters are not supported")
 			}
 			for _, id := range []int16{columnMetaDataPageOffset, columnMetaIndexPageOffset, columnMetaDictPageOffset} {
 				move(md, id)

@@ -2,11 +2,13 @@ package table
 
 import (
 	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 )
 
@@ -58,4 +60,23 @@ func BenchmarkWritePageCRCs(b *testing.B) {
 	b.ReportMetric(float64(fastest[1].Microseconds()), "nocrc-µs")
 	b.ReportMetric(float64(fastest[0])/float64(fastest[1]), "crc/nocrc")
 	b.ReportMetric(float64(size[0])/float64(size[1]), "crc/nocrc-bytes")
+}
+
+// TestCRCWriterFailsInternal checks that a failure of the page CRC writer
+// is Internal, a bug, whatever the write it ends: not the store's fault.
+func TestCRCWriterFailsInternal(t *testing.T) {
+	for _, file := range [][]byte{[]byte("PAR2"), []byte("PAR1 and no footer")} {
+		w := newPageCRCWriter(&discard{})
+		_, err := w.Write(file)
+		if err == nil {
+			err = w.Close()
+		}
+		if err == nil {
+			t.Fatalf("%q: no error", file)
+		}
+		err = errcode.Wrap(err, writeCode(err, errcode.Unavailable), "write", "file")
+		if errcode.Of(err) != errcode.Internal || !strings.Contains(err.Error(), "page CRCs: ") {
+			t.Errorf("%q: %v, code %s, want Internal", file, err, errcode.Of(err))
+		}
+	}
 }

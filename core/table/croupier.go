@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -25,6 +24,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table/internal/general"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/internal/seal"
 )
 
@@ -317,13 +317,8 @@ func decodeManifest(data []byte, v int64) (*manifest, error) {
 		return nil, fmt.Errorf("corrupt manifest: %w", err)
 	}
 	var m manifest
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
+	if err := jsonargs.Unmarshal(data, &m, true); err != nil {
 		return nil, fmt.Errorf("corrupt manifest: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("corrupt manifest: data after the manifest's JSON object")
 	}
 	switch {
 	case m.Format == ManifestFormat && !sealed:
@@ -755,7 +750,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 			}
 		}
 		if err := pw.WriteBuffered(rec); err != nil {
-			return nil, errcode.Wrap(err, errcode.InvalidArgument, "write", where)
+			return nil, errcode.Wrap(err, writeCode(err, errcode.InvalidArgument), "write", where)
 		}
 		rows += rec.NumRows()
 	}
@@ -771,7 +766,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	// discards it.
 	if err = pw.Close(); err != nil {
 		loc.Delete(context.WithoutCancel(ctx), key)
-		return nil, errcode.Wrap(err, store.Code(err), "write", where)
+		return nil, errcode.Wrap(err, writeCode(err, store.Code(err)), "write", where)
 	}
 	bw = nil
 	passPhase("data-written")

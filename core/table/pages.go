@@ -581,9 +581,9 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 	props := parquet.NewReaderProperties(mem)
 	props.BufferedStreamEnabled = true
 	props.BufferSize = streamBufferSize(src)
-	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), bufs: bufs, open: func(s byteRange) (file.PageReader, []byte, error) {
+	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), bufs: bufs, open: func(s byteRange) (*sectionPages, []byte, error) {
 		var (
-			stream parquet.BufferedReader
+			stream pageStream
 			held   []byte
 		)
 		if b := fetchedBytes(src, s); b != nil {
@@ -606,13 +606,7 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 				return nil, nil, err
 			}
 		}
-		// A page reader of a section of pages, which it reads to the end:
-		// the offset index has located them. arrow-go has no other reader of
-		// part of a chunk (a row group's page reader seeks by rereading the
-		// row group's whole offset index from the file); should this one be
-		// removed, the build says so.
-		//lint:ignore SA1019 the only page reader over a section of a chunk
-		r, err := file.NewPageReader(stream, math.MaxInt64, chunk.Compression(), mem, nil)
+		r, err := newSectionPages(stream, s.n, chunk)
 		if err != nil {
 			if held != nil {
 				bufs.put(held)
@@ -645,9 +639,9 @@ type plannedPages struct {
 	sections []byteRange
 	// open returns a page reader of a section, and the buffer of bufs it
 	// reads from (nil if none), to give back once the reader is closed.
-	open func(byteRange) (file.PageReader, []byte, error)
+	open func(byteRange) (*sectionPages, []byte, error)
 	bufs *bufferList
-	cur  file.PageReader
+	cur  *sectionPages
 	held []byte
 	err  error
 }
@@ -731,18 +725,11 @@ func (t *Table) RowsPerPage(ctx context.Context) (int64, error) {
 	return max(1, rows/pages), nil
 }
 
-// memStream is a parquet.BufferedReader over a section of pages already in
-// memory, a slice of a fetched range: the page reader peeks at page headers
-// and copies page bodies where they lie, where a buffered stream would copy
-// each page into a buffer of its own first (a new one for every section).
-type memStream struct {
-	// Outer and Reset, which it does not implement, are called only by the
-	// page readers of a row group (to read its dictionary page, or seek),
-	// never by one made by file.NewPageReader; should that change, they
-	// panic on this nil rather than read wrong bytes.
-	parquet.BufferedReader
-	b []byte
-}
+// memStream is a pageStream over a section of pages already in memory, a
+// slice of a fetched range: the page reader peeks at page headers and reads
+// page bodies where they lie, where a buffered stream would copy each page
+// into a buffer of its own first (a new one for every section).
+type memStream struct{ b []byte }
 
 // Peek returns the next n bytes, or what is left and io.EOF.
 func (m *memStream) Peek(n int) ([]byte, error) {
@@ -778,6 +765,3 @@ func (m *memStream) Read(p []byte) (int, error) {
 	m.b = m.b[n:]
 	return n, nil
 }
-
-// BufferSize is the bytes left: all of them are in memory.
-func (m *memStream) BufferSize() int { return len(m.b) }

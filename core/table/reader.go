@@ -633,6 +633,7 @@ func (r *Reader) decodeFrom(ctx context.Context, src parquet.ReaderAtSeeker, md 
 		// Those src streams from the store are read a window at a time.
 		props.BufferedStreamEnabled = true
 		props.BufferSize = streamBufferSize(src)
+		BoundPages(props, md, r.t.pin.Files[key.File].Size, key.Group)
 		pf, err := file.NewParquetReader(src, file.WithMetadata(md), file.WithReadProps(props))
 		if err != nil {
 			return nil, errcode.Wrap(err, errcode.Corrupt, "open", where)
@@ -754,6 +755,35 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 		}
 	}
 	return arr, did.bytes, err
+}
+
+// BoundPages bounds the pages that arrow-go's readers with props read of
+// the row groups groups (all when none) of a file of size bytes whose
+// footer is md, by what the footer says instead of arrow-go's fixed bounds
+// (64 MiB stored, 256 MiB decoded), which one cell of a training table can
+// pass: stored, a page lies within its column chunk, which lies within the
+// file; decoded, it is no larger than its column chunk decoded (see
+// decodedBound). arrow-go
+// takes one bound for all the chunks it reads, the largest; croupier's own
+// page reader bounds each chunk's pages by that chunk (see sectionPages).
+func BoundPages(props *parquet.ReaderProperties, md *metadata.FileMetaData, size int64, groups ...int) {
+	if len(groups) == 0 {
+		groups = make([]int, md.NumRowGroups())
+		for i := range groups {
+			groups[i] = i
+		}
+	}
+	var stored, decoded int64
+	for _, g := range groups {
+		rg := md.RowGroup(g)
+		for i := range rg.NumColumns() {
+			if chunk, err := rg.ColumnChunk(i); err == nil {
+				stored, decoded = max(stored, chunk.TotalCompressedSize()), max(decoded, chunk.TotalUncompressedSize())
+			}
+		}
+	}
+	props.MaxCompressedPageSize = max(1, min(stored, size)) // 0 or less is taken for arrow-go's bound
+	props.MaxUncompressedPageSize = decodedBound(decoded)
 }
 
 // checkCounts checks what a decode of column chunk chunk, of a row group of

@@ -155,7 +155,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/bits"
@@ -173,6 +172,7 @@ import (
 	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/internal/jsonargs"
 )
 
 // PinFormat is the version of the Pin encoding.
@@ -385,8 +385,8 @@ func OpenPinWith(ctx context.Context, pin Pin, opts OpenOptions) (*Table, error)
 // DecodePin parses a Pin from its JSON form.
 func DecodePin(data []byte) (Pin, error) {
 	var p Pin
-	if err := json.Unmarshal(data, &p); err != nil {
-		return Pin{}, errcode.Wrap(err, errcode.InvalidArgument, "decode pin", "")
+	if err := jsonargs.Decode(data, &p, false, "decode pin", ""); err != nil {
+		return Pin{}, err
 	}
 	return p, nil
 }

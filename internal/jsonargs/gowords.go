@@ -6,7 +6,7 @@ import "regexp"
 // and Go type names (Arrow's type names, int32 or list<item: float>, are the
 // user's own). Tests check messages against it; python/tests/test_validation.py
 // has the same list.
-var GoWords = regexp.MustCompile(`panic|goroutine|Go struct|Go value|json: cannot|sqlparser|\*[a-z]+\.[A-Z]|\[\][a-z]|map\[|interface \{|\.go:\d+`)
+var GoWords = regexp.MustCompile(`panic|goroutine|Go struct|Go value|(^|\s)json: |strconv\.|sqlparser|\*[a-z]+\.[A-Z]|\*errors\.|\bmain\.[A-Z]|\[\][a-z]|map\[|interface \{|\.go:\d+`)
 
 // quoted matches a double-quoted string as %q writes it: the user's own
 // text, which a message may echo whatever it holds.

@@ -1,8 +1,10 @@
-// Package jsonargs decodes JSON arguments given from outside (options at the
-// C ABI, checkpoints given to the croupier command) with errors that speak of
-// JSON keys and values, never of Go types, and, when asked, refuses keys that
-// name no field: a misspelt option would otherwise be dropped without a word
-// and its default used.
+// Package jsonargs decodes JSON given from outside (options at the C ABI,
+// checkpoints, pins, manifests) with errors that speak of JSON keys and
+// values, never of Go types, and, when asked, refuses keys that name no
+// field: a misspelt option would otherwise be dropped without a word and its
+// default used. Every decoding of such JSON goes through Unmarshal (or
+// Decode), so that no message of encoding/json's, which names Go types and
+// struct fields, reaches a user.
 package jsonargs
 
 import (
@@ -10,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"slices"
@@ -22,42 +25,101 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
-// Decode decodes the JSON object b into v, a pointer to a struct. With
-// strict, every key must be one of v's fields, at every level of nesting, and
-// an unknown one is refused naming the nearest valid key. Errors are
-// InvalidArgument, on op and path, and speak of keys and JSON values.
+// Decode decodes the JSON object b into v, a pointer to a struct, as
+// Unmarshal does; its errors are InvalidArgument, on op and path.
 func Decode(b []byte, v any, strict bool, op, path string) error {
-	bad := func(format string, args ...any) error {
-		return errcode.New(errcode.InvalidArgument, op, path, format, args...)
-	}
-	var raw any
-	if !json.Valid(b) {
-		return bad("%v", json.Unmarshal(b, &raw))
-	}
-	// Numbers stay text here: a number beyond float64 is the field's
-	// decoding to refuse, in its terms.
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil {
-		return bad("%v", err)
-	}
-	if strict {
-		if err := checkKeys(raw, reflect.TypeOf(v).Elem(), ""); err != nil {
-			return bad("%v", err)
-		}
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field == "" {
-			return bad("the JSON is %s, but it must be an object", te.Value)
-		}
-		if errors.As(err, &te) {
-			return bad("%q is %s, but it must be %s", te.Field, te.Value, describe(te.Type))
-		}
-		return bad("%v", err)
+	if err := Unmarshal(b, v, strict); err != nil {
+		return &errcode.Error{Code: errcode.InvalidArgument, Op: op, Path: path, Err: err}
 	}
 	return nil
 }
+
+// Unmarshal decodes the JSON value b, and nothing after it, into v, a
+// pointer. With strict, every key must be one of v's fields, at every level
+// of nesting, and an unknown one is refused naming the nearest valid key.
+// Its errors speak of keys and JSON values (see explain).
+func Unmarshal(b []byte, v any, strict bool) error {
+	t := reflect.TypeOf(v).Elem()
+	var raw any
+	if !json.Valid(b) {
+		return explain(json.Unmarshal(b, &raw), t)
+	}
+	if strict {
+		// Numbers stay text here: a number beyond float64 is the field's
+		// decoding to refuse, in its terms.
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&raw); err != nil {
+			return explain(err, t)
+		}
+		if err := checkKeys(raw, t, ""); err != nil {
+			return err
+		}
+	}
+	return explain(json.Unmarshal(b, v), t)
+}
+
+// explain returns err, an error of encoding/json's decoding into a value of
+// type t, in JSON's words: a value of the wrong type names its key, the JSON
+// value and what the key takes; a syntax error says where. Other errors,
+// those of a type's own UnmarshalJSON, are kept as they are.
+func explain(err error, t reflect.Type) error {
+	var (
+		te *json.UnmarshalTypeError
+		se *json.SyntaxError
+		ue *json.UnsupportedTypeError
+		ie *json.InvalidUnmarshalError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te) && te.Field == "":
+		if k := te.Type.Kind(); k == reflect.Struct || k == reflect.Map {
+			return fmt.Errorf("the JSON is %s, but it must be an object", te.Value)
+		}
+		return fmt.Errorf("a value is %s, but it must be %s", te.Value, describe(te.Type))
+	case errors.As(err, &te):
+		return fmt.Errorf("%q is %s, but it must be %s", jsonKey(t, te.Field), te.Value, describe(te.Type))
+	case errors.As(err, &se):
+		return fmt.Errorf("malformed JSON at byte %d: %s", se.Offset, se.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return errors.New("unexpected end of JSON input")
+	case errors.As(err, &ue) || errors.As(err, &ie):
+		return errors.New("a value that JSON cannot hold") // a bug: decoding into a type that takes none
+	}
+	return err
+}
+
+// jsonKey returns field, the dotted path encoding/json gives a field of t,
+// without the names of the embedded structs it passes through: those are
+// Go's, the JSON has their fields in place.
+func jsonKey(t reflect.Type, field string) string {
+	var keys []string
+	for part := range strings.SplitSeq(field, ".") {
+		for t != nil && t.Kind() != reflect.Struct && elemKinds[t.Kind()] {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			keys, t = append(keys, part), nil
+			continue
+		}
+		if f, ok := t.FieldByName(part); ok && f.Anonymous && f.Tag.Get("json") == "" {
+			t = f.Type
+			continue
+		}
+		fields := jsonFields(t)
+		keys, t = append(keys, part), nil
+		for _, f := range fields {
+			if f.name == part {
+				t = f.typ
+			}
+		}
+	}
+	return strings.Join(keys, ".")
+}
+
+// elemKinds are the kinds whose values JSON holds as their elements'.
+var elemKinds = map[reflect.Kind]bool{reflect.Pointer: true, reflect.Slice: true, reflect.Array: true, reflect.Map: true}
 
 // checkKeys checks that every key of the objects in raw names a field of t,
 // recursively for fields that are structs.

@@ -23,6 +23,7 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 from __future__ import annotations
 
 import contextlib
+import difflib
 import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -50,6 +51,24 @@ _COALESCE_BYTES = 1 << 20
 # State dict formats load_state_dict reads: 1 has no table_id and no
 # permutation_uri, and binds its table by URI.
 _READ_FORMATS = (1, STATE_FORMAT)
+# The keys of a state dict, of every format it reads: any other is refused,
+# as a misspelt option is, rather than its field taken for absent.
+_STATE_KEYS = (
+    "format",
+    "permutation_id",
+    "table_id",
+    "table_uri",
+    "table_version",
+    "num_splits",
+    "global_batch_size",
+    "tokens_per_step",
+    "oversize",
+    "shuffle_seed",
+    "permutation_uri",
+    "epoch",
+    "steps_consumed",
+    "worker_position",
+)
 
 
 def _distributed_rank_world() -> tuple[int, int]:
@@ -685,8 +704,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
                 dict has one, must still match: the same files, sizes and rows.
 
         Raises:
-            InvalidArgumentError: the dict's format is unknown, it describes
-                another permutation, table version, ``num_splits``,
+            InvalidArgumentError: the dict's format or one of its keys is
+                unknown, it describes another permutation, table version, ``num_splits``,
                 ``global_batch_size`` or ``shuffle_seed`` (the message names the
                 field and both values), or its ``epoch`` is negative or its
                 ``steps_consumed`` outside ``[0, steps_per_epoch]``.
@@ -695,6 +714,13 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
             raise InvalidArgumentError(
                 f"state dict must be a mapping, got {type(state_dict).__name__}"
             )
+        for key in state_dict:
+            if key not in _STATE_KEYS:
+                near = difflib.get_close_matches(str(key), _STATE_KEYS, n=1, cutoff=0)
+                raise InvalidArgumentError(
+                    f"state dict has an unknown key {key!r} (did you mean {near[0]!r}?); "
+                    f"the keys are: {', '.join(sorted(_STATE_KEYS))}"
+                )
         if state_dict.get("format") not in _READ_FORMATS:
             raise InvalidArgumentError(
                 f"state dict format is {state_dict.get('format')!r}, "

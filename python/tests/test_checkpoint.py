@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,15 @@ def test_bad_state_dict_format(table_uri: str) -> None:
         ds.load_state_dict({**ds.state_dict(), "format": 3})
     with pytest.raises(cr.InvalidArgumentError, match="steps_consumed"):
         ds.load_state_dict({**ds.state_dict(), "steps_consumed": -1})
+
+
+def test_unknown_state_dict_key(table_uri: str) -> None:
+    ds = dataset(cr.open_table(table_uri))
+    state = ds.state_dict()
+    steps = state.pop("steps_consumed")
+    want = re.escape("'stepz_consumed' (did you mean 'steps_consumed'?)")
+    with pytest.raises(cr.InvalidArgumentError, match=want):
+        ds.load_state_dict({**state, "stepz_consumed": steps})
 
 
 def test_checkpoints_travel(tmp_path: Path) -> None:

@@ -48,6 +48,18 @@ def test_create_append_time_travel(tmp_path: Path) -> None:
     assert cr.open_table(uri).schema.names == ["id", "tokens"]
 
 
+@pytest.mark.parametrize("length", [4010, 65536])
+def test_long_column_names(tmp_path: Path, length: int) -> None:
+    name = "c" * length
+    values = [f"value {i}" for i in range(30)]
+    data = pa.table({"id": pa.array(range(30), pa.int64()), name: values})
+    tbl = cr.create_table((tmp_path / "a").as_uri(), data, row_group_rows=10)
+    again = cr.rewrite(tbl, (tmp_path / "b").as_uri(), columns=[name])
+    got = again.take([29, 0])
+    assert got.column_names == [name]
+    assert got[name].to_pylist() == ["value 29", "value 0"]
+
+
 def test_append_errors(tmp_path: Path) -> None:
     uri = f"file://{tmp_path}/t"
     tbl = cr.create_table(uri, rows(0, 5))

@@ -29,8 +29,8 @@ from croupier import _lib
 # Go's words that must never reach a user: panics, stacks, Go type names
 # (Arrow's type names, int32 or list<item: float>, are the user's own).
 GO_WORDS = re.compile(
-    r"panic|goroutine|Go struct|Go value|json: cannot|sqlparser"
-    r"|\*[a-z]+\.[A-Z]|\[\][a-z]|map\[|interface \{|\.go:\d+"
+    r"panic|goroutine|Go struct|Go value|(^|\s)json: |strconv\.|sqlparser"
+    r"|\*[a-z]+\.[A-Z]|\*errors\.|\bmain\.[A-Z]|\[\][a-z]|map\[|interface \{|\.go:\d+"
 )
 
 # Deterministic and hermetic: no example database, the same examples every run.

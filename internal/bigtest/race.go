@@ -1,0 +1,5 @@
+//go:build race
+
+package bigtest
+
+const race = true
