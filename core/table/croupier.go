@@ -613,6 +613,13 @@ func diffSchema(table, data *arrow.Schema) error {
 // large as the values; zstd compresses repeats without one (BenchmarkLayout,
 // see the package doc).
 //
+// Statistics of at most maxStatsBytes: the minimum and maximum of long strings
+// seldom prune a row group, and a column chunk's metadata longer than the 4 KiB
+// arrow-go buffers makes the CRC writer hold the rest of the file (see
+// crcwrite.go): a table of 480 MB of RL rollouts with prompts of 1 to 4 KB
+// was written in 8.1 s holding 1.8 GB more with arrow-go's 4,096, in 3.9 s
+// holding nothing more with 256.
+//
 // batch is how many values of a column the writer adds to a page between
 // checks of the page's size (see valuesPerCheck).
 func writerProps(opts WriteOptions, batch int64) *parquet.WriterProperties {
@@ -620,11 +627,15 @@ func writerProps(opts WriteOptions, batch int64) *parquet.WriterProperties {
 		parquet.WithMaxRowGroupLength(opts.RowGroupRows),
 		parquet.WithDataPageSize(opts.PageBytes),
 		parquet.WithBatchSize(batch),
+		parquet.WithMaxStatsSize(maxStatsBytes),
 		parquet.WithPageIndexEnabled(true),
 		parquet.WithCompression(codecs[opts.Compression]),
 		parquet.WithDictionaryDefault(false),
 	)
 }
+
+// maxStatsBytes bounds the statistics written of a column chunk or a page.
+const maxStatsBytes = 256
 
 // maxValuesPerCheck is arrow-go's own batch of values between checks of a
 // page's size, which is right where values are a few bytes: checking more

@@ -205,16 +205,16 @@ func TestCreateAppendTimeTravel(t *testing.T) {
 	}
 }
 
-// TestPagesHoldTheirSize writes a column of 200-byte strings with one
+// TestPagesHoldTheirSize writes a column of 300-byte strings with one
 // 1 MiB string among them, a list column of small numbers and a column of
 // numbers, and checks that every page of the strings holds about PageBytes
 // of values (at most one and a half times; the large string's page as many
-// of its neighbours), and the other columns' pages still full pages of
-// their values.
+// of its neighbours), the other columns' pages still full pages of their
+// values, and that the strings' chunks carry no statistics, too long to keep.
 func TestPagesHoldTheirSize(t *testing.T) {
 	ctx := context.Background()
 	const (
-		rows, width  = 20_000, 200
+		rows, width  = 20_000, 300
 		huge, hugeAt = 1 << 20, 12_345
 		pageBytes    = 16 << 10
 	)
@@ -258,6 +258,20 @@ func TestPagesHoldTheirSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pf.Close()
+	// Statistics are kept short: the ids' minimum and maximum, not the strings'.
+	for c, want := range []bool{true, false} {
+		col, err := pf.MetaData().RowGroup(0).ColumnChunk(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats, err := col.Statistics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stats != nil && stats.HasMinMax(); got != want {
+			t.Errorf("column %s has a minimum and maximum: %t; want %t", col.PathInSchema(), got, want)
+		}
+	}
 	index := pf.GetPageIndexReader()
 	var first int64 // the row group's first row in the table
 	for g, groupRows := range f.RowGroups {
