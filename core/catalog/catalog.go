@@ -237,6 +237,7 @@ func (c *Catalog) Put(keys []string, values [][]byte) {
 		}
 		return nil
 	})
+
 }
 
 // sealSize is the length of the seal that follows each value: a CRC-32C of

@@ -135,7 +135,7 @@ func checkFile(f io.ReaderAt, size int64, write bool, sc scope) error {
 			return err
 		}
 	}
-	bucket, flags, found, err := c.lookup(m.root, sc.bucket)
+	bucket, flags, found, err := c.lookup(nil, m.root, sc.bucket)
 	switch {
 	case err != nil || !found:
 		return err
@@ -220,9 +220,12 @@ func (n node) count() int { return int(order.Uint16(n.b[10:])) }
 
 // checkNode checks that b holds a branch or leaf page whose elements, keys
 // and values all lie within it (so that bbolt's binary search and its
-// reading of the node stay in the page), and whose children are pages in
-// use.
-func (c *fileCheck) checkNode(b []byte, id uint64) (node, error) {
+// reading of the node stay in the page), whose keys increase, and whose
+// children are pages in use. In a sealed bucket (bucket not nil) every
+// entry of a leaf must match its seal: a flipped bit in a key, a value or
+// an element is found before bbolt reads the page, not only when that
+// key is asked for.
+func (c *fileCheck) checkNode(b []byte, id uint64, bucket []byte) (node, error) {
 	if len(b) < headerSize {
 		return node{}, damaged("page %d: %d bytes", id, len(b))
 	}
@@ -235,6 +238,7 @@ func (c *fileCheck) checkNode(b []byte, id uint64) (node, error) {
 	if !n.leaf && count == 0 || headerSize+count*elementSize > len(b) {
 		return node{}, damaged("page %d: %d elements", id, count)
 	}
+	var prev []byte
 	for i := range count {
 		off := uint64(headerSize + i*elementSize)
 		e := b[off:]
@@ -250,26 +254,33 @@ func (c *fileCheck) checkNode(b []byte, id uint64) (node, error) {
 		if off+end > uint64(len(b)) {
 			return node{}, damaged("page %d: element %d ends past the page", id, i)
 		}
+		k, v, eflags, _ := n.elem(i)
+		if i > 0 && bytes.Compare(prev, k) >= 0 {
+			return node{}, damaged("page %d: keys out of order at element %d", id, i)
+		}
+		prev = k
+		if n.leaf && bucket != nil {
+			if _, err := unseal(bucket, k, v); err != nil || eflags != 0 {
+				return node{}, damaged("page %d: element %d (%q in %q) does not match its seal", id, i, k, bucket)
+			}
+		}
 	}
 	return n, nil
 }
 
-// lookup finds key in the tree whose root page is root, as bbolt's cursor
-// does, checking every page on the way. It returns the key's value and flags
-// when the key is there.
-func (c *fileCheck) lookup(root uint64, key []byte) (value []byte, flags uint32, found bool, err error) {
-	id := root
+// lookup finds key in the tree of bucket (nil: the root bucket) whose root
+// page is root, as bbolt's cursor does, checking every page on the way: a
+// child must start with the key its parent holds for it. It returns the
+// key's value and flags when the key is there.
+func (c *fileCheck) lookup(bucket []byte, root uint64, key []byte) (value []byte, flags uint32, found bool, err error) {
+	id, first := root, []byte(nil)
 	seen := map[uint64]bool{}
 	for depth := 0; ; depth++ {
 		if seen[id] || depth > maxDepth {
 			return nil, 0, false, damaged("page %d is its own ancestor", id)
 		}
 		seen[id] = true
-		p, err := c.page(id)
-		var n node
-		if err == nil {
-			n, err = c.checkNode(p, id)
-		}
+		n, err := c.node(id, bucket, first)
 		if err != nil {
 			return nil, 0, false, err
 		}
@@ -284,8 +295,27 @@ func (c *fileCheck) lookup(root uint64, key []byte) (value []byte, flags uint32,
 		if !exact && i > 0 {
 			i--
 		}
-		_, _, _, id = n.elem(i)
+		first, _, _, id = n.elem(i)
 	}
+}
+
+// node reads and checks page id of bucket's tree; first, when not nil, is
+// the key its parent holds for it.
+func (c *fileCheck) node(id uint64, bucket, first []byte) (node, error) {
+	p, err := c.page(id)
+	if err != nil {
+		return node{}, err
+	}
+	n, err := c.checkNode(p, id, bucket)
+	if err != nil {
+		return node{}, err
+	}
+	if first != nil {
+		if k, _, _, _ := n.elem(0); n.count() == 0 || !bytes.Equal(k, first) {
+			return node{}, damaged("page %d does not start with the key its parent holds for it", id)
+		}
+	}
+	return n, nil
 }
 
 // search is bbolt's binary search: the first element whose key is not less
@@ -317,40 +347,37 @@ func (c *fileCheck) bucket(v []byte, sc scope) error {
 	}
 	root, inline := order.Uint64(v), v[bucketHeader:]
 	if root == 0 {
-		n, err := c.checkNode(inline, 0)
+		n, err := c.checkNode(inline, 0, sc.bucket)
 		if err == nil && !n.leaf {
 			err = damaged("bucket %q: inline page is a branch", sc.bucket)
 		}
 		return err
 	}
 	if sc.all {
-		return c.walk(root, map[uint64]bool{}, 0)
+		return c.walk(sc.bucket, root, nil, map[uint64]bool{}, 0)
 	}
 	for _, k := range sc.keys {
-		if _, _, _, err := c.lookup(root, k); err != nil {
+		if _, _, _, err := c.lookup(sc.bucket, root, k); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// walk checks every page of the tree under page id.
-func (c *fileCheck) walk(id uint64, seen map[uint64]bool, depth int) error {
+// walk checks every page of the tree of bucket under page id, whose parent
+// holds first for it.
+func (c *fileCheck) walk(bucket []byte, id uint64, first []byte, seen map[uint64]bool, depth int) error {
 	if seen[id] || depth > maxDepth {
 		return damaged("page %d is reached twice", id)
 	}
 	seen[id] = true
-	p, err := c.page(id)
-	if err != nil {
-		return err
-	}
-	n, err := c.checkNode(p, id)
+	n, err := c.node(id, bucket, first)
 	if err != nil || n.leaf {
 		return err
 	}
 	for i := range n.count() {
-		_, _, _, child := n.elem(i)
-		if err := c.walk(child, seen, depth+1); err != nil {
+		k, _, _, child := n.elem(i)
+		if err := c.walk(bucket, child, k, seen, depth+1); err != nil {
 			return err
 		}
 	}
