@@ -180,10 +180,11 @@ func (c *Catalog) Names() (map[string]string, error) {
 }
 
 // Get returns the cached values of keys (nil where absent) with one read-only
-// open. Any failure to read the catalog is a miss.
+// open. Any failure to read the catalog is a miss; a nil Catalog misses
+// every key.
 func (c *Catalog) Get(keys []string) [][]byte {
 	out := make([][]byte, len(keys))
-	if len(keys) == 0 {
+	if c == nil || len(keys) == 0 {
 		return out
 	}
 	bkeys := make([][]byte, len(keys))
@@ -213,8 +214,11 @@ func (c *Catalog) Get(keys []string) [][]byte {
 
 // Put stores values[i] under keys[i], in one transaction. It is best
 // effort: the cache is an optimisation, so a locked catalog drops the
-// entries silently, and so does a damaged one after setting it aside.
+// entries silently, and so does a nil one.
 func (c *Catalog) Put(keys []string, values [][]byte) {
+	if c == nil {
+		return
+	}
 	var bkeys, sealed [][]byte
 	for i, k := range keys {
 		if k != "" && len(k) <= bolt.MaxKeySize && len(values[i]) <= bolt.MaxValueSize-sealSize {
