@@ -24,12 +24,13 @@
 //     recurses without end. So every operation locks the file as bbolt does,
 //     checks every page its bbolt calls will read (the meta pages, the
 //     file's size against the pages in use, the freelist for a write, the
-//     path from the root to each key), and only then lets bbolt map it, with
-//     faults turned into panics (debug.SetPanicOnFault) and panics into a
-//     damaged file. A damaged file (by that check, by bbolt's
-//     errors, by a seal) is renamed to catalog.db.damaged-<UTC time> (the
-//     one before it removed) and the operation runs once more on a new file:
-//     the cache is cold again, and the names registered are lost.
+//     path from the root to each key, and the seals of every leaf on it),
+//     and only then lets bbolt map it, with faults turned into panics
+//     (debug.SetPanicOnFault) and panics into a damaged file. A file found
+//     damaged (by that check, by bbolt's errors, by a seal) is renamed to
+//     catalog.db.damaged-<UTC time> (the one set aside before is removed),
+//     its lock released at once, and the operation runs once more on a new
+//     file: the cache is cold again, and the names registered are lost.
 //   - Several processes on one host (e.g. 8 ranks) use it at once. bbolt holds
 //     an exclusive file lock while a writable DB is open and a shared one
 //     while a read-only DB is open, so the catalog never keeps the file open:
