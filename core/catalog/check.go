@@ -90,7 +90,13 @@ type fileCheck struct {
 	f     io.ReaderAt
 	size  uint64
 	m     meta
-	pages map[uint64][]byte // pages checked
+	pages map[uint64][]byte // pages read
+	nodes map[nodeID]node   // pages checked as nodes of a bucket's tree
+}
+
+type nodeID struct {
+	page   uint64
+	bucket string
 }
 
 // checkFile checks f, of size bytes, for an operation on scope.
@@ -119,7 +125,7 @@ func checkFile(f io.ReaderAt, size int64, write bool, sc scope) error {
 	case !ok0 || ok1 && m1.txid > m0.txid:
 		m = m1
 	}
-	c := &fileCheck{f: f, size: uint64(size), m: m, pages: map[uint64][]byte{}}
+	c := &fileCheck{f: f, size: uint64(size), m: m, pages: map[uint64][]byte{}, nodes: map[nodeID]node{}}
 	switch ps := m.pageSize; {
 	case ps < minPageSize || ps > maxPageSize || ps&(ps-1) != 0:
 		return damaged("page size %d", ps)
@@ -302,13 +308,16 @@ func (c *fileCheck) lookup(bucket []byte, root uint64, key []byte) (value []byte
 // node reads and checks page id of bucket's tree; first, when not nil, is
 // the key its parent holds for it.
 func (c *fileCheck) node(id uint64, bucket, first []byte) (node, error) {
-	p, err := c.page(id)
-	if err != nil {
-		return node{}, err
-	}
-	n, err := c.checkNode(p, id, bucket)
-	if err != nil {
-		return node{}, err
+	n, ok := c.nodes[nodeID{id, string(bucket)}]
+	if !ok {
+		p, err := c.page(id)
+		if err != nil {
+			return node{}, err
+		}
+		if n, err = c.checkNode(p, id, bucket); err != nil {
+			return node{}, err
+		}
+		c.nodes[nodeID{id, string(bucket)}] = n
 	}
 	if first != nil {
 		if k, _, _, _ := n.elem(0); n.count() == 0 || !bytes.Equal(k, first) {
