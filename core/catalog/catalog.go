@@ -49,10 +49,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -347,7 +349,7 @@ func (c *Catalog) attempt(write bool, sc scope, fn func(*bolt.Tx) error) (aside 
 		OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
 	if err != nil {
 		open = false // bbolt closed it
-		return "", boltError(err)
+		return "", openError(err)
 	}
 	run := func(tx *bolt.Tx) error {
 		err := fn(tx)
@@ -368,6 +370,19 @@ func (c *Catalog) attempt(write bool, sc scope, fn func(*bolt.Tx) error) (aside 
 		err = cerr
 	}
 	return "", boltError(err)
+}
+
+// openError marks the errors of bbolt's Open that show a damaged file: all
+// but a lock wait that timed out and the system's refusals (to open, map or
+// write the file). The file was checked, but another program may have cut
+// or rewritten it since, without the lock ("file size too small").
+func openError(err error) error {
+	var errno syscall.Errno
+	var perr *fs.PathError
+	if errors.Is(err, berrors.ErrTimeout) || errors.As(err, &errno) || errors.As(err, &perr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errDamaged, err)
 }
 
 // boltError marks bbolt's errors that show a damaged file.

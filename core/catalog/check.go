@@ -221,6 +221,12 @@ func (n node) elem(i int) (key, value []byte, flags uint32, child uint64) {
 	return e[pos : pos+ks], nil, 0, order.Uint64(e[8:])
 }
 
+// key returns element i's key.
+func (n node) key(i int) []byte {
+	k, _, _, _ := n.elem(i)
+	return k
+}
+
 // count is the number of elements.
 func (n node) count() int { return int(order.Uint16(n.b[10:])) }
 
@@ -319,10 +325,8 @@ func (c *fileCheck) node(id uint64, bucket, first []byte) (node, error) {
 		}
 		c.nodes[nodeID{id, string(bucket)}] = n
 	}
-	if first != nil {
-		if k, _, _, _ := n.elem(0); n.count() == 0 || !bytes.Equal(k, first) {
-			return node{}, damaged("page %d does not start with the key its parent holds for it", id)
-		}
+	if first != nil && (n.count() == 0 || !bytes.Equal(n.key(0), first)) {
+		return node{}, damaged("page %d does not start with the key its parent holds for it", id)
 	}
 	return n, nil
 }
@@ -334,8 +338,7 @@ func (c *fileCheck) search(n node, key []byte) (int, bool) {
 	exact := false
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		k, _, _, _ := n.elem(mid)
-		switch bytes.Compare(k, key) {
+		switch bytes.Compare(n.key(mid), key) {
 		case -1:
 			lo = mid + 1
 		case 0:
