@@ -82,21 +82,40 @@ func TestConcurrentUse(t *testing.T) {
 	}
 }
 
-func TestCorruptCatalogIsAMiss(t *testing.T) {
+// TestGarbageCatalogIsSetAside: a file that is no bbolt file is a miss,
+// set aside as catalog.db.damaged-<time>, and the catalog starts anew.
+func TestGarbageCatalogIsSetAside(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "catalog.db")
 	os.WriteFile(path, []byte(strings.Repeat("not a bolt file ", 1000)), 0o644)
 	c := catalog.Open(catalog.Options{Path: path, Timeout: 100 * time.Millisecond})
 	if got := c.Get([]string{"k"}); got[0] != nil {
-		t.Fatal("hit in a corrupt catalog")
+		t.Fatal("hit in a garbage catalog")
 	}
-	c.Put([]string{"k"}, [][]byte{[]byte("v")}) // dropped, no panic
+	if aside := setAside(t, path); len(aside) != 1 {
+		t.Fatalf("set aside: %v", aside)
+	}
+	c.Put([]string{"k"}, [][]byte{[]byte("v")})
+	if got := c.Get([]string{"k"}); string(got[0]) != "v" {
+		t.Fatalf("the catalog started anew holds %q", got[0])
+	}
+	os.WriteFile(path, []byte(strings.Repeat("not a bolt file ", 1000)), 0o644)
 	_, err := c.Lookup("x")
-	if err == nil || !strings.Contains(err.Error(), path) {
-		t.Fatalf("lookup in a corrupt catalog: %v", err)
+	if errcode.Of(err) != errcode.NotFound || !strings.Contains(err.Error(), "damaged, set aside as "+path+".damaged-") {
+		t.Fatalf("lookup in a garbage catalog: %v", err)
 	}
-	if got := errcode.Of(err); got != errcode.Corrupt {
-		t.Errorf("code %s, want Corrupt: %v", got, err)
+	if aside := setAside(t, path); len(aside) != 1 {
+		t.Fatalf("set aside twice: %v, want the latest only", aside)
 	}
+}
+
+// setAside returns the damaged files set aside from path.
+func setAside(t *testing.T, path string) []string {
+	t.Helper()
+	aside, err := filepath.Glob(path + ".damaged-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return aside
 }
 
 func TestDefaultPath(t *testing.T) {

@@ -229,7 +229,7 @@ func (b *fileBucket) walk(prefix, token string) ([]Object, error) {
 		if err != nil {
 			return nil
 		}
-		objs = append(objs, Object{Key: key, Size: fi.Size(), ModTime: fi.ModTime()})
+		objs = append(objs, Object{Key: key, Size: fi.Size(), ModTime: fi.ModTime(), Inode: inode(fi)})
 		return nil
 	})
 	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })

@@ -283,28 +283,30 @@ func readManifest(ctx context.Context, loc *store.Location, cat Cache, v int64) 
 		return errcode.New(errcode.NotFound, "open version", loc.URI, "version %d does not exist (versions %d to %d exist)",
 			v, versions[0], versions[len(versions)-1])
 	}
-	var data []byte
 	var ckey string
 	if cat != nil {
 		obj, err := loc.Stat(ctx, key)
 		if err != nil {
 			return nil, notFound(err)
 		}
-		ckey = cacheKey("manifest", where, obj.Size, obj.ModTime, obj.ETag)
-		data = cat.Get([]string{ckey})[0]
-	}
-	cached := data != nil
-	if !cached {
-		var err error
-		if data, err = loc.ReadAll(ctx, key); err != nil {
-			return nil, notFound(err)
+		ckey = cacheKey("manifest", where, obj)
+		// A cached manifest that does not decode is a miss, not an error:
+		// the store's copy decides.
+		if data := cat.Get([]string{ckey})[0]; data != nil {
+			if m, err := decodeManifest(data, v); err == nil {
+				return m, nil
+			}
 		}
+	}
+	data, err := loc.ReadAll(ctx, key)
+	if err != nil {
+		return nil, notFound(err)
 	}
 	m, err := decodeManifest(data, v)
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Corrupt, op, where)
 	}
-	if cat != nil && !cached {
+	if cat != nil {
 		cat.Put([]string{ckey}, [][]byte{data})
 	}
 	return m, nil

@@ -35,20 +35,29 @@ type tailBytes struct {
 
 // readFooters returns the parsed footers of objs: known[i] where the caller
 // has read it already (known may be nil), else from the catalog where it has
-// them (keyed by each object's identity), else from the store; footers read
-// from the store are added to the catalog in one transaction. tails[i] holds
-// the bytes fetched with footer i when it was read from the store.
+// them (keyed by each object's identity, for objects that name one version:
+// cacheable), else from the store; footers read from the store are added to
+// the catalog in one transaction. tails[i] holds the bytes fetched with
+// footer i when it was read from the store.
 func readFooters(ctx context.Context, loc *store.Location, cat Cache, objs []store.Object, known [][]byte) (mds []*metadata.FileMetaData, tails []tailBytes, err error) {
 	raw := make([][]byte, len(objs))
 	copy(raw, known)
 	keys := make([]string, len(objs))
 	if cat != nil {
+		var ask []string
 		for i, o := range objs {
-			keys[i] = cacheKey("footer", loc.ObjectURI(o.Key), o.Size, o.ModTime, o.ETag)
+			if cacheable(o) {
+				keys[i] = cacheKey("footer", loc.ObjectURI(o.Key), o)
+				ask = append(ask, keys[i])
+			}
 		}
-		for i, cached := range cat.Get(keys) {
-			if raw[i] == nil {
-				raw[i] = cached
+		found := cat.Get(ask)
+		for i := range objs {
+			if keys[i] != "" {
+				if raw[i] == nil {
+					raw[i] = found[0]
+				}
+				found = found[1:]
 			}
 		}
 	}
@@ -81,7 +90,7 @@ func readFooters(ctx context.Context, loc *store.Location, cat Cache, objs []sto
 		var putKeys []string
 		var put [][]byte
 		for i := range objs {
-			if tails[i].b != nil {
+			if tails[i].b != nil && keys[i] != "" {
 				putKeys, put = append(putKeys, keys[i]), append(put, raw[i])
 			}
 		}

@@ -99,7 +99,7 @@ type learntPages struct {
 // pagesKey is the Cache key of the page locations of column chunk key.
 func (t *Table) pagesKey(key pageKey) string {
 	o := t.pin.Files[key.file].Object
-	return cacheKey("pages", t.loc.ObjectURI(o.Key), o.Size, o.ModTime, o.ETag) +
+	return cacheKey("pages", t.loc.ObjectURI(o.Key), o) +
 		"\x00" + strconv.Itoa(key.group) + "\x00" + strconv.Itoa(key.leaf)
 }
 

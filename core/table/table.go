@@ -542,7 +542,11 @@ func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object,
 	for i, f := range files {
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "stat", loc.ObjectURI(f.Key))
-			if !f.ModTime.IsZero() { // Match stat'ed it
+			// Match stat'ed it, or listed it. With a catalog, a listed object
+			// that the listing does not name a version of (a size and
+			// modification time only) is stat'ed, so that the catalog finds
+			// its footer by the whole identity of that version.
+			if !f.ModTime.IsZero() && (cat == nil || cacheable(f.Object)) {
 				objs[i] = f.Object
 				return nil
 			}

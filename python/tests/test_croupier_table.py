@@ -130,6 +130,26 @@ def test_catalog(tmp_path: Path) -> None:
     assert (first.version, first.num_rows) == (again.version, again.num_rows) == (1, 5)
 
 
+def test_truncated_catalog_is_a_cold_open(tmp_path: Path) -> None:
+    """A catalog file cut short (a full disk, a partial copy of ~/.cache) makes
+    the next open cold, never a crash: bbolt maps the file, and reading a page
+    past its end faulted with SIGBUS. The file is set aside and started anew."""
+    catalog = tmp_path / "catalog.db"
+    uri = f"file://{tmp_path}/t"
+    cr.create_table(uri, rows(0, 5))
+    cr.register("t", uri, catalog=str(catalog))
+    for i in range(40):  # a catalog of many pages
+        cr.register(f"other-{i}-" + "x" * 500, uri, catalog=str(catalog))
+    assert cr.open_table(uri, catalog=str(catalog)).num_rows == 5
+    assert catalog.stat().st_size > 16 << 10
+    os.truncate(catalog, 8 << 10)  # its two meta pages: the root page lies past the end
+    again = cr.open_table(uri, catalog=str(catalog))
+    assert (again.version, again.num_rows) == (1, 5)
+    assert len(list(tmp_path.glob("catalog.db.damaged-*"))) == 1
+    with pytest.raises(cr.NotFoundError, match='"t"'):
+        cr.lookup("t", catalog=str(catalog))  # the names were in the damaged file
+
+
 def test_store_ignoring_conditional_writes_is_refused(tmp_path: Path) -> None:
     """On an S3 server that ignores If-None-Match, create_table and append refuse
     to commit, naming the override, and commit with trust_conditional_writes=True;
