@@ -67,10 +67,12 @@ func entryKey(i int) string {
 	return fmt.Sprintf("footer\x00s3://bkt/data/part-%05d.parquet\x00%d\x00%d\x00\"etag-%d\"", i, 1000+i, 1700000000000000000+i, i)
 }
 
-// build writes a catalog of about 64 KiB as a host's would be: names, and
-// footers written a batch at a time.
-func build(t *testing.T, path string) contents {
+// build writes a catalog of about 64 KiB as a host's would be, names and
+// footers written a batch at a time, in dir/built.db, and returns what it
+// holds and the file's bytes.
+func build(t *testing.T, dir string) (contents, []byte) {
 	t.Helper()
+	path := filepath.Join(dir, "built.db")
 	c := catalog.Open(catalog.Options{Path: path})
 	want := contents{entries: map[string][]byte{}, names: map[string]string{}}
 	for batch := range 6 {
@@ -90,7 +92,11 @@ func build(t *testing.T, path string) contents {
 	if got := check(t, c, want); got != len(want.entries) {
 		t.Fatalf("the catalog built serves %d of %d entries", got, len(want.entries))
 	}
-	return want
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, data
 }
 
 // check asks c for every entry and name of want, failing on any answer that
@@ -191,11 +197,7 @@ func damaged(t *testing.T, dir string, data []byte, want contents, try bool) (hi
 // as a dropped Put (works) if a fault left the file locked.
 func TestTruncatedCatalog(t *testing.T) {
 	dir := t.TempDir()
-	want := build(t, filepath.Join(dir, "built.db"))
-	data, err := os.ReadFile(filepath.Join(dir, "built.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, data := build(t, dir)
 	ps, hw := layout(t, data)
 	cuts := []int{1, 15, 100, ps - 1, ps + 17, 2*ps + 1, 3*ps - 8, hw * ps / 3, hw*ps - 1, len(data) - 1}
 	for off := 0; off <= len(data); off += ps {
@@ -224,11 +226,7 @@ func TestTruncatedCatalog(t *testing.T) {
 // catalog works after.
 func TestBitFlippedCatalog(t *testing.T) {
 	dir := t.TempDir()
-	want := build(t, filepath.Join(dir, "built.db"))
-	data, err := os.ReadFile(filepath.Join(dir, "built.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, data := build(t, dir)
 	ps, hw := layout(t, data)
 	var bits []int // bit offsets
 	span := func(from, n, step int) {
@@ -282,11 +280,7 @@ func TestBitFlippedCatalog(t *testing.T) {
 // a bad disk would: the entry is never served; the file is set aside.
 func TestFlippedEntryIsAMiss(t *testing.T) {
 	dir := t.TempDir()
-	want := build(t, filepath.Join(dir, "built.db"))
-	data, err := os.ReadFile(filepath.Join(dir, "built.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, data := build(t, dir)
 	v := value(21)
 	at := bytes.Index(data, v)
 	if at < 0 {

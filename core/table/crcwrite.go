@@ -283,11 +283,7 @@ func (c *pageCRCWriter) heldPages(footer *tStruct, held []byte) ([]byte, int, er
 			if md == nil {
 				continue
 			}
-			start, _ := md.int(columnMetaDataPageOffset)
-			if dict, ok := md.int(columnMetaDictPageOffset); ok && dict > 0 {
-				start = min(start, dict)
-			}
-			size, _ := md.int(columnMetaCompressedSize)
+			start, size := chunkRange(md)
 			switch {
 			case start+size <= c.pos:
 				continue // forwarded
@@ -420,11 +416,7 @@ func (c *pageCRCWriter) moveChunks(footer *tStruct) error {
 			if md == nil {
 				continue
 			}
-			start, _ := md.int(columnMetaDataPageOffset)
-			if dict, ok := md.int(columnMetaDictPageOffset); ok && dict > 0 {
-				start = min(start, dict)
-			}
-			size, _ := md.int(columnMetaCompressedSize)
+			start, size := chunkRange(md)
 			g := c.addedBefore(start+size) - c.addedBefore(start)
 			grew += g
 			md.setInt(columnMetaCompressedSize, thrift.I64, size+g)
@@ -446,4 +438,15 @@ func (c *pageCRCWriter) moveChunks(footer *tStruct) error {
 		}
 	}
 	return nil
+}
+
+// chunkRange returns where the column chunk whose metadata is md begins (its
+// dictionary page, or its first data page) and its compressed size.
+func chunkRange(md *tStruct) (start, size int64) {
+	start, _ = md.int(columnMetaDataPageOffset)
+	if dict, ok := md.int(columnMetaDictPageOffset); ok && dict > 0 {
+		start = min(start, dict)
+	}
+	size, _ = md.int(columnMetaCompressedSize)
+	return start, size
 }
