@@ -684,3 +684,64 @@ func TestWindowHorizons(t *testing.T) {
 		t.Fatal("no budget tried held between one and two windows a stream")
 	}
 }
+
+// TestStepLargerThanTheBudget deals a table in its order whose row 700 holds
+// a 4 MiB cell among rows of 100 bytes, with a budget of 2 MiB that the first
+// row groups' sizes allow: the steps before it are dealt, and its step is an
+// error naming the step, the row (its 4 MiB and its 8-byte id) and their
+// sizes, not a batch of twice the budget.
+func TestStepLargerThanTheBudget(t *testing.T) {
+	ctx := context.Background()
+	const rows, huge, at, budget = 1024, 4 << 20, 700, 2 << 20
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "blob", Type: arrow.BinaryTypes.Binary},
+	}, nil)
+	b := array.NewRecordBuilder(memory.NewGoAllocator(), schema)
+	defer b.Release()
+	for i := range rows {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		n := 100
+		if i == at {
+			n = huge
+		}
+		b.Field(1).(*array.BinaryBuilder).Append(make([]byte, n))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	rr, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := table.Create(ctx, "file://"+t.TempDir(), rr, table.WriteOptions{RowGroupRows: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	l := newLoader(t, tb, loader.Options{GlobalBatchSize: 16, NumSplits: 1, MemoryBudget: budget, ReadAhead: 1})
+	s, err := l.Stream(ctx, loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var dealt int64
+	for {
+		b, err := s.Next(ctx)
+		if err != nil {
+			want := fmt.Sprintf("step %d holds", at/16)
+			if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), want) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("row id %d, holds %d", at, huge+8)) {
+				t.Fatalf("after %d steps: %v; want InvalidArgument naming %q and row %d", dealt, err, want, at)
+			}
+			break
+		}
+		if b.Step != dealt {
+			t.Fatalf("step %d after %d steps", b.Step, dealt)
+		}
+		b.Record.Release()
+		dealt++
+	}
+	if dealt != at/16 {
+		t.Fatalf("%d steps dealt before the error; want %d", dealt, at/16)
+	}
+}

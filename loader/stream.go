@@ -100,6 +100,7 @@ type Stream struct {
 	uri      string // of the table, for errors
 	reader   *table.Reader
 	budget   *table.Budget    // of the rows kept for horizons
+	limit    int64            // the whole memory budget
 	slots    chan struct{}    // read-ahead: one per batch in pending or being taken by Next
 	decoded  chan struct{}    // closed once the reader has nothing more to fetch or decode
 	finished chan struct{}    // closed once decoded and every read has started
@@ -238,7 +239,7 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 		budget, slots = prev.budget, prev.slots
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, slots: slots,
+	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots,
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
@@ -504,11 +505,35 @@ func (s *Stream) read(ctx context.Context, h *horizon, b batch, ch chan<- result
 	if err != nil {
 		return result{err: err}
 	}
+	if err := s.fits(rec, h, b); err != nil {
+		rec.Release()
+		return result{err: err}
+	}
 	out := Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec, RowIDs: h.ids[b.from:b.to:b.to]}
 	if h.places != nil {
 		out.Places = h.places[b.from:b.to:b.to]
 	}
 	return result{batch: out}
+}
+
+// fits refuses rec, batch b of h, if it alone holds more than the memory
+// budget: its rows are as large as they are, and a batch the budget cannot
+// hold is an error that names its step, its largest row and their sizes,
+// never an overrun nobody is told of.
+func (s *Stream) fits(rec arrow.RecordBatch, h *horizon, b batch) error {
+	n := table.RecordBytes(rec)
+	if n <= s.limit {
+		return nil
+	}
+	row, size := table.LargestRow(rec)
+	steps := fmt.Sprintf("step %d holds", b.steps[0])
+	if len(b.steps) > 1 {
+		steps = fmt.Sprintf("steps %d to %d hold", b.steps[0], b.steps[len(b.steps)-1])
+	}
+	return errcode.New(errcode.InvalidArgument, "read", s.uri,
+		"%s %d bytes of this rank in %d rows, more than memory_budget %d bytes; the largest row, row id %d, holds %d:"+
+			" raise memory_budget above %d, or read fewer columns or smaller steps, or leave rows that large out with a filter",
+		steps, n, rec.NumRows(), s.limit, h.ids[b.from+row], size, n)
 }
 
 // closeKept closes a horizon's kept rows once.

@@ -578,6 +578,49 @@ func (b *Budget) signalLocked() {
 	b.changed = make(chan struct{})
 }
 
+// LargestRow returns the row of rec whose values take the most bytes, and
+// those bytes: a string's or a binary's bytes, a list's elements', a fixed
+// width; offsets and validity bits are not counted.
+func LargestRow(rec arrow.RecordBatch) (row int, bytes int64) {
+	for i := range int(rec.NumRows()) {
+		var n int64
+		for _, col := range rec.Columns() {
+			n += rangeBytes(col, int64(i), int64(i)+1)
+		}
+		if n > bytes || i == 0 {
+			row, bytes = i, n
+		}
+	}
+	return row, bytes
+}
+
+// rangeBytes is the bytes of the values of rows [from, to) of a.
+func rangeBytes(a arrow.Array, from, to int64) int64 {
+	if to <= from {
+		return 0
+	}
+	switch a := a.(type) {
+	case array.BinaryLike:
+		return a.ValueOffset64(int(to-1)) + int64(a.ValueLen(int(to-1))) - a.ValueOffset64(int(from))
+	case array.ListLike:
+		start, _ := a.ValueOffsets(int(from))
+		_, end := a.ValueOffsets(int(to - 1))
+		return rangeBytes(a.ListValues(), start, end)
+	case *array.Struct:
+		var n int64
+		for i := range a.NumField() {
+			n += rangeBytes(a.Field(i), from, to)
+		}
+		return n
+	case *array.Dictionary:
+		return rangeBytes(a.Indices(), from, to)
+	}
+	if t, ok := a.DataType().(arrow.FixedWidthDataType); ok {
+		return (to - from) * int64(max(t.BitWidth()/8, 1))
+	}
+	return 0
+}
+
 // RecordBytes is the size of a record's buffers, children included.
 func RecordBytes(rec arrow.RecordBatch) int64 {
 	var n int64
