@@ -225,3 +225,36 @@ func readRows(tb *table.Table) error {
 	}
 	return err
 }
+
+// TestGCSListingNamesGenerations: a listing of gs:// gives each object the
+// generation a stat gives it, so that a table opened with a catalog finds a
+// listed file's footer by its whole identity without a stat of each file.
+func TestGCSListingNamesGenerations(t *testing.T) {
+	ctx := context.Background()
+	startGCS(t)
+	for _, key := range []string{"a.parquet", "b.parquet"} {
+		writeObject(t, "gs://bkt/listed", key, []byte(key))
+	}
+	writeObject(t, "gs://bkt/listed", "a.parquet", []byte("a new generation"))
+	loc, err := store.Open(ctx, "gs://bkt/listed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	listed, err := loc.List(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 2 {
+		t.Fatalf("listed %d objects; want 2", len(listed))
+	}
+	for _, o := range listed {
+		st, err := loc.Stat(ctx, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Generation == 0 || o.Generation != st.Generation {
+			t.Errorf("%s: listed with generation %d, stat'ed with %d", o.Key, o.Generation, st.Generation)
+		}
+	}
+}

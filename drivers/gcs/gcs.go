@@ -189,7 +189,8 @@ func wellKnownFile() string {
 	return filepath.Join(home, ".config", "gcloud", name)
 }
 
-// Identify records the object's generation.
+// Identify records the object's generation, which attributes and listed
+// objects both expose as storage.ObjectAttrs.
 func identify(o *store.Object, as func(any) bool) {
 	var attrs storage.ObjectAttrs
 	if as(&attrs) {

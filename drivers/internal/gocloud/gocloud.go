@@ -24,7 +24,9 @@ import (
 type Hooks struct {
 	// Identify fills in the identity fields of o that the store reports
 	// beside gocloud's attributes (GCS's generation); as is
-	// blob.Attributes.As.
+	// blob.Attributes.As or, for a listed object, blob.ListObject.As. A
+	// listing that names each version spares a stat of each object where
+	// the version matters (the catalog's keys).
 	Identify func(o *store.Object, as func(any) bool)
 	// Condition makes the read request that as (blob.ReaderOptions'
 	// BeforeRead) exposes fail, with 412 Precondition Failed or the store's
@@ -151,9 +153,14 @@ func (b *bucket) List(ctx context.Context, prefix, token string, size int) ([]st
 	}
 	out := make([]store.Object, 0, len(objs))
 	for _, o := range objs {
-		if !o.IsDir {
-			out = append(out, store.Object{Key: o.Key, Size: o.Size, ModTime: o.ModTime})
+		if o.IsDir {
+			continue
 		}
+		obj := store.Object{Key: o.Key, Size: o.Size, ModTime: o.ModTime}
+		if b.h.Identify != nil {
+			b.h.Identify(&obj, o.As)
+		}
+		out = append(out, obj)
 	}
 	return out, string(next), nil
 }
