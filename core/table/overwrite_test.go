@@ -258,3 +258,37 @@ func TestGCSListingNamesGenerations(t *testing.T) {
 		}
 	}
 }
+
+// TestAzureListingNamesETags: a listing of azblob:// gives each object the
+// ETag a stat gives it, in the same form.
+func TestAzureListingNamesETags(t *testing.T) {
+	ctx := context.Background()
+	az := azurite.Start(t)
+	azurite.Env(t)
+	az.CreateContainer(t, "ctr")
+	uri := az.URI("ctr", "listed")
+	for _, key := range []string{"a.parquet", "b.parquet"} {
+		writeObject(t, uri, key, []byte(key))
+	}
+	loc, err := store.Open(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	listed, err := loc.List(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 2 {
+		t.Fatalf("listed %d objects; want 2", len(listed))
+	}
+	for _, o := range listed {
+		st, err := loc.Stat(ctx, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ETag == "" || o.ETag != st.ETag {
+			t.Errorf("%s: listed with ETag %q, stat'ed with %q", o.Key, o.ETag, st.ETag)
+		}
+	}
+}

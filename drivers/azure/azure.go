@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -69,7 +70,7 @@ func bucket(b *blob.Bucket, err error) (store.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	return gocloud.NewBucket(b, gocloud.Hooks{Condition: condition, Observe: observe, Upload: true}), nil
+	return gocloud.NewBucket(b, gocloud.Hooks{Identify: identify, Condition: condition, Observe: observe, Upload: true}), nil
 }
 
 // defaultCredentialClient is the client of a container whose requests
@@ -128,6 +129,19 @@ func (c tokenCredential) GetToken(ctx context.Context, opts azpolicy.TokenReques
 			errcode.PermissionDenied, "find credentials", "")
 	}
 	return tk, err
+}
+
+// Identify records the ETag of a listed object, which gocloud's portable
+// listing leaves out (a stat has it already), in the form a stat reports it:
+// quoted, as the ETag header is, where a listing's XML may not quote it.
+func identify(o *store.Object, as func(any) bool) {
+	var item container.BlobItem
+	if as(&item) && item.Properties != nil && item.Properties.ETag != nil {
+		o.ETag = string(*item.Properties.ETag)
+		if !strings.HasPrefix(o.ETag, `"`) {
+			o.ETag = `"` + o.ETag + `"`
+		}
+	}
 }
 
 // Condition makes a read carry If-Match with the pinned ETag.
