@@ -226,69 +226,54 @@ func readRows(tb *table.Table) error {
 	return err
 }
 
-// TestGCSListingNamesGenerations: a listing of gs:// gives each object the
-// generation a stat gives it, so that a table opened with a catalog finds a
-// listed file's footer by its whole identity without a stat of each file.
-func TestGCSListingNamesGenerations(t *testing.T) {
+// TestListingNamesVersions: a listing of gs:// gives each object the
+// generation a stat gives it, and one of azblob:// the ETag, in the same form,
+// so that a table opened with a catalog finds a listed file's footer by its
+// whole identity without a stat of each file.
+func TestListingNamesVersions(t *testing.T) {
 	ctx := context.Background()
-	startGCS(t)
-	for _, key := range []string{"a.parquet", "b.parquet"} {
-		writeObject(t, "gs://bkt/listed", key, []byte(key))
+	type target struct {
+		start   func(t *testing.T) string // starts the store, returns a folder's URI
+		version func(o store.Object) any  // what names an object's version there
 	}
-	writeObject(t, "gs://bkt/listed", "a.parquet", []byte("a new generation"))
-	loc, err := store.Open(ctx, "gs://bkt/listed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loc.Close()
-	listed, err := loc.List(ctx, "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(listed) != 2 {
-		t.Fatalf("listed %d objects; want 2", len(listed))
-	}
-	for _, o := range listed {
-		st, err := loc.Stat(ctx, o.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.Generation == 0 || o.Generation != st.Generation {
-			t.Errorf("%s: listed with generation %d, stat'ed with %d", o.Key, o.Generation, st.Generation)
-		}
-	}
-}
-
-// TestAzureListingNamesETags: a listing of azblob:// gives each object the
-// ETag a stat gives it, in the same form.
-func TestAzureListingNamesETags(t *testing.T) {
-	ctx := context.Background()
-	az := azurite.Start(t)
-	azurite.Env(t)
-	az.CreateContainer(t, "ctr")
-	uri := az.URI("ctr", "listed")
-	for _, key := range []string{"a.parquet", "b.parquet"} {
-		writeObject(t, uri, key, []byte(key))
-	}
-	loc, err := store.Open(ctx, uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loc.Close()
-	listed, err := loc.List(ctx, "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(listed) != 2 {
-		t.Fatalf("listed %d objects; want 2", len(listed))
-	}
-	for _, o := range listed {
-		st, err := loc.Stat(ctx, o.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.ETag == "" || o.ETag != st.ETag {
-			t.Errorf("%s: listed with ETag %q, stat'ed with %q", o.Key, o.ETag, st.ETag)
-		}
+	for name, tg := range map[string]target{
+		"gcs": {func(t *testing.T) string {
+			startGCS(t)
+			return "gs://bkt/listed"
+		}, func(o store.Object) any { return o.Generation }},
+		"azure": {func(t *testing.T) string {
+			az := azurite.Start(t)
+			azurite.Env(t)
+			az.CreateContainer(t, "ctr")
+			return az.URI("ctr", "listed")
+		}, func(o store.Object) any { return o.ETag }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			uri := tg.start(t)
+			for i, key := range []string{"a.parquet", "b.parquet", "a.parquet"} { // a twice: a second version
+				writeObject(t, uri, key, []byte(key+strings.Repeat("+", i)))
+			}
+			loc, err := store.Open(ctx, uri)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer loc.Close()
+			listed, err := loc.List(ctx, "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(listed) != 2 {
+				t.Fatalf("listed %d objects; want 2", len(listed))
+			}
+			for _, o := range listed {
+				st, err := loc.Stat(ctx, o.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := tg.version(o); v == tg.version(store.Object{}) || v != tg.version(st) {
+					t.Errorf("%s: listed as version %#v, stat'ed as %#v", o.Key, v, tg.version(st))
+				}
+			}
+		})
 	}
 }
