@@ -658,42 +658,36 @@ const maxValuesPerCheck = 1024
 func valuesPerCheck(rec arrow.RecordBatch, pageBytes int64) int64 {
 	widest := 1.0
 	for _, col := range rec.Columns() {
-		widest = max(widest, meanValueBytes(col))
+		widest = max(widest, meanValueBytes(col, 0, int64(col.Len())))
 	}
 	return int64(min(max(float64(pageBytes)/(2*widest), 1), maxValuesPerCheck))
 }
 
-// meanValueBytes is the mean bytes of a value of a's widest leaf: a string's
-// or a binary's bytes, a list's elements', a fixed-width type's width.
-func meanValueBytes(a arrow.Array) float64 {
+// meanValueBytes is the mean bytes of a value of the widest leaf of rows
+// [from, to) of a: for a list, of its elements; for a leaf, its values'
+// bytes as rangeBytes counts them.
+func meanValueBytes(a arrow.Array, from, to int64) float64 {
 	switch a := a.(type) {
-	case array.BinaryLike:
-		if a.Len() == 0 {
-			return 0
-		}
-		return float64(len(a.ValueBytes())) / float64(a.Len())
 	case array.ListLike:
-		if a.Len() == 0 {
+		if to <= from {
 			return 0
 		}
-		start, _ := a.ValueOffsets(0)
-		_, end := a.ValueOffsets(a.Len() - 1)
-		values := array.NewSlice(a.ListValues(), start, end)
-		defer values.Release()
-		return meanValueBytes(values)
+		start, _ := a.ValueOffsets(int(from))
+		_, end := a.ValueOffsets(int(to - 1))
+		return meanValueBytes(a.ListValues(), start, end)
 	case *array.Struct:
 		widest := 0.0
 		for i := range a.NumField() {
-			widest = max(widest, meanValueBytes(a.Field(i)))
+			widest = max(widest, meanValueBytes(a.Field(i), from, to))
 		}
 		return widest
 	case *array.Dictionary:
-		return meanValueBytes(a.Dictionary())
+		return meanValueBytes(a.Dictionary(), 0, int64(a.Dictionary().Len()))
 	}
-	if t, ok := a.DataType().(arrow.FixedWidthDataType); ok {
-		return float64(t.BitWidth()) / 8
+	if to <= from {
+		return 0
 	}
-	return 0
+	return float64(rangeBytes(a, from, to)) / float64(to-from)
 }
 
 // canonicalSchema is s as readers will see it after a round trip through
