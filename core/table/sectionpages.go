@@ -119,8 +119,11 @@ func (s *sectionPages) next() (file.Page, error) {
 	if stored < 0 || stored > s.left {
 		return nil, fmt.Errorf("a page header says %d bytes stored, where its section has %d left", stored, s.left)
 	}
-	if size < 0 || size > s.decoded || s.none && size != stored {
+	if size < 0 || size > s.decoded {
 		return nil, fmt.Errorf("a page header says %d bytes decoded (%d stored), more than its column chunk's %d", size, stored, s.decoded)
+	}
+	if s.none && size != stored {
+		return nil, fmt.Errorf("a page header of an uncompressed column chunk says %d bytes decoded and %d stored", size, stored)
 	}
 	body, err := s.body(int(stored))
 	if err != nil {
