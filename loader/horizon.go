@@ -1,5 +1,7 @@
 package loader
 
+import "time"
+
 // A horizon decodes every page that holds one of its rows, and a page whose
 // rows fall on both sides of where a horizon ends is decoded by both
 // horizons. The budget says how many steps a horizon may take at most; where
@@ -76,13 +78,24 @@ func horizonEnd(ids []uint64, ends []int, rowsPerPage uint64, seen []uint64) int
 // the table's pages between them, a table that fits the budget about one and
 // a half times in its first epoch instead of once, and a table N budgets
 // large a fraction of that more. On local files, where a horizon costs no
-// round trip, every horizon takes what the budget holds.
+// round trip, every horizon takes what the budget holds, and so it does on a
+// remote store whose reads are served as fast as local files: from the disk
+// cache in a second epoch, where a short horizon saves no wait and only adds
+// decoding. The ramp ends once the store's reads have shown a usual latency
+// under rampLatency (store.Location.ReadLatency, which counts the disk
+// cache's hits), checked before each horizon after the first.
+
+// rampLatency is the usual read latency under which a remote store is read
+// as local files are: a disk cache's hit takes tens of microseconds, a
+// request to an object store in the same region ten milliseconds or more.
+const rampLatency = 2 * time.Millisecond
 
 // nextRamp returns the most steps the horizon after one of ramp steps and
 // rows rows may take, of left steps in all: twice ramp, or left once the
-// ramp ends.
-func nextRamp(ramp, left int, rows, perPage, tableRows int64) int {
-	if 2*rows*perPage*4 >= tableRows {
+// ramp ends. fast says the store's reads are served as fast as local
+// files are.
+func nextRamp(ramp, left int, rows, perPage, tableRows int64, fast bool) int {
+	if fast || 2*rows*perPage*4 >= tableRows {
 		return left
 	}
 	return min(2*ramp, left)

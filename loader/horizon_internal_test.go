@@ -82,3 +82,27 @@ func TestHorizonEnd(t *testing.T) {
 		t.Errorf("one step: %d", got)
 	}
 }
+
+// TestNextRamp checks the ramp of horizons on a remote store: each next one
+// twice as long, until it would cover a quarter of the table's pages or the
+// store's reads come as fast as local files do.
+func TestNextRamp(t *testing.T) {
+	for _, c := range []struct {
+		ramp, left    int
+		rows, perPage int64
+		tableRows     int64
+		fast          bool
+		want          int
+	}{
+		{ramp: 1, left: 100, rows: 64, perPage: 10, tableRows: 100_000, want: 2},
+		{ramp: 8, left: 100, rows: 512, perPage: 10, tableRows: 100_000, want: 16},
+		{ramp: 8, left: 12, rows: 512, perPage: 10, tableRows: 100_000, want: 12},
+		{ramp: 16, left: 100, rows: 1_250, perPage: 10, tableRows: 100_000, want: 100},
+		{ramp: 16, left: 100, rows: 1_249, perPage: 10, tableRows: 100_000, want: 32},
+		{ramp: 1, left: 100, rows: 64, perPage: 10, tableRows: 100_000, fast: true, want: 100},
+	} {
+		if got := nextRamp(c.ramp, c.left, c.rows, c.perPage, c.tableRows, c.fast); got != c.want {
+			t.Errorf("nextRamp(%+v) = %d, want %d", c, got, c.want)
+		}
+	}
+}

@@ -294,7 +294,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 	var seen []uint64 // horizonEnd's, and the rows of a page it assumes
 	var perPage uint64
 	// The most steps the next horizon may take: on a remote store one at
-	// first, doubling (horizon.go).
+	// first, doubling while its reads are slow (horizon.go).
 	ramp := len(steps)
 	if l.table.Remote() {
 		ramp = 1
@@ -358,7 +358,8 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			if err := pages(); err != nil {
 				return err
 			}
-			ramp = nextRamp(ramp, len(steps), int64(len(ids)), int64(perPage), l.table.NumRows())
+			lat, known := l.table.ReadLatency()
+			ramp = nextRamp(ramp, len(steps), int64(len(ids)), int64(perPage), l.table.NumRows(), known && lat < rampLatency)
 		}
 		if full { // not the last: end it where fewest pages are decoded twice
 			if err := pages(); err != nil {

@@ -162,6 +162,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -460,6 +461,11 @@ func (t *Table) URI() string { return t.pin.URI }
 // Remote reports whether the table lives on a remote object store (not
 // file:// or mem://), where every request waits a round trip.
 func (t *Table) Remote() bool { return t.loc.Remote() }
+
+// ReadLatency returns the usual latency of range reads of the table's files
+// on a remote store as they have been served, from the store or its disk
+// cache (store.Location.ReadLatency), once there has been one.
+func (t *Table) ReadLatency() (time.Duration, bool) { return t.loc.ReadLatency() }
 
 // MaxReads is the default number of range requests a reader of the table
 // keeps in flight: DefaultMaxReads, or RemoteMaxReads on a remote store.
