@@ -1148,6 +1148,54 @@ func TestStreamedSectionsReadInWindows(t *testing.T) {
 	t.Logf("%d rows: %d requests, %d bytes", len(ids), s.Requests(), s.BytesServed())
 }
 
+// TestStreamedWindowsFetchedAhead reads every row of a croupier table's row
+// group far larger than the reader's fetch share from a store 50 ms away:
+// its windows are fetched ahead of the decoder, several at once, not one
+// round trip after the other; the rows are right and each byte is fetched
+// once.
+func TestStreamedWindowsFetchedAhead(t *testing.T) {
+	const rows, share = 40_000, 256 << 10
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "big")
+	tb, err := table.Create(ctx, uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	s.SetFaults(s3test.Faults{FirstByte: 50 * time.Millisecond})
+	tb = open(t, uri)
+	defer tb.Close()
+	md, err := tb.Footer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := md.RowGroup(0).TotalCompressedSize()
+	r, err := tb.NewReader(table.ReaderOptions{FetchBytes: share, Decoders: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ids := make([]uint64, rows)
+	for i := range ids {
+		ids[i] = uint64(i)
+	}
+	s.ResetCounts()
+	got, err := r.Read(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	checkIDsAndText(t, got, ids, 3)
+	if group < 4*share {
+		t.Fatalf("a row group of %d bytes is not streamed with a fetch share of %d", group, share)
+	}
+	if peak, served := s.PeakInFlight(), s.BytesServed(); peak < 2 || served > group*5/4 {
+		t.Fatalf("a row group of %d bytes streamed as %d bytes in %d requests, at most %d at once", group, served, s.Requests(), peak)
+	}
+	t.Logf("a row group of %d bytes streamed in %d requests, %d at once", group, s.Requests(), s.PeakInFlight())
+}
+
 // TestHolesGrowWithLatency reads the same rows spread over a row group in
 // small pages from a store that answers at once and from one 60 ms away: far
 // away, sections of pages with longer holes between them are merged into one

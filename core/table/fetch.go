@@ -124,17 +124,11 @@ type fetched struct {
 	*store.ReaderAt
 	ranges []byteRange
 	data   [][]byte
-	// window, when not 0, is how much a stream over a section not fetched
-	// reads at a time (streamBufferSize): a row group larger than a
-	// decoder's part of the reader's fetch share is streamed, not fetched.
-	// Its reads are served from a window of as many bytes of merged, fetched
-	// a window at a time from where a read first needs them: a row group
-	// streamed in small pages has hundreds of sections, and a request for
-	// each, one after the other, waited a round trip apiece.
-	window int64
-	merged []byteRange
-	win    []byte // the bytes at winOff, fetched last
-	winOff int64
+	// ahead, when not nil, serves the reads of a row group larger than a
+	// decoder's part of the reader's fetch share, which is streamed, not
+	// fetched: its sections are fetched in windows ahead of the reads
+	// (prefetch.go).
+	ahead *prefetch
 	// crcs check the page CRCs of the sections streamed as they are read;
 	// sorted by offset (sections do not overlap).
 	crcs []*pageCRCs
@@ -145,11 +139,11 @@ type fetched struct {
 const minWindow = 64 << 10
 
 // streamBufferSize is the buffer of arrow-go's streams over sections of
-// src: the window of a src that streams them, else arrow-go's default
+// src: a window of a src that streams them, else arrow-go's default
 // (sections fetched are read from memory).
 func streamBufferSize(src io.ReaderAt) int64 {
-	if f, ok := src.(*fetched); ok && f.window > 0 {
-		return max(f.window, minWindow)
+	if f, ok := src.(*fetched); ok && f.ahead != nil {
+		return f.ahead.window()
 	}
 	return parquet.DefaultBufSize
 }
@@ -170,7 +164,7 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 		}
 		break
 	}
-	n, err := f.readWindow(p, off)
+	n, err := f.readAhead(p, off)
 	// Only the sections the bytes read overlap: a row group streamed in
 	// small pages has hundreds, and a read is often a page.
 	i, _ := slices.BinarySearchFunc(f.crcs, off, func(c *pageCRCs, off int64) int { return cmp.Compare(c.s.off+c.s.n, off+1) })
@@ -185,26 +179,18 @@ func (f *fetched) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// readWindow reads [off, off+len(p)) from the store, through the window
-// where merged holds it.
-func (f *fetched) readWindow(p []byte, off int64) (int, error) {
-	end := off + int64(len(p))
-	if off >= f.winOff && end <= f.winOff+int64(len(f.win)) {
-		return copy(p, f.win[off-f.winOff:]), nil
-	}
-	i, found := slices.BinarySearchFunc(f.merged, off, func(m byteRange, off int64) int { return cmp.Compare(m.off+m.n, off+1) })
-	if !found && i < len(f.merged) && f.merged[i].off <= off && end <= f.merged[i].off+f.merged[i].n {
-		m := f.merged[i]
-		n := min(m.off+m.n, off+max(f.window, int64(len(p)))) - off
-		f.win, f.winOff = growScratch(f.win, int(n)), off
-		got, err := f.ReaderAt.ReadAt(f.win, off)
-		if err != nil && !(err == io.EOF && int64(got) == n) {
-			f.win = f.win[:0]
-			return 0, err
+// readAhead reads [off, off+len(p)) from the windows fetched ahead where
+// they hold it, the rest from the store.
+func (f *fetched) readAhead(p []byte, off int64) (int, error) {
+	n := 0
+	if f.ahead != nil {
+		var err error
+		if n, err = f.ahead.read(p, off); err != nil || n == len(p) {
+			return n, err
 		}
-		return copy(p, f.win), nil
 	}
-	return f.ReaderAt.ReadAt(p, off)
+	m, err := f.ReaderAt.ReadAt(p[n:], off+int64(n))
+	return n + m, err
 }
 
 // fetchedBytes returns the bytes of r where src has fetched them, within
@@ -255,8 +241,10 @@ func (f *fetched) release() {
 	for _, b := range f.data {
 		scratch{}.Free(b)
 	}
-	scratch{}.Free(f.win)
-	f.data, f.ranges, f.win = nil, nil, nil
+	if f.ahead != nil {
+		f.ahead.close()
+	}
+	f.data, f.ranges, f.ahead = nil, nil, nil
 }
 
 // ReaderStats count a reader's work since it was made.

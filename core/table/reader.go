@@ -570,14 +570,15 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 			n += rg.n
 		}
 		// A row group larger than a decoder's part of the bound is read as
-		// it is decoded, a window of that part at a time, a column after
-		// the other: the first read of a large column chunk without an
-		// offset index (a plain dataset's) locates its pages (learnPages),
-		// and holds no more than the window and a page.
+		// it is decoded, a column after the other, its sections fetched
+		// in windows ahead of the reads (prefetch.go): the first read of a
+		// large column chunk without an offset index (a plain dataset's)
+		// locates its pages (learnPages), and holds no more than the
+		// windows, the stream's buffer (a window) and a page.
 		if n > r.fetchShare {
-			// Half for the window the reads are served from, half for
-			// the stream's buffer of the section being read.
-			n, src = r.fetchShare, &fetched{ReaderAt: ra, window: r.fetchShare / 2, merged: ranges}
+			win := prefetchWindow(r.fetchShare)
+			ahead := newPrefetch(ctx, ra, ranges, win, r.fetchShare-win, r.reads, prio)
+			n, src = r.fetchShare, &fetched{ReaderAt: ra, ahead: ahead}
 			defer src.release()
 		}
 		n, err := r.fetching.acquire(ctx, prio, n)
@@ -593,7 +594,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		defer src.release()
 	}
 	for _, s := range sections {
-		if src.window > 0 {
+		if src.ahead != nil {
 			src.crcs = append(src.crcs, newPageCRCs(s)) // checked as they stream by
 		} else if err := checkPageCRCs(src, s); err != nil {
 			return errcode.Wrap(fmt.Errorf("row group %d: %w", key.Group, err), errcode.Corrupt, "decode", where)
