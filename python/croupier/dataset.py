@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import itertools
+import sys
+import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -69,6 +71,27 @@ _STATE_KEYS = (
     "steps_consumed",
     "worker_position",
 )
+
+
+def refuse_batching(caller: types.FrameType | None, dataset: str) -> None:
+    """Refuse to be batched again by torch's DataLoader: raise when ``caller``,
+    the frame that asked a dataset's iterator for its first batch, is the
+    fetch of a :class:`torch.utils.data.DataLoader` with a ``batch_size``
+    (1 by default), which would gather that many batches into one and stack
+    their tensors."""
+    fetch = sys.modules.get("torch.utils.data._utils.fetch")
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    if (
+        fetch is None
+        or not isinstance(fetcher, fetch._IterableDatasetFetcher)
+        or not fetcher.auto_collation
+    ):
+        return
+    raise InvalidArgumentError(
+        f"a croupier.{dataset} yields whole batches (its steps), which "
+        "torch.utils.data.DataLoader's batch_size (1 by default) would batch again: use "
+        "croupier.DataLoader(dataset), or torch.utils.data.DataLoader(dataset, batch_size=None)"
+    )
 
 
 def _distributed_rank_world() -> tuple[int, int]:
@@ -461,6 +484,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         self._set_position(self._epoch, self._next_step + 1)
 
     def __iter__(self) -> Iterator[Any]:
+        refuse_batching(sys._getframe(1), "StreamingDataset")
         worker = torch.utils.data.get_worker_info()
         k, num_workers = (worker.id, worker.num_workers) if worker is not None else (0, 0)
         stride = max(num_workers, 1)
@@ -713,6 +737,11 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         if not isinstance(state_dict, Mapping):
             raise InvalidArgumentError(
                 f"state dict must be a mapping, got {type(state_dict).__name__}"
+            )
+        if state_dict.get("kind") == "follow":
+            raise InvalidArgumentError(
+                "state dict is a FollowingDataset's (kind 'follow'): load it into a "
+                "croupier.FollowingDataset over the same table, not a StreamingDataset"
             )
         for key in state_dict:
             if key not in _STATE_KEYS:

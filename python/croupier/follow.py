@@ -16,6 +16,8 @@ over) and ``steps_consumed``: global steps delivered to the training loop.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +25,13 @@ import torch
 import torch.utils.data
 
 from . import _args, _lib
-from .dataset import _COALESCE_BYTES, _distributed_rank_world, _read, _WorkerBudget
+from .dataset import (
+    _COALESCE_BYTES,
+    _distributed_rank_world,
+    _read,
+    _WorkerBudget,
+    refuse_batching,
+)
 from .errors import InvalidArgumentError
 from .formats import check_format, convert_steps
 from .table import Table, open_table
@@ -197,7 +205,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         max_reads: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(table, str):
+        if isinstance(table, (str, os.PathLike)):
             table = open_table(table)
         if not isinstance(table, Table):
             raise TypeError(f"table must be a croupier.Table or a URI, got {type(table).__name__}")
@@ -303,6 +311,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
     # -- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
+        refuse_batching(sys._getframe(1), "FollowingDataset")
         worker = torch.utils.data.get_worker_info()
         if worker is not None and not self._in_loader:
             raise InvalidArgumentError(

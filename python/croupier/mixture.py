@@ -27,6 +27,7 @@ keeps the mixture's position and converts the batches.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ import pyarrow as pa
 import torch.utils.data
 
 from . import _args, _lib
-from .dataset import StreamingDataset
+from .dataset import StreamingDataset, refuse_batching
 from .errors import InvalidArgumentError
 
 __all__ = ["ON_EXHAUSTED", "STATE_FORMAT", "Mixture", "MixtureStep"]
@@ -170,6 +171,7 @@ class Mixture(torch.utils.data.IterableDataset, _lib.GoObject):
     # -- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
+        refuse_batching(sys._getframe(1), "Mixture")
         worker = torch.utils.data.get_worker_info()
         if worker is not None and not self._in_loader:
             raise InvalidArgumentError(
