@@ -21,13 +21,9 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import torch
-import torch.utils.data
-
-from . import _args, _lib
+from . import _args, _lib, _torch
 from .dataset import (
     _COALESCE_BYTES,
-    _distributed_rank_world,
     _read,
     _WorkerBudget,
     refuse_batching,
@@ -144,7 +140,7 @@ class FollowStep:
         self.worker, self.stats = worker, stats
 
 
-class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerBudget):
+class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
@@ -212,7 +208,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         if not isinstance(follow, Follow):
             raise TypeError(f"follow must be a croupier.Follow, got {type(follow).__name__}")
         check_format(format, list_format)
-        default_rank, default_world = _distributed_rank_world()
+        default_rank, default_world = _torch.rank_world()
 
         def optional(name: str, value: int | None, default: int = 0) -> int:
             checked = _args.optional_integer(name, value)
@@ -312,7 +308,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
     def __iter__(self) -> Iterator[Any]:
         refuse_batching(sys._getframe(1), "FollowingDataset")
-        worker = torch.utils.data.get_worker_info()
+        worker = _torch.worker_info()
         if worker is not None and not self._in_loader:
             raise InvalidArgumentError(
                 "a FollowingDataset in DataLoader worker processes needs croupier.DataLoader, "

@@ -32,9 +32,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import torch.utils.data
 
-from . import _args, _lib
+from . import _args, _lib, _torch
 from .dataset import StreamingDataset, refuse_batching
 from .errors import InvalidArgumentError
 
@@ -56,7 +55,7 @@ class MixtureStep:
         self.step, self.slots, self.next = step, slots, next
 
 
-class Mixture(torch.utils.data.IterableDataset, _lib.GoObject):
+class Mixture(_torch.IterableDataset, _lib.GoObject):
     """Interleaves the steps of several :class:`~croupier.StreamingDataset` by weight.
 
     Args:
@@ -172,7 +171,7 @@ class Mixture(torch.utils.data.IterableDataset, _lib.GoObject):
 
     def __iter__(self) -> Iterator[Any]:
         refuse_batching(sys._getframe(1), "Mixture")
-        worker = torch.utils.data.get_worker_info()
+        worker = _torch.worker_info()
         if worker is not None and not self._in_loader:
             raise InvalidArgumentError(
                 "a Mixture in DataLoader worker processes needs croupier.DataLoader, which "
