@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import datetime
 import itertools
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -13,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _progress
-from .errors import ClosedError, InvalidArgumentError
+from .errors import ClosedError, InternalError, InvalidArgumentError
 
 __all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
 
@@ -37,6 +39,21 @@ def _reader(data: TableData) -> pa.RecordBatchReader:
             "no data: an empty iterable of batches has no schema (pass a pyarrow Table)"
         ) from None
     return pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches))
+
+
+# A time as Go's JSON writes it: RFC 3339 with up to 9 digits of fraction.
+_RFC3339 = re.compile(r"([^.]+?)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    """``text``, a time as Go's JSON writes it, as an aware datetime
+    (microseconds: Python's datetime holds no finer)."""
+    m = _RFC3339.fullmatch(text)
+    if m is None:
+        raise InternalError(f"the core wrote the time {text!r}, which is not RFC 3339")
+    base, fraction, zone = m.groups()
+    micros = (fraction or "")[:6].ljust(6, "0")
+    return datetime.datetime.fromisoformat(f"{base}.{micros}{'+00:00' if zone == 'Z' else zone}")
 
 
 def _write_options(
@@ -449,7 +466,9 @@ class Table(_lib.Closeable):
         :func:`create_table`).
 
         Raises:
-            InvalidArgumentError: the store ignores conditional writes.
+            InvalidArgumentError: ``data`` has no row (a version is made of
+                new rows: no version is made), or the store ignores
+                conditional writes.
             ChangedError: the store replaced this commit's manifest after
                 accepting it (it ignores conditional writes).
         """
@@ -489,6 +508,16 @@ class Table(_lib.Closeable):
     def versions(self) -> list[int]:
         """The committed versions of this croupier table, ascending."""
         return _lib.table_versions(self.uri)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The committed versions of this croupier table, ascending, each as
+        ``{"version": int, "committed": datetime, "num_rows": int,
+        "added_rows": int}``: when its writer committed it (its clock, UTC),
+        its rows, and the rows it added to the version before it. One read of
+        each version's manifest."""
+        return [
+            {**v, "committed": _parse_time(v["committed"])} for v in _lib.table_history(self.uri)
+        ]
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
