@@ -151,7 +151,7 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
 
     Args:
         table: a croupier table (any version; following starts at
-            ``follow.start_version``), or its URI.
+            ``follow.start_version``), or its URI or local path.
         follow: how rounds are formed (:class:`Follow`).
         global_batch_size: samples per global step, all ranks together (``G``).
         num_splits: streams each round is dealt from (``S``); must divide ``G``,
@@ -185,7 +185,7 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
 
     def __init__(
         self,
-        table: Table | str,
+        table: Table | str | os.PathLike[str],
         follow: Follow,
         global_batch_size: int,
         num_splits: int | None = None,
