@@ -96,7 +96,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 7
+const abiVersion = 8
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -356,6 +356,17 @@ func croupier_table_rewrite(th C.uint64_t, uri, optionsJSON *C.char, progress C.
 func croupier_table_versions(uri *C.char, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {
 		vs, err := table.Versions(callContext(), C.GoString(uri))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(vs, out)
+	})
+}
+
+//export croupier_table_history
+func croupier_table_history(uri *C.char, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		vs, err := table.History(callContext(), C.GoString(uri))
 		if err != nil {
 			return err
 		}

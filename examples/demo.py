@@ -2,9 +2,10 @@
 
     python examples/demo.py [--data ./demo-data] [--workers 0]
 
-1. writes a small table of RL rollouts (token ids, logprobs, reward, text) as
-   Parquet files, the way any pipeline would;
-2. opens it with croupier and trains a tiny model for one epoch, saving a
+1. writes a small dataset of RL rollouts (token ids, logprobs, reward, text)
+   as plain Parquet files, the way any pipeline would (not a croupier table:
+   `croupier tables create` or ``cr.rewrite`` makes one of them);
+2. opens them with croupier (pinned at open) and trains a tiny model for one epoch, saving a
    checkpoint (a small JSON dict) half-way through;
 3. builds a fresh dataset from the checkpoint, as a restarted job would, and
    checks that the resumed steps are exactly the rest of the first run.

@@ -142,8 +142,9 @@ func sortedSteps(f followed) [][]int64 {
 
 // randomFollow draws version sizes and options of following.
 func randomFollow(rng *rand.Rand) (sizes []int64, opts loader.Options, fo loader.FollowOptions) {
-	for range 2 + rng.IntN(10) {
-		sizes = append(sizes, rng.Int64N(60))
+	sizes = append(sizes, rng.Int64N(60)) // version 1 may hold no rows
+	for range 1 + rng.IntN(10) {
+		sizes = append(sizes, 1+rng.Int64N(60)) // an append holds at least one
 	}
 	g := []int64{8, 16, 24}[rng.IntN(3)]
 	opts = loader.Options{GlobalBatchSize: g, NumSplits: g, Columns: []string{"id", "text"}, ShuffleSeed: rng.Uint64(),
@@ -305,7 +306,7 @@ func TestFollowWhileAppending(t *testing.T) {
 	sizes, opts, fo := randomFollow(rng)
 	more := []int64{}
 	for range 10 {
-		more = append(more, rng.Int64N(40))
+		more = append(more, 1+rng.Int64N(40))
 	}
 	uri := growingTable(t, sizes)
 	quick := fo
@@ -445,7 +446,7 @@ func TestFollowDealsGroupsWhole(t *testing.T) {
 	tb.Close()
 	start := sizes[0]
 	for range 8 {
-		n := rng.Int64N(30)
+		n := 1 + rng.Int64N(30)
 		if _, err := table.Append(ctx, uri, promptRows(t, start, n), table.WriteOptions{RowGroupRows: 16}); err != nil {
 			t.Fatal(err)
 		}

@@ -124,7 +124,8 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 				"%s is %d; it must be positive (0 for the default)", o.name, o.v)
 		}
 	}
-	if opts.TokensPerStep == 0 && opts.NumSplits == 0 {
+	splitsDefault := opts.TokensPerStep == 0 && opts.NumSplits == 0
+	if splitsDefault {
 		opts.NumSplits = opts.GlobalBatchSize
 	}
 	if opts.TokensPerStep != 0 && opts.Oversize == "" {
@@ -155,6 +156,13 @@ func New(t *table.Table, order permutation.Order, opts Options) (*Loader, error)
 	if opts.Rank < 0 || opts.Rank >= opts.WorldSize {
 		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(),
 			"rank %d out of range [0, %d)", opts.Rank, opts.WorldSize)
+	}
+	if splitsDefault && opts.GlobalBatchSize > 0 && opts.GlobalBatchSize%opts.WorldSize != 0 {
+		// num_splits must divide G and be a multiple of W: no value does.
+		return nil, errcode.New(errcode.InvalidArgument, "new loader", t.URI(),
+			"num_splits %d (its default, global_batch_size) is not a multiple of world_size %d: each rank takes "+
+				"global_batch_size / world_size rows a step, so global_batch_size must be a multiple of world_size",
+			opts.NumSplits, opts.WorldSize)
 	}
 	l := &Loader{table: t, order: order, opts: opts}
 	if opts.TokensPerStep != 0 {

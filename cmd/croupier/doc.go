@@ -5,7 +5,8 @@
 //
 //	croupier tables create URI FILE.parquet... [--row-group-rows N] [--trust-conditional-writes]
 //	croupier tables append URI FILE.parquet... [--trust-conditional-writes]  # prints the new version
-//	croupier tables versions URI
+//	croupier tables versions URI [--long]              # --long: commit time, rows, rows added
+//	croupier tables list [URI] [--catalog PATH]        # tables under URI, or a catalog's names
 //	croupier tables inspect URI [--version N]         # schema, rows, files, row groups
 //	croupier tables cleanup URI --keep-last N [--grace 24h]
 //

@@ -31,7 +31,8 @@ const usage = `usage: croupier <command> [arguments]
 Commands:
   tables create URI FILE.parquet...      create a croupier table from Parquet files
   tables append URI FILE.parquet...      append Parquet files as a new version
-  tables versions URI                    list the committed versions
+  tables versions URI [--long]           list the committed versions (--long: when, rows)
+  tables list [URI]                      the tables under URI, or the names in the catalog
   tables inspect URI [--version N]       schema, rows, files and row groups of a version
   tables cleanup URI --keep-last N       delete old versions and unreferenced files
   rewrite SRC DST [flags]                rewrite a table as a croupier table for shuffled reads

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
@@ -129,6 +130,48 @@ func TestTables(t *testing.T) {
 	}
 	if out := ok(t, "tables", "cleanup", uri, "--keep-last", "1"); out != "deleted 0 versions [] and 0 files; aborted 0 incomplete uploads\n" {
 		t.Fatalf("cleanup output: %q", out)
+	}
+}
+
+// TestTablesListAndLongVersions: tables versions --long says when each
+// version was committed and its rows; tables list finds the tables under a
+// folder given as a plain path, or lists a catalog's names.
+func TestTablesListAndLongVersions(t *testing.T) {
+	uri := makeTable(t)
+	var hs []table.VersionInfo
+	okJSON(t, &hs, "tables", "versions", uri, "--long")
+	if len(hs) != 2 || hs[0].NumRows != 300 || hs[0].AddedRows != 300 || hs[1].NumRows != 500 ||
+		hs[1].AddedRows != 200 || hs[1].Committed.IsZero() {
+		t.Fatalf("versions --long --json: %+v", hs)
+	}
+	out := ok(t, "tables", "versions", uri, "--long")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "version  committed") ||
+		!strings.HasSuffix(lines[2], "500   200") || !strings.Contains(lines[2], hs[1].Committed.Format("2006-01-02T15:04:05Z")) {
+		t.Fatalf("versions --long printed:\n%s", out)
+	}
+
+	parent := filepath.Dir(strings.TrimPrefix(uri, "file://"))
+	var found []table.Listed
+	okJSON(t, &found, "tables", "list", parent)
+	if want := []table.Listed{{URI: uri, Versions: 2, Latest: 2}}; !slices.Equal(found, want) {
+		t.Fatalf("tables list %s: %+v, want %+v", parent, found, want)
+	}
+	if out := ok(t, "tables", "list", parent); out != "table"+strings.Repeat(" ", len(uri)-3)+"latest  versions\n"+uri+"  2       2\n" {
+		t.Fatalf("tables list printed:\n%q", out)
+	}
+
+	cat := filepath.Join(t.TempDir(), "catalog.db")
+	if err := catalog.Open(catalog.Options{Path: cat}).Register("rollouts", uri); err != nil {
+		t.Fatal(err)
+	}
+	var names map[string]string
+	okJSON(t, &names, "tables", "list", "--catalog", cat)
+	if !maps.Equal(names, map[string]string{"rollouts": uri}) {
+		t.Fatalf("tables list --catalog: %v", names)
+	}
+	if r := croupier(t, "tables", "list", parent, "--catalog", cat); r.code != 2 || !strings.Contains(r.stderr, "not both") {
+		t.Fatalf("tables list URI --catalog: exit %d, %s", r.code, r.stderr)
 	}
 }
 

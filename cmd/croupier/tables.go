@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,15 +17,18 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 )
 
 func tablesCmd(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usagef("tables: missing subcommand (create, append, versions, inspect, cleanup)")
+		return usagef("tables: missing subcommand (create, append, versions, inspect, cleanup, list)")
 	}
 	switch args[0] {
+	case "list":
+		return tablesList(ctx, e, args[1:])
 	case "create":
 		return tablesWrite(ctx, e, args[1:], true)
 	case "append":
@@ -84,10 +89,14 @@ func tablesWrite(ctx context.Context, e *env, args []string, create bool) error 
 }
 
 func tablesVersions(ctx context.Context, e *env, args []string) error {
-	fs, asJSON := newFlags(e, "tables versions", "tables versions URI")
+	fs, asJSON := newFlags(e, "tables versions", "tables versions URI [--long]")
+	long := fs.Bool("long", false, "each version's commit time, rows and rows added (reads every manifest)")
 	uri, err := parseURI(fs, args)
 	if err != nil {
 		return err
+	}
+	if *long {
+		return tablesHistory(ctx, e, uri, *asJSON)
 	}
 	vs, err := table.Versions(ctx, uri)
 	if err != nil {
@@ -103,6 +112,76 @@ func tablesVersions(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, v)
 	}
 	return nil
+}
+
+// tablesHistory prints the versions of the table at uri with their commit
+// times and rows.
+func tablesHistory(ctx context.Context, e *env, uri string, asJSON bool) error {
+	vs, err := table.History(ctx, uri)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, vs)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "version\tcommitted\trows\tadded")
+	for _, v := range vs {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\n", v.Version, v.Committed.Format(time.RFC3339), v.NumRows, v.AddedRows)
+	}
+	return tw.Flush()
+}
+
+// tablesList lists the croupier tables under a location, or the names a
+// catalog holds when no location is given.
+func tablesList(ctx context.Context, e *env, args []string) error {
+	fs, asJSON := newFlags(e, "tables list", "tables list [URI] [--catalog PATH]")
+	path := fs.String("catalog", "", "catalog whose names to list when no URI is given (default "+catalog.DefaultPath()+")")
+	pos, err := parse(fs, args, 0, 1)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return catalogNames(e, *path, *asJSON)
+	}
+	if *path != "" {
+		return usagef("tables list: --catalog lists a catalog's names; give it or a URI, not both")
+	}
+	uri, err := toURI(pos[0])
+	if err != nil {
+		return err
+	}
+	found, err := table.List(ctx, uri)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, found)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "table\tlatest\tversions")
+	for _, t := range found {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", t.URI, t.Latest, t.Versions)
+	}
+	return tw.Flush()
+}
+
+// catalogNames prints the names registered in the catalog at path (the
+// default catalog when empty) with their URIs, by name.
+func catalogNames(e *env, path string, asJSON bool) error {
+	names, err := catalog.Open(catalog.Options{Path: path}).Names()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, names)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "name\ttable")
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		fmt.Fprintf(tw, "%s\t%s\n", name, names[name])
+	}
+	return tw.Flush()
 }
 
 // inspectFile is one data file in the output of tables inspect.

@@ -23,6 +23,10 @@ func TestAppendedThroughOneManifest(t *testing.T) {
 	defer tb.Close()
 	var start int64 = 30
 	for _, n := range []int64{40, 0, 7, 100} {
+		if n == 0 {
+			commitEmptyVersion(t, tb)
+			continue
+		}
 		if _, err := tb.Append(ctx, tabletest.Reader(start, n), WriteOptions{RowGroupRows: 16}); err != nil {
 			t.Fatal(err)
 		}
@@ -66,5 +70,21 @@ func TestAppendedThroughOneManifest(t *testing.T) {
 	}
 	if _, _, err := tb.AppendedThrough(ctx, 3, 2); err == nil {
 		t.Error("versions 3 to 2: no error")
+	}
+}
+
+// commitEmptyVersion commits a version of tb's table that adds no file, as
+// croupier committed an append of no rows before it refused one.
+func commitEmptyVersion(t *testing.T, tb *Table) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := readLatest(ctx, tb.loc, nil, "commit an empty version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := *m
+	next.Version, next.Parent, next.Added, next.SHA256 = m.Version+1, m.Version, 0, ""
+	if err := commitManifest(ctx, tb.loc, &next); err != nil {
+		t.Fatal(err)
 	}
 }

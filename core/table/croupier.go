@@ -462,7 +462,8 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 // each commit is one exclusive create of the next version's manifest, a writer
 // that loses the race re-reads the new latest version, checks its schema again
 // and retries on the next number. data must have exactly the table's schema
-// (see the package doc).
+// (see the package doc) and at least one row: an append of none is refused
+// with errcode.InvalidArgument and makes no version.
 func Append(ctx context.Context, uri string, data array.RecordReader, opts WriteOptions) (int64, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -517,6 +518,12 @@ func appendData(ctx context.Context, loc *store.Location, data array.RecordReade
 	added, err := writeData(ctx, loc, data, opts)
 	if err != nil {
 		return 0, err
+	}
+	if len(added) == 0 {
+		// A version would then hold the rows of the one before it: the
+		// caller would take it for new rows (a follower waits for it).
+		return 0, errcode.New(errcode.InvalidArgument, op, loc.URI,
+			"no rows to append: a version is made of new rows; the table stays at version %d", latest)
 	}
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {

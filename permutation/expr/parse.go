@@ -442,7 +442,11 @@ func (c *compiler) compare(e sexpr, o cmpOp, l, r node) (node, error) {
 	l, r = lr[0], lr[1]
 	k, ok := common(l.kind(), r.kind())
 	if !ok {
-		return nil, c.errf(e, "type mismatch: cannot compare %s with %s", l.kind(), r.kind())
+		hint := ""
+		if l.kind() == kTime && r.kind().numeric() || l.kind().numeric() && r.kind() == kTime {
+			hint = ": a number is not read as an instant; write it as TIMESTAMP 'YYYY-MM-DD HH:MM:SS' (UTC)"
+		}
+		return nil, c.errf(e, "type mismatch: cannot compare %s with %s%s", l.kind(), r.kind(), hint)
 	}
 	if k == kNull {
 		k = kBool

@@ -742,12 +742,18 @@ func (p *parser) primary() (sexpr, error) {
 // interval parses INTERVAL n unit.
 func (p *parser) interval() (sexpr, error) {
 	start := p.next()
+	num := p.peek()
 	n, err := p.prefix()
 	if err != nil {
 		return nil, err
 	}
 	u := p.peek()
 	if u.kind != tIdent {
+		if num.kind == tString {
+			// INTERVAL '1 hour', as PostgreSQL writes it.
+			return nil, syntaxError(p.text, num.pos, "INTERVAL takes an unquoted integer and then a unit, "+
+				"as in INTERVAL 1 HOUR, not the string %s", p.text[num.pos:num.end])
+		}
 		return nil, p.expected("a unit after INTERVAL's number (MICROSECOND, SECOND, MINUTE, HOUR, DAY or WEEK)")
 	}
 	p.next()

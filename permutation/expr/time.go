@@ -151,7 +151,7 @@ func (c *compiler) shift(e sexpr, xe sexpr, iv *intervalExpr, sub bool) (node, e
 	}
 	lit, isLit := n.(*literal)
 	if !isLit || lit.k != kInt || lit.null {
-		return nil, c.errf(iv, "INTERVAL needs an integer literal as its number")
+		return nil, c.errf(iv, "INTERVAL needs an integer literal as its number, unquoted: INTERVAL 1 HOUR")
 	}
 	d, ok := mulNanos(lit.v.(int64), per)
 	if !ok {

@@ -12,8 +12,10 @@ in Go threads, so ``num_workers=0`` is the fast path and the GIL is not in the w
 >>> ds = cr.StreamingDataset(tbl, global_batch_size=64, num_splits=16)  # doctest: +SKIP
 >>> for batch in cr.DataLoader(ds): ...                               # doctest: +SKIP
 
-``StreamingDataset`` and ``DataLoader`` need torch; the rest needs only pyarrow
-and numpy. torch is imported on first use of those two names.
+Only ``DataLoader`` and ``format="torch"`` (the datasets' default) need torch,
+the ``croupier[torch]`` extra; the rest, batches in ``format="numpy"``,
+``"arrow"`` or ``"python"`` included, needs only pyarrow and numpy. Where it
+is installed, torch is imported on first use of a dataset's name.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def version() -> str:
 
 
 def __getattr__(name: str) -> Any:
-    # torch is heavy and optional: import it only when a torch-facing name is used.
+    # torch is heavy and optional: imported only when a dataset's name is used.
     if name == "StreamingDataset":
         from .dataset import StreamingDataset
 
@@ -109,6 +111,9 @@ def __getattr__(name: str) -> Any:
 
         return Mixture
     if name == "DataLoader":
+        from . import _torch
+
+        _torch.require("croupier.DataLoader")
         from .dataloader import DataLoader
 
         return DataLoader

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,17 +20,23 @@ from .errors import InvalidArgumentError
 __all__ = [
     "INT64_MAX",
     "UINT64_MAX",
+    "Where",
     "integer",
     "integers",
+    "local_path",
     "number",
     "optional_integer",
     "reals",
     "strings",
     "text",
+    "uri",
 ]
 
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
+
+# Where a table or permutation lives: a URI, or a local path (see uri).
+Where = str | os.PathLike[str]
 
 
 def _got(value: Any) -> str:
@@ -94,6 +101,22 @@ def text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{name} must be a string, got {_got(value)}")
     return value
+
+
+def local_path(name: str, value: Any) -> str:
+    """``value``, a string or an :class:`os.PathLike`, as a string."""
+    return text(name, os.fspath(value) if isinstance(value, os.PathLike) else value)
+
+
+def uri(name: str, value: Any) -> str:
+    """``value`` as a URI: one with a scheme (``s3://…``, ``file:///…``) as it
+    is; a local path, a string or an :class:`os.PathLike`, as the
+    ``file://`` URI of its absolute path, as the ``croupier`` command takes
+    them."""
+    where = local_path(name, value)
+    if "://" in where:
+        return where
+    return "file://" + os.path.abspath(where)
 
 
 def _sequence(name: str, values: Any) -> Sequence[Any]:

@@ -125,7 +125,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -149,6 +149,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     ),
     "croupier_table_rewrite": ([_HANDLE, _STR, _STR, REWRITE_PROGRESS, _HANDLE_OUT, _ERR], _INT),
     "croupier_table_versions": ([_STR, _STR_OUT, _ERR], _INT),
+    "croupier_table_history": ([_STR, _STR_OUT, _ERR], _INT),
     "croupier_table_cleanup": ([_STR, _STR, _STR_OUT, _ERR], _INT),
     "croupier_catalog_register": ([_STR, _STR, _STR, _ERR], _INT),
     "croupier_catalog_lookup": ([_STR, _STR, _STR_OUT, _ERR], _INT),
@@ -780,6 +781,12 @@ def table_rewrite(
 def table_versions(uri: str) -> list[int]:
     """Committed versions of the croupier table at ``uri``, ascending."""
     return [int(v) for v in json.loads(_str_out("croupier_table_versions", _encode(uri)))]
+
+
+def table_history(uri: str) -> list[dict[str, Any]]:
+    """The committed versions of the croupier table at ``uri``, with their commit
+    times and rows (Go's table.VersionInfo)."""
+    return json.loads(_str_out("croupier_table_history", _encode(uri)))
 
 
 def table_cleanup(uri: str, options: dict[str, Any]) -> dict[str, Any]:

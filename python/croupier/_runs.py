@@ -26,11 +26,14 @@ being written).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import torch
 
-from . import _lib
+from . import _lib, _torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["PLACES", "RUN_STEPS", "Outbox", "Steps", "merge_runs"]
 
@@ -126,6 +129,7 @@ class Outbox:
             # tensor made first.
             slot = free[0] if free else len(self._slots)
             room = _HEADER + size + size // 4
+            torch = _torch.require("a DataLoader worker")
             memory = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(room))
             if slot == len(self._slots):
                 self._slots.append(memory)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import functools
 import gc
@@ -12,6 +13,7 @@ import select
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -219,6 +221,75 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
+def _check_main_guarded(method: str) -> None:
+    """Refuse to start workers from the top-level code of the training script
+    outside an ``if __name__ == "__main__":`` block.
+
+    A ``"forkserver"`` or ``"spawn"`` worker (and the fork server itself,
+    which preloads ``__main__``) imports the script the training process runs
+    before it unpickles the dataset: its unguarded top-level code runs again
+    there, the training with it, and under torchrun waits forever in
+    ``torch.distributed.init_process_group`` for ranks that never come. So
+    when this call comes from the script's top-level code (its ``<module>``
+    frame is on this thread's stack) at a line outside such a block, no
+    worker is started. A script that cannot be read is not checked.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str):
+        return  # an interactive session or ``python -c``: nothing is imported again
+    frame = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return  # the script's top-level code is not running on this thread
+    try:
+        with open(path, "rb") as f:
+            body = ast.parse(f.read(), path).body
+    except (OSError, SyntaxError, ValueError):
+        return
+    line = frame.f_lineno
+    if any(
+        isinstance(node, ast.If)
+        and _is_main_test(node.test)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        for node in body
+    ):
+        return
+    raise InvalidArgumentError(
+        f"croupier.DataLoader: worker processes started from the top-level code of {path} "
+        f'(line {line}), outside an `if __name__ == "__main__":` block: each worker '
+        f'("{method}") imports the script again before it reads a row, which would run its '
+        "top-level code again there (under torchrun, init_process_group waits forever). "
+        f'Put the script\'s top-level code under `if __name__ == "__main__":`, or read in '
+        "this process (num_workers=0)"
+    )
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """Whether ``test`` is ``__name__ == "__main__"`` (either way round)."""
+    if not (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+    ):
+        return False
+    sides = {ast.dump(test.left), ast.dump(test.comparators[0])}
+    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+
+
+@functools.cache
+def _note_reads_in_process(num_workers: int) -> None:
+    """Say, once a process, that asked-for workers were not started."""
+    warnings.warn(
+        f"croupier.DataLoader: num_workers={num_workers} starts no worker processes: the "
+        "dataset runs no Python code of yours, so the Go core reads it in this process, on "
+        "every core (loader.num_workers is 0). in_process=False starts them anyway "
+        "(docs/tuning.md says what each costs)",
+        stacklevel=3,
+    )
+
+
 def _reads_in_process(
     dataset: StreamingDataset | Mixture | FollowingDataset,
     in_process: bool | None,
@@ -255,7 +326,8 @@ class DataLoader(torch.utils.data.DataLoader):
       decodes there on every core, beside the training loop and without the
       GIL, with the whole memory budget, and worker processes would only add
       copies of every row between processes and their start-up. The loader's
-      ``num_workers`` is then 0. ``in_process=False`` starts the workers
+      ``num_workers`` is then 0, what runs, and a :class:`UserWarning` says
+      so once for each ``num_workers`` asked. ``in_process=False`` starts the workers
       anyway; ``in_process=True`` reads in this process also with a
       ``collate`` or ``collate_fn`` (not with a ``worker_init_fn``).
     - worker processes are forked from a fork server that has imported torch
@@ -264,6 +336,10 @@ class DataLoader(torch.utils.data.DataLoader):
       a second instead of importing torch anew each epoch;
       ``"spawn"`` or another ``"forkserver"`` context may be passed, and
       ``"fork"`` is refused (the Go core does not survive ``fork()``).
+      Either imports the training script again in the worker, as
+      multiprocessing does: workers started from the script's top-level code
+      outside an ``if __name__ == "__main__":`` block are refused, as that
+      code would run again in each of them.
     - it counts each batch it hands to the training loop, so
       ``loader.state_dict()`` (the same dict as ``dataset.state_dict()``) is
       exact after every batch, with any ``num_workers``.
@@ -342,6 +418,8 @@ class DataLoader(torch.utils.data.DataLoader):
                 "step in order, and counts them for exact checkpoints"
             )
         if num_workers > 0 and _reads_in_process(dataset, in_process, kwargs):
+            if in_process is None:
+                _note_reads_in_process(num_workers)
             num_workers = 0
             for name in ("prefetch_factor", "multiprocessing_context"):  # workers' own
                 kwargs.pop(name, None)
@@ -390,6 +468,7 @@ class DataLoader(torch.utils.data.DataLoader):
             # PR_SET_PDEATHSIG follows the parent thread: the main one only.
             main = threading.current_thread() is threading.main_thread()
             watch = "parent" if main else None
+        _check_main_guarded(method)
         self.worker_init_fn = _WorkerStart(init_fn, os.getpid(), watch)
         self._tell_workers(True)
         try:

@@ -25,16 +25,16 @@ from __future__ import annotations
 import contextlib
 import difflib
 import itertools
+import sys
+import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch
-import torch.utils.data
 
-from . import _args, _lib
+from . import _args, _lib, _torch
 from ._runs import PLACES, RUN_STEPS, Outbox, Steps
 from .errors import InternalError, InvalidArgumentError
 from .formats import check_format, check_packing, convert_steps, pack
@@ -71,16 +71,29 @@ _STATE_KEYS = (
 )
 
 
-def _distributed_rank_world() -> tuple[int, int]:
-    """(rank, world size) of torch.distributed if initialised, else (0, 1)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+def refuse_batching(caller: types.FrameType | None, dataset: str) -> None:
+    """Refuse to be batched again by torch's DataLoader: raise when ``caller``,
+    the frame that asked a dataset's iterator for its first batch, is the
+    fetch of a :class:`torch.utils.data.DataLoader` with a ``batch_size``
+    (1 by default), which would gather that many batches into one and stack
+    their tensors."""
+    fetch = sys.modules.get("torch.utils.data._utils.fetch")
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    if (
+        fetch is None
+        or not isinstance(fetcher, fetch._IterableDatasetFetcher)
+        or not fetcher.auto_collation
+    ):
+        return
+    raise InvalidArgumentError(
+        f"a croupier.{dataset} yields whole batches (its steps), which "
+        "torch.utils.data.DataLoader's batch_size (1 by default) would batch again: use "
+        "croupier.DataLoader(dataset), or torch.utils.data.DataLoader(dataset, batch_size=None)"
+    )
 
 
 def _in_main_process() -> bool:
-    return torch.utils.data.get_worker_info() is None
+    return _torch.worker_info() is None
 
 
 def _read(stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
@@ -142,7 +155,7 @@ class _WorkerBudget:
     def _worker_budget(self) -> int | None:
         """The memory budget of this copy when croupier.DataLoader divides the
         dataset's among its workers and this is one of them, else None."""
-        worker = torch.utils.data.get_worker_info()
+        worker = _torch.worker_info()
         if not self._divide_budget or worker is None:
             return None
         # At least one byte: 0 would mean the default to Go.
@@ -169,7 +182,7 @@ class _WorkerBudget:
         """``exc`` saying how the budget was divided, in a worker whose budget
         croupier.DataLoader divided (too small a budget may be too small for the
         worker's share only); None elsewhere."""
-        worker = torch.utils.data.get_worker_info()
+        worker = _torch.worker_info()
         if worker is None or (budget := self._worker_budget()) is None:
             return None
         return InvalidArgumentError(
@@ -180,7 +193,7 @@ class _WorkerBudget:
         )
 
 
-class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerBudget):
+class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
     """Deals one rank's share of every global step of an epoch (docs/concepts.md).
 
     Args:
@@ -276,7 +289,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
                 "(open one with croupier.open_table)"
             )
         check_format(format, list_format)
-        default_rank, default_world = _distributed_rank_world()
+        default_rank, default_world = _torch.rank_world()
 
         def optional(name: str, value: int | None, default: int = 0) -> int:
             # 0 asks the Go core for its default
@@ -461,7 +474,8 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         self._set_position(self._epoch, self._next_step + 1)
 
     def __iter__(self) -> Iterator[Any]:
-        worker = torch.utils.data.get_worker_info()
+        refuse_batching(sys._getframe(1), "StreamingDataset")
+        worker = _torch.worker_info()
         k, num_workers = (worker.id, worker.num_workers) if worker is not None else (0, 0)
         stride = max(num_workers, 1)
         epoch, start = self._epoch, self._next_step
@@ -714,6 +728,11 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
             raise InvalidArgumentError(
                 f"state dict must be a mapping, got {type(state_dict).__name__}"
             )
+        if state_dict.get("kind") == "follow":
+            raise InvalidArgumentError(
+                "state dict is a FollowingDataset's (kind 'follow'): load it into a "
+                "croupier.FollowingDataset over the same table, not a StreamingDataset"
+            )
         for key in state_dict:
             if key not in _STATE_KEYS:
                 near = difflib.get_close_matches(str(key), _STATE_KEYS, n=1, cutoff=0)
@@ -753,7 +772,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         # A position past the end of the epoch is refused, not carried into the
         # next one: it comes from another dataset or was edited. Only a worker's
         # own position (see __iter__) runs up to K - 1 steps past the end.
-        worker = torch.utils.data.get_worker_info()
+        worker = _torch.worker_info()
         slack = worker.num_workers - 1 if worker_position and worker is not None else 0
         epoch = _args.integer("state dict epoch", state_dict.get("epoch"))
         spe = self._steps(epoch)

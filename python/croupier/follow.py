@@ -16,14 +16,18 @@ over) and ``steps_consumed``: global steps delivered to the training loop.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import torch
-import torch.utils.data
-
-from . import _args, _lib
-from .dataset import _COALESCE_BYTES, _distributed_rank_world, _read, _WorkerBudget
+from . import _args, _lib, _torch
+from .dataset import (
+    _COALESCE_BYTES,
+    _read,
+    _WorkerBudget,
+    refuse_batching,
+)
 from .errors import InvalidArgumentError
 from .formats import check_format, convert_steps
 from .table import Table, open_table
@@ -136,7 +140,7 @@ class FollowStep:
         self.worker, self.stats = worker, stats
 
 
-class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerBudget):
+class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
@@ -147,7 +151,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
     Args:
         table: a croupier table (any version; following starts at
-            ``follow.start_version``), or its URI.
+            ``follow.start_version``), or its URI or local path.
         follow: how rounds are formed (:class:`Follow`).
         global_batch_size: samples per global step, all ranks together (``G``).
         num_splits: streams each round is dealt from (``S``); must divide ``G``,
@@ -181,7 +185,7 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
     def __init__(
         self,
-        table: Table | str,
+        table: Table | str | os.PathLike[str],
         follow: Follow,
         global_batch_size: int,
         num_splits: int | None = None,
@@ -197,14 +201,14 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         max_reads: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(table, str):
+        if isinstance(table, (str, os.PathLike)):
             table = open_table(table)
         if not isinstance(table, Table):
             raise TypeError(f"table must be a croupier.Table or a URI, got {type(table).__name__}")
         if not isinstance(follow, Follow):
             raise TypeError(f"follow must be a croupier.Follow, got {type(follow).__name__}")
         check_format(format, list_format)
-        default_rank, default_world = _distributed_rank_world()
+        default_rank, default_world = _torch.rank_world()
 
         def optional(name: str, value: int | None, default: int = 0) -> int:
             checked = _args.optional_integer(name, value)
@@ -303,7 +307,8 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
     # -- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        worker = torch.utils.data.get_worker_info()
+        refuse_batching(sys._getframe(1), "FollowingDataset")
+        worker = _torch.worker_info()
         if worker is not None and not self._in_loader:
             raise InvalidArgumentError(
                 "a FollowingDataset in DataLoader worker processes needs croupier.DataLoader, "

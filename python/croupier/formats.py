@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from . import _torch
 from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -98,6 +99,8 @@ def check_format(format: str, list_format: str) -> None:
     """Raise InvalidArgumentError unless both names are known."""
     if format not in FORMATS:
         raise InvalidArgumentError(f"format={format!r} is not one of {', '.join(FORMATS)}")
+    if format == "torch":
+        _torch.require('format="torch" (the default)')
     if list_format not in LIST_FORMATS:
         raise InvalidArgumentError(
             f"list_format={list_format!r} is not one of {', '.join(LIST_FORMATS)}"
@@ -296,10 +299,9 @@ def convert_steps(
         for a, b in bounds:
             yield whole[a:b]
         return
-    import torch
-
     # Packed lists: each step's values and its offsets, rebased to start at 0
     # (in numpy, where slicing and subtracting cost a tenth of torch's).
+    # torch format only: numpy's lists are objects.
     packed = {
         f.name: whole[f.name + "_offsets"].numpy()
         for f in batch.schema
@@ -310,6 +312,8 @@ def convert_steps(
         out = {}
         for key, value in whole.items():
             if key in packed:
+                import torch
+
                 step_offsets = packed[key][a : b + 1]
                 start = int(step_offsets[0])
                 out[key] = value[start : int(step_offsets[-1])]

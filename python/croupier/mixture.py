@@ -27,14 +27,14 @@ keeps the mixture's position and converts the batches.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import torch.utils.data
 
-from . import _args, _lib
-from .dataset import StreamingDataset
+from . import _args, _lib, _torch
+from .dataset import StreamingDataset, refuse_batching
 from .errors import InvalidArgumentError
 
 __all__ = ["ON_EXHAUSTED", "STATE_FORMAT", "Mixture", "MixtureStep"]
@@ -55,7 +55,7 @@ class MixtureStep:
         self.step, self.slots, self.next = step, slots, next
 
 
-class Mixture(torch.utils.data.IterableDataset, _lib.GoObject):
+class Mixture(_torch.IterableDataset, _lib.GoObject):
     """Interleaves the steps of several :class:`~croupier.StreamingDataset` by weight.
 
     Args:
@@ -170,7 +170,8 @@ class Mixture(torch.utils.data.IterableDataset, _lib.GoObject):
     # -- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        worker = torch.utils.data.get_worker_info()
+        refuse_batching(sys._getframe(1), "Mixture")
+        worker = _torch.worker_info()
         if worker is not None and not self._in_loader:
             raise InvalidArgumentError(
                 "a Mixture in DataLoader worker processes needs croupier.DataLoader, which "

@@ -210,7 +210,9 @@ class PermutationBuilder:
         self._spec["lengths"] = _args.text("lengths", column)
         return self
 
-    def persist(self, uri: str, progress: ProgressCallback | bool | None = None) -> Permutations:
+    def persist(
+        self, uri: _args.Where, progress: ProgressCallback | bool | None = None
+    ) -> Permutations:
         """Build the permutation and write it under ``uri``, which must be empty.
 
         Args:
@@ -222,7 +224,9 @@ class PermutationBuilder:
         bar = _progress.tqdm_bars() if progress is None and sys.stderr.isatty() else None
         callback = bar[0] if bar else (progress if callable(progress) else None)
         try:
-            handle = _lib.permutation_build(self._table._handle(), self._spec, uri, callback)
+            handle = _lib.permutation_build(
+                self._table._handle(), self._spec, _args.uri("uri", uri), callback
+            )
         finally:
             if bar:
                 bar[1]()
@@ -239,7 +243,7 @@ def _sizes(ratios: Any, counts: Any, fixed: Any) -> dict[str, Any]:
 
 
 def open_permutations(
-    uri: str,
+    uri: _args.Where,
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_bytes: int | None = None,
@@ -256,7 +260,7 @@ def open_permutations(
             vanished.
     """
     cache = _cache_options(cache_dir, cache_bytes)
-    return Permutations._from_handle(_lib.permutation_open(uri, cache), cache)
+    return Permutations._from_handle(_lib.permutation_open(_args.uri("uri", uri), cache), cache)
 
 
 class Permutations(_lib.Closeable):

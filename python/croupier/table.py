@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import datetime
 import itertools
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -13,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _progress
-from .errors import ClosedError, InvalidArgumentError
+from .errors import ClosedError, InternalError, InvalidArgumentError
 
 __all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
 
@@ -39,10 +41,25 @@ def _reader(data: TableData) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches))
 
 
+# A time as Go's JSON writes it: RFC 3339 with up to 9 digits of fraction.
+_RFC3339 = re.compile(r"([^.]+?)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    """``text``, a time as Go's JSON writes it, as an aware datetime
+    (microseconds: Python's datetime holds no finer)."""
+    m = _RFC3339.fullmatch(text)
+    if m is None:
+        raise InternalError(f"the core wrote the time {text!r}, which is not RFC 3339")
+    base, fraction, zone = m.groups()
+    micros = (fraction or "")[:6].ljust(6, "0")
+    return datetime.datetime.fromisoformat(f"{base}.{micros}{'+00:00' if zone == 'Z' else zone}")
+
+
 def _write_options(
     row_group_rows: int | None,
     page_bytes: int | None,
-    catalog: str | None,
+    catalog: str | os.PathLike[str] | None,
     trust_conditional_writes: bool = False,
     compression: str | None = None,
 ) -> dict[str, Any]:
@@ -50,7 +67,7 @@ def _write_options(
         "row_group_rows": _args.optional_integer("row_group_rows", row_group_rows),
         "page_bytes": _args.optional_integer("page_bytes", page_bytes),
         "compression": None if compression is None else _args.text("compression", compression),
-        "catalog": None if catalog is None else _args.text("catalog", catalog),
+        "catalog": None if catalog is None else _args.local_path("catalog", catalog),
         "trust_conditional_writes": bool(trust_conditional_writes),
     }
     return {k: v for k, v in options.items() if v}
@@ -90,7 +107,7 @@ def _cache_options(
 
 
 def create_table(
-    uri: str,
+    uri: _args.Where,
     data: TableData,
     *,
     row_group_rows: int | None = None,
@@ -126,15 +143,15 @@ def create_table(
     options = _write_options(
         row_group_rows, page_bytes, None, trust_conditional_writes, compression
     )
-    handle = _lib.table_create(uri, reader, options)
+    handle = _lib.table_create(_args.uri("uri", uri), reader, options)
     return Table._from_handle(handle)
 
 
 def open_table(
-    uri: str,
+    uri: _args.Where,
     version: int | str | None = None,
     *,
-    catalog: str | None = None,
+    catalog: str | os.PathLike[str] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_bytes: int | None = None,
 ) -> Table:
@@ -144,9 +161,12 @@ def open_table(
         uri: where the table lives. A croupier table (created by
             :func:`create_table`), or a plain Parquet dataset: a folder or prefix
             (``file:///data/rollouts``), one file or a glob
-            (``file:///data/*.parquet``). Plain Parquet datasets are pinned at
-            open: every file's path, size, modification time and ETag is
-            recorded and later reads check them.
+            (``file:///data/*.parquet``). A local path (a string without
+            ``://``, or a :class:`pathlib.Path`) is taken as the ``file://``
+            URI of its absolute path, here and wherever croupier takes a URI.
+            Plain Parquet datasets are pinned at open: every file's path,
+            size, modification time and ETag is recorded and later reads
+            check them.
         version: ``None`` for the latest version; for a croupier table, a
             version number (see :meth:`Table.versions`), as an int or a string
             (``3`` or ``"3"``, as checkpoints hold it). A plain Parquet dataset
@@ -174,6 +194,7 @@ def open_table(
         CorruptError: a file is not readable Parquet (the message names it).
         InvalidArgumentError: ``version`` is not one of the table's.
     """
+    uri = _args.uri("uri", uri)
     cache = _cache_options(cache_dir, cache_bytes)
     options: dict[str, Any] = {**_write_options(None, None, catalog), **cache}
     if isinstance(version, str) and version.isdecimal():
@@ -194,8 +215,8 @@ RewriteProgress = Callable[[int, int, int, int], None]
 
 
 def rewrite(
-    src: str | Table,
-    dst_uri: str,
+    src: _args.Where | Table,
+    dst_uri: _args.Where,
     *,
     columns: Sequence[str] | None = None,
     row_group_rows: int | None = None,
@@ -259,9 +280,10 @@ def rewrite(
             progress(rows, total_rows, done_bytes, total_bytes)
 
     # A rewrite reads its source once: its blocks would only crowd the disk cache.
-    table = open_table(src, cache_dir="") if isinstance(src, str) else src
+    dst = _args.uri("dst_uri", dst_uri)
+    table = src if isinstance(src, Table) else open_table(src, cache_dir="")
     try:
-        handle = _lib.table_rewrite(table._handle(), dst_uri, options, report)
+        handle = _lib.table_rewrite(table._handle(), dst, options, report)
     finally:
         if display is not None:
             display[1]()
@@ -270,7 +292,7 @@ def rewrite(
     return Table._from_handle(handle)
 
 
-def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str, Any]:
+def cleanup(uri: _args.Where, keep_last: int, *, grace: float | None = None) -> dict[str, Any]:
     """Delete old versions of the croupier table at ``uri``, keeping the last ``keep_last``.
 
     Versions younger than ``grace`` seconds (default: a day; 0: none) are kept
@@ -288,21 +310,23 @@ def cleanup(uri: str, keep_last: int, *, grace: float | None = None) -> dict[str
         # Go's time.Duration in nanoseconds, where 0 would mean the default
         seconds = _args.number("grace", grace, 0.0, 9e9)  # within int64 nanoseconds
         options["grace"] = max(int(seconds * 1e9), 1)
-    return _lib.table_cleanup(uri, options)
+    return _lib.table_cleanup(_args.uri("uri", uri), options)
 
 
-def register(name: str, uri: str, *, catalog: str | None = None) -> None:
+def register(name: str, uri: _args.Where, *, catalog: str | os.PathLike[str] | None = None) -> None:
     """Remember ``uri`` under ``name`` in the local catalog.
 
     The default catalog is ``$XDG_CACHE_HOME/croupier/catalog.db``, else
     ``~/.cache/croupier/catalog.db``.
     """
-    _lib.catalog_register(catalog or "", name, uri)
+    path = "" if catalog is None else _args.local_path("catalog", catalog)
+    _lib.catalog_register(path, _args.text("name", name), _args.uri("uri", uri))
 
 
-def lookup(name: str, *, catalog: str | None = None) -> str:
+def lookup(name: str, *, catalog: str | os.PathLike[str] | None = None) -> str:
     """The URI registered under ``name``; NotFoundError if there is none."""
-    return _lib.catalog_lookup(catalog or "", name)
+    path = "" if catalog is None else _args.local_path("catalog", catalog)
+    return _lib.catalog_lookup(path, _args.text("name", name))
 
 
 class Table(_lib.Closeable):
@@ -442,7 +466,9 @@ class Table(_lib.Closeable):
         :func:`create_table`).
 
         Raises:
-            InvalidArgumentError: the store ignores conditional writes.
+            InvalidArgumentError: ``data`` has no row (a version is made of
+                new rows: no version is made), or the store ignores
+                conditional writes.
             ChangedError: the store replaced this commit's manifest after
                 accepting it (it ignores conditional writes).
         """
@@ -482,6 +508,16 @@ class Table(_lib.Closeable):
     def versions(self) -> list[int]:
         """The committed versions of this croupier table, ascending."""
         return _lib.table_versions(self.uri)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The committed versions of this croupier table, ascending, each as
+        ``{"version": int, "committed": datetime, "num_rows": int,
+        "added_rows": int}``: when its writer committed it (its clock, UTC),
+        its rows, and the rows it added to the version before it. One read of
+        each version's manifest."""
+        return [
+            {**v, "committed": _parse_time(v["committed"])} for v in _lib.table_history(self.uri)
+        ]
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""

@@ -10,6 +10,9 @@
 # installed croupier is the one imported. There, with PATH holding no go, the
 # demo trains, checkpoints and resumes with two spawned DataLoader workers,
 # and the table and permutation tests run against the installed package.
+# Then, in a second environment that holds the wheel, pyarrow and numpy (the
+# .venv's, linked) and no torch, numpy and Arrow batches are read
+# (python/tests/without_torch.py).
 set -euo pipefail
 
 wheel=$(realpath "$1")
@@ -36,7 +39,17 @@ base=$("$py" -c 'import sys; print(sys._base_executable)')
 "$base" -m venv --without-pip "$tmp/venv"
 site=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 "$py" -m pip install --quiet --no-deps --no-index --target "$site" "$wheel"
-"$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))' >"$site/zz-packages-of-the-repository-venv.pth"
+packages=$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+echo "$packages" >"$site/zz-packages-of-the-repository-venv.pth"
+
+"$base" -m venv --without-pip "$tmp/bare"
+bare=$("$tmp/bare/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+"$py" -m pip install --quiet --no-deps --no-index --target "$bare" "$wheel"
+mkdir "$tmp/numpy-pyarrow"
+for dep in "$packages"/{numpy,pyarrow}{,.libs,-*.dist-info}; do
+	if [ -e "$dep" ]; then ln -s "$dep" "$tmp/numpy-pyarrow/"; fi
+done
+echo "$tmp/numpy-pyarrow" >"$bare/zz-numpy-pyarrow.pth"
 
 export PATH="$tmp/venv/bin:/usr/bin:/bin"
 unset PYTHONPATH CROUPIER_LIBRARY GOROOT
@@ -54,3 +67,5 @@ print("croupier", croupier.__version__, "from", croupier.__file__)
 python "$repo/examples/demo.py" --data "$tmp/demo-data" --workers 2
 python -m pytest -q -p no:cacheprovider --rootdir "$repo" -c "$repo/pyproject.toml" \
 	"$repo/python/tests/test_table.py" "$repo/python/tests/test_permutation.py"
+mkdir "$tmp/without-torch"
+"$tmp/bare/bin/python" "$repo/python/tests/without_torch.py" "$tmp/without-torch"

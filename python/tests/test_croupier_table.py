@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import multiprocessing
 import os
@@ -46,6 +47,25 @@ def test_create_append_time_travel(tmp_path: Path) -> None:
     assert ids_at(uri, 2) == list(range(70))
     assert ids_at(uri, 1) == list(range(50))
     assert cr.open_table(uri).schema.names == ["id", "tokens"]
+
+
+def test_history_and_empty_appends(tmp_path: Path) -> None:
+    """Each version says when it was committed and its rows; an append of no
+    rows makes no version and says so."""
+    before = datetime.datetime.now(datetime.timezone.utc)
+    tbl = cr.create_table(tmp_path / "t", rows(0, 50))
+    assert tbl.append(rows(50, 20)) == 2
+    with pytest.raises(cr.InvalidArgumentError, match=r"no rows to append.*stays at version 2"):
+        tbl.append(rows(70, 0))
+    after = datetime.datetime.now(datetime.timezone.utc)
+    history = tbl.history()
+    assert [(v["version"], v["num_rows"], v["added_rows"]) for v in history] == [
+        (1, 50, 50),
+        (2, 70, 20),
+    ]
+    committed = [v["committed"] for v in history]
+    assert before - datetime.timedelta(seconds=1) <= committed[0] <= committed[1] <= after
+    assert tbl.versions() == [1, 2]
 
 
 @pytest.mark.parametrize("length", [4010, 65536])

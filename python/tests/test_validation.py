@@ -305,3 +305,53 @@ def test_deep_filter_in_a_child(tmp_path: Path, tbl: cr.Table, text: str) -> Non
         run.stdout
     )
     assert not GO_WORDS.search(run.stdout), run.stdout
+
+
+def test_paths_are_taken_wherever_a_uri_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pathlib.Path or a plain local path, relative or absolute, names the
+    file:// URI of its absolute path, as the croupier command takes it."""
+    monkeypatch.chdir(tmp_path)
+    want = uri(tmp_path / "t")
+    assert cr.create_table(tmp_path / "t", rows(0, 16)).uri == want
+    assert cr.open_table("t").uri == want
+    assert cr.open_table(str(tmp_path / "t")).uri == want
+    tbl = cr.open_table(Path("t"), catalog=tmp_path / "catalog.db")
+    assert tbl.uri == want
+    assert cr.rewrite(Path("t"), Path("copy")).uri == uri(tmp_path / "copy")
+    cr.PermutationBuilder(tbl).shuffle(seed=1).persist(Path("perm"))
+    assert cr.open_permutations("perm").uri == uri(tmp_path / "perm")
+    cr.register("t", Path("t"), catalog=Path("catalog.db"))
+    assert cr.lookup("t", catalog=tmp_path / "catalog.db") == want
+    assert cr.cleanup(Path("t"), keep_last=1)["deleted_versions"] == []
+    with pytest.raises(cr.InvalidArgumentError, match=r"uri must be a string, got 3 \(int\)"):
+        cr.open_table(3)  # type: ignore[arg-type]
+
+
+def test_torch_dataloader_with_a_batch_size_is_refused(tbl: cr.Table) -> None:
+    """torch's DataLoader batches what a dataset yields, 1 at a time by
+    default: a croupier dataset yields whole batches and says how to load it."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    ds = cr.StreamingDataset(tbl, global_batch_size=8)
+    for options in ({}, {"batch_size": 32}):
+        with pytest.raises(cr.InvalidArgumentError, match="batch_size=None") as info:
+            next(iter(torch_data.DataLoader(ds, **options)))
+        assert "croupier.DataLoader(dataset)" in str(info.value)
+    batch = next(iter(torch_data.DataLoader(ds, batch_size=None)))
+    first = next(iter(cr.StreamingDataset(tbl, global_batch_size=8)))
+    assert batch["id"].tolist() == first["id"].tolist()
+
+
+def test_default_num_splits_and_world_size_say_where_they_came_from(tbl: cr.Table) -> None:
+    with pytest.raises(cr.InvalidArgumentError) as info:
+        cr.StreamingDataset(tbl, global_batch_size=64, rank=0, world_size=3)
+    assert "num_splits 64 (its default, global_batch_size) is not a multiple of world_size 3" in (
+        str(info.value)
+    )
+    assert "global_batch_size must be a multiple of world_size" in str(info.value)
+
+
+def test_a_following_state_is_not_a_streaming_one(tmp_path: Path, tbl: cr.Table) -> None:
+    follow = cr.FollowingDataset(tbl, cr.Follow(wait_timeout=0.01), global_batch_size=8)
+    ds = cr.StreamingDataset(tbl, global_batch_size=8)
+    with pytest.raises(cr.InvalidArgumentError, match=r"is a FollowingDataset's \(kind 'follow'\)"):
+        ds.load_state_dict(follow.state_dict())

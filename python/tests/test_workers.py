@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from conftest import plain
 import croupier as cr
 from croupier import _lib
 from croupier._runs import RUN_STEPS, Steps, merge_runs
+from croupier.dataloader import _note_reads_in_process
 from croupier.dataset import merge_stats
 
 G, S = 16, 8
@@ -288,6 +290,61 @@ def test_fork_after_load_raises_and_never_hangs(table_uri: str) -> None:
     assert "spawn" in done.stdout
 
 
+UNGUARDED_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import torch.distributed
+
+    import croupier as cr
+
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        torch.distributed.init_process_group("gloo")
+    ds = cr.StreamingDataset(cr.open_table(sys.argv[1]), global_batch_size=8, format="numpy")
+    for batch in cr.DataLoader(ds, num_workers=1, in_process=False):
+        pass
+    print("no error")
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", [[], ["-m", "torch.distributed.run", "--nproc_per_node", "1"]])
+def test_workers_from_an_unguarded_script_fail_fast(
+    table_uri: str, tmp_path: Path, launcher: list[str]
+) -> None:
+    """A script that starts workers from its top-level code, outside
+    ``if __name__ == "__main__":``, is refused before any worker (or the fork
+    server) imports it again, run by itself or by torchrun after
+    init_process_group; guarded, the same code reads every batch."""
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, *launcher, str(script), table_uri],
+        capture_output=True,
+        text=True,
+        timeout=300,  # the refusal comes within seconds; a hang would take forever
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "InvalidArgumentError" in out, out
+    assert 'outside an `if __name__ == "__main__":` block' in out, out
+    assert f"{script} (line 12)" in out, out
+    if launcher:
+        return
+    body = UNGUARDED_SCRIPT.split("import croupier as cr\n", 1)[1]
+    guarded = UNGUARDED_SCRIPT.replace(
+        body, 'if __name__ == "__main__":\n' + textwrap.indent(body, "    ")
+    )
+    script.write_text(guarded)
+    done = subprocess.run(
+        [sys.executable, str(script), table_uri], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "no error\n"
+
+
 @pytest.mark.parametrize(
     ("format", "list_format"),
     [("torch", "packed"), ("torch", "padded"), ("numpy", "packed"), ("arrow", "packed"),
@@ -343,7 +400,7 @@ def test_workers_convert_when_a_collate_must_see_batches(table_uri: str) -> None
 def test_workers_asked_for_read_in_process(table_uri: str) -> None:
     """A StreamingDataset that runs no code of the user's in workers is read in
     this process whatever ``num_workers`` asks: the loader starts no worker,
-    says ``num_workers`` 0 and deals the batches and checkpoints of a loader
+    says ``num_workers`` 0 (and warns once) and deals the batches and checkpoints of a loader
     without workers; ``in_process=False``, a ``collate_fn`` or a
     ``worker_init_fn`` start them; ``in_process=True`` refuses a
     ``worker_init_fn``, which would never run."""
@@ -353,7 +410,17 @@ def test_workers_asked_for_read_in_process(table_uri: str) -> None:
     [next(batches) for _ in range(3)]
     want_state = plain_loader.state_dict()
     del batches
-    loader = cr.DataLoader(dataset(table_uri), num_workers=2, prefetch_factor=4)
+    _note_reads_in_process.cache_clear()
+    with warnings.catch_warnings(record=True) as noted:
+        warnings.simplefilter("always")
+        loader = cr.DataLoader(dataset(table_uri), num_workers=2, prefetch_factor=4)
+        cr.DataLoader(dataset(table_uri), num_workers=2)
+    assert [str(w.message) for w in noted if "starts no worker" in str(w.message)] == [
+        "croupier.DataLoader: num_workers=2 starts no worker processes: the dataset runs no "
+        "Python code of yours, so the Go core reads it in this process, on every core "
+        "(loader.num_workers is 0). in_process=False starts them anyway (docs/tuning.md "
+        "says what each costs)"
+    ]  # once
     assert loader.num_workers == 0
     # Workers of earlier tests may still be shutting down: none is new.
     before = {p.pid for p in multiprocessing.active_children()}
