@@ -174,6 +174,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/internal/jsonargs"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // PinFormat is the version of the Pin encoding.
@@ -188,6 +189,11 @@ type File struct {
 	// the manifests written since they record it say; 0 where not recorded
 	// (plain Parquet, older manifests).
 	Version int64 `json:"version,omitempty"`
+	// FooterSHA256 is the seal.Sum of the file's Parquet footer (its Thrift
+	// FileMetaData, as stored) where a croupier table's manifest records it
+	// (format 3 on): with the page CRCs in the file, it is what identifies
+	// the file's bytes wherever the table is copied (see bindLocal).
+	FooterSHA256 string `json:"footer_sha256,omitempty"`
 }
 
 // Pin describes one exact version of a table.
@@ -425,6 +431,9 @@ func checkFiles(files []File, keyOK func(key string) error) (int64, error) {
 		if inGroups != f.NumRows || f.Size < minFileSize || f.Size > maxFileSize {
 			return 0, fmt.Errorf("file %q: %d rows, %d in its row groups, %d bytes", f.Key, f.NumRows, inGroups, f.Size)
 		}
+		if f.FooterSHA256 != "" && !seal.IsSum(f.FooterSHA256) {
+			return 0, fmt.Errorf("file %q: footer digest %q is not 64 lowercase hex digits", f.Key, f.FooterSHA256)
+		}
 		if rows > math.MaxInt64-f.NumRows {
 			return 0, fmt.Errorf("file %q: row count overflows", f.Key)
 		}
@@ -580,7 +589,7 @@ func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object,
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	footers, _, err := readFooters(ctx, loc, cat, objs, early)
+	footers, _, err := readFooters(ctx, loc, cat, objs, early, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -783,7 +792,8 @@ func (t *Table) loadFooters(ctx context.Context, files []int) {
 
 // readFooter reads file i's footer, checks it against the pin and keeps it.
 func (t *Table) readFooter(ctx context.Context, i int) (*metadata.FileMetaData, error) {
-	mds, tails, err := readFooters(ctx, t.loc, t.cat, []store.Object{t.pin.Files[i].Object}, nil)
+	f := t.pin.Files[i]
+	mds, tails, err := readFooters(ctx, t.loc, t.cat, []store.Object{f.Object}, nil, []string{f.FooterSHA256})
 	if err != nil {
 		return nil, err
 	}
