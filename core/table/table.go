@@ -49,8 +49,9 @@
 //
 // A manifest holds the format number, its version and parent version, a
 // timestamp, the Arrow schema (IPC message, base64), and every data file of the
-// version with its size, modification time, ETag, row count and row-group
-// sizes. A version is visible once its manifest exists, and a manifest is made
+// version with its size, modification time, ETag, row count, row-group
+// sizes and footer digest (see bindLocal for what identifies a file). A
+// version is visible once its manifest exists, and a manifest is made
 // with an exclusive create (store.Location.CreateExclusive: a conditional PUT on
 // S3, GCS and Azure, link(2) on file://), so of the writers racing for version
 // N+1 exactly one wins; the others re-read N+1, check their schema against it
