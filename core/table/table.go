@@ -670,6 +670,18 @@ func decodeSchema(b []byte) (s *arrow.Schema, err error) {
 	return r.Schema(), nil
 }
 
+// VersionOf returns the version of t's croupier table that added row id, as
+// its manifest records it, or 0 where it does not (plain Parquet, manifests
+// written before files recorded their versions) or id is not in
+// [0, NumRows). Appends keep row ids, so the answer is the same in every
+// version holding the row.
+func (t *Table) VersionOf(id int64) int64 {
+	if id < 0 || id >= t.NumRows() {
+		return 0
+	}
+	return t.pin.Files[t.groups[t.groupOf(id)].File].Version
+}
+
 // RowGroupOf returns the row group holding row id, numbered through the
 // table's files in order, and the row's index in it. id must be in
 // [0, NumRows).
