@@ -99,8 +99,8 @@ func columnErr(tb *table.Table) ([]int64, error) {
 // people stage tables: cp -a (inodes change, times kept), cp -r (new times)
 // and a copy of the bytes alone. Each copy opens, at its latest version and
 // at an older one, reads the original's rows, has its versions and IDs, and
-// verifies; the original, opened first with the same catalog, still reads,
-// and the catalog serves neither the other's footers.
+// verifies, and rewrites; the original, opened first with the same catalog,
+// still reads, and the catalog serves neither the other's footers.
 func TestCopiedTableReadsAsTheOriginal(t *testing.T) {
 	ctx := context.Background()
 	src, orig := copiedTable(t)
@@ -155,6 +155,20 @@ func TestCopiedTableReadsAsTheOriginal(t *testing.T) {
 			versions, err := table.Versions(ctx, "file://"+dst)
 			if err != nil || !slices.Equal(versions, []int64{1, 2}) {
 				t.Errorf("the copy's versions: %v, %v", versions, err)
+			}
+			// The copy is a source like any table: rewritten, it holds its rows.
+			cp, err := table.Open(ctx, "file://"+dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cp.Close()
+			re, err := table.Rewrite(ctx, cp, "file://"+filepath.Join(t.TempDir(), "rewritten"), table.RewriteOptions{})
+			if err != nil {
+				t.Fatalf("rewriting the copy: %v", err)
+			}
+			defer re.Close()
+			if got := column(t, re); !slices.Equal(got, want) {
+				t.Fatal("the copy rewritten holds other rows than the original")
 			}
 		})
 	}

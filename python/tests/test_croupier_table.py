@@ -248,8 +248,8 @@ def _dealt(
 def test_copied_table_reads_as_the_original(tmp_path: Path) -> None:
     """A croupier table staged elsewhere on local disk by cp -a, cp -r or a copy
     of the bytes alone (shutil.copytree with shutil.copy) reads as the original:
-    same version, same table id, same batches, and a run checkpointed on the
-    original resumes on the copy. A copy with one byte of a page changed,
+    same version, same table id, same batches, unpickled too, and a run
+    checkpointed on the original resumes on the copy. A copy with one byte of a page changed,
     its size kept, is refused naming the file; a file of an open copy
     rewritten in place is refused too."""
     src = tmp_path / "orig"
@@ -270,6 +270,7 @@ def test_copied_table_reads_as_the_original(tmp_path: Path) -> None:
         assert (tbl.version, tbl.versions()) == (orig.version, orig.versions()), name
         got, got_state = _dealt(tbl)
         assert got == want, name
+        assert _dealt(pickle.loads(pickle.dumps(tbl)))[0] == want, name  # as workers reopen it
         assert got_state["table_id"] == want_state["table_id"], name
         rest, _ = _dealt(tbl, state=state)
         assert head + rest == want, name
