@@ -128,7 +128,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]\n"+
 			"       croupier deal --checkpoint MIXTURE.json [--step T] [flags]\n"+
 			"       croupier deal --checkpoint FOLLOW.json [--step T | --steps A:B | --which-steps COLUMN=VALUE | --row ID] [flags]\n"+
-			"       (--steps A:B instead of --step: every step from A to B-1 of the epoch, or of following)")
+			"       (--steps A:B instead of --step: every step from A to B-1 of the epoch, of a mixture or of following)")
 	permURI, splitName, tableURI, version, g, s := dealtFlags(fs, "deal")
 	tokens := fs.Int64("tokens-per-step", 0, "token-budget steps of at most N tokens, instead of --global-batch-size (a permutation with lengths)")
 	oversize := fs.String("oversize", "", "with --tokens-per-step: error or truncate, for a row longer than the budget (default error)")
@@ -196,10 +196,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 				columns: splitList(*columns), column: column, value: value, row: *rowID, asJSON: *asJSON, cache: cache})
 		}
 		if isMixture(data) {
-			if steps != nil {
-				return usagef("deal: --steps does not apply to a mixture's checkpoint: give its steps one --step at a time")
-			}
-			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
+			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], steps: steps, w: *w, rank: *rank,
 				dropLast: *dropLast, dropLastSet: set["drop-last"], columns: splitList(*columns), asJSON: *asJSON, cache: cache})
 		}
 		if set["step"] {
