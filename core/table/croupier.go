@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
@@ -250,26 +251,33 @@ func (m *manifest) table(ctx context.Context, loc *store.Location) (*Table, erro
 // joined to loc's), to the versions of them found now when loc is local,
 // where the manifest records their footers' digests and the sizes agree. A
 // file that is gone, or of another size, keeps the version recorded: its
-// reads fail naming what they find.
+// reads fail naming what they find. The files are stat'ed 16 at a time: a
+// "local" disk may be a network file system, where a stat takes a round trip.
 func bindLocal(ctx context.Context, loc *store.Location, files []File) error {
 	if loc.Remote() {
 		return nil
 	}
+	var g errgroup.Group
+	g.SetLimit(16)
 	for i, f := range files {
 		if f.FooterSHA256 == "" {
 			continue
 		}
-		obj, err := loc.Stat(ctx, f.Key)
-		switch {
-		case errcode.Of(err) == errcode.NotFound:
-			continue
-		case err != nil:
-			return err
-		case obj.Size == f.Size:
-			files[i].Object = obj
-		}
+		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "stat", loc.ObjectURI(f.Key))
+			obj, err := loc.Stat(ctx, f.Key)
+			switch {
+			case errcode.Of(err) == errcode.NotFound:
+				return nil
+			case err != nil:
+				return err
+			case obj.Size == f.Size:
+				files[i].Object = obj
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 // listVersions returns the committed versions of the table at loc, ascending.
