@@ -319,12 +319,12 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			return usagef("deal: --steps %s: epoch %d has %d steps", *stepsFlag, *epoch, epochSteps)
 		}
 		so := stepsOutput{dealOutput: out, Steps: []dealStep{}}
-		for t := steps.from; t < to; t++ {
-			ranks, err := stepRanks(ctx, l0, *epoch, t, *rank, splitList(*columns))
+		for at := steps.from; at < to; at++ {
+			ranks, err := stepRanks(ctx, l0, *epoch, at, *rank, splitList(*columns))
 			if err != nil {
 				return err
 			}
-			so.Steps = append(so.Steps, dealStep{Epoch: *epoch, Step: t, Ranks: ranks})
+			so.Steps = append(so.Steps, dealStep{Epoch: *epoch, Step: at, Ranks: ranks})
 		}
 		if *asJSON {
 			return writeJSON(e.stdout, so)
