@@ -192,15 +192,17 @@ class Mixture(torch.utils.data.IterableDataset, _lib.GoObject):
                 "out_of_draw": [False] * len(self._sources),
             }
         at = position["steps_consumed"]
+        empty = False  # the last plan ended an iteration without a step
         while True:
             plan = _lib.mixture_plan(self._handle(), position, step - at + 1)
             if len(plan["steps"]) > step - at:
                 slots = plan["steps"][step - at]
                 break
-            if not plan["steps"] and plan["position"] == position:
+            if empty and not plan["steps"]:
                 raise InvalidArgumentError(
                     f"mixture step {step} is past the last step its sources deal (step {at})"
                 )
+            empty = not plan["steps"]
             at, position = at + len(plan["steps"]), plan["position"]
         return [
             (s["source"], self._sources[s["source"]].rows_of_step(s["step"], s["epoch"]))

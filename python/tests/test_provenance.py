@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -192,7 +193,8 @@ def test_deal_steps_are_rows_of_step_of_following(tmp_path: Path, croupier_cli: 
 
 def test_mixture_rows_of_step_are_its_slots(tmp_path: Path) -> None:
     """``Mixture.rows_of_step`` gives, slot by slot, the source and the rows a
-    mixture step yields, before and after its position."""
+    mixture step yields, before its position (replayed from the start, across
+    the end of an iteration) and after it."""
     sources = []
     for i, n in enumerate([60, 90]):
         folder = tmp_path / f"s{i}"
@@ -206,15 +208,18 @@ def test_mixture_rows_of_step_are_its_slots(tmp_path: Path) -> None:
         sources.append(cr.StreamingDataset(perms[0], global_batch_size=6, columns=["id"],
                                            format="numpy"))  # fmt: skip
     mix = cr.Mixture([(sources[0], 0.4), (sources[1], 0.6)], seed=3, slots=2)
-    yielded = []
-    for step in mix:
-        yielded.append([(s, batch["id"].tolist()) for s, batch in step])
-        if len(yielded) == 6:
-            break
+
+    def taken(steps: Any) -> list[list[tuple[int, list[int]]]]:
+        return [[(s, batch["id"].tolist()) for s, batch in step] for step in steps]
+
+    yielded = taken(mix)  # the first iteration, to its end
+    first = len(yielded)
+    yielded += taken(itertools.islice(mix, 3))  # and the next one's first steps
+    assert 0 < first < len(yielded) == first + 3
 
     def rows_of(step: int) -> list[tuple[int, list[int]]]:
         return [(s, (rows + 1000 * s).tolist()) for s, rows in mix.rows_of_step(step)]
 
-    assert [rows_of(step) for step in range(6)] == yielded
-    ahead = rows_of(6)
-    assert [(s, batch["id"].tolist()) for s, batch in next(iter(mix))] == ahead
+    assert [rows_of(step) for step in range(len(yielded))] == yielded
+    ahead = rows_of(len(yielded))
+    assert taken(itertools.islice(mix, 1)) == [ahead]
