@@ -97,3 +97,22 @@ func croupier_follow_round(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 		}{r, r.Next()}, out)
 	})
 }
+
+//export croupier_follow_steps
+func croupier_follow_steps(h C.uint64_t, positionJSON *C.char, from, to C.int64_t, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		f, err := lookup[*loader.Follower](uint64(h))
+		if err != nil {
+			return err
+		}
+		var pos loader.FollowPosition
+		if err := decodeJSON(positionJSON, &pos, "follow position"); err != nil {
+			return err
+		}
+		steps, err := f.Steps(callContext(), pos, int64(from), int64(to))
+		if err != nil {
+			return err
+		}
+		return encodeJSON(steps, out)
+	})
+}

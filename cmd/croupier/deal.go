@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/croupier-data/croupier/core/blockcache"
@@ -25,7 +26,8 @@ type dealRank struct {
 	Lengths []uint64         `json:"lengths,omitempty"`
 	Tokens  *int64           `json:"tokens,omitempty"`
 	Rows    []map[string]any `json:"rows,omitempty"`
-	// Versions are, when following, the version that added each row.
+	// Versions are the version of the croupier table that added each row
+	// (when following, or where the table's manifest records them).
 	Versions []int64 `json:"versions,omitempty"`
 }
 
@@ -55,6 +57,60 @@ type dealOutput struct {
 	Ranks           []dealRank `json:"ranks"`
 }
 
+// dealStep is one step of --steps: each rank's batch.
+type dealStep struct {
+	Epoch int64      `json:"epoch"`
+	Step  int64      `json:"step"`
+	Ranks []dealRank `json:"ranks"`
+}
+
+// stepsOutput answers --steps: the steps of one epoch, in order.
+type stepsOutput struct {
+	dealOutput
+	Step  *int64     `json:"step,omitempty"`  // nil, hiding dealOutput's: each step has its own
+	Ranks []dealRank `json:"ranks,omitempty"` // nil, hiding dealOutput's
+	Steps []dealStep `json:"steps"`
+}
+
+// stepRange is --steps A:B: global steps from to to−1. An A left out is 0;
+// a B left out (toSet false) is the checkpoint's steps consumed, or the
+// epoch's end.
+type stepRange struct {
+	from, to int64
+	toSet    bool
+}
+
+// parseSteps parses --steps A:B.
+func parseSteps(s string) (stepRange, error) {
+	a, b, ok := strings.Cut(s, ":")
+	bad := usagef("deal: --steps %q: want A:B, global steps A to B-1 (A defaults to 0, B to the checkpoint's steps or the epoch's end)", s)
+	if !ok {
+		return stepRange{}, bad
+	}
+	var r stepRange
+	var err error
+	if a != "" {
+		if r.from, err = strconv.ParseInt(a, 10, 64); err != nil || r.from < 0 {
+			return stepRange{}, bad
+		}
+	}
+	if b != "" {
+		if r.to, err = strconv.ParseInt(b, 10, 64); err != nil || r.to < r.from {
+			return stepRange{}, bad
+		}
+		r.toSet = true
+	}
+	return r, nil
+}
+
+// end returns the step the range ends before: B, or else def.
+func (r stepRange) end(def int64) int64 {
+	if r.toSet {
+		return r.to
+	}
+	return max(def, r.from)
+}
+
 // whichOutput answers --which-steps and --row: the rows asked about, and
 // every step up to the checkpoint (Epoch, Step: its position) that trained
 // on one of them.
@@ -71,7 +127,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]\n"+
 			"       croupier deal --checkpoint FILE.json (--which-steps COLUMN=VALUE | --row ID) [flags]\n"+
 			"       croupier deal --checkpoint MIXTURE.json [--step T] [flags]\n"+
-			"       croupier deal --checkpoint FOLLOW.json [--step T | --which-steps COLUMN=VALUE | --row ID] [flags]")
+			"       croupier deal --checkpoint FOLLOW.json [--step T | --steps A:B | --which-steps COLUMN=VALUE | --row ID] [flags]\n"+
+			"       (--steps A:B instead of --step: every step from A to B-1 of the epoch, of a mixture or of following)")
 	permURI, splitName, tableURI, version, g, s := dealtFlags(fs, "deal")
 	tokens := fs.Int64("tokens-per-step", 0, "token-budget steps of at most N tokens, instead of --global-batch-size (a permutation with lengths)")
 	oversize := fs.String("oversize", "", "with --tokens-per-step: error or truncate, for a row longer than the budget (default error)")
@@ -81,6 +138,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	seed := fs.Uint64("shuffle-seed", 0, "the run's shuffle seed")
 	dropLast := fs.Bool("drop-last", true, "drop the final partial step of an epoch (as the Python dataset does by default)")
 	step := fs.Int64("step", -1, "global step (with a mixture's or following's --checkpoint: by default the one after it)")
+	stepsFlag := fs.String("steps", "", "A:B: global steps A to B-1 instead of --step (A defaults to 0; B to the checkpoint's steps consumed, or the epoch's end)")
 	ckptPath := fs.String("checkpoint", "", "state dict JSON: show the step after it")
 	columns := fs.String("columns", "", "also print these columns of each row: col1,col2")
 	which := fs.String("which-steps", "", "with --checkpoint: the steps up to it that trained on the rows where COLUMN=VALUE")
@@ -95,6 +153,17 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var steps *stepRange
+	if set["steps"] {
+		r, err := parseSteps(*stepsFlag)
+		if err != nil {
+			return err
+		}
+		if set["step"] || set["which-steps"] || set["row"] {
+			return usagef("deal: --steps goes without --step, --which-steps and --row")
+		}
+		steps = &r
+	}
 
 	var ckpt *loader.Checkpoint
 	column, value, hasValue := strings.Cut(*which, "=")
@@ -123,11 +192,11 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 					return usagef("deal: --%s does not apply to following's checkpoint: it names its table, and deals whole steps", n)
 				}
 			}
-			return dealFollow(ctx, e, data, *ckptPath, followFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
+			return dealFollow(ctx, e, data, *ckptPath, followFlags{step: *step, stepSet: set["step"], steps: steps, w: *w, rank: *rank,
 				columns: splitList(*columns), column: column, value: value, row: *rowID, asJSON: *asJSON, cache: cache})
 		}
 		if isMixture(data) {
-			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], w: *w, rank: *rank,
+			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], steps: steps, w: *w, rank: *rank,
 				dropLast: *dropLast, dropLastSet: set["drop-last"], columns: splitList(*columns), asJSON: *asJSON, cache: cache})
 		}
 		if set["step"] {
@@ -156,8 +225,8 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		if set["global-batch-size"] == set["tokens-per-step"] {
 			return usagef("deal: give one of --global-batch-size and --tokens-per-step")
 		}
-		if *step < 0 {
-			return usagef("deal: --step is required (or --checkpoint)")
+		if *step < 0 && steps == nil {
+			return usagef("deal: --step or --steps is required (or --checkpoint)")
 		}
 	}
 	if (*permURI == "") == (*tableURI == "") {
@@ -208,14 +277,17 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			return errcode.Wrap(err, errcode.InvalidArgument, "deal", *ckptPath)
 		}
 	}
-	steps, err := l0.EpochSteps(ctx, *epoch)
+	if steps != nil && ckpt != nil {
+		*epoch = ckpt.Epoch // --steps looks back over the checkpoint's epoch
+	}
+	epochSteps, err := l0.EpochSteps(ctx, *epoch)
 	if err != nil {
 		return err
 	}
 	out := dealOutput{OrderID: order.ID(), TableURI: t.URI(), TableVersion: t.Version(), NumRows: order.Len(),
 		GlobalBatchSize: l0.Options().GlobalBatchSize, NumSplits: l0.Options().NumSplits,
 		TokensPerStep: l0.Options().TokensPerStep, Oversize: l0.Options().Oversize, WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
-		Epoch: *epoch, Step: *step, StepsPerEpoch: steps, Ranks: []dealRank{}}
+		Epoch: *epoch, Step: *step, StepsPerEpoch: epochSteps, Ranks: []dealRank{}}
 	if set["which-steps"] || set["row"] {
 		ids, err := askedRows(ctx, t, column, value, *rowID)
 		if err != nil {
@@ -237,12 +309,47 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
+	if steps != nil {
+		def := epochSteps
+		if ckpt != nil {
+			def = ckpt.StepsConsumed
+		}
+		to := steps.end(def)
+		if to > epochSteps {
+			return usagef("deal: --steps %s: epoch %d has %d steps", *stepsFlag, *epoch, epochSteps)
+		}
+		so := stepsOutput{dealOutput: out, Steps: []dealStep{}}
+		for at := steps.from; at < to; at++ {
+			ranks, err := stepRanks(ctx, l0, *epoch, at, *rank, splitList(*columns))
+			if err != nil {
+				return err
+			}
+			so.Steps = append(so.Steps, dealStep{Epoch: *epoch, Step: at, Ranks: ranks})
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, so)
+		}
+		out.printHead(e)
+		for _, st := range so.Steps {
+			fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", st.Epoch, st.Step)
+			printRanks(e, st.Ranks, splitList(*columns), "")
+		}
+		return nil
+	}
 	if out.Ranks, err = stepRanks(ctx, l0, *epoch, *step, *rank, splitList(*columns)); err != nil {
 		return err
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, out)
 	}
+	out.printHead(e)
+	fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", out.Epoch, out.Step)
+	printRanks(e, out.Ranks, splitList(*columns), "")
+	return nil
+}
+
+// printHead prints the lines that say what is dealt, and how.
+func (out dealOutput) printHead(e *env) {
 	fmt.Fprintf(e.stdout, "%s of %s version %s: %d rows\n", out.OrderID, out.TableURI, out.TableVersion, out.NumRows)
 	if out.TokensPerStep != 0 {
 		fmt.Fprintf(e.stdout, "tokens_per_step=%d oversize=%s W=%d shuffle_seed=%d: %d steps in epoch %d\n",
@@ -251,9 +358,6 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "G=%d S=%d W=%d shuffle_seed=%d drop_last=%t: %d steps per epoch\n",
 			out.GlobalBatchSize, out.NumSplits, out.WorldSize, out.ShuffleSeed, out.DropLast, out.StepsPerEpoch)
 	}
-	fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", out.Epoch, out.Step)
-	printRanks(e, out.Ranks, splitList(*columns), "")
-	return nil
 }
 
 // dealtBy returns where the order a checkpoint deals lives: a permutation's
@@ -355,7 +459,7 @@ func stepRanks(ctx context.Context, l *loader.Loader, epoch, step, rank int64, c
 		if rank >= 0 && int64(r) != rank {
 			continue
 		}
-		rb := dealRank{Rank: int64(r), RowIDs: ids}
+		rb := dealRank{Rank: int64(r), RowIDs: ids, Versions: rowVersions(l.Table(), ids)}
 		if shares != nil {
 			rb.Lengths, rb.Tokens = shares[r].Lengths, &shares[r].Tokens
 		}
@@ -369,9 +473,24 @@ func stepRanks(ctx context.Context, l *loader.Loader, epoch, step, rank int64, c
 	return out, nil
 }
 
-// printRanks prints each rank's row ids on a line, and under it the columns
-// of each row, every line after indent.
+// rowVersions returns the version of t's croupier table that added each of
+// ids, or nil where its manifest does not record them (see
+// table.Table.VersionOf).
+func rowVersions(t *table.Table, ids []uint64) []int64 {
+	vs := make([]int64, len(ids))
+	for i, id := range ids {
+		if vs[i] = t.VersionOf(int64(id)); vs[i] == 0 {
+			return nil
+		}
+	}
+	return vs
+}
+
+// printRanks prints each rank's row ids on a line, then the version that
+// added each row where they are known, and under them the columns of each
+// row, every line after indent.
 func printRanks(e *env, ranks []dealRank, columns []string, indent string) {
+	words := func(xs []string) string { return strings.Join(xs, " ") }
 	for _, rb := range ranks {
 		ids := make([]string, len(rb.RowIDs))
 		for i, id := range rb.RowIDs {
@@ -381,7 +500,14 @@ func printRanks(e *env, ranks []dealRank, columns []string, indent string) {
 		if rb.Tokens != nil {
 			tokens = fmt.Sprintf(" (%d tokens)", *rb.Tokens)
 		}
-		fmt.Fprintf(e.stdout, "%srank %d%s: %s\n", indent, rb.Rank, tokens, strings.Join(ids, " "))
+		fmt.Fprintf(e.stdout, "%srank %d%s: %s\n", indent, rb.Rank, tokens, words(ids))
+		if rb.Versions != nil {
+			vs := make([]string, len(rb.Versions))
+			for i, v := range rb.Versions {
+				vs[i] = fmt.Sprint(v)
+			}
+			fmt.Fprintf(e.stdout, "%s  versions: %s\n", indent, words(vs))
+		}
 		for i, row := range rb.Rows {
 			fields := []string{fmt.Sprintf("%s  row %d:", indent, rb.RowIDs[i])}
 			for _, c := range columns {

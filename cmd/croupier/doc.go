@@ -30,6 +30,7 @@
 //	croupier deal --checkpoint MIXTURE.json [--step T] [--world-size W] [--rank R] [--columns col1,col2]
 //	croupier deal --checkpoint FOLLOW.json [--step T | --which-steps COLUMN=VALUE | --row ID]
 //	    [--world-size W] [--rank R] [--columns col1,col2]
+//	    (every deal: --steps A:B for steps A to B-1, instead of --step)
 //	    (every deal: [--cache-dir DIR])
 //
 //	croupier read (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
@@ -94,7 +95,17 @@
 // checked before anything is opened: --global-batch-size and --world-size at
 // least 1, --num-splits and --epoch at least 0, --rank below --world-size.
 // --columns also prints, under each rank's row ids, those columns of each
-// row (in --json, "rows": one object per row).
+// row (in --json, "rows": one object per row). For a croupier table whose
+// manifest records it, a line under each rank's row ids gives the version
+// that added each row (in --json, "versions").
+//
+// deal --steps A:B deals global steps A to B-1 in one call, each as --step
+// deals it (in --json, "steps": one object a step, with its epoch, or its
+// round when following, or its weights and slots for a mixture, and its
+// ranks): the steps of --epoch, or of the checkpoint's epoch, or of
+// following, or of a mixture. A defaults to 0; B to the checkpoint's
+// steps_consumed, so that --checkpoint FILE --steps : gives every step that
+// trained the checkpoint, and without a checkpoint to the epoch's end.
 //
 // deal --which-steps COLUMN=VALUE looks back from a checkpoint: the rows
 // whose COLUMN reads VALUE (an integer or a string as written; NotFound when

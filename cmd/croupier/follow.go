@@ -25,6 +25,7 @@ func isFollow(data []byte) bool {
 type followFlags struct {
 	step    int64
 	stepSet bool
+	steps   *stepRange // --steps, nil without
 	w, rank int64
 	columns []string
 	// column and value are --which-steps COLUMN=VALUE's, column "" without;
@@ -56,6 +57,16 @@ type followOutput struct {
 	// Rows and Trained answer --which-steps and --row.
 	Rows    []uint64        `json:"which_rows,omitempty"`
 	Trained []followTrained `json:"trained,omitempty"`
+	// Steps answers --steps.
+	Steps []followStep `json:"steps,omitempty"`
+}
+
+// followStep is one step of --steps: the round holding it and each rank's
+// batch, with the version that added each row.
+type followStep struct {
+	Step  int64      `json:"step"`
+	Round roundInfo  `json:"round"`
+	Ranks []dealRank `json:"ranks"`
 }
 
 // printHead prints the line that says what is followed, and how.
@@ -109,38 +120,75 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 	if f.column != "" || f.row >= 0 {
 		return followTrainedOn(ctx, e, fl, tb, c, f, out)
 	}
-	if f.stepSet {
-		out.Step = f.step
+	from, to := c.StepsConsumed, c.StepsConsumed+1
+	switch {
+	case f.steps != nil:
+		from, to = f.steps.from, f.steps.end(c.StepsConsumed)
+	case f.stepSet:
+		from, to = f.step, f.step+1
 	}
-	// The round of the step: from the checkpoint's when the step is not
-	// before it, else from the first.
-	pos := fl.Start()
-	if out.Step >= c.Position.Step {
-		pos = c.Position
-	}
-	r, l, err := roundOf(ctx, fl, tb.URI(), pos, out.Step)
+	// The rounds: from the checkpoint's when the steps are not before it,
+	// else from the first.
+	dealt, err := fl.Steps(ctx, c.Position, from, to)
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	if out.Ranks, err = stepRanks(ctx, l, 0, out.Step-r.Step, f.rank, f.columns); err != nil {
-		return err
+	var reader *table.Reader
+	if len(f.columns) > 0 && len(dealt) > 0 {
+		// The latest version holds every row dealt: appends keep row ids.
+		latest, err := tb.OpenVersion(ctx, 0)
+		if err != nil {
+			return err
+		}
+		defer latest.Close()
+		if reader, err = latest.NewReader(table.ReaderOptions{Columns: f.columns}); err != nil {
+			return err
+		}
+		defer reader.Close()
 	}
-	for i, rb := range out.Ranks {
-		out.Ranks[i].Versions = make([]int64, len(rb.RowIDs))
-		for j, id := range rb.RowIDs {
-			out.Ranks[i].Versions[j], _ = fl.VersionOf(id)
+	steps := make([]followStep, len(dealt))
+	for i, d := range dealt {
+		steps[i] = followStep{Step: d.Step, Round: roundInfo{d.Round, d.Round.Next()}, Ranks: []dealRank{}}
+		for r, ids := range d.Ranks {
+			if f.rank >= 0 && int64(r) != f.rank {
+				continue
+			}
+			rb := dealRank{Rank: int64(r), RowIDs: ids, Versions: d.Versions[r]}
+			if reader != nil {
+				if rb.Rows, err = readRows(ctx, reader, ids); err != nil {
+					return err
+				}
+			}
+			steps[i].Ranks = append(steps[i].Ranks, rb)
 		}
 	}
-	out.Round = &roundInfo{r, r.Next()}
+	if f.steps != nil {
+		out.Steps = steps
+		if f.asJSON {
+			return writeJSON(e.stdout, out)
+		}
+		out.printHead(e)
+		for _, st := range steps {
+			st.print(e, f.columns)
+		}
+		return nil
+	}
+	st := steps[0]
+	out.Step, out.Round, out.Ranks = st.Step, &st.Round, st.Ranks
 	if f.asJSON {
 		return writeJSON(e.stdout, out)
 	}
 	out.printHead(e)
-	fmt.Fprintf(e.stdout, "step %d: round %d (steps %d to %d), versions %d to %d\n",
-		out.Step, r.Round, r.Step, r.Step+r.Steps-1, r.After+1, r.Version)
-	printRanks(e, out.Ranks, f.columns, "")
+	st.print(e, f.columns)
 	return nil
+}
+
+// print prints the step, its round and each rank's batch.
+func (st followStep) print(e *env, columns []string) {
+	r := st.Round
+	fmt.Fprintf(e.stdout, "step %d: round %d (steps %d to %d), versions %d to %d\n",
+		st.Step, r.Round.Round, r.Step, r.Step+r.Steps-1, r.After+1, r.Version)
+	printRanks(e, st.Ranks, columns, "")
 }
 
 // roundOf forms the rounds from pos on until the one holding global step

@@ -127,6 +127,33 @@ func TestDealFollowCheckpoint(t *testing.T) {
 				step, out.Step, gotIDs, gotVersions, ids[step], versions[step])
 		}
 	}
+	// --steps: a range of steps at once, each as --step gives it; by default
+	// every step before the checkpoint (what trained it).
+	for _, rng := range [][2]int64{{0, consumed}, {consumed - 2, int64(len(ids))}} {
+		arg := strconv.FormatInt(rng[0], 10) + ":"
+		if rng[1] != consumed {
+			arg += strconv.FormatInt(rng[1], 10)
+		}
+		var out followOutput
+		okJSON(t, &out, "deal", "--checkpoint", path, "--world-size", strconv.Itoa(world), "--steps", arg)
+		if int64(len(out.Steps)) != rng[1]-rng[0] {
+			t.Fatalf("--steps %s: %d steps, want %d", arg, len(out.Steps), rng[1]-rng[0])
+		}
+		for i, st := range out.Steps {
+			step := rng[0] + int64(i)
+			gotIDs, gotVersions := ranksOf(followOutput{Ranks: st.Ranks})
+			if st.Step != step || !slices.EqualFunc(gotIDs, ids[step], slices.Equal) || !slices.EqualFunc(gotVersions, versions[step], slices.Equal) {
+				t.Errorf("--steps %s: step %d (%d) dealt rows %v, versions %v; the streams %v, %v",
+					arg, step, st.Step, gotIDs, gotVersions, ids[step], versions[step])
+			}
+			if st.Step < st.Round.Step || st.Step >= st.Round.Step+st.Round.Steps {
+				t.Errorf("--steps %s: step %d in round %+v", arg, st.Step, st.Round)
+			}
+		}
+	}
+	if text := ok(t, "deal", "--checkpoint", path, "--steps", "0:3"); strings.Count(text, "  versions: ") != 3 || !strings.Contains(text, "step 2: round ") {
+		t.Errorf("deal --steps 0:3:\n%s", text)
+	}
 	// The text output names the round and each rank's rows.
 	text := ok(t, "deal", "--checkpoint", path, "--world-size", "2", "--rank", "1", "--columns", "text")
 	if want := "rank 1: "; !strings.Contains(text, want) || strings.Contains(text, "rank 0: ") || !strings.Contains(text, "text=") {

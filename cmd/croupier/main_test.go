@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -337,6 +338,45 @@ func TestDeal(t *testing.T) {
 	got = dealRun(t, "--perm", perm, "--split", "train", "--checkpoint", ckpt(train.ID(), 1, 25))
 	if got.Epoch != 2 || got.Step != 0 || !slices.Equal(got.Ranks[0].RowIDs, want(1, 0, 2, 0)) {
 		t.Fatalf("from end-of-epoch checkpoint: epoch %d step %d", got.Epoch, got.Step)
+	}
+	// --steps A:B: steps A to B-1 of the epoch at once, each rank's rows as
+	// the loader deals them and the version that added each row (rows 300
+	// on were appended as version 2).
+	checkSteps := func(args []string, w, epoch, from, to int64) {
+		t.Helper()
+		var many stepsOutput
+		okJSON(t, &many, append([]string{"deal", "--world-size", strconv.FormatInt(w, 10)}, args...)...)
+		if int64(len(many.Steps)) != to-from {
+			t.Fatalf("deal %v: %d steps, want %d", args, len(many.Steps), to-from)
+		}
+		for i, st := range many.Steps {
+			step := from + int64(i)
+			if st.Epoch != epoch || st.Step != step || int64(len(st.Ranks)) != w {
+				t.Fatalf("deal %v: step %d is epoch %d step %d with %d ranks", args, i, st.Epoch, st.Step, len(st.Ranks))
+			}
+			for r, rb := range st.Ranks {
+				if !slices.Equal(rb.RowIDs, want(w, int64(r), epoch, step)) {
+					t.Fatalf("deal %v: epoch %d step %d rank %d differs from the loader", args, epoch, step, r)
+				}
+				for j, id := range rb.RowIDs {
+					if v := rb.Versions[j]; v != 1+int64(id/300) {
+						t.Fatalf("deal %v: row %d is of version %d", args, id, v)
+					}
+				}
+			}
+		}
+	}
+	checkSteps(append(common, "--epoch", "2", "--steps", "3:6"), 2, 2, 3, 6)
+	checkSteps([]string{"--perm", perm, "--split", "train", "--checkpoint", ckpt(train.ID(), 1, 7), "--steps", ":"}, 1, 1, 0, 7)
+	checkSteps([]string{"--perm", perm, "--split", "train", "--checkpoint", ckpt(train.ID(), 1, 7), "--steps", "5:"}, 2, 1, 5, 7)
+	text = ok(t, append([]string{"deal"}, append(common, "--steps", "0:2", "--columns", "id")...)...)
+	if !strings.Contains(text, "epoch 0, step 1:") || !strings.Contains(text, "  versions: ") || !strings.Contains(text, "id=") {
+		t.Fatalf("deal --steps text:\n%s", text)
+	}
+	for _, bad := range [][]string{{"--steps", "3"}, {"--steps", "5:3"}, {"--steps", "-1:3"}, {"--steps", "0:26"}, {"--steps", "0:2", "--step", "1"}} {
+		if r := croupier(t, append([]string{"deal"}, append(common, bad...)...)...); r.code != 2 || !strings.Contains(r.stderr, "--step") {
+			t.Errorf("deal %v: exit %d: %s", bad, r.code, r.stderr)
+		}
 	}
 	// The wrong split: an error naming both ids.
 	r := croupier(t, "deal", "--perm", perm, "--split", "val", "--checkpoint", ckpt(train.ID(), 0, 1))

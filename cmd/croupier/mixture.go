@@ -24,6 +24,7 @@ func isMixture(data []byte) bool {
 type mixtureFlags struct {
 	step        int64
 	stepSet     bool
+	steps       *stepRange // --steps, nil without
 	w, rank     int64
 	dropLast    bool
 	dropLastSet bool
@@ -44,15 +45,30 @@ type mixtureSlotOutput struct {
 	Ranks         []dealRank `json:"ranks"`
 }
 
+// mixtureStep is one mixture step: the weights at it and its slots.
+type mixtureStep struct {
+	Step    int64               `json:"step"`
+	Weights []float64           `json:"weights"` // at Step
+	Slots   []mixtureSlotOutput `json:"slot_batches"`
+}
+
 type mixtureOutput struct {
-	Seed          uint64              `json:"seed"`
-	OnExhausted   string              `json:"on_exhausted"`
-	NumSlots      int64               `json:"slots"`
-	WorldSize     int64               `json:"world_size"`
-	StepsConsumed int64               `json:"steps_consumed"` // the checkpoint's
-	Step          int64               `json:"step"`
-	Weights       []float64           `json:"weights"` // at Step
-	Slots         []mixtureSlotOutput `json:"slot_batches"`
+	Seed          uint64 `json:"seed"`
+	OnExhausted   string `json:"on_exhausted"`
+	NumSlots      int64  `json:"slots"`
+	WorldSize     int64  `json:"world_size"`
+	StepsConsumed int64  `json:"steps_consumed"` // the checkpoint's
+	mixtureStep
+}
+
+// mixtureStepsOutput answers --steps: the steps in order.
+type mixtureStepsOutput struct {
+	Seed          uint64        `json:"seed"`
+	OnExhausted   string        `json:"on_exhausted"`
+	NumSlots      int64         `json:"slots"`
+	WorldSize     int64         `json:"world_size"`
+	StepsConsumed int64         `json:"steps_consumed"`
+	Steps         []mixtureStep `json:"steps"`
 }
 
 // dealMixture answers deal --checkpoint for a mixture's state dict (Python's
@@ -106,51 +122,67 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 	if err != nil {
 		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
 	}
-	if f.stepSet && f.step < pos.Step {
-		if pos, err = replay(ctx, m, pos, f.step); err != nil {
+	from, to := pos.Step, pos.Step+1 // the step after the checkpoint
+	switch {
+	case f.steps != nil:
+		from, to = f.steps.from, f.steps.end(pos.Step)
+	case f.stepSet:
+		from, to = f.step, f.step+1
+	}
+	if from < pos.Step {
+		if pos, err = replay(ctx, m, pos, from); err != nil {
 			return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
 		}
 	}
-	target := pos.Step
-	if f.stepSet {
-		target = f.step
-	}
-	slots, err := stepOf(ctx, m, pos, target)
+	planned, err := stepsOf(ctx, m, pos, from, to)
 	if err != nil {
 		return err
 	}
-	out := mixtureOutput{Seed: c.Seed, OnExhausted: c.OnExhausted, NumSlots: c.Slots, WorldSize: f.w,
-		StepsConsumed: c.StepsConsumed, Step: target, Weights: m.WeightsAt(target)}
-	for j, sl := range slots {
-		l := sources[sl.Source]
-		ranks, err := stepRanks(ctx, l, sl.Epoch, sl.Step, f.rank, f.columns)
-		if err != nil {
-			return err
+	steps := make([]mixtureStep, len(planned))
+	for i, slots := range planned {
+		st := &steps[i]
+		st.Step, st.Weights = from+int64(i), m.WeightsAt(from+int64(i))
+		for j, sl := range slots {
+			l := sources[sl.Source]
+			ranks, err := stepRanks(ctx, l, sl.Epoch, sl.Step, f.rank, f.columns)
+			if err != nil {
+				return err
+			}
+			st.Slots = append(st.Slots, mixtureSlotOutput{Slot: j, Source: sl.Source, PermutationID: l.Order().ID(),
+				TableURI: l.Table().URI(), Epoch: sl.Epoch, Step: sl.Step, Ranks: ranks})
 		}
-		out.Slots = append(out.Slots, mixtureSlotOutput{Slot: j, Source: sl.Source, PermutationID: l.Order().ID(),
-			TableURI: l.Table().URI(), Epoch: sl.Epoch, Step: sl.Step, Ranks: ranks})
+	}
+	head := mixtureStepsOutput{Seed: c.Seed, OnExhausted: c.OnExhausted, NumSlots: c.Slots, WorldSize: f.w,
+		StepsConsumed: c.StepsConsumed, Steps: steps}
+	if f.asJSON && f.steps != nil {
+		return writeJSON(e.stdout, head)
 	}
 	if f.asJSON {
-		return writeJSON(e.stdout, out)
+		return writeJSON(e.stdout, mixtureOutput{Seed: head.Seed, OnExhausted: head.OnExhausted, NumSlots: head.NumSlots,
+			WorldSize: head.WorldSize, StepsConsumed: head.StepsConsumed, mixtureStep: steps[0]})
 	}
-	weights := make([]string, len(out.Weights))
-	for i, w := range out.Weights {
-		weights[i] = fmt.Sprint(w)
-	}
-	fmt.Fprintf(e.stdout, "mixture of %d sources, seed %d, on_exhausted=%s, %d slots a step, W=%d: step %d (weights %s)\n",
-		len(sources), out.Seed, out.OnExhausted, out.NumSlots, out.WorldSize, out.Step, strings.Join(weights, " "))
-	for _, s := range out.Slots {
-		fmt.Fprintf(e.stdout, "slot %d: source %d (%s of %s), epoch %d, step %d:\n", s.Slot, s.Source, s.PermutationID, s.TableURI, s.Epoch, s.Step)
-		printRanks(e, s.Ranks, f.columns, "  ")
+	fmt.Fprintf(e.stdout, "mixture of %d sources, seed %d, on_exhausted=%s, %d slots a step, W=%d\n",
+		len(sources), head.Seed, head.OnExhausted, head.NumSlots, head.WorldSize)
+	for _, st := range steps {
+		weights := make([]string, len(st.Weights))
+		for i, w := range st.Weights {
+			weights[i] = fmt.Sprint(w)
+		}
+		fmt.Fprintf(e.stdout, "step %d (weights %s):\n", st.Step, strings.Join(weights, " "))
+		for _, s := range st.Slots {
+			fmt.Fprintf(e.stdout, "slot %d: source %d (%s of %s), epoch %d, step %d:\n", s.Slot, s.Source, s.PermutationID, s.TableURI, s.Epoch, s.Step)
+			printRanks(e, s.Ranks, f.columns, "  ")
+		}
 	}
 	return nil
 }
 
-// stepOf returns the slots of mixture step target, planned from pos (at or
-// before it), through the ends of iterations on the way.
-func stepOf(ctx context.Context, m *loader.Mixture, pos loader.MixturePosition, target int64) ([]loader.MixtureSlot, error) {
+// stepsOf returns the slots of mixture steps from to to−1, planned from pos
+// (at or before from), through the ends of iterations on the way.
+func stepsOf(ctx context.Context, m *loader.Mixture, pos loader.MixturePosition, from, to int64) ([][]loader.MixtureSlot, error) {
+	var out [][]loader.MixtureSlot
 	ended := false // the last Next ended an iteration
-	for {
+	for pos.Step < to {
 		slots, next, ok, err := m.Next(ctx, pos)
 		if err != nil {
 			return nil, err
@@ -158,11 +190,12 @@ func stepOf(ctx context.Context, m *loader.Mixture, pos loader.MixturePosition, 
 		if !ok && ended {
 			return nil, errcode.New(errcode.Internal, "deal", "", "mixture step %d ends two iterations in a row", pos.Step)
 		}
-		if ok && pos.Step == target {
-			return slots, nil
+		if ok && pos.Step >= from {
+			out = append(out, slots)
 		}
 		pos, ended = next, !ok
 	}
+	return out, nil
 }
 
 // replay returns the position before step target of the run that reached

@@ -18,7 +18,7 @@ import (
 // dict, names the source step of each slot of a mixture step, before the
 // checkpoint (replayed from the start), at it and after it, and each rank's
 // rows of it: at world size 2 the ranks' rows are those of the source's
-// step at world size 1.
+// step at world size 1; --steps gives a range of steps, before and after it.
 func TestDealMixture(t *testing.T) {
 	ctx := context.Background()
 	src := t.TempDir()
@@ -88,6 +88,28 @@ func TestDealMixture(t *testing.T) {
 	}
 	if out := ok(t, "deal", "--checkpoint", state, "--rank", "0", "--world-size", "2"); !strings.Contains(out, "step 5 (weights") || !strings.Contains(out, "slot 1: source") {
 		t.Fatalf("text output:\n%s", out)
+	}
+	// --steps: the steps before the checkpoint (replayed) and after it at once.
+	for _, c := range []struct {
+		arg      string
+		from, to int64
+	}{{":", 0, 5}, {"3:12", 3, 12}} {
+		var got mixtureStepsOutput
+		okJSON(t, &got, "deal", "--checkpoint", state, "--steps", c.arg)
+		if int64(len(got.Steps)) != c.to-c.from {
+			t.Fatalf("--steps %s: %d steps", c.arg, len(got.Steps))
+		}
+		for i, st := range got.Steps {
+			step := c.from + int64(i)
+			if st.Step != step || len(st.Slots) != 2 || !slices.Equal(st.Weights, m.WeightsAt(step)) {
+				t.Fatalf("--steps %s: step %d is %+v", c.arg, step, st)
+			}
+			for j, s := range st.Slots {
+				if want := plan[step][j]; s.Source != want.Source || s.Epoch != want.Epoch || s.Step != want.Step {
+					t.Fatalf("--steps %s: step %d slot %d is %+v, want %+v", c.arg, step, j, s, want)
+				}
+			}
+		}
 	}
 
 	// A checkpoint whose sources did not start at step 0 of epoch 0 cannot be

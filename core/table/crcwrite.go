@@ -13,6 +13,7 @@ import (
 	"github.com/apache/thrift/lib/go/thrift"
 
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // Writing page CRCs.
@@ -104,7 +105,10 @@ type pageCRCWriter struct {
 	// The pages, in file order: where each began as written to the writer,
 	// and the bytes added to the headers of the pages up to it, itself included.
 	starts, added []int64
-	err           error
+	// footerSHA256 is the seal.Sum of the footer as written, once Close
+	// has written it: what a manifest records of the file (File.FooterSHA256).
+	footerSHA256 string
+	err          error
 }
 
 func newPageCRCWriter(w io.WriteCloser) *pageCRCWriter { return &pageCRCWriter{w: w} }
@@ -263,6 +267,7 @@ func (c *pageCRCWriter) finish() error {
 	if err != nil {
 		return crcFailed("footer: %w", err)
 	}
+	c.footerSHA256 = seal.Sum(meta)
 	out = append(out, indexes...)
 	out = append(out, meta...)
 	out = append(out, byte(len(meta)), byte(len(meta)>>8), byte(len(meta)>>16), byte(len(meta)>>24))

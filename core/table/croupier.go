@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
@@ -41,11 +42,17 @@ const (
 	// for a plain Parquet dataset.
 	createdMarker = versionsDir + "_croupier"
 	dataDir       = "data/"
-	// ManifestFormat is the version of the manifest encoding. Version 2
-	// manifests are sealed (see internal/seal) and name the commit that wrote
-	// them; version 1 manifests, written before, carry no digest and are read
-	// unchecked (the package doc says what that leaves undetected).
-	ManifestFormat = 2
+	// ManifestFormat is the version of the manifest encoding. Version 3
+	// manifests record the SHA-256 of each data file's footer
+	// (File.FooterSHA256; files kept from a version written before may lack
+	// it), on which the file's identity rests wherever the table is copied
+	// (see bindLocal). Version 2 manifests are sealed (see internal/seal) and
+	// name the commit that wrote them; version 1 manifests, written before,
+	// carry no digest and are read unchecked (the package doc says what that
+	// leaves undetected).
+	ManifestFormat = 3
+	// footerlessManifestFormat is the last format without footer digests.
+	footerlessManifestFormat = 2
 	// unsealedManifestFormat is the last format without a digest.
 	unsealedManifestFormat = 1
 )
@@ -195,11 +202,11 @@ func (croupierFormat) open(ctx context.Context, loc *store.Location, opts OpenOp
 	if err != nil {
 		return nil, err
 	}
-	return m.table(loc)
+	return m.table(ctx, loc)
 }
 
 // table returns the pinned Table of manifest m.
-func (m *manifest) table(loc *store.Location) (*Table, error) {
+func (m *manifest) table(ctx context.Context, loc *store.Location) (*Table, error) {
 	schema, err := decodeSchema(m.Schema)
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Corrupt, "open table", loc.ObjectURI(loc.Join(manifestName(m.Version))))
@@ -208,9 +215,69 @@ func (m *manifest) table(loc *store.Location) (*Table, error) {
 	for i := range files {
 		files[i].Key = loc.Join(files[i].Key)
 	}
+	if err := bindLocal(ctx, loc, files); err != nil {
+		return nil, err
+	}
 	pin := Pin{Format: PinFormat, Kind: KindCroupier, URI: loc.URI, Version: strconv.FormatInt(m.Version, 10),
 		Schema: m.Schema, Files: files}
 	return newTable(loc, pin, schema, make([]*metadata.FileMetaData, len(files))), nil
+}
+
+// A data file of a croupier table is identified by what its version's
+// manifest records of its bytes: its key in the table, its size, its rows in
+// each row group and, from manifest format 3 on, the SHA-256 of its footer.
+// Each page of the file carries the CRC of its bytes in its header, checked
+// on every read (crc.go), so that the footer, which says where every page
+// lies, and the pages' CRCs answer for the rest of the file. None of this
+// changes when the table is copied: cp -a, cp -r, rsync, a restore from a
+// backup, whatever they do to inodes and modification times.
+//
+// What a manifest also records of each file, the modification time, inode,
+// ETag or generation its writer saw, names one copy of it: the original. On
+// a local disk, where a stat costs microseconds, a table opened from its
+// manifest binds each file with a footer digest to the version found now
+// (bindLocal), and every read of the open table is conditional on that
+// version, as any pinned read is: a file replaced or rewritten under an open
+// table is refused with errcode.Changed, and the catalog and the disk cache
+// find what they hold of the file by the version bound. The bytes bound are
+// then checked against the manifest: the footer against its digest when it
+// is read, each page against its CRC. On a remote store, a file is read as
+// the version its manifest records, without a stat of each file at open.
+// Files recorded without a digest, by manifests of format 2 and before, are
+// read as the version recorded too, everywhere: nothing but that version
+// answers for their bytes.
+
+// bindLocal binds files, the data files of a croupier table at loc (keys
+// joined to loc's), to the versions of them found now when loc is local,
+// where the manifest records their footers' digests and the sizes agree. A
+// file that is gone, or of another size, keeps the version recorded: its
+// reads fail naming what they find. The files are stat'ed 16 at a time: a
+// "local" disk may be a network file system, where a stat takes a round trip.
+func bindLocal(ctx context.Context, loc *store.Location, files []File) error {
+	if loc.Remote() {
+		return nil
+	}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i, f := range files {
+		if f.FooterSHA256 == "" {
+			continue
+		}
+		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "stat", loc.ObjectURI(f.Key))
+			obj, err := loc.Stat(ctx, f.Key)
+			switch {
+			case errcode.Of(err) == errcode.NotFound:
+				return nil
+			case err != nil:
+				return err
+			case obj.Size == f.Size:
+				files[i].Object = obj
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // listVersions returns the committed versions of the table at loc, ascending.
@@ -323,12 +390,14 @@ func decodeManifest(data []byte, v int64) (*manifest, error) {
 		return nil, fmt.Errorf("corrupt manifest: %w", err)
 	}
 	switch {
-	case m.Format == ManifestFormat && !sealed:
+	case m.Format < unsealedManifestFormat || m.Format > ManifestFormat:
+		return nil, fmt.Errorf("unsupported manifest format %d (this build reads %d to %d)", m.Format, unsealedManifestFormat, ManifestFormat)
+	case m.Format > unsealedManifestFormat && !sealed:
 		return nil, fmt.Errorf("corrupt manifest: format %d without its %s seal at the end", m.Format, seal.Field)
 	case m.Format == unsealedManifestFormat && (sealed || m.Writer != ""):
+		return nil, fmt.Errorf("corrupt manifest: format %d with fields of format %d", m.Format, footerlessManifestFormat)
+	case m.Format <= footerlessManifestFormat && slices.ContainsFunc(m.Files, func(f File) bool { return f.FooterSHA256 != "" }):
 		return nil, fmt.Errorf("corrupt manifest: format %d with fields of format %d", m.Format, ManifestFormat)
-	case m.Format != ManifestFormat && m.Format != unsealedManifestFormat:
-		return nil, fmt.Errorf("unsupported manifest format %d (this build reads %d and %d)", m.Format, unsealedManifestFormat, ManifestFormat)
 	}
 	if m.Version != v {
 		return nil, fmt.Errorf("manifest says version %d, its name says %d", m.Version, v)
@@ -454,7 +523,7 @@ func create(ctx context.Context, loc *store.Location, data array.RecordReader, o
 		// its data in place; if it was not, Cleanup removes the orphans.
 		return nil, err
 	}
-	return m.table(loc)
+	return m.table(ctx, loc)
 }
 
 // Append adds data as a new version of the croupier table at uri and returns
@@ -740,6 +809,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 		return nil, err
 	}
 	var pw general.Writer
+	var cw *pageCRCWriter
 	defer func() {
 		if p := recover(); p != nil {
 			err = errcode.New(errcode.Internal, "write", where, "panic: %v", p)
@@ -759,7 +829,8 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 			if bw, err = loc.NewWriter(wctx, key, store.WriterOptions{ContentType: "application/vnd.apache.parquet"}); err != nil {
 				return nil, err
 			}
-			if pw, err = c.NewWriter(data.Schema(), newPageCRCWriter(bw), writerProps(opts, valuesPerCheck(rec, opts.PageBytes))); err != nil {
+			cw = newPageCRCWriter(bw)
+			if pw, err = c.NewWriter(data.Schema(), cw, writerProps(opts, valuesPerCheck(rec, opts.PageBytes))); err != nil {
 				return nil, errcode.Wrap(err, errcode.InvalidArgument, "write", where)
 			}
 		}
@@ -792,7 +863,7 @@ func writeData(ctx context.Context, loc *store.Location, data array.RecordReader
 	if err != nil {
 		return nil, errcode.Wrap(err, errcode.Internal, "write", where)
 	}
-	f := File{Object: obj, NumRows: rows, RowGroups: make([]int64, meta.NumRowGroups())}
+	f := File{Object: obj, NumRows: rows, RowGroups: make([]int64, meta.NumRowGroups()), FooterSHA256: cw.footerSHA256}
 	for i := range f.RowGroups {
 		f.RowGroups[i] = meta.RowGroup(i).NumRows()
 	}

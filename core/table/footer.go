@@ -12,6 +12,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // footerGuess is how many trailing bytes the first read of a file of size
@@ -37,9 +38,12 @@ type tailBytes struct {
 // has read it already (known may be nil), else from the catalog where it has
 // them (keyed by each object's identity, for objects that name one version:
 // cacheable), else from the store; footers read from the store are added to
-// the catalog in one transaction. tails[i] holds the bytes fetched with
-// footer i when it was read from the store.
-func readFooters(ctx context.Context, loc *store.Location, cat Cache, objs []store.Object, known [][]byte) (mds []*metadata.FileMetaData, tails []tailBytes, err error) {
+// the catalog in one transaction. Where sums[i] is set (sums may be nil),
+// footer i must be the one it names (File.FooterSHA256): a footer known or
+// cached that is not is a miss, and one read from the store that is not
+// fails with errcode.Changed. tails[i] holds the bytes fetched with footer i
+// when it was read from the store.
+func readFooters(ctx context.Context, loc *store.Location, cat Cache, objs []store.Object, known [][]byte, sums []string) (mds []*metadata.FileMetaData, tails []tailBytes, err error) {
 	raw := make([][]byte, len(objs))
 	copy(raw, known)
 	keys := make([]string, len(objs))
@@ -66,10 +70,14 @@ func readFooters(ctx context.Context, loc *store.Location, cat Cache, objs []sto
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for i, o := range objs {
+		var sum string
+		if sums != nil {
+			sum = sums[i]
+		}
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "read footer", loc.ObjectURI(o.Key))
 			where := loc.ObjectURI(o.Key)
-			if raw[i] != nil {
+			if raw[i] != nil && (sum == "" || seal.Sum(raw[i]) == sum) {
 				// A footer known or cached that does not parse is a miss, not
 				// an error: the store's copy decides.
 				if mds[i], err = parseFooter(raw[i], where); err == nil {
@@ -78,6 +86,11 @@ func readFooters(ctx context.Context, loc *store.Location, cat Cache, objs []sto
 			}
 			if raw[i], tails[i], _, err = fetchFooter(gctx, loc, o); err != nil {
 				return err
+			}
+			if got := seal.Sum(raw[i]); sum != "" && got != sum {
+				return errcode.New(errcode.Changed, "read footer", where,
+					"not the file its table's manifest names: its footer's SHA-256 is %s, the manifest records %s "+
+						"(another file, or a damaged copy, under its name)", got, sum)
 			}
 			mds[i], err = parseFooter(raw[i], where)
 			return err

@@ -49,8 +49,9 @@
 //
 // A manifest holds the format number, its version and parent version, a
 // timestamp, the Arrow schema (IPC message, base64), and every data file of the
-// version with its size, modification time, ETag, row count and row-group
-// sizes. A version is visible once its manifest exists, and a manifest is made
+// version with its size, modification time, ETag, row count, row-group
+// sizes and footer digest (see bindLocal for what identifies a file). A
+// version is visible once its manifest exists, and a manifest is made
 // with an exclusive create (store.Location.CreateExclusive: a conditional PUT on
 // S3, GCS and Azure, link(2) on file://), so of the writers racing for version
 // N+1 exactly one wins; the others re-read N+1, check their schema against it
@@ -174,6 +175,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/internal/jsonargs"
+	"github.com/croupier-data/croupier/internal/seal"
 )
 
 // PinFormat is the version of the Pin encoding.
@@ -188,6 +190,11 @@ type File struct {
 	// the manifests written since they record it say; 0 where not recorded
 	// (plain Parquet, older manifests).
 	Version int64 `json:"version,omitempty"`
+	// FooterSHA256 is the seal.Sum of the file's Parquet footer (its Thrift
+	// FileMetaData, as stored) where a croupier table's manifest records it
+	// (format 3 on): with the page CRCs in the file, it is what identifies
+	// the file's bytes wherever the table is copied (see bindLocal).
+	FooterSHA256 string `json:"footer_sha256,omitempty"`
 }
 
 // Pin describes one exact version of a table.
@@ -425,6 +432,9 @@ func checkFiles(files []File, keyOK func(key string) error) (int64, error) {
 		if inGroups != f.NumRows || f.Size < minFileSize || f.Size > maxFileSize {
 			return 0, fmt.Errorf("file %q: %d rows, %d in its row groups, %d bytes", f.Key, f.NumRows, inGroups, f.Size)
 		}
+		if f.FooterSHA256 != "" && !seal.IsSum(f.FooterSHA256) {
+			return 0, fmt.Errorf("file %q: footer digest %q is not 64 lowercase hex digits", f.Key, f.FooterSHA256)
+		}
 		if rows > math.MaxInt64-f.NumRows {
 			return 0, fmt.Errorf("file %q: row count overflows", f.Key)
 		}
@@ -580,7 +590,7 @@ func pinParquet(ctx context.Context, loc *store.Location, listed []store.Object,
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	footers, _, err := readFooters(ctx, loc, cat, objs, early)
+	footers, _, err := readFooters(ctx, loc, cat, objs, early, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -658,6 +668,18 @@ func decodeSchema(b []byte) (s *arrow.Schema, err error) {
 	}
 	defer r.Release()
 	return r.Schema(), nil
+}
+
+// VersionOf returns the version of t's croupier table that added row id, as
+// its manifest records it, or 0 where it does not (plain Parquet, manifests
+// written before files recorded their versions) or id is not in
+// [0, NumRows). Appends keep row ids, so the answer is the same in every
+// version holding the row.
+func (t *Table) VersionOf(id int64) int64 {
+	if id < 0 || id >= t.NumRows() {
+		return 0
+	}
+	return t.pin.Files[t.groups[t.groupOf(id)].File].Version
 }
 
 // RowGroupOf returns the row group holding row id, numbered through the
@@ -783,7 +805,8 @@ func (t *Table) loadFooters(ctx context.Context, files []int) {
 
 // readFooter reads file i's footer, checks it against the pin and keeps it.
 func (t *Table) readFooter(ctx context.Context, i int) (*metadata.FileMetaData, error) {
-	mds, tails, err := readFooters(ctx, t.loc, t.cat, []store.Object{t.pin.Files[i].Object}, nil)
+	f := t.pin.Files[i]
+	mds, tails, err := readFooters(ctx, t.loc, t.cat, []store.Object{f.Object}, nil, []string{f.FooterSHA256})
 	if err != nil {
 		return nil, err
 	}

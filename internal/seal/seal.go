@@ -22,6 +22,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 )
 
 // Field is the name of the member that holds the digest. Structs decoded
@@ -40,6 +41,12 @@ const (
 func Sum(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// IsSum reports whether s is a digest as Sum writes it: 64 lowercase hex
+// digits.
+func IsSum(s string) bool {
+	return len(s) == 2*sha256.Size && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // JSON seals obj, the encoding of a JSON object with at least one member and

@@ -196,6 +196,10 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_follow_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_follow_stream_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_follow_round": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_follow_steps": (
+        [_HANDLE, _STR, ctypes.c_int64, ctypes.c_int64, _STR_OUT, _ERR],
+        _INT,
+    ),
     "croupier_stream_stats": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_mixture_open": (
         [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int64, _STR, _HANDLE_OUT, _ERR],
@@ -928,6 +932,14 @@ def follow_stream_open(follower: int, options: dict[str, Any]) -> Handle:
 def follow_round(stream: int) -> dict[str, Any]:
     """The round of a follow stream's last batch (``croupier_follow_round``)."""
     return json.loads(_json_out("croupier_follow_round", stream))
+
+
+def follow_steps(
+    follower: int, position: dict[str, Any], start: int, stop: int
+) -> list[dict[str, Any]]:
+    """Global steps ``start`` to ``stop - 1`` of following, every rank's rows and
+    their versions, the rounds formed from ``position`` (``croupier_follow_steps``)."""
+    return json.loads(_str_out("croupier_follow_steps", follower, _encode(position), start, stop))
 
 
 def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) -> Handle:

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import _args, _lib, _torch
 from .dataset import (
     _COALESCE_BYTES,
@@ -303,6 +305,31 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         position of the round after it).
         """
         return self._round
+
+    def rows_of_step(self, step: int, epoch: int | None = None) -> np.ndarray:
+        """The row ids of global step ``step``, every rank's, rank 0's first: the
+        samples that step trains on, as :meth:`croupier.StreamingDataset.rows_of_step`
+        gives a dataset's.
+
+        The same whatever this dataset's rank, world size and workers; with
+        :meth:`croupier.Table.take` on the table (its latest version: appends
+        keep row ids) it gives the rows themselves. The rounds are formed, as
+        the run formed them, of the versions committed now: from this
+        dataset's position when ``step`` is not before it, else from the first
+        round. Following has one sequence of steps and no epochs: ``epoch`` is
+        None or 0. ``croupier deal --checkpoint FOLLOW.json --steps A:B`` gives
+        the same rows, with the version that added each.
+
+        Raises:
+            InvalidArgumentError: ``step`` is negative, or ``epoch`` is not 0.
+            NotFoundError: ``step`` is in a round whose versions are not
+                committed yet.
+        """
+        if epoch is not None:
+            _args.integer("epoch", epoch, 0, 0)
+        step = _args.integer("step", step)
+        (dealt,) = _lib.follow_steps(self._handle(), self._position, step, step + 1)
+        return np.array([row for rank in dealt["ranks"] for row in rank], dtype=np.uint64)
 
     # -- iteration -------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _torch
@@ -162,6 +163,51 @@ class Mixture(_torch.IterableDataset, _lib.GoObject):
             self._handle(), self._position, _args.integer("steps", steps, 0, _args.INT64_MAX)
         )
         return [[(s["source"], s["epoch"], s["step"]) for s in step] for step in plan["steps"]]
+
+    def rows_of_step(self, step: int, epoch: int | None = None) -> list[tuple[int, np.ndarray]]:
+        """The rows of mixture step ``step``: for each slot, as iterating yields
+        them, ``(source index, row ids)``, the row ids every rank's of the
+        source's step that fills the slot (its
+        :meth:`~croupier.StreamingDataset.rows_of_step`): the samples the step
+        trains on, source by source.
+
+        A step not before the mixture's position is planned from it; one before
+        it by replaying the mixture from its start, every source at step 0 of
+        epoch 0, iteration after iteration (the rule of ``croupier deal
+        --checkpoint MIXTURE.json --step T``). A mixture has one sequence of
+        steps and no epochs: ``epoch`` is None or 0.
+
+        Raises:
+            InvalidArgumentError: ``step`` is negative, ``epoch`` is not 0, or
+                no iteration reaches ``step``.
+        """
+        if epoch is not None:
+            _args.integer("epoch", epoch, 0, 0)
+        step = _args.integer("step", step)
+        position: dict[str, Any] = self._position
+        if step < self.steps_consumed:
+            position = {
+                "steps_consumed": 0,
+                "sources": [{"epoch": 0, "steps_consumed": 0} for _ in self._sources],
+                "out_of_draw": [False] * len(self._sources),
+            }
+        at = position["steps_consumed"]
+        empty = False  # the last plan ended an iteration without a step
+        while True:
+            plan = _lib.mixture_plan(self._handle(), position, step - at + 1)
+            if len(plan["steps"]) > step - at:
+                slots = plan["steps"][step - at]
+                break
+            if empty and not plan["steps"]:
+                raise InvalidArgumentError(
+                    f"mixture step {step} is past the last step its sources deal (step {at})"
+                )
+            empty = not plan["steps"]
+            at, position = at + len(plan["steps"]), plan["position"]
+        return [
+            (s["source"], self._sources[s["source"]].rows_of_step(s["step"], s["epoch"]))
+            for s in slots
+        ]
 
     def _end(self) -> None:
         """The iteration ended: sources whose epoch ended move to their next one."""
