@@ -96,7 +96,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 7
+const abiVersion = 8
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 

@@ -47,6 +47,22 @@ type FollowOptions struct {
 	// behind the round's last version: v ≥ v_r − k. Older rows, new or
 	// carried, are skipped and counted (FollowStats). nil: no limit.
 	MaxVersionsBehind *int64 `json:"max_versions_behind"`
+	// MaxVersionsBehindNewest, when set to k, bounds the lag against what
+	// was written: round r keeps only rows of versions v ≥ N_r − k, N_r
+	// being the newest committed version when the round was decided
+	// (FollowPosition.Newest), or v_r when later, and a round starts no
+	// earlier than version N_r − k, skipping the versions before. Older
+	// rows, new or carried, are skipped and counted (FollowStats). The
+	// first process to need a round decides N_r and records it in the table
+	// (table.Table.Decide), so that every rank, worker and resumed run
+	// deals the same round. A round is decided when a stream first needs
+	// its first step: reading ahead does not decide it, so the stream of
+	// the next round opens then. nil: no such limit.
+	MaxVersionsBehindNewest *int64 `json:"max_versions_behind_newest,omitempty"`
+	// Run names the run whose decisions (MaxVersionsBehindNewest) the table
+	// records: runs of equal options and Run share them, and so deal the
+	// same rounds; another Run decides afresh.
+	Run string `json:"run,omitempty"`
 	// StartVersion is the first version whose rows are dealt; 0 means 1.
 	StartVersion int64 `json:"start_version"`
 	// WaitTimeout bounds the wait for a version that completes the next
@@ -75,6 +91,10 @@ func (fo *FollowOptions) check(uri string) error {
 		return bad("replay is a count (%d) or a fraction (%v), not both", fo.ReplayCount, fo.ReplayFraction)
 	case fo.MaxVersionsBehind != nil && *fo.MaxVersionsBehind < 0:
 		return bad("max_versions_behind is %d; it must be ≥ 0 (None: no limit)", *fo.MaxVersionsBehind)
+	case fo.MaxVersionsBehindNewest != nil && *fo.MaxVersionsBehindNewest < 0:
+		return bad("max_versions_behind_newest is %d; it must be ≥ 0 (None: no limit)", *fo.MaxVersionsBehindNewest)
+	case fo.Run != "" && fo.MaxVersionsBehindNewest == nil:
+		return bad("run %q names the decisions of max_versions_behind_newest, which is not set", fo.Run)
 	case fo.StartVersion < 0:
 		return bad("start_version %d: versions start at 1", fo.StartVersion)
 	case fo.PollInterval < 0:
@@ -104,11 +124,16 @@ type FollowPosition struct {
 	// Carry are the row ids, ascending, that the round before carried: its
 	// newest rows past its last full step (see planRound).
 	Carry []uint64 `json:"carry"`
+	// Newest is N_r, the newest committed version when the round was
+	// decided, with MaxVersionsBehindNewest; 0 until it is decided (the
+	// position of a round not formed yet).
+	Newest int64 `json:"newest,omitempty"`
 }
 
 // equal reports whether p and q are the same position.
 func (p *FollowPosition) equal(q *FollowPosition) bool {
-	return p.Round == q.Round && p.Step == q.Step && p.After == q.After && p.Head == q.Head && slices.Equal(p.Carry, q.Carry)
+	return p.Round == q.Round && p.Step == q.Step && p.After == q.After && p.Head == q.Head && slices.Equal(p.Carry, q.Carry) &&
+		p.Newest == q.Newest
 }
 
 // Round is one round of following: the rows it deals, in dealing order.
@@ -211,14 +236,18 @@ func (l *versionLog) versionOf(id uint64) int64 {
 }
 
 // planRound forms the round at pos from the versions of log, or returns ok
-// false while log lacks the versions that complete it. g is the global
-// batch size, seed the run's shuffle seed. The rule (docs/concepts.md), in
-// groups (rows, without GroupBy):
+// false while log lacks the versions that complete it (or, with
+// MaxVersionsBehindNewest, pos lacks its decision). g is the global batch
+// size, seed the run's shuffle seed. The rule (docs/concepts.md), in groups
+// (rows, without GroupBy):
 //
-//  1. v_r is After+1 without RowsPerRound, else the first version at which
-//     len(Carry) plus the rows of versions (After, v_r] reach RowsPerRound.
-//  2. With MaxVersionsBehind k, groups of versions below lo = v_r − k,
-//     carried or new, are skipped (lo is StartVersion without a limit).
+//  1. The round's first version is f = After+1, or with
+//     MaxVersionsBehindNewest k′, max(After+1, Newest − k′). v_r is f
+//     without RowsPerRound, else the first version at which len(Carry)
+//     plus the rows of versions [f, v_r] reach RowsPerRound.
+//  2. Groups of versions below lo, carried or new, are skipped: lo is the
+//     largest of StartVersion, v_r − k with MaxVersionsBehind k, and
+//     max(Newest, v_r) − k′ with MaxVersionsBehindNewest k′.
 //  3. The replay sample is ReplayCount, or ⌊ReplayFraction × the groups of
 //     2⌋, groups drawn uniformly without replacement (Floyd's algorithm, key
 //     DeriveKey(seed, "follow/replay/<r>")) from the groups of versions
@@ -233,7 +262,14 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, 
 	if log.latest() <= pos.After {
 		return Round{}, false
 	}
+	lo := log.first
 	vr := pos.After + 1
+	if k := fo.MaxVersionsBehindNewest; k != nil {
+		if pos.Newest <= pos.After || log.latest() < pos.Newest {
+			return Round{}, false
+		}
+		vr = max(vr, pos.Newest-*k)
+	}
 	if fo.RowsPerRound > 0 {
 		have := int64(len(pos.Carry))
 		for ; ; vr++ {
@@ -246,9 +282,11 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, 
 			}
 		}
 	}
-	lo := log.first
-	if fo.MaxVersionsBehind != nil {
-		lo = max(lo, vr-*fo.MaxVersionsBehind)
+	if k := fo.MaxVersionsBehind; k != nil {
+		lo = max(lo, vr-*k)
+	}
+	if k := fo.MaxVersionsBehindNewest; k != nil {
+		lo = max(lo, max(pos.Newest, vr)-*k)
 	}
 	fresh := log.rowsStart(lo) // rows below it are stale
 	r := Round{FollowPosition: pos, Version: vr}

@@ -9,10 +9,18 @@ import (
 	"github.com/croupier-data/croupier/internal/seedtest"
 )
 
-// plan forms every round log completes from pos.
+// plan forms every round log completes from pos. With
+// MaxVersionsBehindNewest, round r is decided when version After+1+(3r mod 5)
+// is committed, that one being the newest: as a learner slower than the
+// writers, by turns, finds them.
 func plan(log *versionLog, fo *FollowOptions, g int64, seed uint64, pos FollowPosition) []Round {
 	var out []Round
 	for {
+		if fo.MaxVersionsBehindNewest != nil && pos.Newest == 0 {
+			if n := pos.After + 1 + 3*pos.Round%5; n <= log.latest() {
+				pos.Newest = n
+			}
+		}
 		r, ok := planRound(pos, log, fo, g, seed)
 		if !ok {
 			return out
@@ -79,6 +87,10 @@ func TestRoundRuleProperty(t *testing.T) {
 			k := rng.Int64N(6)
 			fo.MaxVersionsBehind = &k
 		}
+		if rng.IntN(2) == 0 {
+			k := rng.Int64N(4)
+			fo.MaxVersionsBehindNewest = &k
+		}
 		g, seed := 1+rng.Int64N(16), rng.Uint64()
 		all := plan(&log, &fo, g, seed, FollowPosition{After: first - 1})
 		// Versions landing one at a time form the same rounds.
@@ -128,6 +140,9 @@ func checkRound(t *testing.T, iter int, log *versionLog, fo *FollowOptions, g in
 		t.Fatalf("iter %d round %d: %d rows, %d new and %d replayed", iter, r.Round, len(dealt), r.NewRows, r.ReplayedRows)
 	}
 	arrived := int64(len(r.Carry)) + log.rowsStart(r.Version+1) - log.rowsStart(r.After+1)
+	if k := fo.MaxVersionsBehindNewest; k != nil && (r.Newest <= r.After || r.Version < r.Newest-*k || (r.Version > max(r.After+1, r.Newest-*k) && fo.RowsPerRound == 0)) {
+		t.Fatalf("iter %d round %d: after version %d, decided at newest %d, it ends at version %d", iter, r.Round, r.After, r.Newest, r.Version)
+	}
 	if r.NewRows+r.SkippedRows != arrived {
 		t.Fatalf("iter %d round %d: %d new and %d skipped of %d rows carried or added", iter, r.Round, r.NewRows, r.SkippedRows, arrived)
 	}
@@ -184,6 +199,9 @@ func checkRound(t *testing.T, iter int, log *versionLog, fo *FollowOptions, g in
 	lo := log.first
 	if fo.MaxVersionsBehind != nil {
 		lo = max(lo, r.Version-*fo.MaxVersionsBehind)
+	}
+	if k := fo.MaxVersionsBehindNewest; k != nil {
+		lo = max(lo, max(r.Newest, r.Version)-*k)
 	}
 	var replayed []int64
 	for _, id := range dealt {

@@ -3,6 +3,8 @@ package loader
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +51,9 @@ type Follower struct {
 	// of a rank's workers form the same rounds.
 	formed []Round
 	closed bool
+	// run names the table's records of this run's decisions (decideNewest):
+	// a digest of what the rounds depend on.
+	run string
 }
 
 // formedRounds bounds Follower.formed.
@@ -88,7 +93,16 @@ func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, err
 		r.Close()
 	}
 	t.Retain()
-	return &Follower{table: t, opts: l.opts, follow: fo, log: versionLog{first: fo.StartVersion, grouped: len(fo.GroupBy) > 0}}, nil
+	f := &Follower{table: t, opts: l.opts, follow: fo, log: versionLog{first: fo.StartVersion, grouped: len(fo.GroupBy) > 0}}
+	c := f.Checkpoint(f.Start(), 0)
+	c.TableURI = "" // the records are the table's: another spelling of its URI is the same run
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, op, t.URI())
+	}
+	sum := sha256.Sum256(b)
+	f.run = hex.EncodeToString(sum[:16])
+	return f, nil
 }
 
 // Close releases the follower's references to its table.
@@ -350,6 +364,12 @@ func (f *Follower) Round(ctx context.Context, pos FollowPosition) (r Round, wait
 // when they are not.
 func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r Round, ok bool, waits int64, err error) {
 	landed := time.Now()
+	// With MaxVersionsBehindNewest, a round not decided yet is decided from
+	// the newest version a listing of this call finds, when waiting: a round
+	// is decided when a stream needs its first step, not when it reads
+	// ahead, so that N_r is as new as it can be.
+	undecided := func() bool { return wait && f.follow.MaxVersionsBehindNewest != nil && pos.Newest == 0 }
+	listed := false
 	for {
 		log := f.snapshot()
 		if pos.Head != "" && pos.After <= log.latest() && log.head(pos.After) != pos.Head {
@@ -358,6 +378,12 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 		}
 		if r, ok := f.formedAt(&pos); ok {
 			return r, true, waits, nil
+		}
+		if undecided() && listed && log.latest() > pos.After {
+			if pos.Newest, err = f.decideNewest(ctx, pos, log.latest()); err != nil {
+				return Round{}, false, waits, err
+			}
+			continue
 		}
 		if r, ok := planRound(pos, &log, &f.follow, f.opts.GlobalBatchSize, f.opts.ShuffleSeed); ok {
 			f.mu.Lock()
@@ -369,13 +395,18 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 		if err != nil {
 			return Round{}, false, waits, err
 		}
+		listed = true
 		if grew {
 			landed = time.Now()
 			continue
 		}
-		if log := f.snapshot(); log.latest() < pos.After {
+		log = f.snapshot()
+		if log.latest() < pos.After {
 			return Round{}, false, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
 				"the position is after version %d, but the latest version is %d: the table was replaced", pos.After, log.latest())
+		}
+		if undecided() && log.latest() > pos.After {
+			continue
 		}
 		if !wait {
 			return Round{}, false, waits, nil
@@ -394,17 +425,55 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 	}
 }
 
-// formedAt returns the round at pos if it was formed lately. A round at a
-// position, once formed, does not change (planRound).
+// formedAt returns the round at pos if it was formed lately, decided or not
+// at pos. A round at a position, once formed, does not change (planRound),
+// and a position is decided once (decideNewest).
 func (f *Follower) formedAt(pos *FollowPosition) (Round, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.formed {
-		if r.FollowPosition.equal(pos) {
+		p := *pos
+		if p.Newest == 0 {
+			p.Newest = r.Newest
+		}
+		if r.FollowPosition.equal(&p) {
 			return r, true
 		}
 	}
 	return Round{}, false
+}
+
+// decision is what the table records of a round of following
+// (MaxVersionsBehindNewest): the newest committed version when the first
+// process to form it decided it, and the round's position, so that a
+// record is never taken for another round's.
+type decision struct {
+	Round  int64  `json:"round"`
+	After  int64  `json:"after"`
+	Head   string `json:"head"`
+	Newest int64  `json:"newest"`
+}
+
+// decideNewest returns N_r of the round at pos: newest, when this is the
+// first process of the run to decide it, else the N_r the table recorded.
+func (f *Follower) decideNewest(ctx context.Context, pos FollowPosition, newest int64) (int64, error) {
+	const op = "follow"
+	mine, err := json.Marshal(decision{Round: pos.Round, After: pos.After, Head: pos.Head, Newest: newest})
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.Internal, op, f.table.URI())
+	}
+	name := fmt.Sprintf("follow/%s/%020d.json", f.run, pos.Round)
+	got, err := f.table.Decide(ctx, name, mine)
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.Of(err), "follow: record the newest version of round "+strconv.FormatInt(pos.Round, 10)+" of", f.table.URI())
+	}
+	var d decision
+	if err := json.Unmarshal(got, &d); err != nil || d.Round != pos.Round || d.After != pos.After || d.Head != pos.Head || d.Newest <= pos.After {
+		return 0, errcode.New(errcode.Changed, op, f.table.URI(),
+			"the table's record of round %d of this run (%s) is not of its position after version %d: the table was replaced, or the record rewritten",
+			pos.Round, name, pos.After)
+	}
+	return d.Newest, nil
 }
 
 // Loader returns a loader dealing round r's steps (steps 0, … of epoch 0 are
@@ -528,6 +597,9 @@ func (f *Follower) Stream(ctx context.Context, pos FollowPosition, startStep int
 	case pos.Round < 0 || pos.After < f.follow.StartVersion-1 || !slices.IsSorted(pos.Carry):
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
 			"position round %d after version %d with %d rows carried is not one of following from version %d", pos.Round, pos.After, len(pos.Carry), f.follow.StartVersion)
+	case pos.Newest != 0 && (f.follow.MaxVersionsBehindNewest == nil || pos.Newest <= pos.After):
+		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
+			"position round %d after version %d decided at newest version %d is not one of this follower's", pos.Round, pos.After, pos.Newest)
 	case int64(len(pos.Carry)) >= f.opts.GlobalBatchSize:
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
 			"position carries %d rows, a round carries fewer than global_batch_size %d", len(pos.Carry), f.opts.GlobalBatchSize)

@@ -53,6 +53,20 @@ class Follow:
             versions ``>= v - max_versions_behind``; older rows, new or carried,
             are skipped and counted in :meth:`FollowingDataset.stats`. None: no
             limit.
+        max_versions_behind_newest: bounds the lag against what was written. A
+            round keeps only rows of versions ``>= N - max_versions_behind_newest``,
+            ``N`` being the newest committed version when the round was decided
+            (or its last version, when later), and starts no earlier than that
+            version: a learner slower than its generators skips ahead. Older rows,
+            new or carried, are skipped and counted in
+            :meth:`FollowingDataset.stats`. The first process of the run (any rank
+            or worker) to need a round's first step decides ``N`` and records it in
+            the table's ``_decisions/`` folder, which the learner must be able to
+            write; every other rank, and a resumed run, deals the same round.
+            None: no such limit.
+        run: names the run whose decisions ``max_versions_behind_newest``
+            records: runs of the same options and ``run`` share them, and so deal
+            the same rounds; give a new run its own name to decide afresh.
         group_by: a column or columns whose equal values, in adjacent rows of
             one version, make a group dealt whole: in one step, on one rank,
             carried and replayed together (GRPO's samples of one prompt, appended
@@ -68,6 +82,8 @@ class Follow:
     rows_per_round: int | None = None
     replay: int | float | None = None
     max_versions_behind: int | None = None
+    max_versions_behind_newest: int | None = None
+    run: str | None = None
     group_by: str | Sequence[str] | None = None
     start_version: int = 1
     wait_timeout: float | None = 60.0
@@ -89,7 +105,17 @@ class Follow:
         group_by = self.group_by
         if isinstance(group_by, str):
             group_by = [group_by]
+        # Set only when given, so that the state dicts of runs without them
+        # are unchanged.
+        newest: dict[str, Any] = {}
+        if self.max_versions_behind_newest is not None:
+            newest["max_versions_behind_newest"] = _args.integer(
+                "max_versions_behind_newest", self.max_versions_behind_newest, 0
+            )
+        if self.run is not None:
+            newest["run"] = _args.text("run", self.run)
         return {
+            **newest,
             "rows_per_round": rows or 0,
             "group_by": None if group_by is None else _args.strings("group_by", group_by),
             "replay_count": _args.integer("replay", replay) if isinstance(replay, int) else 0,
@@ -294,7 +320,8 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
 
         Keys: ``round``, ``step`` (its first global step), ``steps``, ``after``
         (the last version of the rounds before), ``version`` (the last version it
-        deals), ``new_rows``, ``replayed_rows``, ``skipped_rows``,
+        deals), ``newest`` (with ``max_versions_behind_newest``: the newest
+        version when it was decided), ``new_rows``, ``replayed_rows``, ``skipped_rows``,
         ``skipped_versions``, ``carry`` (rows carried into it) and ``next`` (the
         position of the round after it).
         """
@@ -371,7 +398,8 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
     def _round_position(self) -> dict[str, Any]:
         """The position of the round of the last batch."""
         assert self._round is not None
-        return {key: self._round[key] for key in ("round", "step", "after", "head", "carry")}
+        keys = ("round", "step", "after", "head", "carry", "newest")
+        return {key: self._round[key] for key in keys if key in self._round}
 
     def stats(self) -> dict[str, Any]:
         """Counters of the iteration running now, or of the last one.

@@ -212,6 +212,44 @@ def test_staleness_skips_and_counts_old_versions(growing: str) -> None:
     assert (ds.stats()["skipped_versions"], ds.stats()["skipped_rows"]) == (3, 90)
 
 
+def test_a_slow_learner_stays_within_versions_of_the_newest(growing: str) -> None:
+    """Three versions land after each of the first two rounds, faster than the
+    learner: with max_versions_behind_newest=1 every row it is dealt is at most one
+    version behind the newest, each round skipping ahead; a state dict taken within a
+    round holds the round's newest version and resumes at another world size."""
+    table = cr.open_table(growing)
+    landings = [list(range(150, 240)), list(range(240, 330))]
+    ds = follow(growing, max_versions_behind_newest=1)
+    steps, states = [], []
+    for batch in ds:
+        latest = max(table.versions())
+        assert min(batch["_version"].tolist()) >= latest - 1
+        steps.append(sorted(batch["id"].tolist()))
+        states.append(ds.state_dict())
+        last = ds.last_round
+        if landings and ds.steps_consumed == last["step"] + last["steps"]:
+            ids = landings.pop(0)
+            for v in range(3):
+                table.append(roles.rows(ids[30 * v : 30 * (v + 1)], 0))
+    # Round 0, decided at version 5, deals version 4 and skips 1 to 3; rounds 1 and 2,
+    # decided at 8 and 11, deal 7 and 10 and skip the 6 rows carried and two versions;
+    # round 3 deals the 6 rows carried and version 11.
+    assert len(steps) == 13
+    assert (ds.stats()["skipped_rows"], ds.stats()["skipped_versions"]) == (222, 7)
+    assert [states[t]["position"].get("newest") for t in (0, 2, 3)] == [5, None, 8]
+    assert ds.last_round is not None
+    assert (ds.last_round["round"], ds.last_round["newest"]) == (3, 11)
+    resumed = cr.FollowingDataset(
+        growing,
+        cr.Follow(max_versions_behind_newest=1, wait_timeout=0.01, poll_interval=0.001),
+        global_batch_size=8, columns=["id"], format="numpy", rank=1, world_size=2,
+    )  # fmt: skip
+    resumed.load_state_dict(json.loads(json.dumps(states[3])))
+    again = [sorted(batch["id"].tolist()) for batch in resumed]
+    assert len(again) == len(steps) - 4
+    assert all(set(mine) <= set(all_) for mine, all_ in zip(again, steps[4:], strict=True))
+
+
 def test_state_dict_refuses_other_rules(growing: str) -> None:
     state = follow(growing, rows_per_round=20).state_dict()
     with pytest.raises(cr.InvalidArgumentError, match="state dict follow"):
@@ -225,6 +263,10 @@ def test_bad_options_are_named(growing: str, tmp_path: Path) -> None:
         follow(growing, replay="half")
     with pytest.raises(cr.InvalidArgumentError, match="max_versions_behind"):
         follow(growing, max_versions_behind=-1)
+    with pytest.raises(cr.InvalidArgumentError, match="max_versions_behind_newest"):
+        follow(growing, max_versions_behind_newest=-1)
+    with pytest.raises(cr.InvalidArgumentError, match="run"):
+        follow(growing, run="alone")
     with pytest.raises(cr.InvalidArgumentError, match="replay"):
         follow(growing, replay=-0.5)
     table_uri = uri(tmp_path / "v")
