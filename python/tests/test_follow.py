@@ -536,3 +536,82 @@ def test_dataloader_workers_divide_the_memory_budget(growing: str) -> None:
     assert delivered(follow(growing, budget), 2, divide_budget=False) == want
     # With no budget set, the workers divide Go's default, which the dataset reports.
     assert follow(growing)._info["memory_budget"] == 512 << 20
+
+
+def test_groups_filtered_in_token_steps(tmp_path: Path) -> None:
+    """A GRPO learner following its generators' table: the samples of each prompt,
+    appended together, are dealt whole in token-budget steps of at most 40 tokens,
+    packed, without the aborted samples and those without a reward (wherever they lie
+    in their group, and counted); the steps are the same at 1 and 2 ranks, and a state
+    dict taken within a round resumes at 3 ranks with the rest."""
+    rng = np.random.default_rng(3)
+    table_uri = uri(tmp_path / "grpo")
+    rows: list[dict[str, Any]] = []
+    table = None
+    for _ in range(10):
+        version = []
+        for _ in range(int(rng.integers(2, 6))):
+            prompt = len({r["problem_id"] for r in rows + version})
+            for _ in range(int(rng.integers(1, 6))):
+                n = len(rows) + len(version)
+                tokens = list(range(int(rng.integers(0, 8))))
+                reward = None if rng.integers(6) == 0 else 1.0
+                abort = bool(rng.integers(6) == 0)
+                row = {"id": n, "problem_id": prompt, "tokens": tokens}
+                version.append({**row, "reward": reward, "abort": abort})
+        batch = pa.Table.from_pylist(version, schema=pa.schema([
+            ("id", pa.int64()), ("problem_id", pa.int64()), ("tokens", pa.list_(pa.int32())),
+            ("reward", pa.float64()), ("abort", pa.bool_())]))  # fmt: skip
+        if table is None:
+            table = cr.create_table(table_uri, batch)
+        else:
+            table.append(batch)
+        rows += version
+    kept = {r["id"] for r in rows if r["reward"] is not None and not r["abort"]}
+
+    def dataset(rank: int, world: int) -> cr.FollowingDataset:
+        return cr.FollowingDataset(
+            table_uri,
+            cr.Follow(group_by="problem_id", filter="NOT abort AND reward IS NOT NULL",
+                      lengths="tokens", rows_per_round=12, wait_timeout=0.01, poll_interval=0.001),
+            tokens_per_step=40, columns=["id", "problem_id", "tokens"], format="numpy",
+            packing="packed", pack_columns=["tokens"], rank=rank, world_size=world,
+        )  # fmt: skip
+
+    def steps(ds: cr.FollowingDataset, n: int | None = None) -> list[list[int]]:
+        out = []
+        for batch in itertools.islice(ds, n):
+            ids = batch["id"].tolist()
+            assert np.diff(batch["cu_seqlens"]).tolist() == [len(rows[i]["tokens"]) for i in ids]
+            assert sum(len(rows[i]["tokens"]) for i in ids) <= 40
+            out.append(ids)
+        return out
+
+    alone = dataset(0, 1)
+    want = steps(alone)
+    assert len(want) > 4
+    dealt = [i for ids in want for i in ids]
+    assert len(dealt) == len(set(dealt))
+    assert set(dealt) <= kept
+    assert alone.stats()["filtered_rows"] > 0
+    for ids in want:  # a prompt's kept samples are whole in their step
+        for prompt in {rows[i]["problem_id"] for i in ids}:
+            assert {i for i in ids if rows[i]["problem_id"] == prompt} == {
+                r["id"] for r in rows if r["problem_id"] == prompt and r["id"] in kept
+            }
+    pair = [steps(dataset(rank, 2)) for rank in range(2)]
+    assert [sorted(a + b) for a, b in zip(*pair, strict=True)] == [sorted(s) for s in want]
+    for a, b in zip(*pair, strict=True):  # no prompt on both ranks
+        assert not {rows[i]["problem_id"] for i in a} & {rows[i]["problem_id"] for i in b}
+    first = dataset(1, 2)
+    steps(first, 3)
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["tokens_per_step"] == 40
+    resumed = []
+    for rank in range(3):
+        ds = dataset(rank, 3)
+        ds.load_state_dict(state)
+        resumed.append(steps(ds))
+    assert [sorted(itertools.chain(*s)) for s in zip(*resumed, strict=True)] == [
+        sorted(s) for s in want[3:]
+    ]
