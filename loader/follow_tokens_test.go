@@ -16,6 +16,7 @@ import (
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/internal/seedtest"
 	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
 )
 
 // rollout is one row of a GRPO table the tests follow.
@@ -61,7 +62,9 @@ func rolloutVersion(t *testing.T, start int64, rows []rollout) array.RecordReade
 // place in its group), each group in one step and on one rank; the ranks'
 // tokens differ by at most the step's largest group; every kept row is
 // dealt once or left carried at the end; the steps are the same at 1, 2 and
-// 3 ranks with 1 or 2 workers, and from a resume at every step.
+// 3 ranks with 1 or 2 workers, each rank's share that of the reference rule
+// (referenceGroupDeal) over the round's order, and from a resume at every
+// step.
 func TestFollowGroupsInTokenSteps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 21))
 	ctx := context.Background()
@@ -143,11 +146,56 @@ func TestFollowGroupsInTokenSteps(t *testing.T) {
 	if len(ref) < 4 {
 		t.Fatalf("%d steps: the test deals too little", len(ref))
 	}
+	// Each round's order, as its loader deals it: the rank of every row of
+	// every step is the reference rule's (referenceGroupDeal).
+	f := newFollower(t, uri, opts, fo)
+	type roundOrder struct {
+		ids     []uint64
+		lengths []uint64
+		starts  []int64
+	}
+	orders := map[int64]roundOrder{}
+	for _, r := range rounds {
+		if _, ok := orders[r.Round]; ok {
+			continue
+		}
+		r, _, err := f.Round(ctx, r.FollowPosition) // formed by this follower, which reads its versions
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := f.Loader(ctx, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := l.Order().(interface {
+			permutation.GroupedOrder
+			permutation.LengthOrder
+		})
+		var ro roundOrder
+		ro.ids, _ = o.RowIDs(ctx, 0, o.Len())
+		ro.lengths, _ = o.Lengths(ctx, 0, o.Len())
+		ro.starts, _ = o.Groups(ctx, 0, o.Len())
+		orders[r.Round] = ro
+		l.Close()
+	}
 	for world := 1; world <= 3; world++ {
 		for workers := 1; workers <= 2; workers++ {
 			got, _ := deal(world, workers, nil, 0)
 			if !maps.EqualFunc(sorted(got), ref, slices.Equal) {
 				t.Fatalf("%d ranks, %d workers: other steps than 1 rank's", world, workers)
+			}
+			for step, ranks := range got {
+				r := rounds[step]
+				o := orders[r.Round]
+				for rank, positions := range referenceGroupDeal(o.starts, o.lengths, budget, world)[step-r.Step] {
+					var want []int64
+					for _, p := range positions {
+						want = append(want, int64(o.ids[p]))
+					}
+					if !slices.Equal(ranks[rank], want) && len(ranks[rank])+len(want) > 0 {
+						t.Fatalf("%d ranks, step %d, rank %d: rows %v, the reference %v", world, step, rank, ranks[rank], want)
+					}
+				}
 			}
 			for step, ranks := range got {
 				where := map[[2]int64]int{} // the rank of each (prompt, version) group
@@ -195,7 +243,6 @@ func TestFollowGroupsInTokenSteps(t *testing.T) {
 	}
 	// The rounds after the last step's deal no step: they carry.
 	last := rounds[int64(len(ref))-1].Next()
-	f := newFollower(t, uri, opts, fo)
 	for {
 		r, _, err := f.Round(ctx, last)
 		if err == io.EOF {
