@@ -195,7 +195,8 @@ func TestFollowBoundedByNewest(t *testing.T) {
 // TestFollowDecisionsAreTheTables checks that the first follower to need a
 // round decides its newest version and records it in the table: another
 // follower of the run forming the round after more versions landed deals
-// the same rows, while one of another run decides afresh.
+// the same rows, as does an observer (Observe), while one of another run
+// decides afresh, and an observer of that run, before, forms no round.
 func TestFollowDecisionsAreTheTables(t *testing.T) {
 	ctx := context.Background()
 	uri := growingTable(t, []int64{8, 8, 8})
@@ -211,7 +212,18 @@ func TestFollowDecisionsAreTheTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	observer := newFollower(t, uri, opts, fo)
+	observer.Observe()
+	seen, _, err := observer.Round(ctx, loader.FollowPosition{Carry: []uint64{}})
+	if err != nil || seen.Newest != 3 {
+		t.Fatalf("an observer of the run forms round 0 decided at version %d (%v), not 3", seen.Newest, err)
+	}
 	fo.Run = "another"
+	observer = newFollower(t, uri, opts, fo)
+	observer.Observe()
+	if _, _, err := observer.Round(ctx, loader.FollowPosition{Carry: []uint64{}}); err != io.EOF {
+		t.Fatalf("an observer of a run that decided nothing formed a round: %v", err)
+	}
 	other, _, err := newFollower(t, uri, opts, fo).Round(ctx, loader.FollowPosition{Carry: []uint64{}})
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,17 @@ type Follower struct {
 	run string
 	// filter is FollowOptions.Filter parsed; nil without one.
 	filter *expr.Expr
+	// observing: the follower reads the run's decisions, records none
+	// (Observe).
+	observing bool
 }
+
+// Observe makes f read the decisions of its run (MaxVersionsBehindNewest)
+// and never record one, for a process that inspects a run rather than
+// learns from it: a round no process of the run has decided yet ends the
+// wait for it (io.EOF), as versions not yet committed do. Call it before
+// forming a round.
+func (f *Follower) Observe() { f.observing = true }
 
 // formedRounds bounds Follower.formed.
 const formedRounds = 2
@@ -587,7 +597,14 @@ func (f *Follower) decideNewest(ctx context.Context, pos FollowPosition, newest 
 		return 0, errcode.Wrap(err, errcode.Internal, op, f.table.URI())
 	}
 	name := fmt.Sprintf("follow/%s/%020d.json", f.run, pos.Round)
-	got, err := f.table.Decide(ctx, name, mine)
+	var got []byte
+	if f.observing {
+		if got, err = f.table.Decision(ctx, name); errcode.Of(err) == errcode.NotFound {
+			return 0, io.EOF
+		}
+	} else {
+		got, err = f.table.Decide(ctx, name, mine)
+	}
 	if err != nil {
 		return 0, errcode.Wrap(err, errcode.Of(err), "follow: record the newest version of round "+strconv.FormatInt(pos.Round, 10)+" of", f.table.URI())
 	}

@@ -101,6 +101,7 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
 	}
 	defer fl.Close()
+	fl.Observe() // the rounds the learner decided, never a decision of its own
 	if _, _, err := fl.Resume(c); err != nil {
 		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
 	}

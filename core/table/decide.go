@@ -24,6 +24,27 @@ const decisionsDir = "_decisions/"
 // segments.
 var decisionName = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 
+// Decision returns the decision name of the table, recorded by Decide; an
+// error of code errcode.NotFound when none was.
+func (t *Table) Decision(ctx context.Context, name string) ([]byte, error) {
+	key, err := t.decisionKey("read decision", name)
+	if err != nil {
+		return nil, err
+	}
+	return t.loc.ReadAll(ctx, key)
+}
+
+// decisionKey returns the key of decision name, checking the name.
+func (t *Table) decisionKey(op, name string) (string, error) {
+	if t.pin.Kind != KindCroupier {
+		return "", errcode.New(errcode.InvalidArgument, op, t.pin.URI, "a plain Parquet dataset holds no decisions")
+	}
+	if !decisionName.MatchString(name) {
+		return "", errcode.New(errcode.InvalidArgument, op, t.pin.URI, "decision name %q is not a relative path of letters, digits, '.', '-' and '_'", name)
+	}
+	return t.loc.Join(decisionsDir + name), nil
+}
+
 // Decide records data as the decision name of the table, unless a decision
 // of that name was recorded already, and returns the decision recorded: data,
 // or the earlier one. Of several processes racing, exactly one records its
@@ -31,13 +52,10 @@ var decisionName = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 // as commits do, and the right to write the table's folder.
 func (t *Table) Decide(ctx context.Context, name string, data []byte) ([]byte, error) {
 	const op = "record decision"
-	if t.pin.Kind != KindCroupier {
-		return nil, errcode.New(errcode.InvalidArgument, op, t.pin.URI, "a plain Parquet dataset holds no decisions")
+	key, err := t.decisionKey(op, name)
+	if err != nil {
+		return nil, err
 	}
-	if !decisionName.MatchString(name) {
-		return nil, errcode.New(errcode.InvalidArgument, op, t.pin.URI, "decision name %q is not a relative path of letters, digits, '.', '-' and '_'", name)
-	}
-	key := t.loc.Join(decisionsDir + name)
 	if err := t.loc.CreateExclusive(ctx, key, data); err != nil && errcode.Of(err) != errcode.AlreadyExists {
 		return nil, err
 	}
