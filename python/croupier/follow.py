@@ -375,8 +375,9 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         (the last version of the rounds before), ``version`` (the last version it
         deals), ``newest`` (with ``max_versions_behind_newest``: the newest
         version when it was decided), ``new_rows``, ``replayed_rows``, ``skipped_rows``,
-        ``skipped_versions``, ``carry`` (rows carried into it) and ``next`` (the
-        position of the round after it).
+        ``skipped_versions``, ``filtered_rows`` (of its versions, dropped by the
+        filter), ``carry`` (rows carried into it) and ``next`` (the position of the
+        round after it).
         """
         return self._round
 
@@ -471,7 +472,8 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         rounds for ``steps``, ``rows`` and ``stall_ns``, and: ``rounds`` formed,
         ``version`` (the last version of the last round), ``new_rows``,
         ``replayed_rows``, ``skipped_rows`` and ``skipped_versions`` (dropped by
-        the staleness rule), ``waits`` (listings that found no new version) and
+        the staleness rule), ``filtered_rows`` (dropped by the filter), ``waits``
+        (listings that found no new version) and
         ``waited_out`` (the iteration ended because ``wait_timeout`` passed).
         Empty before the first iteration.
 
