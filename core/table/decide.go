@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/croupier-data/croupier/core/errcode"
 )
@@ -21,8 +23,13 @@ import (
 const decisionsDir = "_decisions/"
 
 // decisionName is what Decide takes as a name: a relative path of plain
-// segments.
+// segments, none of them . or ..
 var decisionName = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+
+// validDecisionName reports whether name is a decision's name.
+func validDecisionName(name string) bool {
+	return decisionName.MatchString(name) && !slices.ContainsFunc(strings.Split(name, "/"), func(s string) bool { return s == "." || s == ".." })
+}
 
 // Decision returns the decision name of the table, recorded by Decide; an
 // error of code errcode.NotFound when none was.
@@ -39,8 +46,9 @@ func (t *Table) decisionKey(op, name string) (string, error) {
 	if t.pin.Kind != KindCroupier {
 		return "", errcode.New(errcode.InvalidArgument, op, t.pin.URI, "a plain Parquet dataset holds no decisions")
 	}
-	if !decisionName.MatchString(name) {
-		return "", errcode.New(errcode.InvalidArgument, op, t.pin.URI, "decision name %q is not a relative path of letters, digits, '.', '-' and '_'", name)
+	if !validDecisionName(name) {
+		return "", errcode.New(errcode.InvalidArgument, op, t.pin.URI,
+			"decision name %q is not a relative path of letters, digits, '.', '-' and '_' (no segment . or ..)", name)
 	}
 	return t.loc.Join(decisionsDir + name), nil
 }
