@@ -277,3 +277,43 @@ func TestFollowGroupsInTokenSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowFilterDropsWholeVersions: a version all of whose rows the
+// filter drops adds no group and no row, only its count, also when it is
+// the first, and a group whose middle sample is dropped keeps the others.
+func TestFollowFilterDropsWholeVersions(t *testing.T) {
+	ctx := context.Background()
+	uri := "file://" + t.TempDir()
+	aborted := []rollout{{prompt: 0, tokens: 3, reward: true, abort: true}, {prompt: 0, tokens: 2, reward: true, abort: true}}
+	tb, err := table.Create(ctx, uri, rolloutVersion(t, 0, aborted), table.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	kept := []rollout{{prompt: 1, tokens: 3, reward: true}, {prompt: 1, tokens: 4}, {prompt: 1, tokens: 1, reward: true}, {prompt: 2, tokens: 2, reward: true}}
+	if _, err := table.Append(ctx, uri, rolloutVersion(t, 2, kept), table.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opts := loader.Options{TokensPerStep: 4, Columns: []string{"id"}}
+	fo := loader.FollowOptions{GroupBy: []string{"problem_id"}, Filter: "NOT abort AND reward IS NOT NULL", Lengths: "tokens",
+		WaitTimeout: time.Millisecond, PollInterval: time.Millisecond}
+	f := newFollower(t, uri, opts, fo)
+	r0, _, err := f.Round(ctx, f.Start())
+	if err != nil || r0.Steps != 0 || r0.FilteredRows != 2 || r0.NewRows != 0 {
+		t.Fatalf("round of the aborted version: %d steps, %d filtered, %d new, %v", r0.Steps, r0.FilteredRows, r0.NewRows, err)
+	}
+	r1, _, err := f.Round(ctx, r0.Next())
+	// Groups {2, 4} (4 tokens; row 3 has no reward) and {5} (2): the first
+	// step holds one, the newest is carried.
+	if err != nil || r1.Steps != 1 || r1.FilteredRows != 1 || r1.NewRows != 3 || !slices.Equal(r1.Next().Carry, []uint64{5}) {
+		t.Fatalf("round of the mixed version: %d steps, %d filtered, %d new, carry %v, %v", r1.Steps, r1.FilteredRows, r1.NewRows, r1.Next().Carry, err)
+	}
+	l, err := f.Loader(ctx, &r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if step, err := l.Step(ctx, 0, 0); err != nil || !slices.Equal(step[0], []uint64{2, 4}) {
+		t.Fatalf("the step holds %v, %v; want the group [2 4]", step, err)
+	}
+}

@@ -149,6 +149,9 @@ func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, err
 	t.Retain()
 	f := &Follower{table: t, opts: l.opts, follow: fo, filter: filter,
 		log: versionLog{first: fo.StartVersion, grouped: len(fo.GroupBy) > 0 || filter != nil}}
+	if filter != nil {
+		f.log.kept = []int{} // no group kept yet: not nil, which means every group
+	}
 	c := f.Checkpoint(f.Start(), 0)
 	c.TableURI = "" // the records are the table's: another spelling of its URI is the same run
 	b, err := json.Marshal(c)
