@@ -180,10 +180,12 @@ class FollowingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
-    ``group_by``, this rank's whole groups of the step, whose size varies), with
-    the dataset's columns and ``_version``: the table version that added each
-    row. Rounds and steps are those of docs/concepts.md ("Following a growing
-    table"); :attr:`last_round` describes the round of the last batch.
+    ``group_by``, this rank's whole groups of the step, whose size varies; with
+    ``tokens_per_step``, this rank's rows, or whole groups, of a step of at most
+    that many tokens), with the dataset's columns and ``_version``: the table
+    version that added each row (packed with ``packing``). Rounds and steps are
+    those of docs/concepts.md ("Following a growing table"); :attr:`last_round`
+    describes the round of the last batch.
 
     Args:
         table: a croupier table (any version; following starts at
