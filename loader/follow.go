@@ -47,6 +47,32 @@ type FollowOptions struct {
 	// behind the round's last version: v ≥ v_r − k. Older rows, new or
 	// carried, are skipped and counted (FollowStats). nil: no limit.
 	MaxVersionsBehind *int64 `json:"max_versions_behind"`
+	// MaxVersionsBehindNewest, when set to k, bounds the lag against what
+	// was written: round r keeps only rows of versions v ≥ N_r − k, N_r
+	// being the newest committed version when the round was decided
+	// (FollowPosition.Newest), or v_r when later, and a round starts no
+	// earlier than version N_r − k, skipping the versions before. Older
+	// rows, new or carried, are skipped and counted (FollowStats). The
+	// first process to need a round decides N_r and records it in the table
+	// (table.Table.Decide), so that every rank, worker and resumed run
+	// deals the same round. A round is decided when a stream first needs
+	// its first step: reading ahead does not decide it, so the stream of
+	// the next round opens then. nil: no such limit.
+	MaxVersionsBehindNewest *int64 `json:"max_versions_behind_newest,omitempty"`
+	// Run names the run whose decisions (MaxVersionsBehindNewest) the table
+	// records: runs of equal options and Run share them, and so deal the
+	// same rounds; another Run decides afresh.
+	Run string `json:"run,omitempty"`
+	// Filter, a SQL boolean expression (as permutation.Spec.Filter), drops
+	// the rows of each version where it is false or null before anything
+	// else: they are neither dealt, carried, replayed nor skipped, only
+	// counted (FollowStats.FilteredRows), and never read but for the
+	// filter's columns. A group keeps its other rows. "": no filter.
+	Filter string `json:"filter,omitempty"`
+	// Lengths names the column giving each row's length (as
+	// permutation.Spec.Lengths reads it), which token-budget steps
+	// (Options.TokensPerStep) need.
+	Lengths string `json:"lengths,omitempty"`
 	// StartVersion is the first version whose rows are dealt; 0 means 1.
 	StartVersion int64 `json:"start_version"`
 	// WaitTimeout bounds the wait for a version that completes the next
@@ -75,6 +101,10 @@ func (fo *FollowOptions) check(uri string) error {
 		return bad("replay is a count (%d) or a fraction (%v), not both", fo.ReplayCount, fo.ReplayFraction)
 	case fo.MaxVersionsBehind != nil && *fo.MaxVersionsBehind < 0:
 		return bad("max_versions_behind is %d; it must be ≥ 0 (None: no limit)", *fo.MaxVersionsBehind)
+	case fo.MaxVersionsBehindNewest != nil && *fo.MaxVersionsBehindNewest < 0:
+		return bad("max_versions_behind_newest is %d; it must be ≥ 0 (None: no limit)", *fo.MaxVersionsBehindNewest)
+	case fo.Run != "" && fo.MaxVersionsBehindNewest == nil:
+		return bad("run %q names the decisions of max_versions_behind_newest, which is not set", fo.Run)
 	case fo.StartVersion < 0:
 		return bad("start_version %d: versions start at 1", fo.StartVersion)
 	case fo.PollInterval < 0:
@@ -104,11 +134,16 @@ type FollowPosition struct {
 	// Carry are the row ids, ascending, that the round before carried: its
 	// newest rows past its last full step (see planRound).
 	Carry []uint64 `json:"carry"`
+	// Newest is N_r, the newest committed version when the round was
+	// decided, with MaxVersionsBehindNewest; 0 until it is decided (the
+	// position of a round not formed yet).
+	Newest int64 `json:"newest,omitempty"`
 }
 
 // equal reports whether p and q are the same position.
 func (p *FollowPosition) equal(q *FollowPosition) bool {
-	return p.Round == q.Round && p.Step == q.Step && p.After == q.After && p.Head == q.Head && slices.Equal(p.Carry, q.Carry)
+	return p.Round == q.Round && p.Step == q.Step && p.After == q.After && p.Head == q.Head && slices.Equal(p.Carry, q.Carry) &&
+		p.Newest == q.Newest
 }
 
 // Round is one round of following: the rows it deals, in dealing order.
@@ -124,10 +159,44 @@ type Round struct {
 	ReplayedRows    int64 `json:"replayed_rows"`
 	SkippedRows     int64 `json:"skipped_rows"`
 	SkippedVersions int64 `json:"skipped_versions"`
+	FilteredRows    int64 `json:"filtered_rows"` // of versions (After, Version], dropped by Filter
 
-	order  []uint64       // the rows of the groups dealt, in dealing order
-	starts []int64        // with GroupBy, the position of each group in order
-	next   FollowPosition // of the round after
+	laid laidOut        // the groups dealt, in dealing order
+	next FollowPosition // of the round after
+}
+
+// laidOut is groups laid end to end: their rows the filter keeps, in order,
+// where each group starts, and with Lengths each row's length.
+type laidOut struct {
+	order   []uint64
+	starts  []int64
+	lengths []uint64
+	column  string // Lengths
+	grouped bool   // a group is a unit (else every row is)
+}
+
+// layOut lays groups end to end while each starts before position limit.
+func layOut(log *versionLog, fo *FollowOptions, groups []int64, limit int64) laidOut {
+	out := laidOut{column: fo.Lengths, grouped: len(fo.GroupBy) > 0}
+	for _, s := range groups {
+		p := int64(len(out.order))
+		if p >= limit {
+			break
+		}
+		out.starts = append(out.starts, p)
+		out.order = log.rowsOf(s, out.order)
+		if log.lengths != nil {
+			for _, id := range out.order[p:] {
+				out.lengths = append(out.lengths, uint64(log.lengths[int64(id)-log.start]))
+			}
+		}
+	}
+	return out
+}
+
+// tokenSteps cuts o into token-budget steps as opts say.
+func tokenSteps(o laidOut, opts *Options) (*TokenDeal, error) {
+	return PlanTokens(context.Background(), o.dealt("follow"), opts.TokensPerStep, 1, opts.Oversize)
 }
 
 // Next returns the position of the round after r.
@@ -140,11 +209,20 @@ type versionLog struct {
 	first, start int64
 	ends         []int64
 	heads        []string
-	// With GroupBy, groups are the first row ids of the groups, ascending
-	// (every version's first row among them); grouped is false without
-	// GroupBy, and every row is a group of its own.
+	// With GroupBy or Filter, groups are the first row ids of the groups,
+	// ascending (every version's first row among them; each row's own with
+	// Filter alone); grouped is false without either, and every row is a
+	// group of its own.
 	grouped bool
 	groups  []int64
+	// With Filter, dropped says which rows from start on it drops, kept
+	// lists the indexes in groups of the groups holding a row it keeps, and
+	// keptEnds counts the rows it keeps up to the end of each version.
+	dropped  []bool
+	kept     []int
+	keptEnds []int64
+	// With Lengths, lengths holds each row's length, from start on.
+	lengths []uint32
 }
 
 // latest is the last version in the log (first − 1 when empty).
@@ -194,15 +272,58 @@ func (l *versionLog) groupEnd(s int64) int64 {
 	return l.rowsStart(l.latest() + 1)
 }
 
-// groupsIn returns the number of groups starting in rows [from, to) and a
-// function giving the first row of the i-th of them.
+// groupsIn returns the number of groups starting in rows [from, to) that
+// hold a row the filter keeps, and a function giving the first row of the
+// i-th of them.
 func (l *versionLog) groupsIn(from, to int64) (int64, func(i int64) int64) {
 	if !l.grouped {
 		return max(to-from, 0), func(i int64) int64 { return from + i }
 	}
 	a, _ := slices.BinarySearch(l.groups, from)
 	b, _ := slices.BinarySearch(l.groups, to)
+	if l.kept != nil {
+		a, _ = slices.BinarySearch(l.kept, a)
+		b, _ = slices.BinarySearch(l.kept, b)
+		return int64(max(b-a, 0)), func(i int64) int64 { return l.groups[l.kept[a+int(i)]] }
+	}
 	return int64(max(b-a, 0)), func(i int64) int64 { return l.groups[a+int(i)] }
+}
+
+// rowsOf appends to ids the rows of the group starting at row s that the
+// filter keeps.
+func (l *versionLog) rowsOf(s int64, ids []uint64) []uint64 {
+	for id := s; id < l.groupEnd(s); id++ {
+		if l.dropped == nil || !l.dropped[id-l.start] {
+			ids = append(ids, uint64(id))
+		}
+	}
+	return ids
+}
+
+// size is the number of rows the filter keeps of the group starting at s.
+func (l *versionLog) size(s int64) int64 {
+	if l.dropped == nil {
+		return l.groupEnd(s) - s
+	}
+	var n int64
+	for id := s; id < l.groupEnd(s); id++ {
+		if !l.dropped[id-l.start] {
+			n++
+		}
+	}
+	return n
+}
+
+// keptOf is the number of rows of version v the filter keeps.
+func (l *versionLog) keptOf(v int64) int64 {
+	if l.keptEnds == nil {
+		return l.rowsStart(v+1) - l.rowsStart(v)
+	}
+	i := v - l.first
+	if i == 0 {
+		return l.keptEnds[0]
+	}
+	return l.keptEnds[i] - l.keptEnds[i-1]
 }
 
 // versionOf returns the version that added row id.
@@ -211,14 +332,18 @@ func (l *versionLog) versionOf(id uint64) int64 {
 }
 
 // planRound forms the round at pos from the versions of log, or returns ok
-// false while log lacks the versions that complete it. g is the global
-// batch size, seed the run's shuffle seed. The rule (docs/concepts.md), in
-// groups (rows, without GroupBy):
+// false while log lacks the versions that complete it (or, with
+// MaxVersionsBehindNewest, pos lacks its decision). g is the global batch
+// size, seed the run's shuffle seed. The rule (docs/concepts.md), in groups
+// (rows, without GroupBy):
 //
-//  1. v_r is After+1 without RowsPerRound, else the first version at which
-//     len(Carry) plus the rows of versions (After, v_r] reach RowsPerRound.
-//  2. With MaxVersionsBehind k, groups of versions below lo = v_r − k,
-//     carried or new, are skipped (lo is StartVersion without a limit).
+//  1. The round's first version is f = After+1, or with
+//     MaxVersionsBehindNewest k′, max(After+1, Newest − k′). v_r is f
+//     without RowsPerRound, else the first version at which len(Carry)
+//     plus the rows of versions [f, v_r] reach RowsPerRound.
+//  2. Groups of versions below lo, carried or new, are skipped: lo is the
+//     largest of StartVersion, v_r − k with MaxVersionsBehind k, and
+//     max(Newest, v_r) − k′ with MaxVersionsBehindNewest k′.
 //  3. The replay sample is ReplayCount, or ⌊ReplayFraction × the groups of
 //     2⌋, groups drawn uniformly without replacement (Floyd's algorithm, key
 //     DeriveKey(seed, "follow/replay/<r>")) from the groups of versions
@@ -229,26 +354,44 @@ func (l *versionLog) versionOf(id uint64) int64 {
 //     key DeriveKey(seed, "follow/round/<r>")) and laid end to end: the
 //     groups starting before ⌊n/G⌋·G make the round's ⌊n/G⌋ steps, any
 //     other (only when groups differ in size) carries too.
-func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, seed uint64) (Round, bool) {
+//     With TokensPerStep T, the groups laid end to end are cut into token
+//     steps (TokenDeal, over groups when grouped): the groups of the last
+//     step, the newest, carry into round r+1; the others are shuffled as
+//     above, laid end to end and cut into token steps again, all of which
+//     are the round's.
+//
+// Rows the filter drops are in no group's rows: counted, and otherwise
+// passed over. The error is that of a row or group longer than T.
+func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, opts *Options) (Round, bool, error) {
+	g, seed := opts.GlobalBatchSize, opts.ShuffleSeed
 	if log.latest() <= pos.After {
-		return Round{}, false
+		return Round{}, false, nil
 	}
+	lo := log.first
 	vr := pos.After + 1
+	if k := fo.MaxVersionsBehindNewest; k != nil {
+		if pos.Newest <= pos.After || log.latest() < pos.Newest {
+			return Round{}, false, nil
+		}
+		vr = max(vr, pos.Newest-*k)
+	}
 	if fo.RowsPerRound > 0 {
 		have := int64(len(pos.Carry))
 		for ; ; vr++ {
 			if vr > log.latest() {
-				return Round{}, false
+				return Round{}, false, nil
 			}
-			have += log.rowsStart(vr+1) - log.rowsStart(vr)
+			have += log.keptOf(vr)
 			if have >= fo.RowsPerRound {
 				break
 			}
 		}
 	}
-	lo := log.first
-	if fo.MaxVersionsBehind != nil {
-		lo = max(lo, vr-*fo.MaxVersionsBehind)
+	if k := fo.MaxVersionsBehind; k != nil {
+		lo = max(lo, vr-*k)
+	}
+	if k := fo.MaxVersionsBehindNewest; k != nil {
+		lo = max(lo, max(pos.Newest, vr)-*k)
 	}
 	fresh := log.rowsStart(lo) // rows below it are stale
 	r := Round{FollowPosition: pos, Version: vr}
@@ -264,8 +407,9 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, 
 	groups = append(groups, carried...)
 	for v := pos.After + 1; v <= vr; v++ {
 		from, to := log.rowsStart(v), log.rowsStart(v+1)
+		r.FilteredRows += to - from - log.keptOf(v)
 		if v < lo {
-			r.SkippedRows += to - from
+			r.SkippedRows += log.keptOf(v)
 			r.SkippedVersions++
 			continue
 		}
@@ -295,51 +439,68 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, g int64, 
 	}
 	for i, s := range groups {
 		if i < fresher {
-			r.NewRows += log.groupEnd(s) - s
+			r.NewRows += log.size(s)
 		} else {
-			r.ReplayedRows += log.groupEnd(s) - s
+			r.ReplayedRows += log.size(s)
 		}
 	}
 	// The replayed groups, then the others in ascending order, laid end to
-	// end: those starting at or past position Steps·G are the newest, and
-	// wait for the next round, which deals them first. The others are
-	// shuffled and laid end to end again; a group that then starts past
-	// Steps·G (with groups of several sizes only) waits too.
+	// end: the newest, past the round's last step, wait for the next round,
+	// which deals them first. The others are shuffled and laid end to end
+	// again; with sample-count steps, a group that then starts past the
+	// last step (with groups of several sizes only) waits too.
 	slices.Sort(groups[:fresher])
 	slices.Sort(groups[fresher:])
 	groups = slices.Concat(groups[fresher:], groups[:fresher])
-	r.Steps = (r.NewRows + r.ReplayedRows) / g
-	carry := []uint64{}
-	take := func(s int64, ids *[]uint64) {
-		for id := s; id < log.groupEnd(s); id++ {
-			*ids = append(*ids, uint64(id))
+	dealt := len(groups) // the groups before it are dealt, the others carried
+	if opts.TokensPerStep > 0 {
+		ascending := layOut(log, fo, groups, math.MaxInt64)
+		d, err := tokenSteps(ascending, opts)
+		if err != nil {
+			return Round{}, false, err
 		}
-	}
-	var p int64
-	for i, s := range groups {
-		if p >= r.Steps*g {
-			for _, s := range groups[i:] {
-				take(s, &carry)
+		if d.Steps() > 0 {
+			p, _ := d.Positions(d.Steps() - 1)
+			dealt, _ = slices.BinarySearch(ascending.starts, p)
+		}
+	} else {
+		r.Steps = (r.NewRows + r.ReplayedRows) / g
+		var p int64
+		for i, s := range groups {
+			if p >= r.Steps*g {
+				dealt = i
+				break
 			}
-			groups = groups[:i]
-			break
+			p += log.size(s)
 		}
-		p += log.groupEnd(s) - s
 	}
+	var carry []uint64
+	for _, s := range groups[dealt:] {
+		carry = log.rowsOf(s, carry)
+	}
+	groups = groups[:dealt]
 	permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/round/%d", pos.Round))), groups)
-	for _, s := range groups {
-		ids := &carry
-		if p := int64(len(r.order)); p < r.Steps*g {
-			ids = &r.order
-			if log.grouped {
-				r.starts = append(r.starts, p)
-			}
+	limit := int64(math.MaxInt64)
+	if opts.TokensPerStep == 0 {
+		limit = r.Steps * g
+	}
+	r.laid = layOut(log, fo, groups, limit)
+	for _, s := range groups[len(r.laid.starts):] {
+		carry = log.rowsOf(s, carry)
+	}
+	if opts.TokensPerStep > 0 {
+		d, err := tokenSteps(r.laid, opts)
+		if err != nil {
+			return Round{}, false, err
 		}
-		take(s, ids)
+		r.Steps = d.Steps()
 	}
 	slices.Sort(carry)
+	if carry == nil {
+		carry = []uint64{}
+	}
 	r.next = FollowPosition{Round: pos.Round + 1, Step: pos.Step + r.Steps, After: vr, Head: log.head(vr), Carry: carry}
-	return r, true
+	return r, true, nil
 }
 
 // sampleIndices draws k distinct integers of [0, n) uniformly (Floyd's
@@ -359,14 +520,28 @@ func sampleIndices(rng *permutation.Rand, n, k int64) []uint64 {
 	return out
 }
 
-// rowOrder is an Order of explicit row ids: one round's.
+// rowOrder is an Order of explicit row ids, and their lengths when column
+// names the column they come from: one round's.
 type rowOrder struct {
-	id  string
-	ids []uint64
+	id      string
+	ids     []uint64
+	lengths []uint64
+	column  string
 }
 
-func (o rowOrder) ID() string { return o.id }
-func (o rowOrder) Len() int64 { return int64(len(o.ids)) }
+func (o rowOrder) ID() string            { return o.id }
+func (o rowOrder) Len() int64            { return int64(len(o.ids)) }
+func (o rowOrder) LengthsColumn() string { return o.column }
+
+func (o rowOrder) Lengths(_ context.Context, start, stop int64) ([]uint64, error) {
+	if o.column == "" {
+		return nil, fmt.Errorf("%s records no lengths", o.id)
+	}
+	if start < 0 || stop > o.Len() || start > stop {
+		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
+	}
+	return slices.Clone(o.lengths[start:stop]), nil
+}
 
 func (o rowOrder) RowIDs(_ context.Context, start, stop int64) ([]uint64, error) {
 	if start < 0 || stop > o.Len() || start > stop {
@@ -401,10 +576,15 @@ func (o groupedOrder) Groups(_ context.Context, start, stop int64) ([]int64, err
 }
 
 // dealt returns the Order of r's steps.
-func (r *Round) dealt() permutation.Order {
-	o := rowOrder{id: fmt.Sprintf("follow/round/%d", r.Round), ids: r.order}
-	if r.starts == nil {
-		return o
+func (r *Round) dealt() permutation.LengthOrder {
+	return r.laid.dealt(fmt.Sprintf("follow/round/%d", r.Round))
+}
+
+// dealt returns the Order of o, named id: grouped when its groups are units.
+func (o laidOut) dealt(id string) permutation.LengthOrder {
+	rows := rowOrder{id: id, ids: o.order, lengths: o.lengths, column: o.column}
+	if !o.grouped {
+		return rows
 	}
-	return groupedOrder{rowOrder: o, starts: r.starts}
+	return groupedOrder{rowOrder: rows, starts: o.starts}
 }

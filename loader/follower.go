@@ -2,7 +2,10 @@ package loader
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +24,7 @@ import (
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/internal/jsonargs"
 	"github.com/croupier-data/croupier/permutation"
+	"github.com/croupier-data/croupier/permutation/expr"
 )
 
 // VersionColumn is the column following adds to every batch: the version
@@ -49,33 +53,88 @@ type Follower struct {
 	// of a rank's workers form the same rounds.
 	formed []Round
 	closed bool
+	// run names the table's records of this run's decisions (decideNewest):
+	// a digest of what the rounds depend on.
+	run string
+	// filter is FollowOptions.Filter parsed; nil without one.
+	filter *expr.Expr
+	// observing: the follower reads the run's decisions, records none
+	// (Observe).
+	observing bool
 }
+
+// Observe makes f read the decisions of its run (MaxVersionsBehindNewest)
+// and never record one, for a process that inspects a run rather than
+// learns from it: a round no process of the run has decided yet ends the
+// wait for it (io.EOF), as versions not yet committed do. Call it before
+// forming a round.
+func (f *Follower) Observe() { f.observing = true }
 
 // formedRounds bounds Follower.formed.
 const formedRounds = 2
 
 // NewFollower returns a follower of t's croupier table dealing
-// sample-count steps as opts say (TokensPerStep and groups do not apply). It
-// validates the options and the columns; t may be any version of the table.
+// sample-count steps (GlobalBatchSize) or token-budget steps (TokensPerStep,
+// of FollowOptions.Lengths) as opts say. It validates the options and the
+// columns; t may be any version of the table.
 func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, error) {
 	const op = "follow"
+	bad := func(format string, args ...any) error {
+		return errcode.New(errcode.InvalidArgument, op, t.URI(), format, args...)
+	}
 	if t.Kind() != table.KindCroupier {
-		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(), "a plain Parquet dataset does not grow: follow a croupier table")
+		return nil, bad("a plain Parquet dataset does not grow: follow a croupier table")
 	}
 	if err := fo.check(t.URI()); err != nil {
 		return nil, err
 	}
-	if opts.TokensPerStep != 0 {
-		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(), "tokens_per_step: following deals sample-count steps; give global_batch_size")
+	tokens := opts.TokensPerStep != 0
+	switch {
+	case opts.TokensPerStep < 0:
+		return nil, bad("tokens_per_step is %d; it must be positive", opts.TokensPerStep)
+	case tokens && fo.Lengths == "":
+		return nil, bad("tokens_per_step %d needs the length of every row: give lengths=<column>", opts.TokensPerStep)
+	case !tokens && fo.Lengths != "":
+		return nil, bad("lengths %q serves token-budget steps: give tokens_per_step too", fo.Lengths)
+	case tokens && (opts.GlobalBatchSize != 0 || opts.NumSplits != 0):
+		return nil, bad("tokens_per_step %d with global_batch_size %d and num_splits %d: steps are counted in tokens or in samples, give one",
+			opts.TokensPerStep, opts.GlobalBatchSize, opts.NumSplits)
+	}
+	if fo.Lengths != "" {
+		if err := permutation.CheckLengthsColumn(t.Schema(), fo.Lengths); err != nil {
+			return nil, bad("lengths: %v", err)
+		}
+	}
+	var filter *expr.Expr
+	if fo.Filter != "" {
+		var err error
+		if filter, err = expr.Parse(fo.Filter, t.Schema()); err != nil {
+			return nil, errcode.Wrap(err, errcode.InvalidArgument, "follow: filter", t.URI())
+		}
+		if filter.Type().ID() != arrow.BOOL {
+			return nil, bad("filter %q gives %s, not a boolean", fo.Filter, filter.Type())
+		}
 	}
 	// Rounds deal whole steps only: what does not fill one is carried.
-	opts.DropLast = true
-	// A loader over one step of the identity checks the other options.
-	l, err := New(t, permutation.Identity{N: max(opts.GlobalBatchSize, 1)}, opts)
+	opts.DropLast = !tokens
+	// A loader over one step of the identity checks the other options, of
+	// sample-count steps.
+	check := opts
+	if tokens {
+		check.TokensPerStep, check.Oversize, check.GlobalBatchSize = 0, "", max(opts.WorldSize, 1)
+	}
+	l, err := New(t, permutation.Identity{N: max(check.GlobalBatchSize, 1)}, check)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
+	if tokens {
+		l.opts.TokensPerStep, l.opts.GlobalBatchSize, l.opts.NumSplits = opts.TokensPerStep, 0, 0
+		l.opts.Oversize = cmp.Or(opts.Oversize, OversizeError)
+		if o := l.opts.Oversize; o != OversizeError && o != OversizeTruncate {
+			return nil, bad("oversize %q is neither %q nor %q", o, OversizeError, OversizeTruncate)
+		}
+	}
 	if slices.Contains(l.opts.Columns, VersionColumn) {
 		return nil, errcode.New(errcode.InvalidArgument, op, t.URI(),
 			"the table has a column %q, which following adds to each batch; read the other columns", VersionColumn)
@@ -88,7 +147,20 @@ func NewFollower(t *table.Table, opts Options, fo FollowOptions) (*Follower, err
 		r.Close()
 	}
 	t.Retain()
-	return &Follower{table: t, opts: l.opts, follow: fo, log: versionLog{first: fo.StartVersion, grouped: len(fo.GroupBy) > 0}}, nil
+	f := &Follower{table: t, opts: l.opts, follow: fo, filter: filter,
+		log: versionLog{first: fo.StartVersion, grouped: len(fo.GroupBy) > 0 || filter != nil}}
+	if filter != nil {
+		f.log.kept = []int{} // no group kept yet: not nil, which means every group
+	}
+	c := f.Checkpoint(f.Start(), 0)
+	c.TableURI = "" // the records are the table's: another spelling of its URI is the same run
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, op, t.URI())
+	}
+	sum := sha256.Sum256(b)
+	f.run = hex.EncodeToString(sum[:16])
+	return f, nil
 }
 
 // Close releases the follower's references to its table.
@@ -135,6 +207,8 @@ type FollowCheckpoint struct {
 	TableURI        string         `json:"table_uri"`
 	GlobalBatchSize int64          `json:"global_batch_size"`
 	NumSplits       int64          `json:"num_splits"`
+	TokensPerStep   int64          `json:"tokens_per_step,omitempty"`
+	Oversize        string         `json:"oversize,omitempty"`
 	ShuffleSeed     uint64         `json:"shuffle_seed"`
 	Follow          FollowOptions  `json:"follow"`
 	Position        FollowPosition `json:"position"`
@@ -149,6 +223,7 @@ func (f *Follower) Checkpoint(pos FollowPosition, stepsConsumed int64) FollowChe
 	rule.WaitTimeout, rule.PollInterval = 0, 0
 	return FollowCheckpoint{Format: FollowCheckpointFormat, Kind: "follow", TableURI: f.table.URI(),
 		GlobalBatchSize: f.opts.GlobalBatchSize, NumSplits: f.opts.NumSplits, ShuffleSeed: f.opts.ShuffleSeed,
+		TokensPerStep: f.opts.TokensPerStep, Oversize: f.opts.Oversize,
 		Follow: rule, Position: pos, StepsConsumed: stepsConsumed}
 }
 
@@ -185,6 +260,8 @@ func (f *Follower) Resume(c FollowCheckpoint) (FollowPosition, int64, error) {
 		checkpointField{"table_uri", c.TableURI, mine.TableURI},
 		checkpointField{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize},
 		checkpointField{"num_splits", c.NumSplits, mine.NumSplits},
+		checkpointField{"tokens_per_step", c.TokensPerStep, mine.TokensPerStep},
+		checkpointField{"oversize", c.Oversize, mine.Oversize},
 		checkpointField{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed},
 		checkpointField{"follow", rule(c.Follow), rule(mine.Follow)},
 	); differ {
@@ -248,8 +325,8 @@ func (f *Follower) refresh(ctx context.Context) (bool, error) {
 		next.ends = append(next.ends, a.End)
 		next.heads = append(next.heads, a.Head)
 	}
-	if next.grouped {
-		if err := f.readGroups(ctx, &next, read); err != nil {
+	if next.grouped || f.follow.Lengths != "" {
+		if err := f.readRows(ctx, &next, read); err != nil {
 			return false, err
 		}
 	}
@@ -286,24 +363,44 @@ func (f *Follower) appended(ctx context.Context, from, to int64) (added []table.
 	return added, errs
 }
 
-// readGroups adds to log the groups of its rows from row id from on: runs
-// of adjacent rows of one version with equal GroupBy values, read from the
-// log's latest version.
-func (f *Follower) readGroups(ctx context.Context, log *versionLog, from int64) error {
+// readRows adds to log what it needs of its rows from row id from on, read
+// from the log's latest version: with GroupBy, the groups (runs of adjacent
+// rows of one version with equal GroupBy values; with Filter alone, every
+// row); with Filter, the rows it drops, the groups holding a row it keeps
+// and the rows each version keeps; with Lengths, each row's length. It
+// reads only those columns.
+func (f *Follower) readRows(ctx context.Context, log *versionLog, from int64) error {
 	latest := log.latest()
 	t, err := f.table.OpenVersion(ctx, latest)
 	if err != nil {
 		return err
 	}
 	defer t.Close()
-	r, err := t.NewReader(table.ReaderOptions{Columns: f.follow.GroupBy})
+	columns := slices.Clone(f.follow.GroupBy)
+	if f.filter != nil {
+		columns = append(columns, f.filter.Columns()...)
+	}
+	if f.follow.Lengths != "" {
+		columns = append(columns, f.follow.Lengths)
+	}
+	slices.Sort(columns)
+	columns = slices.Compact(columns)
+	r, err := t.NewReader(table.ReaderOptions{Columns: columns})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
+	var keys []arrow.Array
 	for v := log.versionOf(uint64(from)); v <= latest; v++ {
 		start, end := log.rowsStart(v), log.rowsStart(v+1)
+		kept := int64(0)
+		if len(log.keptEnds) > 0 {
+			kept = log.keptEnds[len(log.keptEnds)-1]
+		}
 		if start == end {
+			if f.filter != nil {
+				log.keptEnds = append(log.keptEnds, kept)
+			}
 			continue
 		}
 		ids := make([]uint64, end-start)
@@ -314,16 +411,66 @@ func (f *Follower) readGroups(ctx context.Context, log *versionLog, from int64) 
 		if err != nil {
 			return err
 		}
-		var prev []byte
-		err = permutation.EncodeRows(rec.Columns(), len(ids), func(row int, key []byte) {
-			if row == 0 || !bytes.Equal(key, prev) {
-				log.groups = append(log.groups, start+int64(row))
+		err = func() error {
+			defer rec.Release()
+			col := func(name string) arrow.Array { return rec.Column(rec.Schema().FieldIndices(name)[0]) }
+			first := len(log.groups)
+			if len(f.follow.GroupBy) > 0 {
+				keys = keys[:0]
+				for _, c := range f.follow.GroupBy {
+					keys = append(keys, col(c))
+				}
+				var prev []byte
+				err := permutation.EncodeRows(keys, len(ids), func(row int, key []byte) {
+					if row == 0 || !bytes.Equal(key, prev) {
+						log.groups = append(log.groups, start+int64(row))
+					}
+					prev = append(prev[:0], key...)
+				})
+				if err != nil {
+					return errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", f.table.URI())
+				}
+			} else if f.filter != nil {
+				for i := range ids {
+					log.groups = append(log.groups, start+int64(i))
+				}
 			}
-			prev = append(prev[:0], key...)
-		})
-		rec.Release()
+			var keep []bool
+			if f.filter != nil {
+				var err error
+				keep, err = f.filter.Mask(ctx, rec, f.opts.Allocator)
+				if err != nil {
+					return errcode.Wrap(err, errcode.InvalidArgument, fmt.Sprintf("follow: filter of version %d of", v), f.table.URI())
+				}
+				for g := first; g < len(log.groups); g++ {
+					s, e := log.groups[g]-start, int64(len(ids))
+					if g+1 < len(log.groups) {
+						e = log.groups[g+1] - start
+					}
+					if slices.Contains(keep[s:e], true) {
+						log.kept = append(log.kept, g)
+					}
+				}
+				for _, k := range keep {
+					log.dropped = append(log.dropped, !k)
+					if k {
+						kept++
+					}
+				}
+				log.keptEnds = append(log.keptEnds, kept)
+			}
+			if c := f.follow.Lengths; c != "" {
+				n := len(log.lengths)
+				log.lengths = append(log.lengths, make([]uint32, len(ids))...)
+				if err := permutation.RowLengths(col(c), keep, log.lengths[n:]); err != nil {
+					return errcode.New(errcode.InvalidArgument, "follow: lengths", f.table.URI(),
+						"version %d (rows counted from row id %d), column %q: %v", v, start, c, err)
+				}
+			}
+			return nil
+		}()
 		if err != nil {
-			return errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", f.table.URI())
+			return err
 		}
 	}
 	return nil
@@ -350,6 +497,12 @@ func (f *Follower) Round(ctx context.Context, pos FollowPosition) (r Round, wait
 // when they are not.
 func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r Round, ok bool, waits int64, err error) {
 	landed := time.Now()
+	// With MaxVersionsBehindNewest, a round not decided yet is decided from
+	// the newest version a listing of this call finds, when waiting: a round
+	// is decided when a stream needs its first step, not when it reads
+	// ahead, so that N_r is as new as it can be.
+	undecided := func() bool { return wait && f.follow.MaxVersionsBehindNewest != nil && pos.Newest == 0 }
+	listed := false
 	for {
 		log := f.snapshot()
 		if pos.Head != "" && pos.After <= log.latest() && log.head(pos.After) != pos.Head {
@@ -359,7 +512,17 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 		if r, ok := f.formedAt(&pos); ok {
 			return r, true, waits, nil
 		}
-		if r, ok := planRound(pos, &log, &f.follow, f.opts.GlobalBatchSize, f.opts.ShuffleSeed); ok {
+		if undecided() && listed && log.latest() > pos.After {
+			if pos.Newest, err = f.decideNewest(ctx, pos, log.latest()); err != nil {
+				return Round{}, false, waits, err
+			}
+			continue
+		}
+		r, ok, err := planRound(pos, &log, &f.follow, &f.opts)
+		if err != nil {
+			return Round{}, false, waits, errcode.Wrap(err, errcode.InvalidArgument, fmt.Sprintf("follow: round %d of", pos.Round), f.table.URI())
+		}
+		if ok {
 			f.mu.Lock()
 			f.formed = append(f.formed[max(len(f.formed)-formedRounds+1, 0):], r)
 			f.mu.Unlock()
@@ -369,13 +532,18 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 		if err != nil {
 			return Round{}, false, waits, err
 		}
+		listed = true
 		if grew {
 			landed = time.Now()
 			continue
 		}
-		if log := f.snapshot(); log.latest() < pos.After {
+		log = f.snapshot()
+		if log.latest() < pos.After {
 			return Round{}, false, waits, errcode.New(errcode.Changed, "follow", f.table.URI(),
 				"the position is after version %d, but the latest version is %d: the table was replaced", pos.After, log.latest())
+		}
+		if undecided() && log.latest() > pos.After {
+			continue
 		}
 		if !wait {
 			return Round{}, false, waits, nil
@@ -394,17 +562,62 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 	}
 }
 
-// formedAt returns the round at pos if it was formed lately. A round at a
-// position, once formed, does not change (planRound).
+// formedAt returns the round at pos if it was formed lately, decided or not
+// at pos. A round at a position, once formed, does not change (planRound),
+// and a position is decided once (decideNewest).
 func (f *Follower) formedAt(pos *FollowPosition) (Round, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.formed {
-		if r.FollowPosition.equal(pos) {
+		p := *pos
+		if p.Newest == 0 {
+			p.Newest = r.Newest
+		}
+		if r.FollowPosition.equal(&p) {
 			return r, true
 		}
 	}
 	return Round{}, false
+}
+
+// decision is what the table records of a round of following
+// (MaxVersionsBehindNewest): the newest committed version when the first
+// process to form it decided it, and the round's position, so that a
+// record is never taken for another round's.
+type decision struct {
+	Round  int64  `json:"round"`
+	After  int64  `json:"after"`
+	Head   string `json:"head"`
+	Newest int64  `json:"newest"`
+}
+
+// decideNewest returns N_r of the round at pos: newest, when this is the
+// first process of the run to decide it, else the N_r the table recorded.
+func (f *Follower) decideNewest(ctx context.Context, pos FollowPosition, newest int64) (int64, error) {
+	const op = "follow"
+	mine, err := json.Marshal(decision{Round: pos.Round, After: pos.After, Head: pos.Head, Newest: newest})
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.Internal, op, f.table.URI())
+	}
+	name := fmt.Sprintf("follow/%s/%020d.json", f.run, pos.Round)
+	var got []byte
+	if f.observing {
+		if got, err = f.table.Decision(ctx, name); errcode.Of(err) == errcode.NotFound {
+			return 0, io.EOF
+		}
+	} else {
+		got, err = f.table.Decide(ctx, name, mine)
+	}
+	if err != nil {
+		return 0, errcode.Wrap(err, errcode.Of(err), "follow: record the newest version of round "+strconv.FormatInt(pos.Round, 10)+" of", f.table.URI())
+	}
+	var d decision
+	if err := json.Unmarshal(got, &d); err != nil || d.Round != pos.Round || d.After != pos.After || d.Head != pos.Head || d.Newest <= pos.After {
+		return 0, errcode.New(errcode.Changed, op, f.table.URI(),
+			"the table's record of round %d of this run (%s) is not of its position after version %d: the table was replaced, or the record rewritten",
+			pos.Round, name, pos.After)
+	}
+	return d.Newest, nil
 }
 
 // Loader returns a loader dealing round r's steps (steps 0, … of epoch 0 are
@@ -483,8 +696,9 @@ type FollowStats struct {
 	ReplayedRows    int64 `json:"replayed_rows"`
 	SkippedRows     int64 `json:"skipped_rows"`
 	SkippedVersions int64 `json:"skipped_versions"`
-	Waits           int64 `json:"waits"`      // listings that found no new version
-	WaitedOut       bool  `json:"waited_out"` // the stream ended after WaitTimeout
+	FilteredRows    int64 `json:"filtered_rows"` // dropped by the filter
+	Waits           int64 `json:"waits"`         // listings that found no new version
+	WaitedOut       bool  `json:"waited_out"`    // the stream ended after WaitTimeout
 }
 
 // FollowStream makes one worker's batches of following, round after round,
@@ -528,7 +742,10 @@ func (f *Follower) Stream(ctx context.Context, pos FollowPosition, startStep int
 	case pos.Round < 0 || pos.After < f.follow.StartVersion-1 || !slices.IsSorted(pos.Carry):
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
 			"position round %d after version %d with %d rows carried is not one of following from version %d", pos.Round, pos.After, len(pos.Carry), f.follow.StartVersion)
-	case int64(len(pos.Carry)) >= f.opts.GlobalBatchSize:
+	case pos.Newest != 0 && (f.follow.MaxVersionsBehindNewest == nil || pos.Newest <= pos.After):
+		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
+			"position round %d after version %d decided at newest version %d is not one of this follower's", pos.Round, pos.After, pos.Newest)
+	case f.opts.TokensPerStep == 0 && int64(len(pos.Carry)) >= f.opts.GlobalBatchSize:
 		return nil, errcode.New(errcode.InvalidArgument, op, f.table.URI(),
 			"position carries %d rows, a round carries fewer than global_batch_size %d", len(pos.Carry), f.opts.GlobalBatchSize)
 	case startStep < pos.Step:
@@ -585,6 +802,9 @@ func (s *FollowStream) open(ctx context.Context, pos FollowPosition, wait bool, 
 		}
 		so := s.so
 		so.StartStep = first - r.Step - int64(so.Worker)
+		if s.f.opts.TokensPerStep != 0 {
+			so.CoalesceBytes = 0 // a token-budget batch is one step
+		}
 		st, err := l.streamAfter(s.ctx, so, prev)
 		if err != nil {
 			l.Close()
@@ -608,6 +828,7 @@ func (s *FollowStream) take(o opened) {
 		s.stats.ReplayedRows += r.ReplayedRows
 		s.stats.SkippedRows += r.SkippedRows
 		s.stats.SkippedVersions += r.SkippedVersions
+		s.stats.FilteredRows += r.FilteredRows
 		s.next = r.next
 	}
 	if o.stream != nil {

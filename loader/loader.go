@@ -210,11 +210,7 @@ func (l *Loader) checkTokens() error {
 	case o.Oversize != OversizeError && o.Oversize != OversizeTruncate:
 		return bad("oversize %q is neither %q nor %q", o.Oversize, OversizeError, OversizeTruncate)
 	}
-	if _, grouped := l.EpochOrder(0).(permutation.GroupedOrder); grouped {
-		return bad("tokens_per_step %d with %s, whose rows come in groups (group_by): groups and token-budget steps do not combine yet; "+
-			"deal it with global_batch_size, or build the permutation without group_by", o.TokensPerStep, l.order.ID())
-	}
-	if lo, ok := l.order.(permutation.LengthOrder); !ok || lo.LengthsColumn() == "" {
+	if lo, ok := l.EpochOrder(0).(permutation.LengthOrder); !ok || lo.LengthsColumn() == "" {
 		return bad("tokens_per_step needs the length of every row: %s records none; build its permutation with lengths=<column>", l.order.ID())
 	}
 	return nil

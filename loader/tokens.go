@@ -35,18 +35,26 @@ const (
 // step with fewer rows than ranks leaves some ranks without a row. Each
 // rank's rows keep the epoch order.
 //
-// Which positions make step t depends only on the epoch order's lengths and
-// T: never on W, the number of workers, or read-ahead.
+// The order of a grouped permutation (a permutation.GroupedOrder) is dealt
+// in groups instead of rows: a group's tokens are its rows' lengths summed,
+// a step holds whole groups, taken greedily in order while their tokens fit
+// T, a group of more than T tokens is an error (or, with OversizeTruncate, a
+// step of its own, each row counted as at most T), and each group goes whole
+// to a rank, by the same rule as rows, so that loads differ by at most the
+// step's largest group.
+//
+// Which positions make step t depends only on the epoch order's lengths (and
+// groups) and T: never on W, the number of workers, or read-ahead.
 type TokenDeal struct {
 	T        int64 // tokens per global step
 	W        int64 // world size
-	Truncate bool  // rows longer than T are dealt alone, counted as T
+	Truncate bool  // rows (groups) longer than T are dealt alone, each row counted as at most T
 	starts   []int64
 }
 
 // PlanTokens reads the lengths of the epoch order and cuts it into steps of
-// at most tokens tokens for w ranks. oversize is OversizeError or
-// OversizeTruncate.
+// at most tokens tokens for w ranks, in whole groups when order is a
+// permutation.GroupedOrder. oversize is OversizeError or OversizeTruncate.
 func PlanTokens(ctx context.Context, order permutation.LengthOrder, tokens, w int64, oversize string) (*TokenDeal, error) {
 	const op = "plan token steps"
 	d := &TokenDeal{T: tokens, W: w, Truncate: oversize == OversizeTruncate}
@@ -59,7 +67,13 @@ func PlanTokens(ctx context.Context, order permutation.LengthOrder, tokens, w in
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "oversize %q is neither %q nor %q", oversize, OversizeError, OversizeTruncate)
 	}
 	m := order.Len()
-	var sum int64 // tokens of the step being filled
+	ends, err := unitEnds(ctx, order, 0, m)
+	if err != nil {
+		return nil, err
+	}
+	var sum int64              // tokens of the step being filled
+	var unit, unitTokens int64 // the unit (row or group) being summed: its start and tokens
+	next := 0                  // index in ends of the end of the unit being summed
 	for start := int64(0); start < m; start += permutation.ChunkIDs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -69,35 +83,74 @@ func PlanTokens(ctx context.Context, order permutation.LengthOrder, tokens, w in
 			return nil, err
 		}
 		for i, n := range lengths {
-			p, n := start+int64(i), int64(n)
+			p := start + int64(i)
+			unitTokens += int64(n)
+			if ends != nil && p+1 < ends[next] {
+				continue
+			}
+			end := p + 1
+			if ends != nil {
+				next++
+			}
+			n := unitTokens
 			switch {
 			case n > tokens && !d.Truncate:
-				ids, err := order.RowIDs(ctx, p, p+1)
-				if err != nil {
-					return nil, err
-				}
-				return nil, errcode.New(errcode.InvalidArgument, op, "",
-					"row %d (position %d of %s) is %d long in %q, more than tokens_per_step %d: raise tokens_per_step, "+
-						`or pass oversize="truncate" to deal it in a step of its own, cut to %d`,
-					ids[0], p, order.ID(), n, order.LengthsColumn(), tokens, tokens)
+				return nil, oversized(ctx, order, unit, end, n, tokens, ends != nil)
 			case n > tokens:
-				if len(d.starts) == 0 || d.starts[len(d.starts)-1] < p { // the step being filled has rows
-					d.starts = append(d.starts, p)
+				if len(d.starts) == 0 || d.starts[len(d.starts)-1] < unit { // the step being filled has rows
+					d.starts = append(d.starts, unit)
 				}
-				d.starts = append(d.starts, p+1)
+				d.starts = append(d.starts, end)
 				sum = 0
-				continue
 			case len(d.starts) == 0 || sum+n > tokens:
-				d.starts = append(d.starts, p)
-				sum = 0
+				d.starts = append(d.starts, unit)
+				sum = n
+			default:
+				sum += n
 			}
-			sum += n
+			unit, unitTokens = end, 0
 		}
 	}
 	if len(d.starts) == 0 || d.starts[len(d.starts)-1] != m {
 		d.starts = append(d.starts, m)
 	}
 	return d, nil
+}
+
+// unitEnds returns the ends of the groups starting in positions [p0, p1)
+// of a permutation.GroupedOrder, ascending; nil for an order of rows, each
+// its own unit.
+func unitEnds(ctx context.Context, order permutation.Order, p0, p1 int64) ([]int64, error) {
+	g, ok := order.(permutation.GroupedOrder)
+	if !ok {
+		return nil, nil
+	}
+	bounds, err := g.Groups(ctx, p0, p1)
+	if err != nil {
+		return nil, fmt.Errorf("groups of positions [%d, %d): %w", p0, p1, err)
+	}
+	if len(bounds) == 0 {
+		return []int64{}, nil
+	}
+	return bounds[1:], nil
+}
+
+// oversized is the error of a row, or a group (of positions [p, end)),
+// longer than the budget.
+func oversized(ctx context.Context, order permutation.LengthOrder, p, end, n, tokens int64, grouped bool) error {
+	const op = "plan token steps"
+	ids, err := order.RowIDs(ctx, p, p+1)
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("row %d (position %d of %s)", ids[0], p, order.ID())
+	if grouped {
+		what = fmt.Sprintf("the group of %d rows from row %d (position %d of %s)", end-p, ids[0], p, order.ID())
+	}
+	return errcode.New(errcode.InvalidArgument, op, "",
+		"%s is %d long in %q, more than tokens_per_step %d: raise tokens_per_step, "+
+			`or pass oversize="truncate" to deal it in a step of its own, cut to %d`,
+		what, n, order.LengthsColumn(), tokens, tokens)
 }
 
 // Steps is the number of global steps in the epoch.
@@ -124,7 +177,8 @@ type Share struct {
 	Tokens  int64    `json:"tokens"`  // their lengths summed, each at most T
 }
 
-// Shares divides step t among the ranks (see TokenDeal).
+// Shares divides step t among the ranks (see TokenDeal): rows, or the
+// groups of a permutation.GroupedOrder whole.
 func (d *TokenDeal) Shares(ctx context.Context, order permutation.LengthOrder, t int64) ([]Share, error) {
 	if t < 0 || t >= d.Steps() {
 		return nil, errcode.New(errcode.InvalidArgument, "deal", "", "step %d out of range [0, %d)", t, d.Steps())
@@ -138,27 +192,43 @@ func (d *TokenDeal) Shares(ctx context.Context, order permutation.LengthOrder, t
 	if err != nil {
 		return nil, fmt.Errorf("step %d, positions [%d, %d): %w", t, p0, p1, err)
 	}
-	rows := make([]int, len(ids)) // indexes into the step, longest first
-	for i := range rows {
-		rows[i] = i
+	ends, err := unitEnds(ctx, order, p0, p1)
+	if err != nil {
+		return nil, fmt.Errorf("step %d: %w", t, err)
 	}
-	slices.SortStableFunc(rows, func(a, b int) int { return cmp.Compare(lengths[b], lengths[a]) })
+	// The units, rows or groups: unit u is positions [from[u], from[u+1]) of
+	// the step, of tokens[u] tokens, each row counted at most T.
+	from := make([]int, 0, len(ids)+1)
+	var tokens []int64
+	for i, n := range lengths {
+		if len(from) == 0 || ends == nil || p0+int64(i) == ends[len(from)-1] {
+			from = append(from, i)
+			tokens = append(tokens, 0)
+		}
+		tokens[len(tokens)-1] += min(int64(n), d.T)
+	}
+	from = append(from, len(ids))
+	units := make([]int, len(tokens)) // indexes of units, most tokens first
+	for u := range units {
+		units[u] = u
+	}
+	slices.SortStableFunc(units, func(a, b int) int { return cmp.Compare(tokens[b], tokens[a]) })
 	ranks := make(loads, d.W)
 	for r := range ranks {
 		ranks[r].rank = int64(r)
 	}
-	owner := make([]int64, len(ids))
-	for _, i := range rows {
-		owner[i] = ranks[0].rank
-		ranks[0].tokens += min(int64(lengths[i]), d.T)
+	owner := make([]int64, len(tokens))
+	for _, u := range units {
+		owner[u] = ranks[0].rank
+		ranks[0].tokens += tokens[u]
 		heap.Fix(&ranks, 0)
 	}
 	shares := make([]Share, d.W)
-	for i, r := range owner {
+	for u, r := range owner {
 		s := &shares[r]
-		s.RowIDs = append(s.RowIDs, ids[i])
-		s.Lengths = append(s.Lengths, lengths[i])
-		s.Tokens += min(int64(lengths[i]), d.T)
+		s.RowIDs = append(s.RowIDs, ids[from[u]:from[u+1]]...)
+		s.Lengths = append(s.Lengths, lengths[from[u]:from[u+1]]...)
+		s.Tokens += tokens[u]
 	}
 	return shares, nil
 }

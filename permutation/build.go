@@ -187,13 +187,8 @@ func (b *builder) prepare() error {
 		}
 	}
 	if c := b.spec.Lengths; c != "" {
-		idx := b.t.Schema().FieldIndices(c)
-		if len(idx) == 0 {
-			return badSpec("lengths: unknown column %q in table %s", c, b.t.URI())
-		}
-		typ := b.t.Schema().Field(idx[0]).Type
-		if _, list := typ.(arrow.ListLikeType); !list && !arrow.IsInteger(typ.ID()) {
-			return badSpec("lengths: column %q is %s; it must be a list (its length counts) or an integer", c, typ)
+		if err := CheckLengthsColumn(b.t.Schema(), c); err != nil {
+			return badSpec("lengths: %v in table %s", err, b.t.URI())
 		}
 		b.columns = append(b.columns, c)
 	}
@@ -492,6 +487,37 @@ type lengthError struct {
 }
 
 func (e *lengthError) Error() string { return e.msg }
+
+// RowLengths writes the length of each row of col that keep keeps (every
+// row when keep is nil) into out, as Spec.Lengths reads it: the number of
+// elements of a list, or the value of an integer. It fails naming the first
+// such row whose length is null, negative or above MaxLength.
+func RowLengths(col arrow.Array, keep []bool, out []uint32) error {
+	if keep == nil {
+		keep = make([]bool, col.Len())
+		for i := range keep {
+			keep[i] = true
+		}
+	}
+	if err := rowLengths(col, keep, out); err != nil {
+		return fmt.Errorf("row %d: %s", err.row, err.msg)
+	}
+	return nil
+}
+
+// CheckLengthsColumn checks that column c of schema can give lengths (see
+// Spec.Lengths).
+func CheckLengthsColumn(schema *arrow.Schema, c string) error {
+	idx := schema.FieldIndices(c)
+	if len(idx) == 0 {
+		return fmt.Errorf("unknown column %q", c)
+	}
+	typ := schema.Field(idx[0]).Type
+	if _, list := typ.(arrow.ListLikeType); !list && !arrow.IsInteger(typ.ID()) {
+		return fmt.Errorf("column %q is %s; it must be a list (its length counts) or an integer", c, typ)
+	}
+	return nil
+}
 
 // rowLengths writes the length of every kept row of col into out (see
 // Spec.Lengths).

@@ -236,8 +236,27 @@ func (o *groupedOrder) Groups(ctx context.Context, start, stop int64) ([]int64, 
 
 // RowIDs returns the row ids at positions [start, stop) of the epoch's order.
 func (o *groupedOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error) {
+	return o.read(ctx, rowIDs, start, stop)
+}
+
+// LengthsColumn returns the column the split's lengths come from, or "".
+func (o *groupedOrder) LengthsColumn() string { return o.split.LengthsColumn() }
+
+// Lengths returns the lengths of the rows at positions [start, stop) of the
+// epoch's order.
+func (o *groupedOrder) Lengths(ctx context.Context, start, stop int64) ([]uint64, error) {
+	return o.read(ctx, lengths, start, stop)
+}
+
+// read returns part p of positions [start, stop) of the epoch's order: of
+// the stored positions its groups come from.
+func (o *groupedOrder) read(ctx context.Context, p part, start, stop int64) ([]uint64, error) {
+	stored := o.split.RowIDs
+	if p == lengths {
+		stored = o.split.Lengths
+	}
 	if o.epoch == 0 {
-		return o.split.RowIDs(ctx, start, stop)
+		return stored(ctx, start, stop)
 	}
 	if start < 0 || stop > o.Len() || start > stop {
 		return nil, fmt.Errorf("positions [%d, %d) out of range [0, %d)", start, stop, o.Len())
@@ -253,11 +272,11 @@ func (o *groupedOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64,
 	out := make([]uint64, 0, stop-start)
 	for pos := start; pos < stop; g++ {
 		end := min(stop, starts[g+1])
-		ids, err := o.split.RowIDs(ctx, from[g]+pos-starts[g], from[g]+end-starts[g])
+		vals, err := stored(ctx, from[g]+pos-starts[g], from[g]+end-starts[g])
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ids...)
+		out = append(out, vals...)
 		pos = end
 	}
 	return out, nil

@@ -107,11 +107,12 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 	rule := c.Follow
 	rule.WaitTimeout = time.Nanosecond // form rounds of the versions there are, and wait for none
 	fl, err := loader.NewFollower(tb, loader.Options{GlobalBatchSize: c.GlobalBatchSize, NumSplits: c.NumSplits,
-		ShuffleSeed: c.ShuffleSeed, WorldSize: f.w}, rule)
+		TokensPerStep: c.TokensPerStep, Oversize: c.Oversize, ShuffleSeed: c.ShuffleSeed, WorldSize: f.w}, rule)
 	if err != nil {
 		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
 	}
 	defer fl.Close()
+	fl.Observe() // the rounds the learner decided, never a decision of its own
 	if _, _, err := fl.Resume(c); err != nil {
 		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
 	}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import itertools
 import sys
 import types
 import weakref
@@ -37,7 +36,7 @@ import pyarrow as pa
 from . import _args, _lib, _torch
 from ._runs import PLACES, RUN_STEPS, Outbox, Steps
 from .errors import InternalError, InvalidArgumentError
-from .formats import check_format, check_packing, convert_steps, pack
+from .formats import check_format, check_packing, convert_or_pack_steps
 from .permutation import Permutation
 from .table import Table
 
@@ -575,21 +574,16 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
 
     def _convert(self, batch: pa.RecordBatch, sizes: list[int]) -> Iterator[Any]:
         """The consecutive steps of ``batch``, of ``sizes`` rows, in the dataset's format."""
-        if self._packing is None or self._pack_columns is None:
-            return convert_steps(batch, sizes, self._format, self._list_format)
         truncate = self.tokens_per_step if self._options["oversize"] == "truncate" else None
-        starts = itertools.accumulate(sizes[:-1], initial=0)
-        return (
-            pack(
-                batch.slice(start, rows),
-                self._pack_columns,
-                self._packing,
-                self._format,
-                self._list_format,
-                self._pad_value,
-                truncate,
-            )
-            for start, rows in zip(starts, sizes, strict=True)
+        return convert_or_pack_steps(
+            batch,
+            sizes,
+            self._format,
+            self._list_format,
+            self._packing,
+            self._pack_columns,
+            self._pad_value,
+            truncate,
         )
 
     def rows_of_step(self, step: int, epoch: int | None = None) -> np.ndarray:

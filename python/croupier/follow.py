@@ -31,7 +31,7 @@ from .dataset import (
     refuse_batching,
 )
 from .errors import InvalidArgumentError
-from .formats import check_format, convert_steps
+from .formats import check_format, check_packing, convert_or_pack_steps
 from .table import Table, open_table
 
 __all__ = ["STATE_FORMAT", "Follow", "FollowStep", "FollowingDataset"]
@@ -59,10 +59,32 @@ class Follow:
             versions ``>= v - max_versions_behind``; older rows, new or carried,
             are skipped and counted in :meth:`FollowingDataset.stats`. None: no
             limit.
+        max_versions_behind_newest: bounds the lag against what was written. A
+            round keeps only rows of versions ``>= N - max_versions_behind_newest``,
+            ``N`` being the newest committed version when the round was decided
+            (or its last version, when later), and starts no earlier than that
+            version: a learner slower than its generators skips ahead. Older rows,
+            new or carried, are skipped and counted in
+            :meth:`FollowingDataset.stats`. The first process of the run (any rank
+            or worker) to need a round's first step decides ``N`` and records it in
+            the table's ``_decisions/`` folder, which the learner must be able to
+            write; every other rank, and a resumed run, deals the same round.
+            None: no such limit.
+        run: names the run whose decisions ``max_versions_behind_newest``
+            records: runs of the same options and ``run`` share them, and so deal
+            the same rounds; give a new run its own name to decide afresh.
         group_by: a column or columns whose equal values, in adjacent rows of
             one version, make a group dealt whole: in one step, on one rank,
             carried and replayed together (GRPO's samples of one prompt, appended
             together). None: every row on its own.
+        filter: a SQL boolean expression (docs/sql.md) dropping the rows of
+            each version where it is false or null (``"NOT abort AND reward IS
+            NOT NULL"``) before anything else: a group keeps its other rows,
+            dropped rows are counted in ``stats()["filtered_rows"]``, and only
+            the filter's columns of them are read. None: no filter.
+        lengths: the column giving each row's length, as
+            :meth:`~croupier.PermutationBuilder.lengths` reads it, which
+            ``tokens_per_step`` needs.
         start_version: the first version whose rows are dealt.
         wait_timeout: seconds to wait for the versions that complete the next
             round, from the last version that landed; then the iteration ends,
@@ -74,6 +96,10 @@ class Follow:
     rows_per_round: int | None = None
     replay: int | float | None = None
     max_versions_behind: int | None = None
+    max_versions_behind_newest: int | None = None
+    run: str | None = None
+    filter: str | None = None
+    lengths: str | None = None
     group_by: str | Sequence[str] | None = None
     start_version: int = 1
     wait_timeout: float | None = 60.0
@@ -95,7 +121,21 @@ class Follow:
         group_by = self.group_by
         if isinstance(group_by, str):
             group_by = [group_by]
+        # Set only when given, so that the state dicts of runs without them
+        # are unchanged.
+        given: dict[str, Any] = {}
+        if self.max_versions_behind_newest is not None:
+            given["max_versions_behind_newest"] = _args.integer(
+                "max_versions_behind_newest", self.max_versions_behind_newest, 0
+            )
+        if self.run is not None:
+            given["run"] = _args.text("run", self.run)
+        if self.filter is not None:
+            given["filter"] = _args.text("filter", self.filter)
+        if self.lengths is not None:
+            given["lengths"] = _args.text("lengths", self.lengths)
         return {
+            **given,
             "rows_per_round": rows or 0,
             "group_by": None if group_by is None else _args.strings("group_by", group_by),
             "replay_count": _args.integer("replay", replay) if isinstance(replay, int) else 0,
@@ -146,24 +186,31 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
-    ``group_by``, this rank's whole groups of the step, whose size varies), with
-    the dataset's columns and ``_version``: the table version that added each
-    row. Rounds and steps are those of docs/concepts.md ("Following a growing
-    table"); :attr:`last_round` describes the round of the last batch.
+    ``group_by``, this rank's whole groups of the step, whose size varies; with
+    ``tokens_per_step``, this rank's rows, or whole groups, of a step of at most
+    that many tokens), with the dataset's columns and ``_version``: the table
+    version that added each row (packed with ``packing``). Rounds and steps are
+    those of docs/concepts.md ("Following a growing table"); :attr:`last_round`
+    describes the round of the last batch.
 
     Args:
         table: a croupier table (any version; following starts at
             ``follow.start_version``), or its URI or local path.
         follow: how rounds are formed (:class:`Follow`).
         global_batch_size: samples per global step, all ranks together (``G``).
+            Give it or ``tokens_per_step``, not both.
         num_splits: streams each round is dealt from (``S``); must divide ``G``,
             and ``world_size`` must divide it. Defaults to ``G``.
         columns: the columns to read (all if None); ``_version`` is added.
         shuffle_seed: seeds each round's shuffle and replay sample.
         rank, world_size: this process's rank; default to torch.distributed's
             when it is initialised, else 0 and 1.
-        format, list_format, collate, read_ahead, memory_budget, max_reads: as
-            for :class:`~croupier.StreamingDataset`.
+        tokens_per_step: token-budget steps of at most this many tokens, all ranks
+            together, of the lengths in ``follow.lengths``: whole groups, the ranks'
+            loads within one group (docs/concepts.md, "Following a growing table").
+        format, list_format, collate, read_ahead, memory_budget, max_reads,
+            oversize, packing, pack_columns, pad_value: as for
+            :class:`~croupier.StreamingDataset`.
 
     Raises:
         InvalidArgumentError: a plain Parquet dataset, a table with a
@@ -189,7 +236,7 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         self,
         table: Table | str | os.PathLike[str],
         follow: Follow,
-        global_batch_size: int,
+        global_batch_size: int | None = None,
         num_splits: int | None = None,
         columns: Sequence[str] | None = None,
         shuffle_seed: int = 0,
@@ -201,6 +248,11 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         memory_budget: int | None = None,
         list_format: str = "packed",
         max_reads: int | None = None,
+        tokens_per_step: int | None = None,
+        oversize: str = "error",
+        packing: str | None = None,
+        pack_columns: Sequence[str] | None = None,
+        pad_value: float | Mapping[str, float] = 0,
     ) -> None:
         super().__init__()
         if isinstance(table, (str, os.PathLike)):
@@ -216,15 +268,32 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
             checked = _args.optional_integer(name, value)
             return default if checked is None else checked
 
+        if (global_batch_size is None) == (tokens_per_step is None):
+            raise InvalidArgumentError(
+                "give global_batch_size (samples per step) or tokens_per_step (tokens per "
+                f"step), exactly one; got {global_batch_size!r} and {tokens_per_step!r}"
+            )
+        tokens = tokens_per_step is not None
+        if oversize == "truncate" and packing is None:
+            raise InvalidArgumentError(
+                'oversize="truncate" cuts the pack_columns of a row longer than '
+                'tokens_per_step: pass packing="packed" or "padded" and pack_columns'
+            )
         self._follow = follow
         self._options: dict[str, Any] = {
-            "global_batch_size": _args.integer("global_batch_size", global_batch_size, 1),
+            "global_batch_size": 0
+            if global_batch_size is None
+            else _args.integer("global_batch_size", global_batch_size, 1),
             "num_splits": optional("num_splits", num_splits),
+            "tokens_per_step": _args.integer("tokens_per_step", tokens_per_step, 1)
+            if tokens
+            else 0,
+            "oversize": _args.text("oversize", oversize) if tokens else "",
             "rank": default_rank if rank is None else _args.integer("rank", rank),
             "world_size": optional("world_size", world_size, default_world),
             "columns": None if columns is None else _args.strings("columns", columns),
             "shuffle_seed": _args.integer("shuffle_seed", shuffle_seed, 0, _args.UINT64_MAX),
-            "drop_last": True,
+            "drop_last": not tokens,
             "read_ahead": optional("read_ahead", read_ahead),
             "memory_budget": optional("memory_budget", memory_budget),
             "max_reads": optional("max_reads", max_reads),
@@ -239,6 +308,12 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         self._go: _lib.Handle | None = None
         self._closed = False
         self._info: dict[str, Any] = _lib.follow_info(self._handle())
+        self._pack_columns = (
+            None if pack_columns is None else _args.strings("pack_columns", pack_columns)
+        )
+        check_packing(packing, self._pack_columns, format, [*self._info["columns"], VERSION_COLUMN])
+        self._packing = packing
+        self._pad_value = dict(pad_value) if isinstance(pad_value, Mapping) else pad_value
         self._position: dict[str, Any] = self._info["start"]
         self._next_step = 0
         self._round: dict[str, Any] | None = None
@@ -270,6 +345,11 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         return int(self._info["global_batch_size"])
 
     @property
+    def tokens_per_step(self) -> int | None:
+        """Tokens per global step, all ranks together; None for sample-count steps."""
+        return int(self._info["tokens_per_step"]) or None
+
+    @property
     def num_splits(self) -> int:
         """Streams each round is dealt from."""
         return int(self._info["num_splits"])
@@ -286,7 +366,8 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
 
     @property
     def rank_batch_size(self) -> int:
-        """Rows of each of this rank's batches: ``G / world_size`` (the mean with ``group_by``)."""
+        """Rows of each of this rank's batches: ``G / world_size`` (the mean with
+        ``group_by``); 0 for token-budget steps, whose rows vary."""
         return self.global_batch_size // self.world_size
 
     @property
@@ -300,9 +381,11 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
 
         Keys: ``round``, ``step`` (its first global step), ``steps``, ``after``
         (the last version of the rounds before), ``version`` (the last version it
-        deals), ``new_rows``, ``replayed_rows``, ``skipped_rows``,
-        ``skipped_versions``, ``carry`` (rows carried into it) and ``next`` (the
-        position of the round after it).
+        deals), ``newest`` (with ``max_versions_behind_newest``: the newest
+        version when it was decided), ``new_rows``, ``replayed_rows``, ``skipped_rows``,
+        ``skipped_versions``, ``filtered_rows`` (of its versions, dropped by the
+        filter), ``carry`` (rows carried into it) and ``next`` (the position of the
+        round after it).
         """
         return self._round
 
@@ -352,7 +435,7 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
                 "step": self._next_step,
                 "worker": k,
                 "num_workers": num_workers,
-                "coalesce_bytes": _COALESCE_BYTES,
+                "coalesce_bytes": 0 if self.tokens_per_step else _COALESCE_BYTES,
             },
         )
         self._stream = stream
@@ -367,7 +450,17 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
                 # step, in one round) has rows rows in each; a grouped step,
                 # whose size varies, comes alone.
                 sizes = [rows] * steps if steps > 1 else [batch.num_rows]
-                outs = convert_steps(batch, sizes, self._format, self._list_format)
+                truncate = self.tokens_per_step if self._options["oversize"] == "truncate" else None
+                outs = convert_or_pack_steps(
+                    batch,
+                    sizes,
+                    self._format,
+                    self._list_format,
+                    self._packing,
+                    self._pack_columns,
+                    self._pad_value,
+                    truncate,
+                )
                 del batch
                 stats = _lib.stream_stats(stream.value) if worker is not None else {}
                 for i, out in enumerate(outs):
@@ -403,7 +496,8 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
     def _round_position(self) -> dict[str, Any]:
         """The position of the round of the last batch."""
         assert self._round is not None
-        return {key: self._round[key] for key in ("round", "step", "after", "head", "carry")}
+        keys = ("round", "step", "after", "head", "carry", "newest")
+        return {key: self._round[key] for key in keys if key in self._round}
 
     def stats(self) -> dict[str, Any]:
         """Counters of the iteration running now, or of the last one.
@@ -412,7 +506,8 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         rounds for ``steps``, ``rows`` and ``stall_ns``, and: ``rounds`` formed,
         ``version`` (the last version of the last round), ``new_rows``,
         ``replayed_rows``, ``skipped_rows`` and ``skipped_versions`` (dropped by
-        the staleness rule), ``waits`` (listings that found no new version) and
+        the staleness rule), ``filtered_rows`` (dropped by the filter), ``waits``
+        (listings that found no new version) and
         ``waited_out`` (the iteration ended because ``wait_timeout`` passed).
         Empty before the first iteration.
 
@@ -431,10 +526,16 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
 
     def _identity(self) -> dict[str, Any]:
         """The fields of a state dict that must match the dataset it is loaded into."""
+        tokens = (
+            {"tokens_per_step": self.tokens_per_step, "oversize": self._info["oversize"]}
+            if self.tokens_per_step
+            else {}
+        )
         return {
             "table_uri": self._table.uri,
             "global_batch_size": self.global_batch_size,
             "num_splits": self.num_splits,
+            **tokens,
             "shuffle_seed": self._options["shuffle_seed"],
             "follow": {
                 key: value

@@ -260,6 +260,35 @@ def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> 
     raise AssertionError("unreachable")
 
 
+def convert_or_pack_steps(
+    batch: pa.RecordBatch,
+    sizes: Sequence[int],
+    format: str,
+    list_format: str,
+    packing: str | None,
+    pack_columns: list[str] | None,
+    pad_value: float | dict[str, float] = 0,
+    truncate: int | None = None,
+) -> Iterator[Any]:
+    """The consecutive steps of ``batch``, of ``sizes`` rows, each converted
+    (:func:`convert_steps`) or, with ``packing``, packed (:func:`pack`)."""
+    if packing is None or pack_columns is None:
+        return convert_steps(batch, sizes, format, list_format)
+    starts = itertools.accumulate(sizes[:-1], initial=0)
+    return (
+        pack(
+            batch.slice(start, rows),
+            pack_columns,
+            packing,
+            format,
+            list_format,
+            pad_value,
+            truncate,
+        )
+        for start, rows in zip(starts, sizes, strict=True)
+    )
+
+
 def convert_steps(
     batch: pa.RecordBatch, sizes: Sequence[int], format: str, list_format: str = "packed"
 ) -> Iterator[Any]:

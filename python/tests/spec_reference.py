@@ -197,6 +197,24 @@ def token_shares(lengths: Sequence[int], budget: int, w: int) -> list[list[int]]
     return [sorted(s) for s in shares]
 
 
+def group_token_deal(groups: Sequence[Sequence[int]], budget: int, w: int) -> list[list[list[int]]]:
+    """Each step's groups (indexes into ``groups``, each the lengths of a group's
+    rows in epoch order), rank by rank, of a grouped permutation in token-budget
+    steps.
+
+    Steps are ``token_steps`` over the groups' summed lengths: whole groups,
+    greedy in order, a group longer than the budget (oversize="truncate") a step
+    of its own. A step's groups go to the ranks as ``token_shares`` gives rows,
+    a group counting its rows' lengths, each at most ``budget``.
+    """
+    out = []
+    for step in token_steps([sum(g) for g in groups], budget):
+        tokens = [sum(min(n, budget) for n in groups[i]) for i in step]
+        shares = token_shares(tokens, max(tokens), w)
+        out.append([[step[i] for i in share] for share in shares])
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Mixtures (docs/concepts.md, "Mixtures").
 

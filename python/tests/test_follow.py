@@ -212,6 +212,44 @@ def test_staleness_skips_and_counts_old_versions(growing: str) -> None:
     assert (ds.stats()["skipped_versions"], ds.stats()["skipped_rows"]) == (3, 90)
 
 
+def test_a_slow_learner_stays_within_versions_of_the_newest(growing: str) -> None:
+    """Three versions land after each of the first two rounds, faster than the
+    learner: with max_versions_behind_newest=1 every row it is dealt is at most one
+    version behind the newest, each round skipping ahead; a state dict taken within a
+    round holds the round's newest version and resumes at another world size."""
+    table = cr.open_table(growing)
+    landings = [list(range(150, 240)), list(range(240, 330))]
+    ds = follow(growing, max_versions_behind_newest=1)
+    steps, states = [], []
+    for batch in ds:
+        latest = max(table.versions())
+        assert min(batch["_version"].tolist()) >= latest - 1
+        steps.append(sorted(batch["id"].tolist()))
+        states.append(ds.state_dict())
+        last = ds.last_round
+        if landings and ds.steps_consumed == last["step"] + last["steps"]:
+            ids = landings.pop(0)
+            for v in range(3):
+                table.append(roles.rows(ids[30 * v : 30 * (v + 1)], 0))
+    # Round 0, decided at version 5, deals version 4 and skips 1 to 3; rounds 1 and 2,
+    # decided at 8 and 11, deal 7 and 10 and skip the 6 rows carried and two versions;
+    # round 3 deals the 6 rows carried and version 11.
+    assert len(steps) == 13
+    assert (ds.stats()["skipped_rows"], ds.stats()["skipped_versions"]) == (222, 7)
+    assert [states[t]["position"].get("newest") for t in (0, 2, 3)] == [5, None, 8]
+    assert ds.last_round is not None
+    assert (ds.last_round["round"], ds.last_round["newest"]) == (3, 11)
+    resumed = cr.FollowingDataset(
+        growing,
+        cr.Follow(max_versions_behind_newest=1, wait_timeout=0.01, poll_interval=0.001),
+        global_batch_size=8, columns=["id"], format="numpy", rank=1, world_size=2,
+    )  # fmt: skip
+    resumed.load_state_dict(json.loads(json.dumps(states[3])))
+    again = [sorted(batch["id"].tolist()) for batch in resumed]
+    assert len(again) == len(steps) - 4
+    assert all(set(mine) <= set(all_) for mine, all_ in zip(again, steps[4:], strict=True))
+
+
 def test_state_dict_refuses_other_rules(growing: str) -> None:
     state = follow(growing, rows_per_round=20).state_dict()
     with pytest.raises(cr.InvalidArgumentError, match="state dict follow"):
@@ -225,6 +263,10 @@ def test_bad_options_are_named(growing: str, tmp_path: Path) -> None:
         follow(growing, replay="half")
     with pytest.raises(cr.InvalidArgumentError, match="max_versions_behind"):
         follow(growing, max_versions_behind=-1)
+    with pytest.raises(cr.InvalidArgumentError, match="max_versions_behind_newest"):
+        follow(growing, max_versions_behind_newest=-1)
+    with pytest.raises(cr.InvalidArgumentError, match="run"):
+        follow(growing, run="alone")
     with pytest.raises(cr.InvalidArgumentError, match="replay"):
         follow(growing, replay=-0.5)
     table_uri = uri(tmp_path / "v")
@@ -494,3 +536,82 @@ def test_dataloader_workers_divide_the_memory_budget(growing: str) -> None:
     assert delivered(follow(growing, budget), 2, divide_budget=False) == want
     # With no budget set, the workers divide Go's default, which the dataset reports.
     assert follow(growing)._info["memory_budget"] == 512 << 20
+
+
+def test_groups_filtered_in_token_steps(tmp_path: Path) -> None:
+    """A GRPO learner following its generators' table: the samples of each prompt,
+    appended together, are dealt whole in token-budget steps of at most 40 tokens,
+    packed, without the aborted samples and those without a reward (wherever they lie
+    in their group, and counted); the steps are the same at 1 and 2 ranks, and a state
+    dict taken within a round resumes at 3 ranks with the rest."""
+    rng = np.random.default_rng(3)
+    table_uri = uri(tmp_path / "grpo")
+    rows: list[dict[str, Any]] = []
+    table = None
+    for _ in range(10):
+        version = []
+        for _ in range(int(rng.integers(2, 6))):
+            prompt = len({r["problem_id"] for r in rows + version})
+            for _ in range(int(rng.integers(1, 6))):
+                n = len(rows) + len(version)
+                tokens = list(range(int(rng.integers(0, 8))))
+                reward = None if rng.integers(6) == 0 else 1.0
+                abort = bool(rng.integers(6) == 0)
+                row = {"id": n, "problem_id": prompt, "tokens": tokens}
+                version.append({**row, "reward": reward, "abort": abort})
+        batch = pa.Table.from_pylist(version, schema=pa.schema([
+            ("id", pa.int64()), ("problem_id", pa.int64()), ("tokens", pa.list_(pa.int32())),
+            ("reward", pa.float64()), ("abort", pa.bool_())]))  # fmt: skip
+        if table is None:
+            table = cr.create_table(table_uri, batch)
+        else:
+            table.append(batch)
+        rows += version
+    kept = {r["id"] for r in rows if r["reward"] is not None and not r["abort"]}
+
+    def dataset(rank: int, world: int) -> cr.FollowingDataset:
+        return cr.FollowingDataset(
+            table_uri,
+            cr.Follow(group_by="problem_id", filter="NOT abort AND reward IS NOT NULL",
+                      lengths="tokens", rows_per_round=12, wait_timeout=0.01, poll_interval=0.001),
+            tokens_per_step=40, columns=["id", "problem_id", "tokens"], format="numpy",
+            packing="packed", pack_columns=["tokens"], rank=rank, world_size=world,
+        )  # fmt: skip
+
+    def steps(ds: cr.FollowingDataset, n: int | None = None) -> list[list[int]]:
+        out = []
+        for batch in itertools.islice(ds, n):
+            ids = batch["id"].tolist()
+            assert np.diff(batch["cu_seqlens"]).tolist() == [len(rows[i]["tokens"]) for i in ids]
+            assert sum(len(rows[i]["tokens"]) for i in ids) <= 40
+            out.append(ids)
+        return out
+
+    alone = dataset(0, 1)
+    want = steps(alone)
+    assert len(want) > 4
+    dealt = [i for ids in want for i in ids]
+    assert len(dealt) == len(set(dealt))
+    assert set(dealt) <= kept
+    assert alone.stats()["filtered_rows"] > 0
+    for ids in want:  # a prompt's kept samples are whole in their step
+        for prompt in {rows[i]["problem_id"] for i in ids}:
+            assert {i for i in ids if rows[i]["problem_id"] == prompt} == {
+                r["id"] for r in rows if r["problem_id"] == prompt and r["id"] in kept
+            }
+    pair = [steps(dataset(rank, 2)) for rank in range(2)]
+    assert [sorted(a + b) for a, b in zip(*pair, strict=True)] == [sorted(s) for s in want]
+    for a, b in zip(*pair, strict=True):  # no prompt on both ranks
+        assert not {rows[i]["problem_id"] for i in a} & {rows[i]["problem_id"] for i in b}
+    first = dataset(1, 2)
+    steps(first, 3)
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["tokens_per_step"] == 40
+    resumed = []
+    for rank in range(3):
+        ds = dataset(rank, 3)
+        ds.load_state_dict(state)
+        resumed.append(steps(ds))
+    assert [sorted(itertools.chain(*s)) for s in zip(*resumed, strict=True)] == [
+        sorted(s) for s in want[3:]
+    ]

@@ -9,6 +9,7 @@ one test runs real DataLoader worker processes.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -299,3 +300,79 @@ def test_truncate_and_errors(perm: cr.Permutation) -> None:
     tbl = plain.table
     with pytest.raises(cr.InvalidArgumentError, match="lengths=<column>"):
         cr.StreamingDataset(tbl, tokens_per_step=40)
+
+
+def test_groups_filtered_in_token_steps(tmp_path: Path) -> None:
+    """A GRPO learner's permutation: the filter drops aborted samples and those
+    without a reward before the samples of each prompt form a group; in steps of at
+    most 60 tokens, packed, every rank of 1 to 3 gets exactly the groups the reference
+    rule (spec_reference.group_token_deal) gives it, whole, and a state dict taken at
+    2 ranks resumes at 3 with the rest of the epoch."""
+    rng = np.random.default_rng(5)
+    keys = np.repeat(np.arange(80), rng.integers(1, 7, 80))
+    rng.shuffle(keys)
+    n = len(keys)
+    tokens = [list(range(int(k) * 100, int(k) * 100 + int(rng.integers(0, 10)))) for k in keys]
+    reward = [None if rng.integers(8) == 0 else float(i) for i in range(n)]
+    abort = (rng.integers(8, size=n) == 0).tolist()
+    (tmp_path / "t").mkdir()
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(np.arange(n, dtype=np.int64)),
+                "problem_id": pa.array(keys.astype(np.int64)),
+                "tokens": pa.array(tokens, type=pa.list_(pa.int32())),
+                "reward": pa.array(reward, type=pa.float64()),
+                "abort": pa.array(abort),
+            }
+        ),
+        tmp_path / "t" / "part-0.parquet",
+        row_group_size=32,
+    )
+    tbl = cr.open_table("file://" + str(tmp_path / "t"))
+    perm = (
+        cr.PermutationBuilder(tbl)
+        .filter("NOT abort AND reward IS NOT NULL")
+        .group_by("problem_id")
+        .lengths("tokens")
+        .shuffle(seed=3)
+        .persist("file://" + str(tmp_path / "p"))
+    )["all"]
+    kept = [i for i in range(n) if reward[i] is not None and not abort[i]]
+    ids = perm.row_ids().tolist()  # epoch 0: the stored order, each group's rows together
+    assert sorted(ids) == kept
+    groups: list[list[int]] = []
+    for i, row in enumerate(ids):
+        if i == 0 or keys[row] != keys[ids[i - 1]]:
+            groups.append([])
+        groups[-1].append(row)
+    budget = 60
+
+    def dataset(rank: int, w: int) -> cr.StreamingDataset:
+        return cr.StreamingDataset(
+            perm, tokens_per_step=budget, rank=rank, world_size=w, format="numpy",
+            columns=["id", "tokens"], packing="packed", pack_columns=["tokens"],
+        )  # fmt: skip
+
+    for w in (1, 2, 3):
+        want = ref.group_token_deal([[len(tokens[r]) for r in g] for g in groups], budget, w)
+        for rank in range(w):
+            ds = dataset(rank, w)
+            got = []
+            for batch in itertools.islice(ds, len(want)):
+                got.append(batch["id"].tolist())
+                lengths = np.diff(batch["cu_seqlens"]).tolist()
+                assert lengths == [len(tokens[r]) for r in got[-1]]
+                assert batch["tokens"].tolist() == [t for r in got[-1] for t in tokens[r]]
+            assert got == [[r for g in step[rank] for r in groups[g]] for step in want]
+    # Stopped after 4 steps at 2 ranks, resumed at 3: the rest of the epoch.
+    first = dataset(0, 2)
+    for _ in itertools.islice(first, 4):
+        pass
+    state = first.state_dict()
+    want = ref.group_token_deal([[len(tokens[r]) for r in g] for g in groups], budget, 3)
+    for rank in range(3):
+        ds = dataset(rank, 3)
+        ds.load_state_dict(state)
+        got = [batch["id"].tolist() for batch in itertools.islice(ds, len(want) - 4)]
+        assert got == [[r for g in step[rank] for r in groups[g]] for step in want[4:]]
