@@ -47,17 +47,19 @@ type prefetch struct {
 }
 
 // prefetchWindow is the window of a prefetch within part bytes: an eighth
-// of them (prefetchWindows), at least minWindow, at most half of them.
+// of them (prefetchWindows), at least minWindow. Within a part of less than
+// two windows, only the windows reads wait for are fetched, one at a time.
 func prefetchWindow(part int64) int64 {
-	return max(min(max(part/prefetchWindows, minWindow), part/2), 1)
+	return max(part/prefetchWindows, minWindow)
 }
 
-// newPrefetch starts fetching ranges of ra's object (in ascending offsets,
-// not overlapping) in windows of win bytes, holding at most limit bytes of
-// them at once (the windows a read waits for are fetched whatever the
-// limit), each request granted a slot of reads at priority prio.
-func newPrefetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, win, limit int64, reads *slots, prio int64) *prefetch {
-	p := &prefetch{ra: ra, changed: make(chan struct{})}
+// newPrefetch starts fetching ranges (in ascending offsets, not overlapping)
+// of the object that open, given the prefetch's context (which close ends),
+// reads: in windows of win bytes, at most limit bytes of them held at once
+// (the windows a read waits for are fetched whatever the limit), each
+// request granted a slot of reads at priority prio.
+func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt, ranges []byteRange, win, limit int64, reads *slots, prio int64) *prefetch {
+	p := &prefetch{changed: make(chan struct{})}
 	for _, r := range ranges {
 		for off := r.off; off < r.off+r.n; off += win {
 			p.wins = append(p.wins, byteRange{off, min(win, r.off+r.n-off)})
@@ -71,6 +73,7 @@ func newPrefetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, wi
 		p.done[i] = make(chan struct{})
 	}
 	p.ctx, p.cancel = context.WithCancel(ctx)
+	p.ra = open(p.ctx)
 	p.wg.Add(1)
 	go p.feed(p.ctx, limit, reads, prio)
 	return p

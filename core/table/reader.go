@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table/internal/general"
 )
 
@@ -577,7 +578,10 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		// windows, the stream's buffer (a window) and a page.
 		if n > r.fetchShare {
 			win := prefetchWindow(r.fetchShare)
-			ahead := newPrefetch(ctx, ra, ranges, win, r.fetchShare-win, r.reads, prio)
+			open := func(ctx context.Context) *store.ReaderAt {
+				return r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
+			}
+			ahead := newPrefetch(ctx, open, ranges, win, max(r.fetchShare-win, 0), r.reads, prio)
 			n, src = r.fetchShare, &fetched{ReaderAt: ra, ahead: ahead}
 			defer src.release()
 		}
