@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -49,19 +50,26 @@ type Kept struct {
 	wg      sync.WaitGroup
 
 	mu sync.Mutex // guards pieces' rec, bytes and left after they are built
+	// The positions whose rows lie in pages too large to decode, and why;
+	// set before their piece is built.
+	refused map[int32]error
 }
 
 // piece is the kept rows of one row group.
 type piece struct {
-	key  GroupRef
-	sel  []uint64 // row offsets in the group << 32 | position, ascending; nil once built
-	done chan struct{}
-	rec  arrow.RecordBatch // the rows of sel, in that order; nil once freed
-	err  error
+	key   GroupRef
+	start int64    // the row id of the group's first row
+	sel   []uint64 // row offsets in the group << 32 | position, ascending; nil once built
+	done  chan struct{}
+	rec   arrow.RecordBatch // the rows of sel, in that order; nil once freed
+	err   error
 	// bytes charged to the budget: guessed when admitted, the record's once
 	// built, 0 once freed.
 	bytes int64
 	left  int // positions that take a row from the piece and are not read yet
+	// refused is why rows of the piece were taken out of it (Kept.refuse),
+	// if any were.
+	refused error
 }
 
 // maxKeep bounds the ids of one Keep: positions and rows in a row group are
@@ -106,7 +114,7 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 	}
 	k := &Kept{r: r, budget: budget, of: of, rows: make([]int32, len(ids)), pieces: make([]*piece, len(keys))}
 	for i, key := range keys {
-		p := &piece{key: key, sel: sel[start[i]:start[i+1]], done: make(chan struct{})}
+		p := &piece{key: key, start: starts[i], sel: sel[start[i]:start[i+1]], done: make(chan struct{})}
 		p.left = len(p.sel)
 		k.pieces[i] = p
 	}
@@ -193,15 +201,22 @@ func (k *Kept) build(ctx context.Context) (err error) {
 		}
 	}
 	for i, p := range k.pieces {
-		if k.budget != nil {
-			guess, err := r.GuessRowBytes(ctx, p.key)
+		if k.budget != nil || r.pageLimit > 0 {
+			n, err := r.pieceBytes(ctx, p, k.refuse)
 			if err != nil {
 				return err
 			}
-			if err := k.budget.admit(ctx, k.seq, guess*int64(len(p.sel))); err != nil {
-				return err
+			if len(p.sel) == 0 { // every row refused
+				k.started = i + 1
+				k.finish(p, nil, p.refused)
+				continue
 			}
-			p.bytes = guess * int64(len(p.sel))
+			if k.budget != nil {
+				if err := k.budget.admit(ctx, k.seq, n); err != nil {
+					return err
+				}
+				p.bytes = n
+			}
 		}
 		select {
 		case sem <- struct{}{}:
@@ -376,6 +391,9 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		recs[i].Retain()
 		k.mu.Unlock()
 	}
+	if err := k.refusedIn(from, to); err != nil {
+		return nil, err
+	}
 	// The pieces are built: their rows' indices are set.
 	last = -1
 	for pos, pi := range k.of[from:to] {
@@ -397,6 +415,52 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		}
 	}
 	return out, nil
+}
+
+// Bytes waits for the pieces that hold the rows at positions [from, to) and
+// returns the bytes of their values, each row counted as LargestRow counts
+// it, and the position of the largest row and its bytes: what a record of
+// those rows will hold, before Read assembles it.
+func (k *Kept) Bytes(ctx context.Context, from, to int) (n int64, largest int, largestBytes int64, err error) {
+	if from < 0 || to > len(k.of) || from > to {
+		return 0, 0, 0, errcode.New(errcode.InvalidArgument, "read", k.r.t.pin.URI, "positions [%d, %d) outside [0, %d)", from, to, len(k.of))
+	}
+	var rec arrow.RecordBatch
+	last := int32(-1)
+	largest = from
+	for pos := from; pos < to; pos++ {
+		if pi := k.of[pos]; pi != last {
+			p := k.pieces[pi]
+			select {
+			case <-p.done:
+			case <-ctx.Done():
+				return 0, 0, 0, errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", k.r.t.pin.URI)
+			}
+			if p.err != nil {
+				return 0, 0, 0, p.err
+			}
+			k.mu.Lock()
+			rec = p.rec // not freed: positions of it are still to be read
+			k.mu.Unlock()
+			if rec == nil {
+				return 0, 0, 0, errcode.New(errcode.Internal, "read", k.r.t.pin.URI, "positions [%d, %d): row group %d of file %d was freed before all its rows were read", from, to, p.key.Group, p.key.File)
+			}
+			last = pi
+		}
+		row := int64(k.rows[pos]) // not set for a refused row: see below
+		var b int64
+		for _, col := range rec.Columns() {
+			b += rangeBytes(col, row, row+1)
+		}
+		if b > largestBytes {
+			largest, largestBytes = pos, b
+		}
+		n += b
+	}
+	if err := k.refusedIn(from, to); err != nil {
+		return 0, 0, 0, err
+	}
+	return n, largest, largestBytes, nil
 }
 
 // freeLocked frees a built piece's rows and gives back its bytes.
@@ -451,6 +515,144 @@ func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
 		return 0, err
 	}
 	return max(n/max(r.t.pin.Files[g.File].RowGroups[g.Group], 1), 1), nil
+}
+
+// A rare row far larger than its neighbours is not in a mean: a piece that
+// keeps one row of 60 MB among thousands of 200 bytes was charged a few
+// kilobytes, and the next horizon was admitted beside it. But such a row
+// lies in a page of its own, or nearly: a writer ends a page once it passes
+// its size, so no page of ordinary rows is more than a few times its
+// neighbours, and the offset index (or the pages a read has located, in a
+// file without one) says how large each page is and which rows it holds
+// before anything is fetched. So a piece is charged its rows at the guess of
+// a row, and beside them, whole, each page it takes a row from whose rows
+// average more than fatPage times a whole row's guess, in one column: the
+// page's stored bytes scaled by its chunk's decoded ÷ stored. A page that
+// decodes to more than the reader's PageBytes cannot be read within the
+// memory it bounds, and is refused before it is fetched (PageTooLarge).
+
+// fatPage is how many times the guessed bytes of a whole row a page's rows
+// must average in one column for the page to be charged whole.
+const fatPage = 4
+
+// refuse takes the rows of piece p at offsets [from, to) of its group, a
+// page too large to decode, out of it: their positions are errors of why
+// (page, with each position's row).
+func (k *Kept) refuse(p *piece, from, to int64, page PageTooLarge) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.refused == nil {
+		k.refused = map[int32]error{}
+	}
+	p.sel = slices.DeleteFunc(p.sel, func(v uint64) bool {
+		row := int64(v >> 32)
+		if row >= from && row < to {
+			why := page
+			why.Row = uint64(p.start + row)
+			p.refused = errcode.Wrap(&why, errcode.InvalidArgument, "read", k.r.t.pin.URI)
+			k.refused[int32(uint32(v))] = p.refused
+			p.left--
+			return true
+		}
+		return false
+	})
+}
+
+// refusedIn returns the error of the first position in [from, to) whose row
+// was refused, if any; the pieces of those positions are built.
+func (k *Kept) refusedIn(from, to int) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.refused) == 0 {
+		return nil
+	}
+	for pos := from; pos < to; pos++ {
+		if err := k.refused[int32(pos)]; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pieceBytes returns what piece p is charged when admitted to a budget: its
+// rows at GuessRowBytes each, and each page that holds one of them and whose
+// rows average more than fatPage times that, decoded, whole. The rows of a
+// page that decodes to more than r.pageLimit are handed to refuse with a
+// PageTooLarge error, and not charged.
+func (r *Reader) pieceBytes(ctx context.Context, p *piece, refuse func(p *piece, from, to int64, page PageTooLarge)) (int64, error) {
+	guess, err := r.GuessRowBytes(ctx, p.key)
+	if err != nil {
+		return 0, err
+	}
+	n := guess * int64(len(p.sel))
+	md, err := r.t.Footer(ctx, p.key.File)
+	if err != nil {
+		return 0, err
+	}
+	var cols, leaves []int // every projected leaf, and its output column
+	for c, ls := range r.leaves {
+		for _, leaf := range ls {
+			cols, leaves = append(cols, c), append(leaves, leaf)
+		}
+	}
+	locs, err := r.t.pages(ctx, p.key.File, p.key.Group, leaves)
+	if err != nil {
+		return 0, err
+	}
+	for i, l := range locs {
+		if l == nil {
+			continue
+		}
+		chunk, err := md.RowGroup(p.key.Group).ColumnChunk(leaves[i])
+		if err != nil {
+			return 0, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[p.key.File].Key))
+		}
+		stored, decoded := chunk.TotalCompressedSize(), chunk.TotalUncompressedSize()
+		if stored <= 0 {
+			continue
+		}
+		for pg, size := range l.size {
+			from, to := l.first[pg], l.first[pg+1]
+			bytes := int64(float64(size) * float64(decoded) / float64(stored))
+			if bytes <= fatPage*guess*max(to-from, 1) {
+				continue
+			}
+			if !takes(p.sel, from, to) {
+				continue
+			}
+			if r.pageLimit > 0 && bytes > r.pageLimit {
+				taken := int64(len(p.sel))
+				refuse(p, from, to, PageTooLarge{First: uint64(p.start + from), Rows: uint64(to - from),
+					Column: r.schema.Field(cols[i]).Name, Bytes: bytes, Limit: r.pageLimit})
+				n -= guess * (taken - int64(len(p.sel)))
+				continue
+			}
+			n += bytes
+		}
+	}
+	return n, nil
+}
+
+// takes reports whether sel (row offsets << 32 | positions) holds a row in
+// [from, to).
+func takes(sel []uint64, from, to int64) bool {
+	return slices.ContainsFunc(sel, func(v uint64) bool { return int64(v>>32) >= from && int64(v>>32) < to })
+}
+
+// PageTooLarge is why a read is refused whose row lies in a page that alone
+// decodes to more than the reader's PageBytes: decoding it would hold more
+// than the memory that bounds the read, whatever else is freed.
+type PageTooLarge struct {
+	Row         uint64 // the id of the row the read needs in the page
+	First, Rows uint64 // the id of the page's first row, and its rows
+	Column      string
+	Bytes       int64 // the page's, decoded, as its stored size and its chunk's ratio say
+	Limit       int64 // the reader's PageBytes
+}
+
+func (e *PageTooLarge) Error() string {
+	return fmt.Sprintf("row id %d lies in a page of column %q holding row ids %d to %d that decodes to about %d bytes, more than %d",
+		e.Row, e.Column, e.First, e.First+e.Rows-1, e.Bytes, e.Limit)
 }
 
 // Budget bounds the bytes of rows that the Kept sets sharing it hold. A

@@ -48,6 +48,11 @@ type ReaderOptions struct {
 	// at sizes guessed from the footer; a row group larger than that decodes
 	// alone. 0 means no bound.
 	DecodeBytes int64
+	// PageBytes refuses, before it is fetched, a page that a read needs and
+	// that decodes to more than this many bytes, as its offset index (or the
+	// pages located so far) and its chunk's compression ratio say: a
+	// PageTooLarge error. 0 means no bound.
+	PageBytes int64
 }
 
 // Reader reads rows of a table by row id with a column projection. It is safe
@@ -74,6 +79,7 @@ type Reader struct {
 	decoding    *slots       // one slot per row group being decoded
 	sectionBufs bufferList   // the buffers decoders read sections of pages into
 	planned     atomic.Int64 // row groups Keep asked for so far: the priority of the next
+	pageLimit   int64        // ReaderOptions.PageBytes
 	stats       readerStats
 }
 
@@ -110,7 +116,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	}
 	r := &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
 		mem: mem, reads: newSlots(opts.MaxReads, 0), maxReads: opts.MaxReads, decoding: newSlots(opts.Decoders, opts.DecodeBytes),
-		sectionBufs: bufferList{max: opts.Decoders}}
+		sectionBufs: bufferList{max: opts.Decoders}, pageLimit: opts.PageBytes}
 	if opts.DecodeBytes <= 0 {
 		r.decoding = newSlots(opts.Decoders, math.MaxInt64)
 	}

@@ -1,0 +1,204 @@
+package loader_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// The rare-rows table: rareRows rows of 100 random bytes, but for rows
+// rareAt, each rareCell random bytes (2,600 times the others), in four
+// consecutive steps of 16 rows in the table's order.
+const (
+	rareRows = 2048
+	rareCell = 256 << 10
+)
+
+var rareAt = []int{1000, 1016, 1032, 1048}
+
+// rareTables writes the rare-rows table as a croupier table (offset index,
+// 16 KiB pages) and as plain Parquet as arrow-go writes it (no offset index,
+// 1 MiB pages in row groups of 512 rows), and opens both.
+func rareTables(t *testing.T) map[string]*table.Table {
+	t.Helper()
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "blob", Type: arrow.BinaryTypes.Binary},
+	}, nil)
+	b := array.NewRecordBuilder(memory.NewGoAllocator(), schema)
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range rareRows {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		cell := make([]byte, 100)
+		for _, at := range rareAt {
+			if i == at {
+				cell = make([]byte, rareCell)
+			}
+		}
+		for j := range cell {
+			cell[j] = byte(rng.Uint32())
+		}
+		b.Field(1).(*array.BinaryBuilder).Append(cell)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	rr, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	croupier, err := table.Create(ctx, "file://"+t.TempDir(), rr, table.WriteOptions{RowGroupRows: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { croupier.Close() })
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false))
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plain.Close() })
+	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain}
+}
+
+// rareOrders are the table's order and a full shuffle of it.
+func rareOrders(t *testing.T, tb *table.Table) map[string]permutation.Order {
+	t.Helper()
+	perms, err := permutation.Build(context.Background(), tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 7}},
+		"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { perms.Close() })
+	return map[string]permutation.Order{"stored": permutation.Identity{N: tb.NumRows()}, "full shuffle": perms.Splits()[0]}
+}
+
+// TestRareLargeRowsWithinTheBudget deals the rare-rows table, both forms, in
+// its order and in a full shuffle, with a budget 16 times a large cell and
+// four batches read ahead: every row is dealt once, the batches read ahead
+// never hold more than their share or, when one batch is larger, that batch
+// alone (four consecutive steps each with a large cell would otherwise be
+// read ahead together), and the rows kept exceed their share by at most the
+// large rows of one horizon.
+func TestRareLargeRowsWithinTheBudget(t *testing.T) {
+	for form, tb := range rareTables(t) {
+		for name, order := range rareOrders(t, tb) {
+			t.Run(form+", "+name, func(t *testing.T) {
+				seen := make([]bool, rareRows)
+				var largest int64 // bytes of the largest batch
+				_, st := dealWithBudget(t, tb, order, loader.Options{GlobalBatchSize: 16, NumSplits: 1, ReadAhead: 4,
+					MemoryBudget: 16 * rareCell}, func(rec arrow.RecordBatch) {
+					for _, id := range rec.Column(0).(*array.Int64).Int64Values() {
+						if seen[id] {
+							t.Fatalf("row %d dealt twice", id)
+						}
+						seen[id] = true
+					}
+					blobs := rec.Column(1).(*array.Binary)
+					largest = max(largest, int64(len(blobs.ValueBytes()))+8*rec.NumRows())
+				})
+				for id, ok := range seen {
+					if !ok {
+						t.Fatalf("row %d not dealt", id)
+					}
+				}
+				if largest < rareCell {
+					t.Fatalf("the largest batch holds %d bytes, less than a large cell", largest)
+				}
+				if st.AheadPeak > max(st.AheadLimit, largest) {
+					t.Errorf("batches read ahead peaked at %d bytes; the share is %d and the largest batch %d",
+						st.AheadPeak, st.AheadLimit, largest)
+				}
+				if st.HeldPeak > st.HeldLimit*5/4+int64(len(rareAt))*rareCell {
+					t.Errorf("kept rows peaked at %d bytes; the share is %d, the large rows %d", st.HeldPeak, st.HeldLimit,
+						len(rareAt)*rareCell)
+				}
+			})
+		}
+	}
+}
+
+// TestRareRowLargerThanTheBudget deals the rare-rows table with a budget
+// smaller than one large cell: in a croupier table, whose offset index says
+// how large the cell's page is, the first step that needs a row of that page
+// (the large row's, or the one before, whose last rows share its page) is
+// refused before the page is fetched, naming the step, its row, the page's
+// rows and size and the budget, and every step before it is dealt; in plain
+// Parquet, whose pages are located as they are read, the step is refused
+// naming its bytes and its largest row once its rows are kept, before its
+// batch is assembled. In a full shuffle too the error names a row of the
+// step it ends.
+func TestRareRowLargerThanTheBudget(t *testing.T) {
+	ctx := context.Background()
+	const budget = rareCell * 3 / 4
+	for form, tb := range rareTables(t) {
+		for name, order := range rareOrders(t, tb) {
+			t.Run(form+", "+name, func(t *testing.T) {
+				l, err := loader.New(tb, order, loader.Options{GlobalBatchSize: 16, NumSplits: 1, MemoryBudget: budget, ReadAhead: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				s, err := l.Stream(ctx, loader.StreamOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				var dealt int64
+				for {
+					b, err := s.Next(ctx)
+					if err == nil {
+						if b.Step != dealt {
+							t.Fatalf("step %d after %d steps", b.Step, dealt)
+						}
+						b.Record.Release()
+						dealt++
+						continue
+					}
+					if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), fmt.Sprintf("step %d holds", dealt)) ||
+						!strings.Contains(err.Error(), fmt.Sprintf("more than memory_budget %d bytes", budget)) {
+						t.Fatalf("after %d steps: %v; want InvalidArgument naming step %d and the budget", dealt, err, dealt)
+					}
+					ids, idsErr := order.RowIDs(ctx, dealt*16, dealt*16+16)
+					if idsErr != nil {
+						t.Fatal(idsErr)
+					}
+					named := false // a large row, or one in a page with it
+					for _, id := range ids {
+						named = named || strings.Contains(err.Error(), fmt.Sprintf("row id %d,", id))
+					}
+					if !named {
+						t.Fatalf("step %d (rows %v) refused without naming a row of it: %v", dealt, ids, err)
+					}
+					if first := int64(rareAt[0] / 16); name == "stored" && (dealt < first-1 || dealt > first) {
+						t.Fatalf("refused at step %d; the first large row is in step %d", dealt, first)
+					}
+					if form == "croupier table" && !strings.Contains(err.Error(), "lies in a page") {
+						t.Fatalf("a croupier table's large row refused after its page was read: %v", err)
+					}
+					return
+				}
+			})
+		}
+	}
+}
