@@ -320,11 +320,14 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		// Take steps while their rows fit the budget, at least one, and no
 		// more than the ramp allows; ends[i] is where step i's rows end in
 		// ids. rowBytes is guessed from the first row: a step of a grouped
-		// deal or of token budgets may give this rank none.
+		// deal or of token budgets may give this rank none. large is the
+		// bytes of the large pages the steps' rows need (table.LargeRows),
+		// beside their rows at rowBytes each.
 		var ids []uint64
 		var places []Place
 		var ends []int
-		var rowBytes int64
+		var rowBytes, large int64
+		counted := map[table.LargePage]bool{}
 		full := false // the budget, not the ramp or the steps, ended the horizon
 		for len(ends) < min(len(steps), ramp) {
 			more, err := d.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
@@ -344,10 +347,15 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 					return err
 				}
 			}
-			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes > s.budget.Limit() {
+			extra, err := s.reader.LargeRows(ctx, more, counted)
+			if err != nil {
+				return err
+			}
+			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes+large+extra > s.budget.Limit() {
 				full = true
 				break
 			}
+			large += extra
 			if ids == nil && len(more) > 0 {
 				// Room for the rows the horizon will take, as far as the
 				// first step tells: growing by doubling copied a table-wide
@@ -571,10 +579,9 @@ func (s *Stream) tooLarge(err error, b batch) error {
 		return err
 	}
 	return errcode.New(errcode.InvalidArgument, "read", s.uri,
-		"%s row id %d, which lies in a page of column %q holding row ids %d to %d that decodes to about %d bytes,"+
-			" more than memory_budget %d bytes: the page cannot be decoded within the budget; raise memory_budget above %d,"+
-			" or leave rows that large out with a filter, or rewrite the table in smaller pages (croupier rewrite)",
-		stepsHold(b), big.Row, big.Column, big.First, big.First+big.Rows-1, big.Bytes, s.limit, big.Bytes)
+		"%s row id %d, which lies in %s, more than memory_budget %d bytes: the page cannot be decoded within the budget;"+
+			" raise memory_budget above %d, or leave rows that large out with a filter",
+		stepsHold(b), big.Row, big.Where(), s.limit, big.Bytes)
 }
 
 // closeKept closes a horizon's kept rows once.

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -70,6 +71,8 @@ type piece struct {
 	// refused is why rows of the piece were taken out of it (Kept.refuse),
 	// if any were.
 	refused error
+	large   bool // it keeps a row of a large page: its rows are not in GuessRowBytes's mean
+
 }
 
 // maxKeep bounds the ids of one Keep: positions and rows in a row group are
@@ -315,6 +318,10 @@ func (k *Kept) finish(p *piece, rec arrow.RecordBatch, err error) {
 		p.rec, p.bytes = rec, RecordBytes(rec)
 		k.r.stats.keptRows.Add(rec.NumRows())
 		k.r.stats.keptBytes.Add(p.bytes)
+		if !p.large {
+			k.r.typicalRows.Add(rec.NumRows())
+			k.r.typicalBytes.Add(p.bytes)
+		}
 	}
 	if k.budget != nil {
 		k.budget.adjust(k.seq, p.bytes-charged)
@@ -380,7 +387,7 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 			return nil, errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", k.r.t.pin.URI)
 		}
 		if p.err != nil {
-			return nil, p.err
+			return nil, cmp.Or(k.refusedIn(from, to), p.err)
 		}
 		k.mu.Lock()
 		if p.rec == nil {
@@ -437,7 +444,7 @@ func (k *Kept) Bytes(ctx context.Context, from, to int) (n int64, largest int, l
 				return 0, 0, 0, errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", k.r.t.pin.URI)
 			}
 			if p.err != nil {
-				return 0, 0, 0, p.err
+				return 0, 0, 0, cmp.Or(k.refusedIn(from, to), p.err)
 			}
 			k.mu.Lock()
 			rec = p.rec // not freed: positions of it are still to be read
@@ -505,10 +512,12 @@ func (k *Kept) Close() error {
 }
 
 // GuessRowBytes guesses the bytes a kept row of row group g takes: the
-// mean of the rows kept so far, or before any, GuessBytes per row.
+// mean of the rows kept so far but those of pieces that keep a row of a
+// large page (charged beside the mean: see pieceBytes), or before any,
+// GuessBytes per row.
 func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
-	if rows := r.stats.keptRows.Load(); rows > 0 {
-		return max(r.stats.keptBytes.Load()/rows, 1), nil
+	if rows := r.typicalRows.Load(); rows > 0 {
+		return max(r.typicalBytes.Load()/rows, 1), nil
 	}
 	n, _, err := r.GuessBytes(ctx, g)
 	if err != nil {
@@ -525,19 +534,177 @@ func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
 // neighbours, and the offset index (or the pages a read has located, in a
 // file without one) says how large each page is and which rows it holds
 // before anything is fetched. So a piece is charged its rows at the guess of
-// a row, and beside them, whole, each page it takes a row from whose rows
-// average more than fatPage times a whole row's guess, in one column: the
-// page's stored bytes scaled by its chunk's decoded ÷ stored. A page that
-// decodes to more than the reader's PageBytes cannot be read within the
-// memory it bounds, and is refused before it is fetched (PageTooLarge).
+// a row, and beside them, whole, each large page it takes a row from: one
+// whose rows average more than fatPage times its row group's mean row, in
+// one column, at its stored bytes scaled by its chunk's decoded ÷ stored
+// (largePages). The planner counts them too (LargeRows), so that a horizon
+// ends before its large rows overrun the budget. A page that decodes to more
+// than the reader's PageBytes cannot be read within the memory it bounds,
+// and the rows that need it are refused before it is fetched (PageTooLarge);
+// a column the page decoder does not handle is decoded a whole chunk at a
+// time, and every row of the group needs each of its pages.
 
 // fatPage is how many times the guessed bytes of a whole row a page's rows
 // must average in one column for the page to be charged whole.
 const fatPage = 4
 
-// refuse takes the rows of piece p at offsets [from, to) of its group, a
-// page too large to decode, out of it: their positions are errors of why
-// (page, with each position's row).
+// largePage is a page charged whole: rows [from, to) of its row group, of
+// output column col, decoded to about bytes; whole when its column is
+// decoded a whole chunk at a time, so that every row of the group needs it.
+type largePage struct {
+	from, to int64
+	col      int
+	bytes    int64
+	whole    bool
+}
+
+// largePages returns the pages of row group g charged whole: those whose
+// rows average more than fatPage times the row group's mean row (as its
+// footer gives it) in one column. Of a file without an offset index only
+// the pages located so far are known; the answer is kept once every page
+// of the group is.
+func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error) {
+	if v, ok := r.large.Load(g); ok {
+		return v.([]largePage), nil
+	}
+	groupBytes, _, err := r.GuessBytes(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
+	mean := max(groupBytes/max(rows, 1), 1)
+	md, err := r.t.Footer(ctx, g.File)
+	if err != nil {
+		return nil, err
+	}
+	var cols, leaves []int // every projected leaf, and its output column
+	for c, ls := range r.leaves {
+		for _, leaf := range ls {
+			cols, leaves = append(cols, c), append(leaves, leaf)
+		}
+	}
+	locs, err := r.t.pages(ctx, g.File, g.Group, leaves)
+	if err != nil {
+		return nil, err
+	}
+	var out []largePage
+	known := true
+	for i, l := range locs {
+		if l == nil || l.partial() {
+			known = false
+			if l == nil {
+				continue
+			}
+		}
+		chunk, err := md.RowGroup(g.Group).ColumnChunk(leaves[i])
+		if err != nil {
+			return nil, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+		}
+		stored, decoded := chunk.TotalCompressedSize(), chunk.TotalUncompressedSize()
+		if stored <= 0 {
+			continue
+		}
+		// A column the page decoder does not handle is decoded a whole
+		// chunk at a time: each of its pages, whichever rows are kept.
+		whole := len(r.leaves[cols[i]]) != 1 || fastColumn(r.schema.Field(cols[i]), md.Schema.Column(leaves[i]), chunk) == notFast
+		for pg, size := range l.size {
+			from, to := l.first[pg], l.first[pg+1]
+			bytes := int64(float64(size) * float64(decoded) / float64(stored))
+			if bytes > fatPage*mean*max(to-from, 1) {
+				out = append(out, largePage{from: from, to: to, col: cols[i], bytes: bytes, whole: whole})
+			}
+		}
+	}
+	if known {
+		r.large.Store(g, out)
+	}
+	return out, nil
+}
+
+// pieceBytes returns what piece p is charged when admitted to a budget: its
+// rows at GuessRowBytes each, and, whole, each large page (largePages) that
+// holds one of them. The rows that need a page that decodes to more than
+// r.pageLimit (every row of the group, where its column is decoded a whole
+// chunk at a time) are handed to refuse, and not charged.
+func (r *Reader) pieceBytes(ctx context.Context, p *piece, refuse func(p *piece, from, to int64, page PageTooLarge)) (int64, error) {
+	guess, err := r.GuessRowBytes(ctx, p.key)
+	if err != nil {
+		return 0, err
+	}
+	n := guess * int64(len(p.sel))
+	pages, err := r.largePages(ctx, p.key)
+	if err != nil {
+		return 0, err
+	}
+	for _, lp := range pages {
+		if !lp.whole && !takes(p.sel, lp.from, lp.to) {
+			continue
+		}
+		if r.pageLimit > 0 && lp.bytes > r.pageLimit {
+			from, to := lp.from, lp.to
+			if lp.whole {
+				from, to = 0, r.t.pin.Files[p.key.File].RowGroups[p.key.Group]
+			}
+			taken := int64(len(p.sel))
+			refuse(p, from, to, PageTooLarge{First: uint64(p.start + lp.from), Rows: uint64(lp.to - lp.from),
+				Column: r.schema.Field(lp.col).Name, Whole: lp.whole, Bytes: lp.bytes, Limit: r.pageLimit})
+			n -= guess * (taken - int64(len(p.sel)))
+			continue
+		}
+		if takes(p.sel, lp.from, lp.to) { // else decoded, not kept: the decoding share's
+			n += lp.bytes
+			p.large = true
+		}
+	}
+	return n, nil
+}
+
+// LargeRows returns the decoded bytes of the large pages (see pieceBytes)
+// that rows ids need and seen does not hold, and adds them to seen: what a
+// horizon that keeps ids needs beside its rows at the mean. A planner that
+// counts them ends a horizon before its rows' large pages overrun the
+// budget. On a remote store only row groups whose pages are known already
+// are looked at: a planner waits for no request.
+func (r *Reader) LargeRows(ctx context.Context, ids []uint64, seen map[LargePage]bool) (int64, error) {
+	var n int64
+	var pages []largePage
+	last := -1
+	for _, id := range ids {
+		g := r.t.groupOf(int64(id))
+		key := r.t.groups[g]
+		if g != last {
+			last, pages = g, nil
+			if v, ok := r.large.Load(key); ok {
+				pages = v.([]largePage)
+			} else if !r.t.Remote() {
+				var err error
+				if pages, err = r.largePages(ctx, key); err != nil {
+					return 0, err
+				}
+			}
+		}
+		row := int64(id) - r.t.groupStarts[g]
+		for i, lp := range pages {
+			if lp.whole || row >= lp.from && row < lp.to {
+				if k := (LargePage{key, i}); !seen[k] {
+					seen[k] = true
+					n += lp.bytes
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// A LargePage names a large page of a row group, for LargeRows.
+type LargePage struct {
+	Group GroupRef
+	Page  int
+}
+
+// refuse takes the rows of piece p at offsets [from, to) of its group, which
+// need a page too large to decode, out of it: their positions are errors of
+// why (page, with each position's row).
 func (k *Kept) refuse(p *piece, from, to int64, page PageTooLarge) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -549,8 +716,11 @@ func (k *Kept) refuse(p *piece, from, to int64, page PageTooLarge) {
 		if row >= from && row < to {
 			why := page
 			why.Row = uint64(p.start + row)
-			p.refused = errcode.Wrap(&why, errcode.InvalidArgument, "read", k.r.t.pin.URI)
-			k.refused[int32(uint32(v))] = p.refused
+			err := errcode.Wrap(&why, errcode.InvalidArgument, "read", k.r.t.pin.URI)
+			k.refused[int32(uint32(v))] = err
+			if p.refused == nil {
+				p.refused = err
+			}
 			p.left--
 			return true
 		}
@@ -574,65 +744,6 @@ func (k *Kept) refusedIn(from, to int) error {
 	return nil
 }
 
-// pieceBytes returns what piece p is charged when admitted to a budget: its
-// rows at GuessRowBytes each, and each page that holds one of them and whose
-// rows average more than fatPage times that, decoded, whole. The rows of a
-// page that decodes to more than r.pageLimit are handed to refuse with a
-// PageTooLarge error, and not charged.
-func (r *Reader) pieceBytes(ctx context.Context, p *piece, refuse func(p *piece, from, to int64, page PageTooLarge)) (int64, error) {
-	guess, err := r.GuessRowBytes(ctx, p.key)
-	if err != nil {
-		return 0, err
-	}
-	n := guess * int64(len(p.sel))
-	md, err := r.t.Footer(ctx, p.key.File)
-	if err != nil {
-		return 0, err
-	}
-	var cols, leaves []int // every projected leaf, and its output column
-	for c, ls := range r.leaves {
-		for _, leaf := range ls {
-			cols, leaves = append(cols, c), append(leaves, leaf)
-		}
-	}
-	locs, err := r.t.pages(ctx, p.key.File, p.key.Group, leaves)
-	if err != nil {
-		return 0, err
-	}
-	for i, l := range locs {
-		if l == nil {
-			continue
-		}
-		chunk, err := md.RowGroup(p.key.Group).ColumnChunk(leaves[i])
-		if err != nil {
-			return 0, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[p.key.File].Key))
-		}
-		stored, decoded := chunk.TotalCompressedSize(), chunk.TotalUncompressedSize()
-		if stored <= 0 {
-			continue
-		}
-		for pg, size := range l.size {
-			from, to := l.first[pg], l.first[pg+1]
-			bytes := int64(float64(size) * float64(decoded) / float64(stored))
-			if bytes <= fatPage*guess*max(to-from, 1) {
-				continue
-			}
-			if !takes(p.sel, from, to) {
-				continue
-			}
-			if r.pageLimit > 0 && bytes > r.pageLimit {
-				taken := int64(len(p.sel))
-				refuse(p, from, to, PageTooLarge{First: uint64(p.start + from), Rows: uint64(to - from),
-					Column: r.schema.Field(cols[i]).Name, Bytes: bytes, Limit: r.pageLimit})
-				n -= guess * (taken - int64(len(p.sel)))
-				continue
-			}
-			n += bytes
-		}
-	}
-	return n, nil
-}
-
 // takes reports whether sel (row offsets << 32 | positions) holds a row in
 // [from, to).
 func takes(sel []uint64, from, to int64) bool {
@@ -643,16 +754,29 @@ func takes(sel []uint64, from, to int64) bool {
 // decodes to more than the reader's PageBytes: decoding it would hold more
 // than the memory that bounds the read, whatever else is freed.
 type PageTooLarge struct {
-	Row         uint64 // the id of the row the read needs in the page
+	Row         uint64 // the id of the row the read needs
 	First, Rows uint64 // the id of the page's first row, and its rows
 	Column      string
-	Bytes       int64 // the page's, decoded, as its stored size and its chunk's ratio say
-	Limit       int64 // the reader's PageBytes
+	// Whole is set when the column is decoded a whole column chunk at a
+	// time (the page decoder does not handle its type): the row needs the
+	// page whichever page the row is in.
+	Whole bool
+	Bytes int64 // the page's, decoded, as its stored size and its chunk's ratio say
+	Limit int64 // the reader's PageBytes
+}
+
+// Where says where the row lies and how large the page is, after "row id
+// N, which lies in".
+func (e *PageTooLarge) Where() string {
+	where := fmt.Sprintf("a page of column %q", e.Column)
+	if e.Whole {
+		where = fmt.Sprintf("a row group whose column %q is decoded a whole column chunk at a time, with a page", e.Column)
+	}
+	return fmt.Sprintf("%s holding row ids %d to %d that decodes to about %d bytes", where, e.First, e.First+e.Rows-1, e.Bytes)
 }
 
 func (e *PageTooLarge) Error() string {
-	return fmt.Sprintf("row id %d lies in a page of column %q holding row ids %d to %d that decodes to about %d bytes, more than %d",
-		e.Row, e.Column, e.First, e.First+e.Rows-1, e.Bytes, e.Limit)
+	return fmt.Sprintf("row id %d, which lies in %s, more than %d", e.Row, e.Where(), e.Limit)
 }
 
 // Budget bounds the bytes of rows that the Kept sets sharing it hold. A

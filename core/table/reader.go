@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,7 +81,11 @@ type Reader struct {
 	sectionBufs bufferList   // the buffers decoders read sections of pages into
 	planned     atomic.Int64 // row groups Keep asked for so far: the priority of the next
 	pageLimit   int64        // ReaderOptions.PageBytes
-	stats       readerStats
+	large       sync.Map     // GroupRef -> []largePage, once every page of the group is known
+	// The rows kept so far, and their bytes, but those of pieces that keep
+	// a row of a large page: GuessRowBytes's mean.
+	typicalRows, typicalBytes atomic.Int64
+	stats                     readerStats
 }
 
 // NewReader returns a reader of the given columns.
