@@ -133,7 +133,10 @@ def merge_stats(streams: Iterable[Mapping[str, int]], shared: bool = False) -> d
 class _WorkerBudget:
     """The share of a dataset's memory budget its copy in a DataLoader worker
     holds: croupier.DataLoader sets ``_divide_budget`` on the copies its K
-    workers get, and each opens its Go object with ``memory_budget // K``."""
+    workers get, and each opens its Go object with ``memory_budget // K``, or,
+    where the workers send runs of steps (``_send_runs``), three quarters of
+    that: the other quarter bounds the runs waiting in its slots
+    (croupier._runs.Outbox)."""
 
     _divide_budget: bool
     _info: dict[str, Any]  # the Go object's info: memory_budget has Go's default filled in
@@ -145,8 +148,20 @@ class _WorkerBudget:
         worker = torch.utils.data.get_worker_info()
         if not self._divide_budget or worker is None:
             return None
+        share = int(self._info["memory_budget"]) // worker.num_workers
+        if getattr(self, "_send_runs", False):
+            share -= share // 4
         # At least one byte: 0 would mean the default to Go.
-        return max(int(self._info["memory_budget"]) // worker.num_workers, 1)
+        return max(share, 1)
+
+    def _outbox_bytes(self) -> int:
+        """The bytes of the runs this copy's slots may hold while they wait for
+        the trainer: in a worker whose budget croupier.DataLoader divides, the
+        quarter of its share that its Go object leaves; else 0, no bound."""
+        worker = torch.utils.data.get_worker_info()
+        if not self._divide_budget or worker is None:
+            return 0
+        return int(self._info["memory_budget"]) // worker.num_workers // 4
 
     def _go_options(self) -> dict[str, Any]:
         """The options to open the Go object with: in a worker, its share of the budget."""
@@ -522,7 +537,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         as the slices of the batches that hold it, one after the other.
         """
         end = self.steps_per_epoch
-        outbox = Outbox(worker)
+        outbox = Outbox(worker, self._outbox_bytes())
         run_first = start
         parts: list[pa.RecordBatch] = []
         for first, steps, batch in _read(stream):
