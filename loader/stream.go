@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -578,10 +579,14 @@ func (s *Stream) tooLarge(err error, b batch) error {
 	if !errors.As(err, &big) {
 		return err
 	}
+	what := fmt.Sprintf("%s row id %d, which lies in", stepsHold(b), big.Row)
+	if big.Rows == 0 {
+		what = strings.Replace(stepsHold(b), "hold", "need", 1) + " rows of"
+	}
 	return errcode.New(errcode.InvalidArgument, "read", s.uri,
-		"%s row id %d, which lies in %s, more than memory_budget %d bytes: the page cannot be decoded within the budget;"+
+		"%s %s, more than memory_budget %d bytes: the page cannot be decoded within the budget;"+
 			" raise memory_budget above %d, or leave rows that large out with a filter",
-		stepsHold(b), big.Row, big.Where(), s.limit, big.Bytes)
+		what, big.Where(), s.limit, big.Bytes)
 }
 
 // closeKept closes a horizon's kept rows once.

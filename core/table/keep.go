@@ -556,11 +556,13 @@ type largePage struct {
 	col      int
 	bytes    int64
 	whole    bool
+	dict     bool // the chunk's dictionary page, which every row of the group needs
 }
 
 // largePages returns the pages of row group g charged whole: those whose
-// rows average more than fatPage times the row group's mean row (as its
-// footer gives it) in one column. Of a file without an offset index only
+// rows average more than fatPage times the typical row in one column (its
+// pages' median bytes a row, or the row group's mean row as its footer
+// gives it, the smaller), and those larger than r.pageLimit. Of a file without an offset index only
 // the pages located so far are known; the answer is kept once every page
 // of the group is.
 func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error) {
@@ -607,11 +609,30 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 		// A column the page decoder does not handle is decoded a whole
 		// chunk at a time: each of its pages, whichever rows are kept.
 		whole := len(r.leaves[cols[i]]) != 1 || fastColumn(r.schema.Field(cols[i]), md.Schema.Column(leaves[i]), chunk) == notFast
+		scale := func(size int64) int64 { return int64(float64(size) * float64(decoded) / float64(stored)) }
+		// The typical row of the column: its pages' median bytes a row
+		// (the mean, over the group, counts the large rows in).
+		density := make([]float64, len(l.size))
+		for pg, size := range l.size {
+			density[pg] = float64(scale(size)) / float64(max(l.first[pg+1]-l.first[pg], 1))
+		}
+		slices.Sort(density)
+		typical := mean
+		if len(density) > 0 {
+			typical = min(typical, max(int64(density[len(density)/2]), 1))
+		}
 		for pg, size := range l.size {
 			from, to := l.first[pg], l.first[pg+1]
-			bytes := int64(float64(size) * float64(decoded) / float64(stored))
-			if bytes > fatPage*mean*max(to-from, 1) {
+			bytes := scale(size)
+			if bytes > fatPage*typical*max(to-from, 1) || r.pageLimit > 0 && bytes > r.pageLimit {
 				out = append(out, largePage{from: from, to: to, col: cols[i], bytes: bytes, whole: whole})
+			}
+		}
+		// A dictionary page is decoded for every row of the group: it is
+		// large only when it alone is more than a read may hold.
+		if dict := dictionaryOffset(chunk); dict >= 0 && len(l.off) > 0 {
+			if bytes := scale(l.off[0] - dict); r.pageLimit > 0 && bytes > r.pageLimit {
+				out = append(out, largePage{from: 0, to: rows, col: cols[i], bytes: bytes, whole: true, dict: true})
 			}
 		}
 	}
@@ -647,7 +668,7 @@ func (r *Reader) pieceBytes(ctx context.Context, p *piece, refuse func(p *piece,
 			}
 			taken := int64(len(p.sel))
 			refuse(p, from, to, PageTooLarge{First: uint64(p.start + lp.from), Rows: uint64(lp.to - lp.from),
-				Column: r.schema.Field(lp.col).Name, Whole: lp.whole, Bytes: lp.bytes, Limit: r.pageLimit})
+				Column: r.schema.Field(lp.col).Name, Whole: lp.whole && !lp.dict, Dictionary: lp.dict, Bytes: lp.bytes, Limit: r.pageLimit})
 			n -= guess * (taken - int64(len(p.sel)))
 			continue
 		}
@@ -755,19 +776,30 @@ func takes(sel []uint64, from, to int64) bool {
 // than the memory that bounds the read, whatever else is freed.
 type PageTooLarge struct {
 	Row         uint64 // the id of the row the read needs
-	First, Rows uint64 // the id of the page's first row, and its rows
+	First, Rows uint64 // the id of the page's first row, and its rows; 0 rows: not known (see Where)
 	Column      string
 	// Whole is set when the column is decoded a whole column chunk at a
 	// time (the page decoder does not handle its type): the row needs the
 	// page whichever page the row is in.
 	Whole bool
-	Bytes int64 // the page's, decoded, as its stored size and its chunk's ratio say
-	Limit int64 // the reader's PageBytes
+	// Dictionary is set when the page is the column chunk's dictionary,
+	// which every row of the group needs.
+	Dictionary bool
+	Bytes      int64 // the page's, decoded, as its stored size and its chunk's ratio say
+	Limit      int64 // the reader's PageBytes
 }
 
 // Where says where the row lies and how large the page is, after "row id
 // N, which lies in".
 func (e *PageTooLarge) Where() string {
+	switch {
+	case e.Rows == 0:
+		return fmt.Sprintf("a row group whose column %q has a page (found as it was read, not by an offset index) that decodes to about %d bytes",
+			e.Column, e.Bytes)
+	case e.Dictionary:
+		return fmt.Sprintf("a row group holding row ids %d to %d whose column %q has a dictionary page that decodes to about %d bytes",
+			e.First, e.First+e.Rows-1, e.Column, e.Bytes)
+	}
 	where := fmt.Sprintf("a page of column %q", e.Column)
 	if e.Whole {
 		where = fmt.Sprintf("a row group whose column %q is decoded a whole column chunk at a time, with a page", e.Column)
@@ -776,6 +808,9 @@ func (e *PageTooLarge) Where() string {
 }
 
 func (e *PageTooLarge) Error() string {
+	if e.Rows == 0 {
+		return fmt.Sprintf("rows of %s, more than %d", e.Where(), e.Limit)
+	}
 	return fmt.Sprintf("row id %d, which lies in %s, more than %d", e.Row, e.Where(), e.Limit)
 }
 

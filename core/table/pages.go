@@ -497,6 +497,11 @@ type pagePlan struct {
 	base  []int64 // for each, the rows of the pages before it in pages
 	rows  int64   // rows in them all
 	tail  bool
+	// limit refuses a page that decodes to more (PageTooLarge, of column):
+	// the pages of the tail, not located yet, are sized by their headers
+	// before they are decoded. 0: no bound.
+	limit  int64
+	column string
 }
 
 // planPages returns the pages of locs that hold rows (ascending offsets in
@@ -613,6 +618,7 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 			}
 			return nil, nil, err
 		}
+		r.limit, r.column = p.limit, p.column
 		return r, held, nil
 	}}
 }

@@ -898,6 +898,7 @@ func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pageP
 			locs[i] = unlocated(chunks[0])
 		}
 		if p := planPages(locs[i], rows); p != nil {
+			p.limit, p.column = r.pageLimit, r.schema.Field(c).Name
 			if plans == nil {
 				plans = make([]*pagePlan, len(r.leaves))
 			}
