@@ -2,6 +2,7 @@ package loader_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -33,8 +34,9 @@ const (
 var rareAt = []int{1000, 1016, 1032, 1048}
 
 // rareTables writes the rare-rows table as a croupier table (offset index,
-// 16 KiB pages) and as plain Parquet as arrow-go writes it (no offset index,
-// 1 MiB pages in row groups of 512 rows), and opens both.
+// 16 KiB pages), as plain Parquet as arrow-go writes it (no offset index,
+// 1 MiB pages in row groups of 512 rows), and as the same plain Parquet with
+// the cells as lists of int32, and opens them.
 func rareTables(t *testing.T) map[string]*table.Table {
 	t.Helper()
 	ctx := context.Background()
@@ -79,7 +81,36 @@ func rareTables(t *testing.T) map[string]*table.Table {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { plain.Close() })
-	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain}
+	// The same cells as lists of int32, which headers alone do not locate:
+	// a V1 page does not say how many lists it holds.
+	lists := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "blob", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+	}, nil)
+	lb := array.NewRecordBuilder(memory.NewGoAllocator(), lists)
+	defer lb.Release()
+	cells := rec.Column(1).(*array.Binary)
+	for i := range rareRows {
+		lb.Field(0).(*array.Int64Builder).Append(int64(i))
+		list := lb.Field(1).(*array.ListBuilder)
+		list.Append(true)
+		for j := 0; j+4 <= len(cells.Value(i)); j += 4 {
+			list.ValueBuilder().(*array.Int32Builder).Append(int32(binary.LittleEndian.Uint32(cells.Value(i)[j:])))
+		}
+	}
+	lrec := lb.NewRecordBatch()
+	defer lrec.Release()
+	dir = t.TempDir()
+	data = tabletest.EncodeRecord(t, lrec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false))
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plainLists, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plainLists.Close() })
+	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain, "plain Parquet of lists": plainLists}
 }
 
 // rareOrders are the table's order and a full shuffle of it.
@@ -115,8 +146,7 @@ func TestRareLargeRowsWithinTheBudget(t *testing.T) {
 						}
 						seen[id] = true
 					}
-					blobs := rec.Column(1).(*array.Binary)
-					largest = max(largest, int64(len(blobs.ValueBytes()))+8*rec.NumRows())
+					largest = max(largest, table.RecordBytes(rec))
 				})
 				for id, ok := range seen {
 					if !ok {
@@ -140,15 +170,15 @@ func TestRareLargeRowsWithinTheBudget(t *testing.T) {
 }
 
 // TestRareRowLargerThanTheBudget deals the rare-rows table with a budget
-// smaller than one large cell: in a croupier table, whose offset index says
-// how large the cell's page is, the first step that needs a row of that page
-// (the large row's, or the one before, whose last rows share its page) is
-// refused before the page is fetched, naming the step, its row, the page's
-// rows and size and the budget, and every step before it is dealt; in plain
-// Parquet, whose pages are located as they are read, the step is refused
-// naming its bytes and its largest row once its rows are kept, before its
-// batch is assembled. In a full shuffle too the error names a row of the
-// step it ends.
+// smaller than one large cell: where the cell's page is located before it is
+// read (a croupier table's offset index; the headers of a plain file's flat
+// column), the first step that needs a row of that page (the large row's, or
+// the one before, whose last rows share its page) is refused before the page
+// is fetched, naming the step, its row, the page's rows and size and the
+// budget, and every step before it is dealt; where it is not (a plain file's
+// lists), the first step that needs the row group is refused by the page's
+// header, before the page is decoded. In a full shuffle too the error names
+// a step the order deals there.
 func TestRareRowLargerThanTheBudget(t *testing.T) {
 	ctx := context.Background()
 	const budget = rareCell * 3 / 4
@@ -185,11 +215,12 @@ func TestRareRowLargerThanTheBudget(t *testing.T) {
 						t.Fatal(idsErr)
 					}
 					msg := err.Error()
-					if form == "plain Parquet" && strings.Contains(msg, "needs rows of a row group") {
-						// Pages found as they are read: the step that
-						// first needs the row group is refused.
-						if name == "stored" && dealt > int64(rareAt[0]/16) {
-							t.Fatalf("refused at step %d, after the large row's step %d", dealt, rareAt[0]/16)
+					if form == "plain Parquet of lists" && strings.Contains(msg, "needs rows of a row group") {
+						// Pages found as they are read: the step that first
+						// needs the row group is refused, by the page's
+						// header, before the page is decoded.
+						if first := int64(rareAt[0] / 512 * 512 / 16); name == "stored" && dealt != first {
+							t.Fatalf("refused at step %d; the large row's row group starts in step %d", dealt, first)
 						}
 						return
 					}
@@ -200,14 +231,11 @@ func TestRareRowLargerThanTheBudget(t *testing.T) {
 					if !named {
 						t.Fatalf("step %d (rows %v) refused without naming a row of it: %v", dealt, ids, err)
 					}
-					if form == "plain Parquet" {
-						return
-					}
 					// The page's rows: the large row's and those before it
 					// in its page, the first of which the step needs.
 					var first, last int64
 					if _, scanErr := fmt.Sscanf(msg[strings.Index(msg, "holding row ids"):], "holding row ids %d to %d", &first, &last); scanErr != nil {
-						t.Fatalf("a croupier table's large row refused without naming its page's rows: %v", err)
+						t.Fatalf("a large row refused without naming its page's rows: %v", err)
 					}
 					if !slices.ContainsFunc(rareAt, func(at int) bool { return int64(at) >= first && int64(at) <= last }) {
 						t.Fatalf("the page of rows %d to %d holds no large row: %v", first, last, err)

@@ -562,7 +562,9 @@ type largePage struct {
 // largePages returns the pages of row group g charged whole: those whose
 // rows average more than fatPage times the typical row in one column (its
 // pages' median bytes a row, or the row group's mean row as its footer
-// gives it, the smaller), and those larger than r.pageLimit. Of a file without an offset index only
+// gives it, the smaller), and those larger than r.pageLimit. The pages of a
+// local file without an offset index are located first by their headers,
+// where its columns are flat (locatePages). Of a file without an offset index only
 // the pages located so far are known; the answer is kept once every page
 // of the group is.
 func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error) {
@@ -587,6 +589,9 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 	}
 	locs, err := r.t.pages(ctx, g.File, g.Group, leaves)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.locatePages(ctx, g.File, g.Group, leaves, locs); err != nil {
 		return nil, err
 	}
 	var out []largePage

@@ -504,7 +504,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
             if runs:
                 yield from self._runs(stream, start, k)
             else:
-                for first, steps, batch in _read(stream):
+                for first, steps, batch in self._batches(stream):
                     outs = self._convert(batch, self._step_sizes(steps, batch.num_rows))
                     del batch  # the conversions hold what they need
                     for i, out in enumerate(outs):
@@ -527,6 +527,12 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         with self._budget_errors():
             return _lib.stream_open(self._handle(), options)
 
+    def _batches(self, stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+        """The stream's batches (``_read``); in a worker whose budget was divided,
+        a batch refused for the budget says how it was divided."""
+        with self._budget_errors():
+            yield from _read(stream)
+
     def _runs(self, stream: _lib.Handle, start: int, worker: int) -> Iterator[Steps]:
         """Worker ``worker``'s rows of each run of ``RUN_STEPS`` steps from
         ``start``, from a stream that shares steps, one Steps each (see
@@ -540,7 +546,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         outbox = Outbox(worker, self._outbox_bytes())
         run_first = start
         parts: list[pa.RecordBatch] = []
-        for first, steps, batch in _read(stream):
+        for first, steps, batch in self._batches(stream):
             at = batch.num_columns - 1
             if batch.schema.names[at] != PLACES:
                 raise InternalError(f"a shared stream's batch has no {PLACES} column")
