@@ -27,8 +27,10 @@ croupier.DataLoader divides the budget, a worker's Go stream gets three
 quarters of its share and its slots the other quarter. A worker writes a run
 only when the slots waiting for the main process leave room for it, or when
 none waits (a run larger than the quarter crosses alone); the main process
-frees a slot once it has merged its run. So the workers' streams and runs
-together hold the budget, and the main process one merged run beside it.
+frees a slot once it has merged its run. Runs of rows so large that three
+would not fit are cut shorter (``Outbox.run_steps``). So the workers'
+streams and runs together hold the budget, and the main process one merged
+run beside it.
 """
 
 from __future__ import annotations
@@ -120,6 +122,19 @@ class Outbox:
         self._slots: list[torch.Tensor] = []
         self.peak = 0  # the most bytes of slots waiting at once
         self.alone = 0  # the most bytes of one slot that waited alone, over limit
+
+    def run_steps(self, step_bytes: int) -> int:
+        """The steps of each run: ``RUN_STEPS``, or fewer, at least one, where
+        the rank's steps are so large (``step_bytes``, the Go stream's guess,
+        the same in every worker) that three runs of the workers' parts would
+        not fit the workers' quarters together: a run then waits in a slot
+        beside two more, and the main process merges one the size of a
+        twelfth of the budget."""
+        if not self.limit:
+            return RUN_STEPS
+        workers = torch.utils.data.get_worker_info()
+        total = self.limit * (workers.num_workers if workers is not None else 1)
+        return max(1, min(RUN_STEPS, total // (3 * max(step_bytes, 1))))
 
     def waiting(self) -> int:
         """The bytes of the slots whose runs the main process has not merged yet."""

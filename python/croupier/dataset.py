@@ -35,7 +35,7 @@ import torch
 import torch.utils.data
 
 from . import _args, _lib
-from ._runs import PLACES, RUN_STEPS, Outbox, Steps
+from ._runs import PLACES, Outbox, Steps
 from .errors import InternalError, InvalidArgumentError
 from .formats import check_format, check_packing, convert_steps, pack
 from .permutation import Permutation
@@ -101,6 +101,7 @@ _MOST_STATS = frozenset(
     {
         "held_peak",
         "horizon_steps",
+        "step_bytes",
         "rounds",
         "version",
         "new_rows",
@@ -534,7 +535,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
             yield from _read(stream)
 
     def _runs(self, stream: _lib.Handle, start: int, worker: int) -> Iterator[Steps]:
-        """Worker ``worker``'s rows of each run of ``RUN_STEPS`` steps from
+        """Worker ``worker``'s rows of each run of steps (``Outbox.run_steps``) from
         ``start``, from a stream that shares steps, one Steps each (see
         croupier._runs).
 
@@ -544,6 +545,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         """
         end = self.steps_per_epoch
         outbox = Outbox(worker, self._outbox_bytes())
+        run_steps = outbox.run_steps(_lib.stream_stats(stream.value)["step_bytes"])
         run_first = start
         parts: list[pa.RecordBatch] = []
         for first, steps, batch in self._batches(stream):
@@ -554,7 +556,7 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
             cuts = np.searchsorted(places >> 32, np.arange(steps + 1))
             t = first
             while t < first + steps:
-                run_end = min(run_first + RUN_STEPS, end)
+                run_end = min(run_first + run_steps, end)
                 n = min(first + steps, run_end) - t
                 lo, hi = cuts[t - first], cuts[t - first + n]
                 # Places count steps from the run's first, not the batch's.
