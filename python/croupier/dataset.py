@@ -627,27 +627,32 @@ class StreamingDataset(torch.utils.data.IterableDataset, _lib.GoObject, _WorkerB
         waiting for a batch still being read (the loader was the bottleneck);
         ``ready``, batches read ahead; ``held_bytes``, rows kept now for steps
         ahead, ``held_peak`` the most kept at once, ``held_limit`` the share of
-        ``memory_budget`` for them, ``horizon_steps``, the steps of the
-        last horizon, and ``horizons``, the horizons planned;
-        ``bytes_read`` and ``requests`` made to the store, and ``hedged``,
-        requests sent again because the first answer was late; ``row_groups``
-        decoded and ``decoded_bytes``, the bytes of the pages they decoded;
-        ``kept_rows`` and ``kept_bytes`` copied out of them for the steps;
-        ``fetch_ns`` and ``decode_ns``, summed over parallel work;
-        ``cache_hits`` and ``cache_hit_bytes``, the blocks the disk cache
-        served instead of the store and the bytes of reads they held, and
-        ``cache_unstored``, the blocks fetched that it could not keep (its
-        disk full or unwritable; see :func:`~croupier.open_table`). Empty
-        before the first iteration.
+        ``memory_budget`` for them, ``horizon_steps``, the steps of the last
+        horizon, and ``horizons``, the horizons planned; ``ahead_bytes``, the
+        bytes of the batches read ahead, ``ahead_peak`` the most at once,
+        ``ahead_limit`` their share, and ``step_bytes``, the guessed bytes of
+        one step as the budget is divided; ``bytes_read`` and ``requests`` made
+        to the store, and ``hedged``, requests sent again because the first
+        answer was late; ``row_groups`` decoded and ``decoded_bytes``, the bytes
+        of the pages they decoded; ``kept_rows`` and ``kept_bytes`` copied out
+        of them for the steps; ``fetch_ns`` and ``decode_ns``, summed over
+        parallel work; ``cache_hits`` and ``cache_hit_bytes``, the blocks the
+        disk cache served instead of the store and the bytes of reads they held,
+        and ``cache_unstored``, the blocks fetched that it could not keep (its
+        disk full or unwritable; see :func:`~croupier.open_table`). Empty before
+        the first iteration.
 
         Under :class:`croupier.DataLoader` with workers that send runs of steps
         (no ``collate``, ``collate_fn`` or ``pin_memory``), the dataset in the
-        training process has its workers' counters as of the last run each
-        sent, combined (:func:`merge_stats`): ``held_peak`` and
-        ``horizon_steps`` are the most of any worker, every other key the sum
-        over the workers. With other loaders, or workers that convert batches
-        themselves, each worker process has its own counters and this
-        process's stay empty.
+        training process has its workers' counters as of the last run each sent,
+        combined (:func:`merge_stats`): ``held_peak``, ``horizon_steps`` and
+        ``step_bytes`` are the most of any worker, every other key the sum over
+        the workers; ``sent_peak`` is the most bytes of runs a worker's slots
+        held at once, ``sent_limit`` their share of the budget (see
+        ``croupier._runs``) and ``sent_alone`` the largest run that crossed
+        alone, above it, each summed over the workers. With other loaders, or
+        workers that convert batches themselves, each worker process has its own
+        counters and this process's stay empty.
         """
         stream = self._stream() if self._stream is not None else None
         if stream is not None and not stream.closed:
