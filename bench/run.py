@@ -18,6 +18,12 @@ matplotlib installed from ``bench/requirements.txt``. Parts, in order:
 ``memory``
     croupier reading a table 4 and 32 times its memory budget, against pyarrow
     and peers (``bench/beyond_memory.py``).
+``edges``
+    the memory budget at its edges: a table of small rows with four rows of
+    60 MB, read with budgets of 32 and 128 MiB, in stored order and a full
+    shuffle, as a croupier table and plain Parquet, with 0 and 2 worker
+    processes: peak memory against the bound, or the error that refuses it
+    (``bench/budget_edges.py``).
 ``ranks``
     1, 4 and 8 croupier ranks as separate processes reading that table together
     (``bench/ranks.py``).
@@ -60,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import beyond_memory
+import budget_edges
 import distant
 import follow
 import loader_throughput
@@ -75,6 +82,7 @@ PARTS = (
     "permutation",
     "commits",
     "memory",
+    "edges",
     "ranks",
     "tokens",
     "mixture",
@@ -90,6 +98,7 @@ QUICK = {
     "permutation": "--rows 200000",
     "commits": "-appends 3 -writers 1,4",
     "memory": "--rows 32768 --seconds 1 --orders full --ratios 2 --peers lancedb",
+    "edges": "--rows 4000 --cell-mib 8 --budgets-mib 4,16 --workers 0",
     "ranks": "--rows 32768 --seconds 1 --ratio 2 --worlds 2 --workers 0,2 --orders full",
     "tokens": "--rows 2000 --imbalance-steps 5",
     "mixture": "--rows 2000 --repeats 1",
@@ -239,9 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.out),
                 ]
             ).returncode
-        elif part in ("memory", "ranks", "tokens", "mixture", "follow", "distant"):
+        elif part in ("memory", "edges", "ranks", "tokens", "mixture", "follow", "distant"):
             run_part = {
                 "memory": beyond_memory.main,
+                "edges": budget_edges.main,
                 "ranks": ranks.main,
                 "tokens": tokens.main,
                 "mixture": tokens.main,

@@ -685,14 +685,15 @@ func TestWindowHorizons(t *testing.T) {
 	}
 }
 
-// TestStepLargerThanTheBudget deals a table in its order whose row 700 holds
-// a 4 MiB cell among rows of 100 bytes, with a budget of 2 MiB that the first
-// row groups' sizes allow: the steps before it are dealt, and its step is an
-// error naming the step, the row (its 4 MiB and its 8-byte id) and their
-// sizes, not a batch of twice the budget.
+// TestStepLargerThanTheBudget deals a table in its order whose step 43 holds
+// 16 cells of 192 KiB, row 700's of 256 KiB, among rows of 100 bytes, with a
+// budget of 2 MiB that the first row groups' sizes allow: each cell's page
+// fits the budget, but the step does not. The steps before it are dealt,
+// and its step is an error naming the step, its largest row (its 256 KiB and
+// its 8-byte id) and their sizes, not a batch larger than the budget.
 func TestStepLargerThanTheBudget(t *testing.T) {
 	ctx := context.Background()
-	const rows, huge, at, budget = 1024, 4 << 20, 700, 2 << 20
+	const rows, wide, huge, at, budget = 1024, 192 << 10, 256 << 10, 700, 2 << 20
 	schema := arrow.NewSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "blob", Type: arrow.BinaryTypes.Binary},
@@ -702,8 +703,11 @@ func TestStepLargerThanTheBudget(t *testing.T) {
 	for i := range rows {
 		b.Field(0).(*array.Int64Builder).Append(int64(i))
 		n := 100
-		if i == at {
+		switch {
+		case i == at:
 			n = huge
+		case i/16 == at/16:
+			n = wide
 		}
 		b.Field(1).(*array.BinaryBuilder).Append(make([]byte, n))
 	}

@@ -2,10 +2,12 @@ package loader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +91,7 @@ type Place struct{ Step, Index int32 }
 
 type result struct {
 	batch Batch
+	ahead int64 // the bytes held for it in the read-ahead budget
 	err   error
 }
 
@@ -102,6 +105,8 @@ type Stream struct {
 	budget   *table.Budget    // of the rows kept for horizons
 	limit    int64            // the whole memory budget
 	slots    chan struct{}    // read-ahead: one per batch in pending or being taken by Next
+	ahead    *aheadBudget     // read-ahead: the bytes of the batches read and not taken by Next
+	step     int64            // the guessed bytes of one step of this rank's rows (budgetShares.StepBytes)
 	decoded  chan struct{}    // closed once the reader has nothing more to fetch or decode
 	finished chan struct{}    // closed once decoded and every read has started
 	horizons chan *horizon    // planned, in step order
@@ -131,6 +136,10 @@ type Stats struct {
 	HeldBytes    int64         `json:"held_bytes"`    // bytes of rows kept now for steps ahead
 	HeldPeak     int64         `json:"held_peak"`     // the most bytes of rows kept at any time
 	HeldLimit    int64         `json:"held_limit"`    // the share of the memory budget for kept rows
+	AheadBytes   int64         `json:"ahead_bytes"`   // bytes of the batches read ahead now
+	AheadPeak    int64         `json:"ahead_peak"`    // the most bytes of batches read ahead at any time
+	AheadLimit   int64         `json:"ahead_limit"`   // the share of the memory budget for them
+	StepBytes    int64         `json:"step_bytes"`    // the guessed bytes of one step of this rank's rows, as the budget is divided
 	HorizonSteps int64         `json:"horizon_steps"` // steps in the horizon planned last
 	Horizons     int64         `json:"horizons"`      // horizons planned so far
 }
@@ -139,8 +148,10 @@ type Stats struct {
 // concurrently with Next.
 func (s *Stream) Stats() Stats {
 	held, peak := s.budget.Used()
+	ahead, aheadPeak := s.ahead.Used()
 	return Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
 		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak, HeldLimit: s.budget.Limit(),
+		AheadBytes: ahead, AheadPeak: aheadPeak, AheadLimit: s.ahead.limit, StepBytes: s.step,
 		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load()}
 }
 
@@ -230,16 +241,17 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 		return nil, err
 	}
 	r, err := l.table.NewReader(table.ReaderOptions{Columns: l.opts.Columns, Allocator: l.opts.Allocator,
-		MaxReads: l.opts.MaxReads, FetchBytes: m.Fetch, Decoders: m.Decoders, DecodeBytes: m.Decoding})
+		MaxReads: l.opts.MaxReads, FetchBytes: m.Fetch, Decoders: m.Decoders, DecodeBytes: m.Decoding,
+		PageBytes: l.opts.MemoryBudget})
 	if err != nil {
 		return nil, err
 	}
-	budget, slots := table.NewBudget(m.Kept), make(chan struct{}, l.opts.ReadAhead)
+	budget, slots, ahead := table.NewBudget(m.Kept), make(chan struct{}, l.opts.ReadAhead), newAheadBudget(m.ReadAhead)
 	if prev != nil {
-		budget, slots = prev.budget, prev.slots
+		budget, slots, ahead = prev.budget, prev.slots, prev.ahead
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots,
+	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes,
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
@@ -311,11 +323,14 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		// Take steps while their rows fit the budget, at least one, and no
 		// more than the ramp allows; ends[i] is where step i's rows end in
 		// ids. rowBytes is guessed from the first row: a step of a grouped
-		// deal or of token budgets may give this rank none.
+		// deal or of token budgets may give this rank none. large is the
+		// bytes of the large pages the steps' rows need (table.LargeRows),
+		// beside their rows at rowBytes each.
 		var ids []uint64
 		var places []Place
 		var ends []int
-		var rowBytes int64
+		var rowBytes, large int64
+		counted := map[table.LargePage]bool{}
 		full := false // the budget, not the ramp or the steps, ended the horizon
 		for len(ends) < min(len(steps), ramp) {
 			more, err := d.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
@@ -335,10 +350,15 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 					return err
 				}
 			}
-			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes > s.budget.Limit() {
+			extra, err := s.reader.LargeRows(ctx, more, counted)
+			if err != nil {
+				return err
+			}
+			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes+large+extra > s.budget.Limit() {
 				full = true
 				break
 			}
+			large += extra
 			if ids == nil && len(more) > 0 {
 				// Room for the rows the horizon will take, as far as the
 				// first step tells: growing by doubling copied a table-wide
@@ -461,7 +481,7 @@ func (s *Stream) produce(ctx context.Context, after <-chan struct{}) (err error)
 				return nil
 			}
 			s.wg.Add(1)
-			go s.read(ctx, h, b, ch)
+			go s.read(ctx, h, b, s.ahead.take(), ch)
 		}
 	}
 	select {
@@ -491,9 +511,14 @@ func (s *Stream) enqueue(ctx context.Context, ch chan result) bool {
 }
 
 // read makes batch b of h and sends it on ch; a panic becomes the result's
-// error. The last batch of a horizon closes it.
-func (s *Stream) read(ctx context.Context, h *horizon, b batch, ch chan<- result) (res result) {
+// error. Once the batch's rows are kept it waits for turn, and room for
+// them among the batches read ahead (aheadBudget), before it assembles them.
+// The last batch of a horizon closes it.
+func (s *Stream) read(ctx context.Context, h *horizon, b batch, turn uint64, ch chan<- result) (res result) {
 	defer func() {
+		if res.ahead == 0 {
+			s.ahead.pass(turn)
+		}
 		s.ready.Add(1)
 		ch <- res
 		if h.left.Add(-1) == 0 {
@@ -502,39 +527,69 @@ func (s *Stream) read(ctx context.Context, h *horizon, b batch, ch chan<- result
 		s.wg.Done()
 	}()
 	defer errcode.Recover(&res.err, errcode.Internal, fmt.Sprintf("read step %d of", b.steps[0]), s.uri)
-	rec, err := h.kept.Read(ctx, b.from, b.to)
+	n, largest, size, err := h.kept.Bytes(ctx, b.from, b.to)
 	if err != nil {
+		return result{err: s.tooLarge(err, b)}
+	}
+	if err := s.fits(n, largest, size, h, b); err != nil {
 		return result{err: err}
 	}
-	if err := s.fits(rec, h, b); err != nil {
-		rec.Release()
+	if err := s.ahead.admit(ctx, turn, n); err != nil {
+		return result{err: err}
+	}
+	res.ahead = n
+	rec, err := h.kept.Read(ctx, b.from, b.to)
+	if err != nil {
+		s.ahead.release(n)
 		return result{err: err}
 	}
 	out := Batch{Step: b.steps[0], Steps: len(b.steps), Record: rec, RowIDs: h.ids[b.from:b.to:b.to]}
 	if h.places != nil {
 		out.Places = h.places[b.from:b.to:b.to]
 	}
-	return result{batch: out}
+	return result{batch: out, ahead: n}
 }
 
-// fits refuses rec, batch b of h, if it alone holds more than the memory
+// fits refuses batch b of h, whose rows hold n bytes, the largest at
+// position largest with size, if it alone holds more than the memory
 // budget: its rows are as large as they are, and a batch the budget cannot
 // hold is an error that names its step, its largest row and their sizes,
-// never an overrun nobody is told of.
-func (s *Stream) fits(rec arrow.RecordBatch, h *horizon, b batch) error {
-	n := table.RecordBytes(rec)
+// never an overrun nobody is told of. It is refused before it is
+// assembled.
+func (s *Stream) fits(n int64, largest int, size int64, h *horizon, b batch) error {
 	if n <= s.limit {
 		return nil
-	}
-	row, size := table.LargestRow(rec)
-	steps := fmt.Sprintf("step %d holds", b.steps[0])
-	if len(b.steps) > 1 {
-		steps = fmt.Sprintf("steps %d to %d hold", b.steps[0], b.steps[len(b.steps)-1])
 	}
 	return errcode.New(errcode.InvalidArgument, "read", s.uri,
 		"%s %d bytes of this rank in %d rows, more than memory_budget %d bytes; the largest row, row id %d, holds %d:"+
 			" raise memory_budget above %d, or read fewer columns or smaller steps, or leave rows that large out with a filter",
-		steps, n, rec.NumRows(), s.limit, h.ids[b.from+row], size, n)
+		stepsHold(b), n, b.to-b.from, s.limit, h.ids[largest], size, n)
+}
+
+// stepsHold names batch b's steps, as the subject of "hold".
+func stepsHold(b batch) string {
+	if len(b.steps) > 1 {
+		return fmt.Sprintf("steps %d to %d hold", b.steps[0], b.steps[len(b.steps)-1])
+	}
+	return fmt.Sprintf("step %d holds", b.steps[0])
+}
+
+// tooLarge names, in err, batch b's step, where err refuses a row of it
+// in a page too large to decode within the memory budget
+// (table.PageTooLarge): the row's page was not fetched.
+func (s *Stream) tooLarge(err error, b batch) error {
+	var big *table.PageTooLarge
+	if !errors.As(err, &big) {
+		return err
+	}
+	what := fmt.Sprintf("%s row id %d, which lies in", stepsHold(b), big.Row)
+	if big.Rows == 0 {
+		what = strings.Replace(stepsHold(b), "hold", "need", 1) + " rows of"
+	}
+	return errcode.New(errcode.InvalidArgument, "read", s.uri,
+		"%s %s, more than memory_budget %d bytes: the page cannot be decoded within the budget;"+
+			" raise memory_budget above %d, or leave rows that large out with a filter",
+		what, big.Where(), s.limit, big.Bytes)
 }
 
 // closeKept closes a horizon's kept rows once.
@@ -586,6 +641,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	}
 	s.waiting = nil
 	<-s.slots
+	s.ahead.release(res.ahead)
 	s.ready.Add(-1)
 	if res.err != nil {
 		s.err = res.err
@@ -623,9 +679,11 @@ func (s *Stream) Close() error {
 	s.cancel()
 	// Drain: reads in flight finish (canceled) and their batches are freed.
 	drain := func(ch chan result) {
-		if res := <-ch; res.batch.Record != nil {
+		res := <-ch
+		if res.batch.Record != nil {
 			res.batch.Record.Release()
 		}
+		s.ahead.release(res.ahead)
 		<-s.slots
 	}
 	if s.waiting != nil {

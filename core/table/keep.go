@@ -1,7 +1,9 @@
 package table
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -49,19 +51,28 @@ type Kept struct {
 	wg      sync.WaitGroup
 
 	mu sync.Mutex // guards pieces' rec, bytes and left after they are built
+	// The positions whose rows lie in pages too large to decode, and why;
+	// set before their piece is built.
+	refused map[int32]error
 }
 
 // piece is the kept rows of one row group.
 type piece struct {
-	key  GroupRef
-	sel  []uint64 // row offsets in the group << 32 | position, ascending; nil once built
-	done chan struct{}
-	rec  arrow.RecordBatch // the rows of sel, in that order; nil once freed
-	err  error
+	key   GroupRef
+	start int64    // the row id of the group's first row
+	sel   []uint64 // row offsets in the group << 32 | position, ascending; nil once built
+	done  chan struct{}
+	rec   arrow.RecordBatch // the rows of sel, in that order; nil once freed
+	err   error
 	// bytes charged to the budget: guessed when admitted, the record's once
 	// built, 0 once freed.
 	bytes int64
 	left  int // positions that take a row from the piece and are not read yet
+	// refused is why rows of the piece were taken out of it (Kept.refuse),
+	// if any were.
+	refused error
+	large   bool // it keeps a row of a large page: its rows are not in GuessRowBytes's mean
+
 }
 
 // maxKeep bounds the ids of one Keep: positions and rows in a row group are
@@ -106,7 +117,7 @@ func (r *Reader) Keep(ctx context.Context, ids []uint64, budget *Budget) (*Kept,
 	}
 	k := &Kept{r: r, budget: budget, of: of, rows: make([]int32, len(ids)), pieces: make([]*piece, len(keys))}
 	for i, key := range keys {
-		p := &piece{key: key, sel: sel[start[i]:start[i+1]], done: make(chan struct{})}
+		p := &piece{key: key, start: starts[i], sel: sel[start[i]:start[i+1]], done: make(chan struct{})}
 		p.left = len(p.sel)
 		k.pieces[i] = p
 	}
@@ -193,15 +204,22 @@ func (k *Kept) build(ctx context.Context) (err error) {
 		}
 	}
 	for i, p := range k.pieces {
-		if k.budget != nil {
-			guess, err := r.GuessRowBytes(ctx, p.key)
+		if k.budget != nil || r.pageLimit > 0 {
+			n, err := r.pieceBytes(ctx, p, k.refuse)
 			if err != nil {
 				return err
 			}
-			if err := k.budget.admit(ctx, k.seq, guess*int64(len(p.sel))); err != nil {
-				return err
+			if len(p.sel) == 0 { // every row refused
+				k.started = i + 1
+				k.finish(p, nil, p.refused)
+				continue
 			}
-			p.bytes = guess * int64(len(p.sel))
+			if k.budget != nil {
+				if err := k.budget.admit(ctx, k.seq, n); err != nil {
+					return err
+				}
+				p.bytes = n
+			}
 		}
 		select {
 		case sem <- struct{}{}:
@@ -300,6 +318,10 @@ func (k *Kept) finish(p *piece, rec arrow.RecordBatch, err error) {
 		p.rec, p.bytes = rec, RecordBytes(rec)
 		k.r.stats.keptRows.Add(rec.NumRows())
 		k.r.stats.keptBytes.Add(p.bytes)
+		if !p.large {
+			k.r.typicalRows.Add(rec.NumRows())
+			k.r.typicalBytes.Add(p.bytes)
+		}
 	}
 	if k.budget != nil {
 		k.budget.adjust(k.seq, p.bytes-charged)
@@ -365,7 +387,7 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 			return nil, errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", k.r.t.pin.URI)
 		}
 		if p.err != nil {
-			return nil, p.err
+			return nil, cmp.Or(k.refusedIn(from, to), p.err)
 		}
 		k.mu.Lock()
 		if p.rec == nil {
@@ -375,6 +397,9 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		recs[i] = p.rec
 		recs[i].Retain()
 		k.mu.Unlock()
+	}
+	if err := k.refusedIn(from, to); err != nil {
+		return nil, err
 	}
 	// The pieces are built: their rows' indices are set.
 	last = -1
@@ -397,6 +422,52 @@ func (k *Kept) Read(ctx context.Context, from, to int) (arrow.RecordBatch, error
 		}
 	}
 	return out, nil
+}
+
+// Bytes waits for the pieces that hold the rows at positions [from, to) and
+// returns the bytes of their values, each row counted as LargestRow counts
+// it, and the position of the largest row and its bytes: what a record of
+// those rows will hold, before Read assembles it.
+func (k *Kept) Bytes(ctx context.Context, from, to int) (n int64, largest int, largestBytes int64, err error) {
+	if from < 0 || to > len(k.of) || from > to {
+		return 0, 0, 0, errcode.New(errcode.InvalidArgument, "read", k.r.t.pin.URI, "positions [%d, %d) outside [0, %d)", from, to, len(k.of))
+	}
+	var rec arrow.RecordBatch
+	last := int32(-1)
+	largest = from
+	for pos := from; pos < to; pos++ {
+		if pi := k.of[pos]; pi != last {
+			p := k.pieces[pi]
+			select {
+			case <-p.done:
+			case <-ctx.Done():
+				return 0, 0, 0, errcode.Wrap(context.Cause(ctx), errcode.Canceled, "read", k.r.t.pin.URI)
+			}
+			if p.err != nil {
+				return 0, 0, 0, cmp.Or(k.refusedIn(from, to), p.err)
+			}
+			k.mu.Lock()
+			rec = p.rec // not freed: positions of it are still to be read
+			k.mu.Unlock()
+			if rec == nil {
+				return 0, 0, 0, errcode.New(errcode.Internal, "read", k.r.t.pin.URI, "positions [%d, %d): row group %d of file %d was freed before all its rows were read", from, to, p.key.Group, p.key.File)
+			}
+			last = pi
+		}
+		row := int64(k.rows[pos]) // not set for a refused row: see below
+		var b int64
+		for _, col := range rec.Columns() {
+			b += rangeBytes(col, row, row+1)
+		}
+		if b > largestBytes {
+			largest, largestBytes = pos, b
+		}
+		n += b
+	}
+	if err := k.refusedIn(from, to); err != nil {
+		return 0, 0, 0, err
+	}
+	return n, largest, largestBytes, nil
 }
 
 // freeLocked frees a built piece's rows and gives back its bytes.
@@ -441,16 +512,311 @@ func (k *Kept) Close() error {
 }
 
 // GuessRowBytes guesses the bytes a kept row of row group g takes: the
-// mean of the rows kept so far, or before any, GuessBytes per row.
+// mean of the rows kept so far but those of pieces that keep a row of a
+// large page (charged beside the mean: see pieceBytes), or before any,
+// GuessBytes per row.
 func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
-	if rows := r.stats.keptRows.Load(); rows > 0 {
-		return max(r.stats.keptBytes.Load()/rows, 1), nil
+	if rows := r.typicalRows.Load(); rows > 0 {
+		return max(r.typicalBytes.Load()/rows, 1), nil
 	}
 	n, _, err := r.GuessBytes(ctx, g)
 	if err != nil {
 		return 0, err
 	}
 	return max(n/max(r.t.pin.Files[g.File].RowGroups[g.Group], 1), 1), nil
+}
+
+// A rare row far larger than its neighbours is not in a mean: a piece that
+// keeps one row of 60 MB among thousands of 200 bytes was charged a few
+// kilobytes, and the next horizon was admitted beside it. But such a row
+// lies in a page of its own, or nearly: a writer ends a page once it passes
+// its size, so no page of ordinary rows is more than a few times its
+// neighbours, and the offset index (or the pages a read has located, in a
+// file without one) says how large each page is and which rows it holds
+// before anything is fetched. So a piece is charged its rows at the guess of
+// a row, and beside them, whole, each large page it takes a row from: one
+// whose rows average more than fatPage times its row group's mean row, in
+// one column, at its stored bytes scaled by its chunk's decoded ÷ stored
+// (largePages). The planner counts them too (LargeRows), so that a horizon
+// ends before its large rows overrun the budget. A page that decodes to more
+// than the reader's PageBytes cannot be read within the memory it bounds,
+// and the rows that need it are refused before it is fetched (PageTooLarge);
+// a column the page decoder does not handle is decoded a whole chunk at a
+// time, and every row of the group needs each of its pages.
+
+// fatPage is how many times the guessed bytes of a whole row a page's rows
+// must average in one column for the page to be charged whole.
+const fatPage = 4
+
+// largePage is a page charged whole: rows [from, to) of its row group, of
+// output column col, decoded to about bytes; whole when its column is
+// decoded a whole chunk at a time, so that every row of the group needs it.
+type largePage struct {
+	from, to int64
+	col      int
+	bytes    int64
+	whole    bool
+	dict     bool // the chunk's dictionary page, which every row of the group needs
+}
+
+// largePages returns the pages of row group g charged whole: those whose
+// rows average more than fatPage times the typical row in one column (its
+// pages' median bytes a row, or the row group's mean row as its footer
+// gives it, the smaller), and those larger than r.pageLimit. The pages of a
+// local file without an offset index are located first by their headers,
+// where its columns are flat (locatePages). Of a file without an offset index only
+// the pages located so far are known; the answer is kept once every page
+// of the group is.
+func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error) {
+	if v, ok := r.large.Load(g); ok {
+		return v.([]largePage), nil
+	}
+	groupBytes, _, err := r.GuessBytes(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
+	mean := max(groupBytes/max(rows, 1), 1)
+	md, err := r.t.Footer(ctx, g.File)
+	if err != nil {
+		return nil, err
+	}
+	var cols, leaves []int // every projected leaf, and its output column
+	for c, ls := range r.leaves {
+		for _, leaf := range ls {
+			cols, leaves = append(cols, c), append(leaves, leaf)
+		}
+	}
+	locs, err := r.t.pages(ctx, g.File, g.Group, leaves)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.locatePages(ctx, g.File, g.Group, leaves, locs); err != nil {
+		return nil, err
+	}
+	var out []largePage
+	known := true
+	for i, l := range locs {
+		if l == nil || l.partial() {
+			known = false
+			if l == nil {
+				continue
+			}
+		}
+		chunk, err := md.RowGroup(g.Group).ColumnChunk(leaves[i])
+		if err != nil {
+			return nil, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+		}
+		stored, decoded := chunk.TotalCompressedSize(), chunk.TotalUncompressedSize()
+		if stored <= 0 {
+			continue
+		}
+		// A column the page decoder does not handle is decoded a whole
+		// chunk at a time: each of its pages, whichever rows are kept.
+		whole := len(r.leaves[cols[i]]) != 1 || fastColumn(r.schema.Field(cols[i]), md.Schema.Column(leaves[i]), chunk) == notFast
+		scale := func(size int64) int64 { return int64(float64(size) * float64(decoded) / float64(stored)) }
+		// The typical row of the column: its pages' median bytes a row
+		// (the mean, over the group, counts the large rows in).
+		density := make([]float64, len(l.size))
+		for pg, size := range l.size {
+			density[pg] = float64(scale(size)) / float64(max(l.first[pg+1]-l.first[pg], 1))
+		}
+		slices.Sort(density)
+		typical := mean
+		if len(density) > 0 {
+			typical = min(typical, max(int64(density[len(density)/2]), 1))
+		}
+		for pg, size := range l.size {
+			from, to := l.first[pg], l.first[pg+1]
+			bytes := scale(size)
+			if bytes > fatPage*typical*max(to-from, 1) || r.pageLimit > 0 && bytes > r.pageLimit {
+				out = append(out, largePage{from: from, to: to, col: cols[i], bytes: bytes, whole: whole})
+			}
+		}
+		// A dictionary page is decoded for every row of the group: it is
+		// large only when it alone is more than a read may hold.
+		if dict := dictionaryOffset(chunk); dict >= 0 && len(l.off) > 0 {
+			if bytes := scale(l.off[0] - dict); r.pageLimit > 0 && bytes > r.pageLimit {
+				out = append(out, largePage{from: 0, to: rows, col: cols[i], bytes: bytes, whole: true, dict: true})
+			}
+		}
+	}
+	if known {
+		r.large.Store(g, out)
+	}
+	return out, nil
+}
+
+// pieceBytes returns what piece p is charged when admitted to a budget: its
+// rows at GuessRowBytes each, and, whole, each large page (largePages) that
+// holds one of them. The rows that need a page that decodes to more than
+// r.pageLimit (every row of the group, where its column is decoded a whole
+// chunk at a time) are handed to refuse, and not charged.
+func (r *Reader) pieceBytes(ctx context.Context, p *piece, refuse func(p *piece, from, to int64, page PageTooLarge)) (int64, error) {
+	guess, err := r.GuessRowBytes(ctx, p.key)
+	if err != nil {
+		return 0, err
+	}
+	n := guess * int64(len(p.sel))
+	pages, err := r.largePages(ctx, p.key)
+	if err != nil {
+		return 0, err
+	}
+	for _, lp := range pages {
+		if !lp.whole && !takes(p.sel, lp.from, lp.to) {
+			continue
+		}
+		if r.pageLimit > 0 && lp.bytes > r.pageLimit {
+			from, to := lp.from, lp.to
+			if lp.whole {
+				from, to = 0, r.t.pin.Files[p.key.File].RowGroups[p.key.Group]
+			}
+			taken := int64(len(p.sel))
+			refuse(p, from, to, PageTooLarge{First: uint64(p.start + lp.from), Rows: uint64(lp.to - lp.from),
+				Column: r.schema.Field(lp.col).Name, Whole: lp.whole && !lp.dict, Dictionary: lp.dict, Bytes: lp.bytes, Limit: r.pageLimit})
+			n -= guess * (taken - int64(len(p.sel)))
+			continue
+		}
+		if takes(p.sel, lp.from, lp.to) { // else decoded, not kept: the decoding share's
+			n += lp.bytes
+			p.large = true
+		}
+	}
+	return n, nil
+}
+
+// LargeRows returns the decoded bytes of the large pages (see pieceBytes)
+// that rows ids need and seen does not hold, and adds them to seen: what a
+// horizon that keeps ids needs beside its rows at the mean. A planner that
+// counts them ends a horizon before its rows' large pages overrun the
+// budget. On a remote store only row groups whose pages are known already
+// are looked at: a planner waits for no request.
+func (r *Reader) LargeRows(ctx context.Context, ids []uint64, seen map[LargePage]bool) (int64, error) {
+	var n int64
+	var pages []largePage
+	last := -1
+	for _, id := range ids {
+		g := r.t.groupOf(int64(id))
+		key := r.t.groups[g]
+		if g != last {
+			last, pages = g, nil
+			if v, ok := r.large.Load(key); ok {
+				pages = v.([]largePage)
+			} else if !r.t.Remote() {
+				var err error
+				if pages, err = r.largePages(ctx, key); err != nil {
+					return 0, err
+				}
+			}
+		}
+		row := int64(id) - r.t.groupStarts[g]
+		for i, lp := range pages {
+			if lp.whole || row >= lp.from && row < lp.to {
+				if k := (LargePage{key, i}); !seen[k] {
+					seen[k] = true
+					n += lp.bytes
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// A LargePage names a large page of a row group, for LargeRows.
+type LargePage struct {
+	Group GroupRef
+	Page  int
+}
+
+// refuse takes the rows of piece p at offsets [from, to) of its group, which
+// need a page too large to decode, out of it: their positions are errors of
+// why (page, with each position's row).
+func (k *Kept) refuse(p *piece, from, to int64, page PageTooLarge) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.refused == nil {
+		k.refused = map[int32]error{}
+	}
+	p.sel = slices.DeleteFunc(p.sel, func(v uint64) bool {
+		row := int64(v >> 32)
+		if row >= from && row < to {
+			why := page
+			why.Row = uint64(p.start + row)
+			err := errcode.Wrap(&why, errcode.InvalidArgument, "read", k.r.t.pin.URI)
+			k.refused[int32(uint32(v))] = err
+			if p.refused == nil {
+				p.refused = err
+			}
+			p.left--
+			return true
+		}
+		return false
+	})
+}
+
+// refusedIn returns the error of the first position in [from, to) whose row
+// was refused, if any; the pieces of those positions are built.
+func (k *Kept) refusedIn(from, to int) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.refused) == 0 {
+		return nil
+	}
+	for pos := from; pos < to; pos++ {
+		if err := k.refused[int32(pos)]; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takes reports whether sel (row offsets << 32 | positions) holds a row in
+// [from, to).
+func takes(sel []uint64, from, to int64) bool {
+	return slices.ContainsFunc(sel, func(v uint64) bool { return int64(v>>32) >= from && int64(v>>32) < to })
+}
+
+// PageTooLarge is why a read is refused whose row lies in a page that alone
+// decodes to more than the reader's PageBytes: decoding it would hold more
+// than the memory that bounds the read, whatever else is freed.
+type PageTooLarge struct {
+	Row         uint64 // the id of the row the read needs
+	First, Rows uint64 // the id of the page's first row, and its rows; 0 rows: not known (see Where)
+	Column      string
+	// Whole is set when the column is decoded a whole column chunk at a
+	// time (the page decoder does not handle its type): the row needs the
+	// page whichever page the row is in.
+	Whole bool
+	// Dictionary is set when the page is the column chunk's dictionary,
+	// which every row of the group needs.
+	Dictionary bool
+	Bytes      int64 // the page's, decoded, as its stored size and its chunk's ratio say
+	Limit      int64 // the reader's PageBytes
+}
+
+// Where says where the row lies and how large the page is, after "row id
+// N, which lies in".
+func (e *PageTooLarge) Where() string {
+	switch {
+	case e.Rows == 0:
+		return fmt.Sprintf("a row group whose column %q has a page (found as it was read, not by an offset index) that decodes to about %d bytes",
+			e.Column, e.Bytes)
+	case e.Dictionary:
+		return fmt.Sprintf("a row group holding row ids %d to %d whose column %q has a dictionary page that decodes to about %d bytes",
+			e.First, e.First+e.Rows-1, e.Column, e.Bytes)
+	}
+	where := fmt.Sprintf("a page of column %q", e.Column)
+	if e.Whole {
+		where = fmt.Sprintf("a row group whose column %q is decoded a whole column chunk at a time, with a page", e.Column)
+	}
+	return fmt.Sprintf("%s holding row ids %d to %d that decodes to about %d bytes", where, e.First, e.First+e.Rows-1, e.Bytes)
+}
+
+func (e *PageTooLarge) Error() string {
+	if e.Rows == 0 {
+		return fmt.Sprintf("rows of %s, more than %d", e.Where(), e.Limit)
+	}
+	return fmt.Sprintf("row id %d, which lies in %s, more than %d", e.Row, e.Where(), e.Limit)
 }
 
 // Budget bounds the bytes of rows that the Kept sets sharing it hold. A

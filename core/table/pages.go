@@ -497,6 +497,11 @@ type pagePlan struct {
 	base  []int64 // for each, the rows of the pages before it in pages
 	rows  int64   // rows in them all
 	tail  bool
+	// limit refuses a page that decodes to more (PageTooLarge, of column):
+	// the pages of the tail, not located yet, are sized by their headers
+	// before they are decoded. 0: no bound.
+	limit  int64
+	column string
 }
 
 // planPages returns the pages of locs that hold rows (ascending offsets in
@@ -613,6 +618,7 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 			}
 			return nil, nil, err
 		}
+		r.limit, r.column = p.limit, p.column
 		return r, held, nil
 	}}
 }
@@ -764,4 +770,99 @@ func (m *memStream) Read(p []byte) (int, error) {
 	n := copy(p, m.b)
 	m.b = m.b[n:]
 	return n, nil
+}
+
+// scanPages locates the data pages of a flat column's chunk, one of a file
+// without an offset index, by their headers alone: a read of each header,
+// not of the pages. A data page of a flat column holds a row for each of its
+// values (V1) or says its rows (V2). It returns nil when what the headers
+// say does not add up to the chunk: its pages are then found as they are
+// read, as before.
+func scanPages(src io.ReaderAt, chunk byteRange, rows int64) *pageLocs {
+	locs := &pageLocs{first: []int64{0}}
+	off, end := chunk.off, chunk.off+chunk.n
+	for off < end {
+		var (
+			h   *tStruct
+			n   int
+			err error
+		)
+		for want := min(end-off, firstHeaderBytes); ; want = min(end-off, 4*want) {
+			buf := scratch{}.Allocate(int(want))
+			if _, err = src.ReadAt(buf, off); err == nil {
+				h, n, err = decodeStruct(buf)
+			}
+			scratch{}.Free(buf)
+			if !errors.Is(err, errShortHeader) || want >= end-off {
+				break
+			}
+		}
+		if err != nil {
+			return nil
+		}
+		typ, _ := h.int(pageHeaderType)
+		stored, _ := h.int(pageHeaderCompressedSize)
+		size := int64(n) + stored
+		if stored < 0 || size > end-off {
+			return nil
+		}
+		var pageRows int64
+		switch typ {
+		case pageTypeDataV1:
+			if sub := h.child(pageHeaderDataV1); sub != nil {
+				pageRows, _ = sub.int(pageNumValues)
+			}
+		case pageTypeDataV2:
+			if sub := h.child(pageHeaderDataV2); sub != nil {
+				pageRows, _ = sub.int(pageV2Rows)
+			}
+		default: // a dictionary or index page
+			off += size
+			continue
+		}
+		if pageRows <= 0 {
+			return nil
+		}
+		locs.add(pageRows, off, size)
+		off += size
+	}
+	if off != end || locs.known() != rows {
+		return nil
+	}
+	return locs
+}
+
+// locatePages locates by scanPages the pages of the flat leaf columns of row
+// group g of file f that neither an offset index nor a read has located
+// yet, on local files (a header a read: on a remote store, a round trip
+// each), and keeps them as a read keeps what it learns.
+func (r *Reader) locatePages(ctx context.Context, f, g int, leaves []int, locs []*pageLocs) error {
+	t := r.t
+	if t.Remote() {
+		return nil
+	}
+	md, err := t.Footer(ctx, f)
+	if err != nil {
+		return err
+	}
+	var src io.ReaderAt
+	for i, leaf := range leaves {
+		if locs[i] != nil && !locs[i].partial() || md.Schema.Column(leaf).MaxRepetitionLevel() != 0 {
+			continue
+		}
+		chunks, err := leafChunks(md, g, []int{leaf})
+		if err != nil {
+			return errcode.Wrap(err, errcode.Corrupt, "read", t.loc.ObjectURI(t.pin.Files[f].Key))
+		}
+		if src == nil {
+			src = t.loc.NewReaderAt(ctx, t.pin.Files[f].Object).CountInto(&r.stats.reads)
+		}
+		if l := scanPages(src, chunks[0], t.pin.Files[f].RowGroups[g]); l != nil {
+			key := pageKey{f, g, leaf}
+			t.pageIndex.m.Store(key, l)
+			t.remember(key, l)
+			locs[i] = l
+		}
+	}
+	return nil
 }

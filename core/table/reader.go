@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,11 @@ type ReaderOptions struct {
 	// at sizes guessed from the footer; a row group larger than that decodes
 	// alone. 0 means no bound.
 	DecodeBytes int64
+	// PageBytes refuses, before it is fetched, a page that a read needs and
+	// that decodes to more than this many bytes, as its offset index (or the
+	// pages located so far) and its chunk's compression ratio say: a
+	// PageTooLarge error. 0 means no bound.
+	PageBytes int64
 }
 
 // Reader reads rows of a table by row id with a column projection. It is safe
@@ -75,7 +81,12 @@ type Reader struct {
 	decoding    *slots       // one slot per row group being decoded
 	sectionBufs bufferList   // the buffers decoders read sections of pages into
 	planned     atomic.Int64 // row groups Keep asked for so far: the priority of the next
-	stats       readerStats
+	pageLimit   int64        // ReaderOptions.PageBytes
+	large       sync.Map     // GroupRef -> []largePage, once every page of the group is known
+	// The rows kept so far, and their bytes, but those of pieces that keep
+	// a row of a large page: GuessRowBytes's mean.
+	typicalRows, typicalBytes atomic.Int64
+	stats                     readerStats
 }
 
 // NewReader returns a reader of the given columns.
@@ -111,7 +122,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 	}
 	r := &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
 		mem: mem, reads: newSlots(opts.MaxReads, 0), maxReads: opts.MaxReads, decoding: newSlots(opts.Decoders, opts.DecodeBytes),
-		sectionBufs: bufferList{max: opts.Decoders}}
+		sectionBufs: bufferList{max: opts.Decoders}, pageLimit: opts.PageBytes}
 	if opts.DecodeBytes <= 0 {
 		r.decoding = newSlots(opts.Decoders, math.MaxInt64)
 	}
@@ -892,6 +903,7 @@ func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pageP
 			locs[i] = unlocated(chunks[0])
 		}
 		if p := planPages(locs[i], rows); p != nil {
+			p.limit, p.column = r.pageLimit, r.schema.Field(c).Name
 			if plans == nil {
 				plans = make([]*pagePlan, len(r.leaves))
 			}

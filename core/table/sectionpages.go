@@ -10,6 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
+
+	"github.com/croupier-data/croupier/core/errcode"
 )
 
 // The pages of a section.
@@ -69,6 +71,8 @@ type sectionPages struct {
 	codec   compress.Codec
 	none    bool  // the chunk is stored uncompressed
 	decoded int64 // the column chunk's bytes decoded: no page holds more
+	limit   int64 // a page that decodes to more is a PageTooLarge of column; 0: no bound
+	column  string
 	stored  []byte
 	page    []byte // scratch, for the stored and decoded bytes of a page
 	cur     file.Page
@@ -121,6 +125,9 @@ func (s *sectionPages) next() (file.Page, error) {
 	}
 	if size < 0 || size > s.decoded {
 		return nil, fmt.Errorf("a page header says %d bytes decoded (%d stored), more than its column chunk's %d", size, stored, s.decoded)
+	}
+	if s.limit > 0 && size > s.limit {
+		return nil, errcode.Wrap(&PageTooLarge{Column: s.column, Bytes: size, Limit: s.limit}, errcode.InvalidArgument, "", "")
 	}
 	if s.none && size != stored {
 		return nil, fmt.Errorf("a page header of an uncompressed column chunk says %d bytes decoded and %d stored", size, stored)

@@ -21,10 +21,21 @@ frees the slot for the worker once it has merged the run, which copies them.
 torch asks each worker for at most ``prefetch_factor`` items ahead, so a
 worker needs that many slots and two more (the one being merged, the one
 being written).
+
+Runs count against the memory budget by the bytes of their slots: where
+croupier.DataLoader divides the budget, a worker's Go stream gets three
+quarters of its share and its slots the other quarter. A worker writes a run
+only when the slots waiting for the main process leave room for it, or when
+none waits (a run larger than the quarter crosses alone); the main process
+frees a slot once it has merged its run. Runs of rows so large that three
+would not fit are cut shorter (``Outbox.run_steps``). So the workers'
+streams and runs together hold the budget, and the main process one merged
+run beside it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -49,6 +60,8 @@ PLACES = "croupier.places"
 # Bytes before a slot's data: its first is 1 from when the worker writes a
 # run into it until the main process has merged the run.
 _HEADER = 64
+# How often a worker whose slots are full looks whether the main process freed one.
+_FREED_POLL_S = 0.001
 
 
 def _ipc(parts: Sequence[pa.RecordBatch], sink: pa.NativeFile) -> None:
@@ -103,11 +116,32 @@ class Steps:
 
 
 class Outbox:
-    """A worker's shared-memory slots, and the runs it writes into them."""
+    """A worker's shared-memory slots, and the runs it writes into them: at most
+    ``limit`` bytes of slots waiting for the main process, or one run alone
+    (0: no bound)."""
 
-    def __init__(self, worker: int) -> None:
-        self.worker = worker
+    def __init__(self, worker: int, limit: int = 0) -> None:
+        self.worker, self.limit = worker, limit
         self._slots: list[torch.Tensor] = []
+        self.peak = 0  # the most bytes of slots waiting at once
+        self.alone = 0  # the most bytes of one slot that waited alone, over limit
+
+    def run_steps(self, step_bytes: int) -> int:
+        """The steps of each run: ``RUN_STEPS``, or fewer, at least one, where
+        the rank's steps are so large (``step_bytes``, the Go stream's guess,
+        the same in every worker) that three runs of the workers' parts would
+        not fit the workers' quarters together: a run then waits in a slot
+        beside two more, and the main process merges one the size of a
+        twelfth of the budget."""
+        if not self.limit:
+            return RUN_STEPS
+        workers = torch.utils.data.get_worker_info()
+        total = self.limit * (workers.num_workers if workers is not None else 1)
+        return max(1, min(RUN_STEPS, total // (3 * max(step_bytes, 1))))
+
+    def waiting(self) -> int:
+        """The bytes of the slots whose runs the main process has not merged yet."""
+        return sum(len(s) for s in self._slots if s[0] != 0)
 
     def send(
         self, first: int, steps: int, parts: Sequence[pa.RecordBatch], stats: dict[str, int]
@@ -117,6 +151,8 @@ class Outbox:
         counter = pa.MockOutputStream()  # counts the bytes, copies none
         _ipc(parts, counter)
         size = counter.size()
+        while self.limit and (waiting := self.waiting()) and waiting + _HEADER + size > self.limit:
+            time.sleep(_FREED_POLL_S)
         free = [i for i, s in enumerate(self._slots) if s[0] == 0]
         fits = [i for i in free if len(self._slots[i]) >= _HEADER + size]
         memory = None
@@ -138,6 +174,16 @@ class Outbox:
         data = self._slots[slot]
         _ipc(parts, pa.FixedSizeBufferWriter(pa.py_buffer(data[_HEADER:].numpy())))
         data[0] = 1
+        waiting = self.waiting()
+        self.peak = max(self.peak, waiting)
+        if waiting == len(data) and waiting > self.limit:
+            self.alone = max(self.alone, waiting)
+        stats = {
+            **stats,
+            "sent_peak": self.peak,
+            "sent_limit": self.limit,
+            "sent_alone": self.alone,
+        }
         return Steps(first, steps, self.worker, stats, slot, size, memory)
 
 

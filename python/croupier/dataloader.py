@@ -348,8 +348,10 @@ class DataLoader(torch.utils.data.DataLoader):
       batches must reach the training loop in step order.
     - each of the K workers gets ``memory_budget // K`` of the dataset's memory
       budget (its default when the dataset has none), so that the workers
-      together hold what one process would; ``divide_budget=False`` gives each
-      worker all of it.
+      together hold what one process would: where the workers send runs of
+      steps, three quarters of it for the worker's Go stream, and a quarter
+      for the runs waiting in its slots for this process (see
+      ``croupier._runs``); ``divide_budget=False`` gives each worker all of it.
     - workers share every step: each deals the rows of its own blocks of the
       table, so that a page is decoded by one worker and each holds rows for as
       many steps ahead in its share of the budget as one process does in all

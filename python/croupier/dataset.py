@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _torch
-from ._runs import PLACES, RUN_STEPS, Outbox, Steps
+from ._runs import PLACES, Outbox, Steps
 from .errors import InternalError, InvalidArgumentError
 from .formats import check_format, check_packing, convert_or_pack_steps
 from .permutation import Permutation
@@ -113,6 +113,7 @@ _MOST_STATS = frozenset(
     {
         "held_peak",
         "horizon_steps",
+        "step_bytes",
         "rounds",
         "version",
         "new_rows",
@@ -145,7 +146,10 @@ def merge_stats(streams: Iterable[Mapping[str, int]], shared: bool = False) -> d
 class _WorkerBudget:
     """The share of a dataset's memory budget its copy in a DataLoader worker
     holds: croupier.DataLoader sets ``_divide_budget`` on the copies its K
-    workers get, and each opens its Go object with ``memory_budget // K``."""
+    workers get, and each opens its Go object with ``memory_budget // K``, or,
+    where the workers send runs of steps (``_send_runs``), three quarters of
+    that: the other quarter bounds the runs waiting in its slots
+    (croupier._runs.Outbox)."""
 
     _divide_budget: bool
     _info: dict[str, Any]  # the Go object's info: memory_budget has Go's default filled in
@@ -157,8 +161,20 @@ class _WorkerBudget:
         worker = _torch.worker_info()
         if not self._divide_budget or worker is None:
             return None
+        share = int(self._info["memory_budget"]) // worker.num_workers
+        if getattr(self, "_send_runs", False):
+            share -= share // 4
         # At least one byte: 0 would mean the default to Go.
-        return max(int(self._info["memory_budget"]) // worker.num_workers, 1)
+        return max(share, 1)
+
+    def _outbox_bytes(self) -> int:
+        """The bytes of the runs this copy's slots may hold while they wait for
+        the trainer: in a worker whose budget croupier.DataLoader divides, the
+        quarter of its share that its Go object leaves; else 0, no bound."""
+        worker = _torch.worker_info()
+        if not self._divide_budget or worker is None:
+            return 0
+        return int(self._info["memory_budget"]) // worker.num_workers // 4
 
     def _go_options(self) -> dict[str, Any]:
         """The options to open the Go object with: in a worker, its share of the budget."""
@@ -502,7 +518,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
             if runs:
                 yield from self._runs(stream, start, k)
             else:
-                for first, steps, batch in _read(stream):
+                for first, steps, batch in self._batches(stream):
                     outs = self._convert(batch, self._step_sizes(steps, batch.num_rows))
                     del batch  # the conversions hold what they need
                     for i, out in enumerate(outs):
@@ -525,8 +541,14 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         with self._budget_errors():
             return _lib.stream_open(self._handle(), options)
 
+    def _batches(self, stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+        """The stream's batches (``_read``); in a worker whose budget was divided,
+        a batch refused for the budget says how it was divided."""
+        with self._budget_errors():
+            yield from _read(stream)
+
     def _runs(self, stream: _lib.Handle, start: int, worker: int) -> Iterator[Steps]:
-        """Worker ``worker``'s rows of each run of ``RUN_STEPS`` steps from
+        """Worker ``worker``'s rows of each run of steps (``Outbox.run_steps``) from
         ``start``, from a stream that shares steps, one Steps each (see
         croupier._runs).
 
@@ -535,10 +557,11 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         as the slices of the batches that hold it, one after the other.
         """
         end = self.steps_per_epoch
-        outbox = Outbox(worker)
+        outbox = Outbox(worker, self._outbox_bytes())
+        run_steps = outbox.run_steps(_lib.stream_stats(stream.value)["step_bytes"])
         run_first = start
         parts: list[pa.RecordBatch] = []
-        for first, steps, batch in _read(stream):
+        for first, steps, batch in self._batches(stream):
             at = batch.num_columns - 1
             if batch.schema.names[at] != PLACES:
                 raise InternalError(f"a shared stream's batch has no {PLACES} column")
@@ -546,7 +569,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
             cuts = np.searchsorted(places >> 32, np.arange(steps + 1))
             t = first
             while t < first + steps:
-                run_end = min(run_first + RUN_STEPS, end)
+                run_end = min(run_first + run_steps, end)
                 n = min(first + steps, run_end) - t
                 lo, hi = cuts[t - first], cuts[t - first + n]
                 # Places count steps from the run's first, not the batch's.
@@ -612,27 +635,32 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         waiting for a batch still being read (the loader was the bottleneck);
         ``ready``, batches read ahead; ``held_bytes``, rows kept now for steps
         ahead, ``held_peak`` the most kept at once, ``held_limit`` the share of
-        ``memory_budget`` for them, ``horizon_steps``, the steps of the
-        last horizon, and ``horizons``, the horizons planned;
-        ``bytes_read`` and ``requests`` made to the store, and ``hedged``,
-        requests sent again because the first answer was late; ``row_groups``
-        decoded and ``decoded_bytes``, the bytes of the pages they decoded;
-        ``kept_rows`` and ``kept_bytes`` copied out of them for the steps;
-        ``fetch_ns`` and ``decode_ns``, summed over parallel work;
-        ``cache_hits`` and ``cache_hit_bytes``, the blocks the disk cache
-        served instead of the store and the bytes of reads they held, and
-        ``cache_unstored``, the blocks fetched that it could not keep (its
-        disk full or unwritable; see :func:`~croupier.open_table`). Empty
-        before the first iteration.
+        ``memory_budget`` for them, ``horizon_steps``, the steps of the last
+        horizon, and ``horizons``, the horizons planned; ``ahead_bytes``, the
+        bytes of the batches read ahead, ``ahead_peak`` the most at once,
+        ``ahead_limit`` their share, and ``step_bytes``, the guessed bytes of
+        one step as the budget is divided; ``bytes_read`` and ``requests`` made
+        to the store, and ``hedged``, requests sent again because the first
+        answer was late; ``row_groups`` decoded and ``decoded_bytes``, the bytes
+        of the pages they decoded; ``kept_rows`` and ``kept_bytes`` copied out
+        of them for the steps; ``fetch_ns`` and ``decode_ns``, summed over
+        parallel work; ``cache_hits`` and ``cache_hit_bytes``, the blocks the
+        disk cache served instead of the store and the bytes of reads they held,
+        and ``cache_unstored``, the blocks fetched that it could not keep (its
+        disk full or unwritable; see :func:`~croupier.open_table`). Empty before
+        the first iteration.
 
         Under :class:`croupier.DataLoader` with workers that send runs of steps
         (no ``collate``, ``collate_fn`` or ``pin_memory``), the dataset in the
-        training process has its workers' counters as of the last run each
-        sent, combined (:func:`merge_stats`): ``held_peak`` and
-        ``horizon_steps`` are the most of any worker, every other key the sum
-        over the workers. With other loaders, or workers that convert batches
-        themselves, each worker process has its own counters and this
-        process's stay empty.
+        training process has its workers' counters as of the last run each sent,
+        combined (:func:`merge_stats`): ``held_peak``, ``horizon_steps`` and
+        ``step_bytes`` are the most of any worker, every other key the sum over
+        the workers; ``sent_peak`` is the most bytes of runs a worker's slots
+        held at once, ``sent_limit`` their share of the budget (see
+        ``croupier._runs``) and ``sent_alone`` the largest run that crossed
+        alone, above it, each summed over the workers. With other loaders, or
+        workers that convert batches themselves, each worker process has its own
+        counters and this process's stay empty.
         """
         stream = self._stream() if self._stream is not None else None
         if stream is not None and not stream.closed:

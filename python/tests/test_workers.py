@@ -14,6 +14,8 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 import torch.multiprocessing  # registers torch's reductions with ForkingPickler
 import torch.utils.data
@@ -110,7 +112,7 @@ def test_workers_divide_the_memory_budget(table_uri: str) -> None:
     expected = ids(dataset(table_uri, memory_budget=budget))
     assert len(expected) == dataset(table_uri).steps_per_epoch
     small = cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2, in_process=False)
-    with pytest.raises(cr.InvalidArgumentError, match="memory_budget 80000 bytes") as info:
+    with pytest.raises(cr.InvalidArgumentError, match="memory_budget 60000 bytes") as info:
         ids(small)
     assert "divides the dataset's memory_budget 160000 among its workers" in str(info.value)
     assert "divide_budget=False" in str(info.value)
@@ -499,3 +501,39 @@ def test_merge_stats() -> None:
     assert merge_stats([f, g]) == {
         "steps": 3, "rounds": 4, "version": 9, "new_rows": 120, "waits": 3, "waited_out": True,
     }  # fmt: skip
+
+
+def test_workers_and_their_runs_hold_the_budget(tmp_path: Path) -> None:
+    """With K workers sharing steps, each worker's Go stream gets three quarters
+    of memory_budget // K and the runs waiting in its slots the other quarter:
+    rows of 200 to 2,000 values but for three of 1,000,000 in one step (a run
+    larger than a quarter crosses alone) are dealt as in one process, the
+    slots never wait with more than their quarter but for a run alone, and a
+    budget too small for three quarters of its half fails saying how it was
+    divided."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(200, 2001, 512)
+    lengths[100:103] = 1_000_000
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = pa.array(rng.integers(0, 1 << 20, int(offsets[-1]), dtype=np.int32))
+    rows = pa.table(
+        {"id": pa.array(np.arange(512)), "tokens": pa.ListArray.from_arrays(offsets, values)}
+    )
+    table = cr.create_table(f"file://{tmp_path}/wide", rows)
+    budget = 64 << 20
+
+    def wide(**kwargs: object) -> cr.StreamingDataset:
+        return cr.StreamingDataset(table, global_batch_size=16, num_splits=1, **kwargs)  # type: ignore[arg-type]
+
+    expected = ids(wide(memory_budget=budget))
+    ds = wide(memory_budget=budget)
+    assert ids(cr.DataLoader(ds, num_workers=2, in_process=False)) == expected
+    stats = ds.stats()
+    quarter = budget // 2 // 4
+    assert stats["sent_limit"] == 2 * quarter
+    assert stats["sent_alone"] > quarter  # the runs with the largest rows crossed alone
+    assert stats["sent_peak"] <= stats["sent_limit"] + stats["sent_alone"]
+    small = cr.DataLoader(wide(memory_budget=400_000), num_workers=2, in_process=False)
+    with pytest.raises(cr.InvalidArgumentError, match="memory_budget 150000 bytes") as info:
+        ids(small)
+    assert "150000 bytes each" in str(info.value)

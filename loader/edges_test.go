@@ -1,0 +1,251 @@
+package loader_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/loader"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// The rare-rows table: rareRows rows of 100 random bytes, but for rows
+// rareAt, each rareCell random bytes (2,600 times the others), in four
+// consecutive steps of 16 rows in the table's order.
+const (
+	rareRows = 2048
+	rareCell = 256 << 10
+)
+
+var rareAt = []int{1000, 1016, 1032, 1048}
+
+// rareTables writes the rare-rows table as a croupier table (offset index,
+// 16 KiB pages), as plain Parquet as arrow-go writes it (no offset index,
+// 1 MiB pages in row groups of 512 rows), and as the same plain Parquet with
+// the cells as lists of int32, and opens them.
+func rareTables(t *testing.T) map[string]*table.Table {
+	t.Helper()
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "blob", Type: arrow.BinaryTypes.Binary},
+	}, nil)
+	b := array.NewRecordBuilder(memory.NewGoAllocator(), schema)
+	defer b.Release()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range rareRows {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		cell := make([]byte, 100)
+		for _, at := range rareAt {
+			if i == at {
+				cell = make([]byte, rareCell)
+			}
+		}
+		for j := range cell {
+			cell[j] = byte(rng.Uint32())
+		}
+		b.Field(1).(*array.BinaryBuilder).Append(cell)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	rr, err := array.NewRecordReader(schema, []arrow.RecordBatch{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	croupier, err := table.Create(ctx, "file://"+t.TempDir(), rr, table.WriteOptions{RowGroupRows: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { croupier.Close() })
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false))
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plain.Close() })
+	// The same cells as lists of int32, which headers alone do not locate:
+	// a V1 page does not say how many lists it holds.
+	lists := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "blob", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+	}, nil)
+	lb := array.NewRecordBuilder(memory.NewGoAllocator(), lists)
+	defer lb.Release()
+	cells := rec.Column(1).(*array.Binary)
+	for i := range rareRows {
+		lb.Field(0).(*array.Int64Builder).Append(int64(i))
+		list := lb.Field(1).(*array.ListBuilder)
+		list.Append(true)
+		for j := 0; j+4 <= len(cells.Value(i)); j += 4 {
+			list.ValueBuilder().(*array.Int32Builder).Append(int32(binary.LittleEndian.Uint32(cells.Value(i)[j:])))
+		}
+	}
+	lrec := lb.NewRecordBatch()
+	defer lrec.Release()
+	dir = t.TempDir()
+	data = tabletest.EncodeRecord(t, lrec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false))
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plainLists, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plainLists.Close() })
+	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain, "plain Parquet of lists": plainLists}
+}
+
+// rareOrders are the table's order and a full shuffle of it.
+func rareOrders(t *testing.T, tb *table.Table) map[string]permutation.Order {
+	t.Helper()
+	perms, err := permutation.Build(context.Background(), tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 7}},
+		"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { perms.Close() })
+	return map[string]permutation.Order{"stored": permutation.Identity{N: tb.NumRows()}, "full shuffle": perms.Splits()[0]}
+}
+
+// TestRareLargeRowsWithinTheBudget deals the rare-rows table, both forms, in
+// its order and in a full shuffle, with a budget 16 times a large cell and
+// four batches read ahead: every row is dealt once, the batches read ahead
+// never hold more than their share or, when one batch is larger, that batch
+// alone (four consecutive steps each with a large cell would otherwise be
+// read ahead together), and the rows kept exceed their share by at most the
+// large rows of one horizon.
+func TestRareLargeRowsWithinTheBudget(t *testing.T) {
+	for form, tb := range rareTables(t) {
+		for name, order := range rareOrders(t, tb) {
+			t.Run(form+", "+name, func(t *testing.T) {
+				seen := make([]bool, rareRows)
+				var largest int64 // bytes of the largest batch
+				_, st := dealWithBudget(t, tb, order, loader.Options{GlobalBatchSize: 16, NumSplits: 1, ReadAhead: 4,
+					MemoryBudget: 16 * rareCell}, func(rec arrow.RecordBatch) {
+					for _, id := range rec.Column(0).(*array.Int64).Int64Values() {
+						if seen[id] {
+							t.Fatalf("row %d dealt twice", id)
+						}
+						seen[id] = true
+					}
+					largest = max(largest, table.RecordBytes(rec))
+				})
+				for id, ok := range seen {
+					if !ok {
+						t.Fatalf("row %d not dealt", id)
+					}
+				}
+				if largest < rareCell {
+					t.Fatalf("the largest batch holds %d bytes, less than a large cell", largest)
+				}
+				if st.AheadPeak > max(st.AheadLimit, largest) {
+					t.Errorf("batches read ahead peaked at %d bytes; the share is %d and the largest batch %d",
+						st.AheadPeak, st.AheadLimit, largest)
+				}
+				if st.HeldPeak > st.HeldLimit*5/4+int64(len(rareAt))*rareCell {
+					t.Errorf("kept rows peaked at %d bytes; the share is %d, the large rows %d", st.HeldPeak, st.HeldLimit,
+						len(rareAt)*rareCell)
+				}
+			})
+		}
+	}
+}
+
+// TestRareRowLargerThanTheBudget deals the rare-rows table with a budget
+// smaller than one large cell: where the cell's page is located before it is
+// read (a croupier table's offset index; the headers of a plain file's flat
+// column), the first step that needs a row of that page (the large row's, or
+// the one before, whose last rows share its page) is refused before the page
+// is fetched, naming the step, its row, the page's rows and size and the
+// budget, and every step before it is dealt; where it is not (a plain file's
+// lists), the first step that needs the row group is refused by the page's
+// header, before the page is decoded. In a full shuffle too the error names
+// a step the order deals there.
+func TestRareRowLargerThanTheBudget(t *testing.T) {
+	ctx := context.Background()
+	const budget = rareCell * 3 / 4
+	for form, tb := range rareTables(t) {
+		for name, order := range rareOrders(t, tb) {
+			t.Run(form+", "+name, func(t *testing.T) {
+				l, err := loader.New(tb, order, loader.Options{GlobalBatchSize: 16, NumSplits: 1, MemoryBudget: budget, ReadAhead: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				s, err := l.Stream(ctx, loader.StreamOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				var dealt int64
+				for {
+					b, err := s.Next(ctx)
+					if err == nil {
+						if b.Step != dealt {
+							t.Fatalf("step %d after %d steps", b.Step, dealt)
+						}
+						b.Record.Release()
+						dealt++
+						continue
+					}
+					if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), fmt.Sprintf("step %d ", dealt)) ||
+						!strings.Contains(err.Error(), fmt.Sprintf("more than memory_budget %d bytes", budget)) {
+						t.Fatalf("after %d steps: %v; want InvalidArgument naming step %d and the budget", dealt, err, dealt)
+					}
+					ids, idsErr := order.RowIDs(ctx, dealt*16, dealt*16+16)
+					if idsErr != nil {
+						t.Fatal(idsErr)
+					}
+					msg := err.Error()
+					if form == "plain Parquet of lists" && strings.Contains(msg, "needs rows of a row group") {
+						// Pages found as they are read: the step that first
+						// needs the row group is refused, by the page's
+						// header, before the page is decoded.
+						if first := int64(rareAt[0] / 512 * 512 / 16); name == "stored" && dealt != first {
+							t.Fatalf("refused at step %d; the large row's row group starts in step %d", dealt, first)
+						}
+						return
+					}
+					named := false // a row of the step
+					for _, id := range ids {
+						named = named || strings.Contains(msg, fmt.Sprintf("row id %d,", id))
+					}
+					if !named {
+						t.Fatalf("step %d (rows %v) refused without naming a row of it: %v", dealt, ids, err)
+					}
+					// The page's rows: the large row's and those before it
+					// in its page, the first of which the step needs.
+					var first, last int64
+					if _, scanErr := fmt.Sscanf(msg[strings.Index(msg, "holding row ids"):], "holding row ids %d to %d", &first, &last); scanErr != nil {
+						t.Fatalf("a large row refused without naming its page's rows: %v", err)
+					}
+					if !slices.ContainsFunc(rareAt, func(at int) bool { return int64(at) >= first && int64(at) <= last }) {
+						t.Fatalf("the page of rows %d to %d holds no large row: %v", first, last, err)
+					}
+					if name == "stored" && dealt != first/16 {
+						t.Fatalf("refused at step %d; the page of the first large row starts in step %d", dealt, first/16)
+					}
+					return
+				}
+			})
+		}
+	}
+}
