@@ -30,6 +30,7 @@ const prefetchWindows = 8
 // Its read is called by one goroutine at a time (a row group's decoder).
 type prefetch struct {
 	ctx    context.Context // of the fetches and of reads' waits; ends with close
+	where  string          // the object, for errors
 	ra     *store.ReaderAt
 	cancel context.CancelFunc
 	wins   []byteRange // in ascending offsets, not overlapping
@@ -40,6 +41,8 @@ type prefetch struct {
 	done    []chan struct{} // closed once the window's fetch has ended
 	errs    []error
 	freed   []bool        // windows a read has gone past
+	started []bool        // windows whose bytes count in held until freed
+	ended   []bool        // windows whose done is closed
 	held    int64         // bytes of windows started and not freed
 	first   int           // the windows before it are freed
 	need    int           // the last window a read waits for, fetched whatever the bytes held
@@ -54,12 +57,12 @@ func prefetchWindow(part int64) int64 {
 }
 
 // newPrefetch starts fetching ranges (in ascending offsets, not overlapping)
-// of the object that open, given the prefetch's context (which close ends),
-// reads: in windows of win bytes, at most limit bytes of them held at once
-// (the windows a read waits for are fetched whatever the limit), each
-// request granted a slot of reads at priority prio.
-func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt, ranges []byteRange, win, limit int64, reads *slots, prio int64) *prefetch {
-	p := &prefetch{changed: make(chan struct{})}
+// of object where, read by the ReaderAt open returns for the prefetch's
+// context (which close ends): in windows of win bytes, at most limit bytes
+// of them held at once (the windows a read waits for are fetched whatever
+// the limit), each request granted a slot of reads at priority prio.
+func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt, where string, ranges []byteRange, win, limit int64, reads *slots, prio int64) *prefetch {
+	p := &prefetch{where: where, changed: make(chan struct{})}
 	for _, r := range ranges {
 		for off := r.off; off < r.off+r.n; off += win {
 			p.wins = append(p.wins, byteRange{off, min(win, r.off+r.n-off)})
@@ -68,6 +71,8 @@ func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt
 	p.data = make([][]byte, len(p.wins))
 	p.errs = make([]error, len(p.wins))
 	p.freed = make([]bool, len(p.wins))
+	p.started = make([]bool, len(p.wins))
+	p.ended = make([]bool, len(p.wins))
 	p.done = make([]chan struct{}, len(p.wins))
 	for i := range p.done {
 		p.done[i] = make(chan struct{})
@@ -75,7 +80,18 @@ func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	p.ra = open(p.ctx)
 	p.wg.Add(1)
-	go p.feed(p.ctx, limit, reads, prio)
+	go func() (err error) {
+		defer p.wg.Done()
+		defer func() {
+			for j := range p.wins { // those not ended yet end with err
+				if err != nil {
+					p.end(j, nil, err)
+				}
+			}
+		}()
+		defer recoverTo(&err, "read", p.where)
+		return p.feed(p.ctx, limit, reads, prio)
+	}()
 	return p
 }
 
@@ -88,9 +104,8 @@ func (p *prefetch) window() int64 {
 }
 
 // feed starts the windows' fetches in order, each once the bytes held leave
-// room for it or once a read waits for it.
-func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int64) {
-	defer p.wg.Done()
+// room for it or once a read waits for it. It returns why it stopped early.
+func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int64) error {
 	for i, w := range p.wins {
 		for {
 			p.mu.Lock()
@@ -98,55 +113,57 @@ func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int
 			changed := p.changed
 			if fits && !skip {
 				p.held += w.n
+				p.started[i] = true
 			}
 			p.mu.Unlock()
 			if skip {
-				close(p.done[i]) // a read went past it before it was fetched
+				p.end(i, nil, nil) // a read went past it before it was fetched
 				break
 			}
 			if fits {
 				if _, err := reads.acquire(ctx, prio, 0); err != nil {
-					p.mu.Lock()
-					p.held -= w.n
-					p.mu.Unlock()
-					for j := i; j < len(p.wins); j++ {
-						p.end(j, nil, err)
-					}
-					return
+					return err
 				}
 				p.wg.Add(1)
-				go func() {
+				go func() (buf []byte, err error) {
 					defer p.wg.Done()
 					defer reads.release(0)
-					buf := scratch{}.Allocate(int(w.n))
-					_, err := p.ra.ReadAt(buf, w.off)
-					p.end(i, buf, err)
+					defer func() { p.end(i, buf, err) }()
+					defer recoverTo(&err, "read", p.where)
+					buf = scratch{}.Allocate(int(w.n))
+					_, err = p.ra.ReadAt(buf, w.off)
+					return buf, err
 				}()
 				break
 			}
 			select {
 			case <-changed:
 			case <-ctx.Done():
-				for j := i; j < len(p.wins); j++ {
-					p.end(j, nil, context.Cause(ctx))
-				}
-				return
+				return context.Cause(ctx)
 			}
 		}
 	}
+	return nil
 }
 
-// end records the outcome of window i's fetch: its bytes, or err. A window
-// freed while it was fetched gives its bytes back at once.
+// end records the outcome of window i, once: its bytes, or err. A window
+// freed while it was fetched, or whose fetch failed, gives its bytes back
+// at once.
 func (p *prefetch) end(i int, buf []byte, err error) {
 	p.mu.Lock()
+	if p.ended[i] {
+		p.mu.Unlock()
+		scratch{}.Free(buf)
+		return
+	}
+	p.ended[i] = true
 	if p.freed[i] || err != nil {
 		scratch{}.Free(buf)
-		if buf != nil || err == nil {
-			p.held -= p.wins[i].n
-		}
 		buf = nil
-		p.signalLocked()
+		if p.started[i] {
+			p.held -= p.wins[i].n
+			p.signalLocked()
+		}
 	}
 	p.data[i], p.errs[i] = buf, err
 	p.mu.Unlock()

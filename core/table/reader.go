@@ -592,7 +592,7 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 			open := func(ctx context.Context) *store.ReaderAt {
 				return r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
 			}
-			ahead := newPrefetch(ctx, open, ranges, win, max(r.fetchShare-win, 0), r.reads, prio)
+			ahead := newPrefetch(ctx, open, where, ranges, win, max(r.fetchShare-win, 0), r.reads, prio)
 			n, src = r.fetchShare, &fetched{ReaderAt: ra, ahead: ahead}
 			defer src.release()
 		}

@@ -36,7 +36,7 @@ import pyarrow as pa
 from . import _args, _lib, _torch
 from ._runs import PLACES, Outbox, Steps
 from .errors import InternalError, InvalidArgumentError
-from .formats import check_format, check_packing, convert_or_pack_steps
+from .formats import check_format, check_packing, check_step_size, convert_or_pack_steps
 from .permutation import Permutation
 from .table import Table
 
@@ -311,17 +311,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
             checked = _args.optional_integer(name, value)
             return default if checked is None else checked
 
-        if (global_batch_size is None) == (tokens_per_step is None):
-            raise InvalidArgumentError(
-                "give global_batch_size (samples per step) or tokens_per_step (tokens per "
-                f"step), exactly one; got {global_batch_size!r} and {tokens_per_step!r}"
-            )
-        tokens = tokens_per_step is not None
-        if oversize == "truncate" and packing is None:
-            raise InvalidArgumentError(
-                'oversize="truncate" cuts the pack_columns of a row longer than '
-                'tokens_per_step: pass packing="packed" or "padded" and pack_columns'
-            )
+        tokens = check_step_size(global_batch_size, tokens_per_step, oversize, packing)
         self._options: dict[str, Any] = {
             "global_batch_size": 0
             if global_batch_size is None

@@ -107,6 +107,28 @@ def check_format(format: str, list_format: str) -> None:
         )
 
 
+def check_step_size(
+    global_batch_size: int | None,
+    tokens_per_step: int | None,
+    oversize: str | None,
+    packing: str | None,
+) -> bool:
+    """Raise InvalidArgumentError unless exactly one of ``global_batch_size``
+    and ``tokens_per_step`` sizes a step, and ``oversize="truncate"`` has
+    packing to cut; return whether steps are token budgets."""
+    if (global_batch_size is None) == (tokens_per_step is None):
+        raise InvalidArgumentError(
+            "give global_batch_size (samples per step) or tokens_per_step (tokens per "
+            f"step), exactly one; got {global_batch_size!r} and {tokens_per_step!r}"
+        )
+    if oversize == "truncate" and packing is None:
+        raise InvalidArgumentError(
+            'oversize="truncate" cuts the pack_columns of a row longer than '
+            'tokens_per_step: pass packing="packed" or "padded" and pack_columns'
+        )
+    return tokens_per_step is not None
+
+
 def check_packing(
     packing: str | None, columns: list[str] | None, format: str, all_columns: list[str]
 ) -> None:
