@@ -28,13 +28,15 @@ With ``--online`` the fleet keeps generating while the learner trains:
 generator processes append a version of rollouts after each "policy update",
 and the learner follows the table (``cr.FollowingDataset``): each round deals
 the rows of the versions committed since the round before, with a replay
-sample of older ones, skipping versions too far behind, and each problem's
-rollouts of a version (a GRPO group) whole, in one step. Rows not to train on
-(prompts, truncated answers) are masked out of the loss. It saves the policy
-with the learner's checkpoint and, for every step, the table versions and the
-rollouts that trained it (each batch's ``_version`` and ``rollout_id``); and the
-checkpoint alone (``state.json``), from which ``croupier deal --checkpoint``
-recomputes the rows of any step and the steps that trained on a rollout.
+sample of older ones, skipping rows more than 4 versions behind the newest
+the generators committed, and each problem's rollouts of a version (a GRPO
+group) whole, in token-budget steps of whole groups. Rows not to train on
+(prompts, truncated answers) are left out by a filter that reads only its
+columns. It saves the policy with the learner's checkpoint and, for every
+step, the table versions and the rollouts that trained it (each batch's
+``_version`` and ``rollout_id``); and the checkpoint alone (``state.json``),
+from which ``croupier deal --checkpoint state.json --steps :`` recomputes, in
+one call, every step's rows and the version that added each.
 """
 
 from __future__ import annotations
@@ -184,15 +186,19 @@ def online(args: argparse.Namespace) -> None:
         g.start()
 
     # GRPO's groups, the rollouts of one problem, are appended together and
-    # dealt whole: in one step, on one rank, replayed together.
+    # dealt whole: in one step, on one rank, replayed together. The filter
+    # drops prompts and truncated answers without reading them; each step
+    # holds whole groups of at most --tokens-per-step answer tokens; no row
+    # is more than 4 versions older than the newest the generators committed.
     follow = cr.Follow(rows_per_round=128, group_by="problem_id", replay=0.25,
-                       max_versions_behind=4, wait_timeout=30.0)  # fmt: skip
+                       filter=TRAIN_FILTER, lengths="output_tokens",
+                       max_versions_behind_newest=4, run="learner",
+                       wait_timeout=30.0)  # fmt: skip
     ds = cr.FollowingDataset(
         uri,
         follow,
-        global_batch_size=args.global_batch_size,
-        num_splits=args.num_splits,
-        columns=[*COLUMNS, "include_in_training", "rollout_id"],
+        tokens_per_step=args.tokens_per_step,
+        columns=[*COLUMNS, "rollout_id"],
         shuffle_seed=args.seed,
         list_format="packed",
     )
@@ -206,8 +212,7 @@ def online(args: argparse.Namespace) -> None:
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-        keep = batch["include_in_training"].tolist()
-        rollout_ids = [r for r, k in zip(batch["rollout_id"], keep, strict=True) if k]
+        rollout_ids = list(batch["rollout_id"])
         step = {
             "step": ds.steps_consumed - 1,
             "round": ds.last_round["round"] if ds.last_round else None,
@@ -227,7 +232,8 @@ def online(args: argparse.Namespace) -> None:
     print(
         f"{stats.get('rounds', 0)} rounds up to version {stats.get('version')}: "
         f"{stats.get('new_rows', 0)} new rows, {stats.get('replayed_rows', 0)} replayed, "
-        f"{stats.get('skipped_rows', 0)} skipped as stale"
+        f"{stats.get('skipped_rows', 0)} skipped as stale, "
+        f"{stats.get('filtered_rows', 0)} left out by the filter"
     )
     rollouts_seen = sorted({r for s in trained_on for r in s["rollouts"]})
     versions_seen = sorted({v for s in trained_on for v in s["versions"]})
@@ -250,12 +256,12 @@ def online(args: argparse.Namespace) -> None:
     # function of the committed versions, so it recomputes them from the table.
     (args.data / "state.json").write_text(json.dumps(ds.state_dict()) + "\n")
     print(f"saved {args.data / 'policy.pt'}, policy.json and state.json")
-    if rollouts_seen:
-        state = args.data / "state.json"
-        print(
-            "the steps that trained on a rollout, recomputed from the table: go run"
-            f" ./cmd/croupier deal --checkpoint {state} --which-steps rollout_id={rollouts_seen[0]}"
-        )
+    state = args.data / "state.json"
+    print(
+        "what trained the checkpoint, every step's rows and the version that added each,"
+        f" recomputed from the table in one call: go run ./cmd/croupier deal --checkpoint {state}"
+        " --steps : --columns rollout_id"
+    )
     ds.close()
 
 
@@ -265,6 +271,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="global steps to train")
     parser.add_argument("--global-batch-size", type=int, default=16)
     parser.add_argument("--num-splits", type=int, default=8)
+    parser.add_argument(
+        "--tokens-per-step", type=int, default=512, help="--online: answer tokens a step holds"
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument(
         "--online", action="store_true", help="train while generators append (follow the table)"

@@ -218,6 +218,13 @@ func TestFollowDecisionsAreTheTables(t *testing.T) {
 	if err != nil || seen.Newest != 3 {
 		t.Fatalf("an observer of the run forms round 0 decided at version %d (%v), not 3", seen.Newest, err)
 	}
+	// Steps, which waits for nothing, reads the decision too.
+	observer = newFollower(t, uri, opts, fo)
+	observer.Observe()
+	dealt, err := observer.Steps(ctx, loader.FollowPosition{Carry: []uint64{}}, 0, 1)
+	if err != nil || len(dealt) != 1 {
+		t.Fatalf("an observer of the run deals step 0 as %v (%v)", dealt, err)
+	}
 	fo.Run = "another"
 	observer = newFollower(t, uri, opts, fo)
 	observer.Observe()

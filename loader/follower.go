@@ -501,7 +501,11 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 	// the newest version a listing of this call finds, when waiting: a round
 	// is decided when a stream needs its first step, not when it reads
 	// ahead, so that N_r is as new as it can be.
-	undecided := func() bool { return wait && f.follow.MaxVersionsBehindNewest != nil && pos.Newest == 0 }
+	// A follower that observes the run (Observe) reads the decision the
+	// learner recorded whether it waits or not.
+	undecided := func() bool {
+		return (wait || f.observing) && f.follow.MaxVersionsBehindNewest != nil && pos.Newest == 0
+	}
 	listed := false
 	for {
 		log := f.snapshot()
@@ -513,9 +517,14 @@ func (f *Follower) round(ctx context.Context, pos FollowPosition, wait bool) (r 
 			return r, true, waits, nil
 		}
 		if undecided() && listed && log.latest() > pos.After {
-			if pos.Newest, err = f.decideNewest(ctx, pos, log.latest()); err != nil {
+			newest, err := f.decideNewest(ctx, pos, log.latest())
+			if err == io.EOF && !wait {
+				return Round{}, false, waits, nil // no learner has decided it yet
+			}
+			if err != nil {
 				return Round{}, false, waits, err
 			}
+			pos.Newest = newest
 			continue
 		}
 		r, ok, err := planRound(pos, &log, &f.follow, &f.opts)

@@ -140,15 +140,30 @@ def test_rl_learner_online(tmp_path: Path) -> None:
     assert state["steps_consumed"] == 6
     assert json.loads((data / "state.json").read_text()) == state
     follow = cr.Follow(rows_per_round=128, group_by="problem_id", replay=0.25,
-                       max_versions_behind=4, wait_timeout=1.0)  # fmt: skip
-    ds = cr.FollowingDataset(record["table_uri"], follow, global_batch_size=16, num_splits=8,
+                       filter="include_in_training = TRUE AND role = 'assistant'",
+                       lengths="output_tokens", max_versions_behind_newest=4, run="learner",
+                       wait_timeout=1.0)  # fmt: skip
+    ds = cr.FollowingDataset(record["table_uri"], follow, tokens_per_step=512,
                              columns=["rollout_id"], shuffle_seed=1234)  # fmt: skip
     ds.load_state_dict(state)
     next(iter(ds))
     assert ds.steps_consumed == 7
 
     # croupier deal, reading the checkpoint Python wrote, recomputes from the
-    # table exactly the steps the learner recorded for a rollout.
+    # table in one call every step's rollouts, as the learner recorded them.
+    deal = subprocess.run(
+        ["go", "run", "./cmd/croupier", "deal", "--checkpoint", str(data / "state.json"),
+         "--steps", ":", "--columns", "rollout_id", "--json"],
+        cwd=EXAMPLE.parents[1], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert deal.returncode == 0, deal.stderr[-3000:]
+    dealt = {
+        s["step"]: sorted({row["rollout_id"] for rank in s["ranks"] for row in rank["rows"]})
+        for s in json.loads(deal.stdout)["steps"]
+    }
+    assert dealt == {s["step"]: s["rollouts"] for s in record["trained_on"]}
+
+    # And the steps the learner recorded for a rollout.
     rollout = record["trained_on"][-1]["rollouts"][0]
     deal = subprocess.run(
         ["go", "run", "./cmd/croupier", "deal", "--checkpoint", str(data / "state.json"),
