@@ -77,12 +77,17 @@ def refuse_batching(caller: types.FrameType | None, dataset: str) -> None:
     (1 by default), which would gather that many batches into one and stack
     their tensors."""
     fetch = sys.modules.get("torch.utils.data._utils.fetch")
-    fetcher = caller.f_locals.get("self") if caller is not None else None
+    # Only the fetch's own frame is looked into: reading a frame's f_locals
+    # keeps a snapshot of its locals on the frame, and a training loop's
+    # frame would then hold the batch it was given after it let go of it.
     if (
         fetch is None
-        or not isinstance(fetcher, fetch._IterableDatasetFetcher)
-        or not fetcher.auto_collation
+        or caller is None
+        or caller.f_code is not fetch._IterableDatasetFetcher.fetch.__code__
     ):
+        return
+    fetcher = caller.f_locals.get("self")
+    if not isinstance(fetcher, fetch._IterableDatasetFetcher) or not fetcher.auto_collation:
         return
     raise InvalidArgumentError(
         f"a croupier.{dataset} yields whole batches (its steps), which "
