@@ -135,7 +135,7 @@ class Outbox:
         twelfth of the budget."""
         if not self.limit:
             return RUN_STEPS
-        workers = torch.utils.data.get_worker_info()
+        workers = _torch.worker_info()
         total = self.limit * (workers.num_workers if workers is not None else 1)
         return max(1, min(RUN_STEPS, total // (3 * max(step_bytes, 1))))
 
