@@ -213,7 +213,48 @@ class _WorkerBudget:
         )
 
 
-class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
+class _StepFormat:
+    """The form a dataset hands its steps out in, packing included: set up and
+    applied the same way by StreamingDataset and FollowingDataset."""
+
+    _format: str
+    _list_format: str
+    _info: dict[str, Any]
+    _options: dict[str, Any]
+
+    def _set_packing(
+        self,
+        packing: str | None,
+        pack_columns: Sequence[str] | None,
+        pad_value: float | Mapping[str, float],
+        columns: list[str],
+    ) -> None:
+        """Check and keep ``packing`` of ``pack_columns`` (of the batches'
+        ``columns``) and its ``pad_value``."""
+        self._pack_columns = (
+            None if pack_columns is None else _args.strings("pack_columns", pack_columns)
+        )
+        check_packing(packing, self._pack_columns, self._format, columns)
+        self._packing = packing
+        self._pad_value = dict(pad_value) if isinstance(pad_value, Mapping) else pad_value
+
+    def _convert(self, batch: pa.RecordBatch, sizes: list[int]) -> Iterator[Any]:
+        """The consecutive steps of ``batch``, of ``sizes`` rows, in the dataset's format."""
+        tokens = int(self._info["tokens_per_step"]) or None
+        truncate = tokens if self._options["oversize"] == "truncate" else None
+        return convert_or_pack_steps(
+            batch,
+            sizes,
+            self._format,
+            self._list_format,
+            self._packing,
+            self._pack_columns,
+            self._pad_value,
+            truncate,
+        )
+
+
+class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat):
     """Deals one rank's share of every global step of an epoch (docs/concepts.md).
 
     Args:
@@ -349,12 +390,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
         # Global steps of each epoch planned so far (token-budget steps vary by epoch).
         self._epoch_steps: dict[int, int] = {0: int(self._info["steps_per_epoch"])}
-        self._pack_columns = (
-            None if pack_columns is None else _args.strings("pack_columns", pack_columns)
-        )
-        check_packing(packing, self._pack_columns, format, self.columns)
-        self._packing = packing
-        self._pad_value = dict(pad_value) if isinstance(pad_value, Mapping) else pad_value
+        self._set_packing(packing, pack_columns, pad_value, self.columns)
         self._epoch = 0
         self._next_step = 0
         self._set_position(_args.integer("epoch", epoch), 0)
@@ -589,20 +625,6 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         """
         size = self.rank_batch_size
         return [size] * (steps - 1) + [rows - size * (steps - 1)]
-
-    def _convert(self, batch: pa.RecordBatch, sizes: list[int]) -> Iterator[Any]:
-        """The consecutive steps of ``batch``, of ``sizes`` rows, in the dataset's format."""
-        truncate = self.tokens_per_step if self._options["oversize"] == "truncate" else None
-        return convert_or_pack_steps(
-            batch,
-            sizes,
-            self._format,
-            self._list_format,
-            self._packing,
-            self._pack_columns,
-            self._pad_value,
-            truncate,
-        )
 
     def rows_of_step(self, step: int, epoch: int | None = None) -> np.ndarray:
         """The row ids of global step ``step`` of :attr:`epoch` (or of ``epoch``),

@@ -27,11 +27,12 @@ from . import _args, _lib, _torch
 from .dataset import (
     _COALESCE_BYTES,
     _read,
+    _StepFormat,
     _WorkerBudget,
     refuse_batching,
 )
 from .errors import InvalidArgumentError
-from .formats import check_format, check_packing, check_step_size, convert_or_pack_steps
+from .formats import check_format, check_step_size
 from .table import Table, open_table
 
 __all__ = ["STATE_FORMAT", "Follow", "FollowStep", "FollowingDataset"]
@@ -182,7 +183,7 @@ class FollowStep:
         self.worker, self.stats = worker, stats
 
 
-class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
+class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat):
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
@@ -298,12 +299,9 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
         self._go: _lib.Handle | None = None
         self._closed = False
         self._info: dict[str, Any] = _lib.follow_info(self._handle())
-        self._pack_columns = (
-            None if pack_columns is None else _args.strings("pack_columns", pack_columns)
+        self._set_packing(
+            packing, pack_columns, pad_value, [*self._info["columns"], VERSION_COLUMN]
         )
-        check_packing(packing, self._pack_columns, format, [*self._info["columns"], VERSION_COLUMN])
-        self._packing = packing
-        self._pad_value = dict(pad_value) if isinstance(pad_value, Mapping) else pad_value
         self._position: dict[str, Any] = self._info["start"]
         self._next_step = 0
         self._round: dict[str, Any] | None = None
@@ -440,17 +438,7 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget):
                 # step, in one round) has rows rows in each; a grouped step,
                 # whose size varies, comes alone.
                 sizes = [rows] * steps if steps > 1 else [batch.num_rows]
-                truncate = self.tokens_per_step if self._options["oversize"] == "truncate" else None
-                outs = convert_or_pack_steps(
-                    batch,
-                    sizes,
-                    self._format,
-                    self._list_format,
-                    self._packing,
-                    self._pack_columns,
-                    self._pad_value,
-                    truncate,
-                )
+                outs = self._convert(batch, sizes)
                 del batch
                 stats = _lib.stream_stats(stream.value) if worker is not None else {}
                 for i, out in enumerate(outs):
