@@ -1071,20 +1071,36 @@ func TestLargeRowGroupStreamedWithinFetchShare(t *testing.T) {
 // not twice them (a read of their own to check the CRCs first).
 func TestStreamedRowGroupReadOnce(t *testing.T) {
 	const rows, share = 40_000, 64 << 10
-	ctx := context.Background()
 	s := startS3(t)
-	uri := s.URI("bkt", "big")
-	tb, err := table.Create(ctx, uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows})
+	group, got := readWholeGroup(t, s, rows, table.ReaderOptions{FetchBytes: share}, 0)
+	defer got.Release()
+	if v := got.Column(0).(*array.Int64).Value(rows - 1); v != rows-1 {
+		t.Fatalf("last row: id %d", v)
+	}
+	if served := s.BytesServed(); group < 4*share || served > group*5/4 {
+		t.Fatalf("a row group of %d bytes (the fetch share is %d) read as %d bytes in %d requests", group, share, served, s.Requests())
+	}
+	t.Logf("a row group of %d bytes read as %d bytes in %d requests", group, s.BytesServed(), s.Requests())
+}
+
+// readWholeGroup writes rows rows as a croupier table of one row group on
+// s, has s wait delay before each request from then on, and reads every row
+// through a reader with opts, s counting the read's requests alone. It
+// returns the row group's compressed bytes and the rows read.
+func readWholeGroup(t *testing.T, s *s3test.Server, rows int, opts table.ReaderOptions, delay time.Duration) (int64, arrow.RecordBatch) {
+	t.Helper()
+	ctx := context.Background()
+	tb, err := table.Create(ctx, s.URI("bkt", "big"), tabletest.Reader(0, int64(rows)), table.WriteOptions{RowGroupRows: int64(rows)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tb.Close()
+	s.SetFaults(s3test.Faults{FirstByte: delay})
 	md, err := tb.Footer(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	group := md.RowGroup(0).TotalCompressedSize()
-	r, err := tb.NewReader(table.ReaderOptions{FetchBytes: share})
+	r, err := tb.NewReader(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1098,14 +1114,7 @@ func TestStreamedRowGroupReadOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer got.Release()
-	if v := got.Column(0).(*array.Int64).Value(rows - 1); v != rows-1 {
-		t.Fatalf("last row: id %d", v)
-	}
-	if served := s.BytesServed(); group < 4*share || served > group*5/4 {
-		t.Fatalf("a row group of %d bytes (the fetch share is %d) read as %d bytes in %d requests", group, share, served, s.Requests())
-	}
-	t.Logf("a row group of %d bytes read as %d bytes in %d requests", group, s.BytesServed(), s.Requests())
+	return md.RowGroup(0).TotalCompressedSize(), got
 }
 
 // TestStreamedSectionsReadInWindows reads a few rows spread over a croupier
@@ -1155,37 +1164,13 @@ func TestStreamedSectionsReadInWindows(t *testing.T) {
 // once.
 func TestStreamedWindowsFetchedAhead(t *testing.T) {
 	const rows, share = 40_000, 256 << 10
-	ctx := context.Background()
 	s := startS3(t)
-	uri := s.URI("bkt", "big")
-	tb, err := table.Create(ctx, uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb.Close()
-	s.SetFaults(s3test.Faults{FirstByte: 50 * time.Millisecond})
-	tb = open(t, uri)
-	defer tb.Close()
-	md, err := tb.Footer(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	group := md.RowGroup(0).TotalCompressedSize()
-	r, err := tb.NewReader(table.ReaderOptions{FetchBytes: share, Decoders: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	group, got := readWholeGroup(t, s, rows, table.ReaderOptions{FetchBytes: share, Decoders: 1}, 50*time.Millisecond)
+	defer got.Release()
 	ids := make([]uint64, rows)
 	for i := range ids {
 		ids[i] = uint64(i)
 	}
-	s.ResetCounts()
-	got, err := r.Read(ctx, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Release()
 	checkIDsAndText(t, got, ids, 3)
 	if group < 4*share {
 		t.Fatalf("a row group of %d bytes is not streamed with a fetch share of %d", group, share)
