@@ -11,7 +11,7 @@
 //	croupier tables cleanup URI --keep-last N [--grace 24h]
 //
 //	croupier rewrite SRC DST [--columns a,b] [--row-group-rows N] [--page-bytes N]
-//	    [--version N] [--quiet] [--trust-conditional-writes]
+//	    [--memory-budget BYTES] [--version N] [--quiet] [--trust-conditional-writes]
 //
 //	croupier permute TABLE_URI PERM_URI [--version N] [--filter SQL]
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
@@ -70,8 +70,10 @@
 // by pyarrow or Spark in large row groups, say) or a croupier table, in row id
 // order into a new croupier table at DST, in row groups of --row-group-rows
 // (4,096 by default) with a page index, for shuffled reads; --columns keeps
-// only those columns. It reads one row group of SRC at a time and prints its
-// progress in rows on stderr. DST gets its one version only once every row is
+// only those columns. It reads SRC in slices of consecutive rows, decoding
+// only the pages each needs, so it holds about --memory-budget bytes (256 MiB
+// by default) however large SRC's row groups are, and prints its progress in
+// rows on stderr. DST gets its one version only once every row is
 // written: an interrupted rewrite leaves none, and may be run again.
 //
 // Before its first commit to a store, a command that writes a table checks

@@ -12,11 +12,12 @@ import (
 // table laid out for shuffled reads.
 func rewriteCmd(ctx context.Context, e *env, args []string) error {
 	fs, asJSON := newFlags(e, "rewrite",
-		"rewrite SRC DST [--columns a,b] [--row-group-rows N] [--page-bytes N] [--compression lz4|zstd|none] [--version N] [--quiet] [--trust-conditional-writes]")
+		"rewrite SRC DST [--columns a,b] [--row-group-rows N] [--page-bytes N] [--compression lz4|zstd|none] [--memory-budget BYTES] [--version N] [--quiet] [--trust-conditional-writes]")
 	columns := fs.String("columns", "", "columns to keep, comma-separated, in that order (default: all)")
 	rowGroup := fs.Int64("row-group-rows", 0, "most rows per row group (0: the default)")
 	pageBytes := fs.Int64("page-bytes", 0, "target size of a data page in bytes (0: the default)")
 	compression := fs.String("compression", "", "codec of the data pages: lz4, zstd or none (default lz4)")
+	budget := fs.Int64("memory-budget", 0, "bytes of SRC's rows held decoded at once (0: 256 MiB)")
 	version := fs.Int64("version", 0, "version of a croupier table SRC to rewrite (0: the latest)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	trust := trustFlag(fs)
@@ -37,7 +38,7 @@ func rewriteCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer src.Close()
-	opts := table.RewriteOptions{Columns: splitList(*columns),
+	opts := table.RewriteOptions{Columns: splitList(*columns), MemoryBudget: *budget,
 		WriteOptions: table.WriteOptions{RowGroupRows: *rowGroup, PageBytes: *pageBytes, Compression: *compression,
 			TrustConditionalWrites: *trust}}
 	var pr *progress

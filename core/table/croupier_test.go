@@ -58,6 +58,9 @@ func TestMain(m *testing.M) {
 	if uri := os.Getenv(envWriterURI); uri != "" {
 		os.Exit(runWriter(uri))
 	}
+	if src := os.Getenv(envRewriteSrc); src != "" {
+		os.Exit(runRewrite(src))
+	}
 	os.Exit(m.Run())
 }
 

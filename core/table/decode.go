@@ -140,12 +140,13 @@ type columnDecoder struct {
 	idx        []uint32 // dictionary indices of the current page, in idxBuf
 	idxBuf     []byte   // from scratch
 
-	values  *memory.Buffer // fixed width: present values, in order
-	nvalues int            // present values decoded so far
-	binOffs []int32        // binary: offsets of present values in binData, plus one
-	binData []byte
-	valid   []bool // per slot; nil until a null slot appears
-	slots   int
+	values    *memory.Buffer // fixed width: present values, in order
+	nvalues   int            // present values decoded so far
+	maxValues int            // level entries of the chunk: no more values than that
+	binOffs   []int32        // binary: offsets of present values in binData, plus one
+	binData   []byte
+	valid     []bool // per slot; nil until a null slot appears
+	slots     int
 
 	rows      int     // rows started so far (lists)
 	listOffs  []int32 // lists: the first slot of each row, plus one
@@ -182,6 +183,10 @@ func (did decodeInfo) entries(from int) int64 {
 	}
 	return n
 }
+
+// keptValuesStart is the values a decoder of kept rows has room for at
+// first; it doubles as they come.
+const keptValuesStart = 1 << 14
 
 // openRows, as the rows of decodeColumn's pages, says that they go on past
 // the rows it needs: it stops after the page that ends the last row it keeps.
@@ -243,10 +248,17 @@ func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, k
 	}
 	if fw, ok := d.dt.(arrow.FixedWidthDataType); ok {
 		d.width = fw.BitWidth() / 8
-		// Never more values than level entries in the chunk; most of
-		// the buffer stays unused when few rows are kept, so it is not
-		// zeroed (elements zeroes the slots of nulls).
-		d.values = newFilled(mem, values*int64(d.width))
+		d.maxValues = int(values)
+		// Never more values than level entries in the chunk, so a whole
+		// chunk is sized at once. Of kept rows, which may be a few of a
+		// large chunk (a row group of a million rows, read in slices), the
+		// buffer grows with the values kept. It is not zeroed (elements
+		// zeroes the slots of nulls).
+		n := values
+		if keep != nil {
+			n = min(values, keptValuesStart)
+		}
+		d.values = newFilled(mem, n*int64(d.width))
 	} else {
 		d.binOffs = append(make([]int32, 0, out+1), 0)
 	}
@@ -725,8 +737,11 @@ func (d *columnDecoder) plain(data []byte, n int) error {
 // decoded.
 func (d *columnDecoder) fixed(n int) ([]byte, error) {
 	at := d.nvalues * d.width
-	if at+n*d.width > d.values.Len() {
+	if d.nvalues+n > d.maxValues {
 		return nil, errors.New("more values than the column chunk declares")
+	}
+	if at+n*d.width > d.values.Len() {
+		d.values.Resize(min(max(2*d.values.Len(), at+n*d.width), d.maxValues*d.width))
 	}
 	d.nvalues += n
 	return d.values.Bytes()[at : at+n*d.width], nil
@@ -840,7 +855,7 @@ func (d *columnDecoder) elements(mem memory.Allocator, dt arrow.DataType) arrow.
 	}
 	if d.binOffs == nil {
 		values := d.values
-		values.Resize(d.slots * d.width) // never grows: slots ≤ level entries
+		values.Resize(d.slots * d.width) // slots ≤ level entries
 		if nullCount > 0 {               // spread values to their slots, from the back; nulls are zero
 			b := values.Bytes()
 			v := d.nvalues

@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
@@ -18,14 +19,21 @@ type RewriteOptions struct {
 	WriteOptions
 	// Columns to keep, in output order; nil keeps every column.
 	Columns []string `json:"columns,omitempty"`
+	// MemoryBudget bounds the bytes of source rows the rewrite holds
+	// decoded at once (see Rewrite); 0 means DefaultRewriteBudget.
+	MemoryBudget int64 `json:"memory_budget,omitempty"`
 	// Progress, when set, is called from the goroutine running Rewrite once
-	// the writer has taken each row group of the source; the last call
-	// reports the totals.
+	// the writer has taken each slice of the source; the last call reports
+	// the totals.
 	Progress func(RewriteProgress) `json:"-"`
 }
 
+// DefaultRewriteBudget is the memory budget of a rewrite that sets none.
+const DefaultRewriteBudget = 256 << 20
+
 // RewriteProgress reports how far a rewrite is. Bytes count the compressed
-// column chunks of the kept columns, as the source's footers record them.
+// column chunks of the kept columns, as the source's footers record them;
+// within a row group, in proportion to its rows written.
 type RewriteProgress struct {
 	Rows, TotalRows   int64 // rows written, rows of the source
 	Bytes, TotalBytes int64 // bytes of the source read, and in all
@@ -36,13 +44,27 @@ type RewriteProgress struct {
 // (DefaultRowGroupRows rows per row group, DefaultPageBytes pages and a page
 // index by default); src may be a plain Parquet dataset or a croupier table.
 //
-// The source is read one row group at a time, so memory holds one decoded
-// row group of src and one buffered row group of the new table, however
-// large src is. Like Create, Rewrite commits atomically: one that is canceled
-// or fails leaves no version at uri, and another may start there afresh. It
-// fails with errcode.AlreadyExists when a croupier table exists at uri.
+// The source is read in slices of consecutive rows, each decoding only the
+// pages that hold its rows, so memory holds one slice of src and one
+// buffered row group of the new table, however large src and its row groups
+// are: a slice takes a quarter of opts.MemoryBudget at the rows' guessed
+// size (GuessRowBytes), and one row at least. Like Create, Rewrite commits
+// atomically: one that is canceled or fails leaves no version at uri, and
+// another may start there afresh. It fails with errcode.AlreadyExists when a
+// croupier table exists at uri.
 func Rewrite(ctx context.Context, src *Table, uri string, opts RewriteOptions) (*Table, error) {
-	r, err := src.NewReader(ReaderOptions{Columns: opts.Columns})
+	if opts.MemoryBudget < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "rewrite", src.URI(),
+			"memory budget %d bytes; it takes a positive size, or 0 for the default", opts.MemoryBudget)
+	}
+	if opts.MemoryBudget == 0 {
+		opts.MemoryBudget = DefaultRewriteBudget
+	}
+	share := opts.MemoryBudget / 4
+	// Slices are freed as the writer takes them: their buffers are given
+	// back at once, not at the next garbage collection.
+	r, err := src.NewReader(ReaderOptions{Columns: opts.Columns, Allocator: cmem.New(),
+		FetchBytes: share, DecodeBytes: share, PageBytes: opts.MemoryBudget})
 	if err != nil {
 		return nil, err
 	}
@@ -51,9 +73,9 @@ func Rewrite(ctx context.Context, src *Table, uri string, opts RewriteOptions) (
 	if err != nil {
 		return nil, err
 	}
-	groups := &groupReader{ctx: ctx, r: r, byteStarts: byteStarts, progress: opts.Progress}
-	defer groups.Release()
-	return Create(ctx, uri, groups, opts.WriteOptions)
+	slices := &sliceReader{ctx: ctx, r: r, byteStarts: byteStarts, sliceBytes: share, progress: opts.Progress}
+	defer slices.Release()
+	return Create(ctx, uri, slices, opts.WriteOptions)
 }
 
 // groupByteStarts returns, for each row group of r's table in row id order,
@@ -91,65 +113,92 @@ func groupByteStarts(ctx context.Context, r *Reader) ([]int64, error) {
 	return starts, nil
 }
 
-// groupReader is an array.RecordReader of the row groups of a Reader's table,
-// one record per row group in row id order, each decoded when the writer asks
-// for it. It reports progress when the writer comes back for the next one.
-type groupReader struct {
+// sliceReader is an array.RecordReader of the rows of a Reader's table, in
+// row id order, one record per slice of consecutive rows of one row group,
+// each read when the writer asks for it. It reports progress when the writer
+// comes back for the next one.
+type sliceReader struct {
 	ctx        context.Context
 	r          *Reader
 	byteStarts []int64 // see groupByteStarts
+	sliceBytes int64   // the bytes of source rows a slice holds, at the guess
 	progress   func(RewriteProgress)
 
-	next int // index in r.t.groups of the next row group
-	cur  arrow.RecordBatch
-	err  error
+	group int   // index in r.t.groups of the row group being read
+	row   int64 // the next row of it to read
+	cur   arrow.RecordBatch
+	err   error
 }
 
-func (g *groupReader) Schema() *arrow.Schema { return g.r.Schema() }
+func (s *sliceReader) Schema() *arrow.Schema { return s.r.Schema() }
 
-func (g *groupReader) Next() bool {
-	t := g.r.t
-	if g.cur != nil { // the writer has taken it
-		g.cur.Release()
-		g.cur = nil
-		if g.progress != nil {
-			g.progress(RewriteProgress{Rows: t.groupStarts[g.next], TotalRows: t.NumRows(),
-				Bytes: g.byteStarts[g.next], TotalBytes: g.byteStarts[len(t.groups)]})
-		}
+func (s *sliceReader) Next() bool {
+	t := s.r.t
+	if s.cur != nil { // the writer has taken it
+		s.cur.Release()
+		s.cur = nil
+		s.report()
 	}
-	if g.err != nil || g.next == len(t.groups) {
+	for s.group < len(t.groups) && s.row == t.groupRows(s.group) {
+		s.group, s.row = s.group+1, 0
+	}
+	if s.err != nil || s.group == len(t.groups) {
 		return false
 	}
-	if err := g.ctx.Err(); err != nil {
-		g.err = errcode.Wrap(err, errcode.Canceled, "rewrite", t.URI())
+	if err := s.ctx.Err(); err != nil {
+		s.err = errcode.Wrap(err, errcode.Canceled, "rewrite", t.URI())
 		return false
 	}
-	ref := t.groups[g.next]
-	if g.cur, g.err = g.r.ReadGroup(g.ctx, ref.File, ref.Group); g.err != nil {
-		return false
-	}
-	g.next++
-	return true
+	s.cur, s.err = s.read()
+	return s.err == nil
 }
 
-func (g *groupReader) RecordBatch() arrow.RecordBatch { return g.cur }
+// read reads the next slice of the current row group.
+func (s *sliceReader) read() (arrow.RecordBatch, error) {
+	t := s.r.t
+	rowBytes, err := s.r.GuessRowBytes(s.ctx, t.groups[s.group])
+	if err != nil {
+		return nil, err
+	}
+	n := min(max(s.sliceBytes/rowBytes, 1), t.groupRows(s.group)-s.row)
+	ids := make([]uint64, n)
+	first := uint64(t.groupStarts[s.group] + s.row)
+	for i := range ids {
+		ids[i] = first + uint64(i)
+	}
+	s.row += n
+	return s.r.Read(s.ctx, ids)
+}
+
+// report calls progress with the rows before s.row of s.group written.
+func (s *sliceReader) report() {
+	t := s.r.t
+	if s.progress == nil {
+		return
+	}
+	groupBytes := s.byteStarts[s.group+1] - s.byteStarts[s.group]
+	s.progress(RewriteProgress{Rows: t.groupStarts[s.group] + s.row, TotalRows: t.NumRows(),
+		Bytes: s.byteStarts[s.group] + groupBytes*s.row/max(t.groupRows(s.group), 1), TotalBytes: s.byteStarts[len(t.groups)]})
+}
+
+func (s *sliceReader) RecordBatch() arrow.RecordBatch { return s.cur }
 
 // Record returns the current record.
 //
 // Deprecated: use RecordBatch.
-func (g *groupReader) Record() arrow.RecordBatch { return g.cur }
+func (s *sliceReader) Record() arrow.RecordBatch { return s.cur }
 
-func (g *groupReader) Err() error { return g.err }
+func (s *sliceReader) Err() error { return s.err }
 
 // Retain does nothing: the reader has one owner.
-func (g *groupReader) Retain() {}
+func (s *sliceReader) Retain() {}
 
 // Release drops the current record.
-func (g *groupReader) Release() {
-	if g.cur != nil {
-		g.cur.Release()
-		g.cur = nil
+func (s *sliceReader) Release() {
+	if s.cur != nil {
+		s.cur.Release()
+		s.cur = nil
 	}
 }
 
-var _ array.RecordReader = (*groupReader)(nil)
+var _ array.RecordReader = (*sliceReader)(nil)

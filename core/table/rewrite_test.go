@@ -4,18 +4,23 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/bigtest"
 )
 
 // exportedDataset writes a plain Parquet dataset laid out as pyarrow writes a
@@ -203,4 +208,111 @@ func TestRewriteCanceled(t *testing.T) {
 	}
 	defer tb.Close()
 	sameRows(t, tb, src, nil)
+}
+
+// envRewriteSrc makes the test binary a child that rewrites the table it
+// names into $CROUPIER_TABLETEST_REWRITE_DST with a memory budget of
+// rewriteBudget, and prints its peak resident bytes before and after.
+const (
+	envRewriteSrc = "CROUPIER_TABLETEST_REWRITE_SRC"
+	envRewriteDst = "CROUPIER_TABLETEST_REWRITE_DST"
+	rewriteBudget = 16 << 20
+)
+
+func runRewrite(src string) int {
+	ctx := context.Background()
+	tb, err := table.Open(ctx, src)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer tb.Close()
+	before := peakRSS()
+	out, err := table.Rewrite(ctx, tb, os.Getenv(envRewriteDst), table.RewriteOptions{MemoryBudget: rewriteBudget})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	out.Close()
+	fmt.Println(before, peakRSS())
+	return 0
+}
+
+// peakRSS returns the process's peak resident bytes (VmHWM), or -1.
+func peakRSS() int64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(status)) {
+		if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+			return n << 10
+		}
+	}
+	return -1
+}
+
+// A source row group of half a million rows, 200 MB decoded, is rewritten in
+// slices within the rewrite's memory rule (1.25 × the budget + 128 MiB over
+// the process at its start), not decoded whole.
+func TestRewriteBoundsAHugeRowGroup(t *testing.T) {
+	const rows, perRow = 1 << 19, 100
+	bigtest.Skip(t, rows*perRow*4)
+	if peakRSS() < 0 {
+		t.Skip("no /proc/self/status here")
+	}
+	mem := memory.NewGoAllocator()
+	values := array.NewInt32Builder(mem)
+	offsets := make([]int32, rows+1)
+	for i := range rows {
+		for j := range perRow {
+			values.Append(int32((i + j) % 7))
+		}
+		offsets[i+1] = offsets[i] + perRow
+	}
+	vals := values.NewArray()
+	defer vals.Release()
+	lists := array.NewListData(array.NewData(arrow.ListOf(arrow.PrimitiveTypes.Int32), rows,
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(offsets))}, []arrow.ArrayData{vals.Data()}, 0, 0))
+	defer lists.Release()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: lists.DataType(), Nullable: true}}, nil)
+	rec := array.NewRecordBatch(schema, []arrow.Array{lists}, rows)
+	defer rec.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(rows), parquet.WithDataPageSize(1<<20))
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	dst := "file://" + filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envRewriteSrc+"=file://"+dir, envRewriteDst+"="+dst)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rewrite: %v\n%s", err, out)
+	}
+	var before, after int64
+	if _, err := fmt.Sscan(string(out), &before, &after); err != nil {
+		t.Fatalf("child printed %q: %v", out, err)
+	}
+	t.Logf("peak %d MiB over the start", (after-before)>>20)
+	if limit := int64(rewriteBudget)*5/4 + 128<<20; after-before > limit {
+		t.Errorf("rewrite of a %d MB row group with a %d MiB budget peaked %d MiB over its start, more than %d MiB",
+			rows*perRow*4/1000000, rewriteBudget>>20, (after-before)>>20, limit>>20)
+	}
+	got, err := table.Open(context.Background(), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if got.NumRows() != rows {
+		t.Fatalf("%d rows, want %d", got.NumRows(), rows)
+	}
+	src, err := table.Open(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	sameRows(t, got, src, nil)
 }

@@ -690,6 +690,9 @@ func (t *Table) RowGroupOf(id int64) (group int, row int64) {
 	return g, id - t.groupStarts[g]
 }
 
+// groupRows returns the rows of t.groups[g].
+func (t *Table) groupRows(g int) int64 { return t.groupStarts[g+1] - t.groupStarts[g] }
+
 // groupOf returns the index in t.groups of the row group holding row id,
 // which must be < NumRows.
 func (t *Table) groupOf(id int64) int {

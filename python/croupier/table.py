@@ -222,6 +222,7 @@ def rewrite(
     row_group_rows: int | None = None,
     page_bytes: int | None = None,
     compression: str | None = None,
+    memory_budget: int | None = None,
     progress: RewriteProgress | bool | None = None,
     trust_conditional_writes: bool = False,
 ) -> Table:
@@ -233,8 +234,9 @@ def rewrite(
     order, into row groups of ``row_group_rows`` rows (default 4,096) and pages
     of ``page_bytes`` (default 16 KiB) with a page index, compressed with
     ``compression`` (default lz4; see :func:`create_table`). It
-    reads one row group of ``src`` at a time, so memory holds about one row
-    group of each table, however large ``src`` is.
+    reads ``src`` in slices of consecutive rows, decoding only the pages each
+    slice needs, so it holds about ``memory_budget`` bytes however large
+    ``src`` and its row groups are.
 
     ``dst_uri`` gets its version 1 only once every row is written: a rewrite
     that fails or is interrupted (Ctrl-C, or an exception raised by
@@ -249,8 +251,11 @@ def rewrite(
         row_group_rows: most rows in one row group.
         page_bytes: target size of one data page.
         compression: ``"lz4"``, ``"zstd"`` or ``"none"`` (see :func:`create_table`).
+        memory_budget: bytes of ``src``'s rows held decoded at once (default
+            256 MiB): a slice takes a quarter of it at the rows' guessed size,
+            and one row at least.
         progress: ``callable(rows, total_rows, bytes, total_bytes)``, called
-            after each row group of ``src`` (bytes: compressed bytes of the
+            after each slice of ``src`` (bytes: compressed bytes of the
             kept columns, as ``src``'s footers record them); ``True`` shows a
             tqdm bar on stderr when tqdm is installed, else a line per tenth of
             the rows; ``None`` or ``False`` shows nothing.
@@ -271,6 +276,8 @@ def rewrite(
     )
     if columns is not None:
         options["columns"] = [str(c) for c in columns]
+    if memory_budget is not None:
+        options["memory_budget"] = _args.integer("memory_budget", memory_budget, low=1)
     display = (_progress.tqdm_bars() or _progress.stderr_lines()) if progress is True else None
 
     def report(rows: int, total_rows: int, done_bytes: int, total_bytes: int) -> None:
