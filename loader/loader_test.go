@@ -749,3 +749,61 @@ func TestStepLargerThanTheBudget(t *testing.T) {
 		t.Fatalf("%d steps dealt before the error; want %d", dealt, at/16)
 	}
 }
+
+// TestLayoutHint deals a full shuffle of a plain Parquet table in 1 MiB
+// pages without a page index, beyond its budget: the stream's stats say to
+// rewrite it, naming the table and the column. The same rows rewritten in
+// croupier's layout, and the plain table with a budget that holds it (each
+// page decoded once), get no hint.
+func TestLayoutHint(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rec := tabletest.Record(0, 8192)
+	data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(8192), parquet.WithDataPageSize(1<<20))
+	rec.Release()
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	rewritten, err := table.Rewrite(ctx, plain, "file://"+t.TempDir()+"/tbl", table.RewriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rewritten.Close()
+	shuffled := func(tb *table.Table) permutation.Order {
+		perms, err := permutation.Build(ctx, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 5}},
+			"file://"+t.TempDir()+"/perm", permutation.BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { perms.Close() })
+		return perms.Splits()[0]
+	}
+	opts := loader.Options{GlobalBatchSize: 32, NumSplits: 8}
+	for _, c := range []struct {
+		name   string
+		tb     *table.Table
+		order  permutation.Order
+		budget int64
+		hint   bool
+	}{
+		{"plain", plain, shuffled(plain), 256 << 10, true},
+		{"plain, an ample budget", plain, shuffled(plain), 256 << 20, false},
+		{"rewritten", rewritten, shuffled(rewritten), 256 << 10, false},
+	} {
+		opts.MemoryBudget = c.budget
+		_, st := dealWithBudget(t, c.tb, c.order, opts)
+		ratio := float64(st.DecodedBytes) / float64(st.KeptBytes)
+		switch {
+		case c.hint && (!strings.Contains(st.LayoutHint, "croupier rewrite") || !strings.Contains(st.LayoutHint, c.tb.URI())):
+			t.Errorf("%s: decoded ÷ kept %.1f, hint %q", c.name, ratio, st.LayoutHint)
+		case !c.hint && st.LayoutHint != "":
+			t.Errorf("%s: decoded ÷ kept %.1f, hint %q", c.name, ratio, st.LayoutHint)
+		}
+		t.Logf("%s: decoded ÷ kept %.1f, hint %q", c.name, ratio, st.LayoutHint)
+	}
+}

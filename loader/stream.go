@@ -101,6 +101,7 @@ type result struct {
 type Stream struct {
 	cancel   context.CancelFunc
 	uri      string // of the table, for errors
+	layout   table.PageLayout
 	reader   *table.Reader
 	budget   *table.Budget    // of the rows kept for horizons
 	limit    int64            // the whole memory budget
@@ -129,19 +130,20 @@ type Stream struct {
 // Stats describe what a stream has done so far, for monitoring and tuning.
 type Stats struct {
 	table.ReaderStats
-	Steps        int64         `json:"steps"`         // steps Next returned
-	Rows         int64         `json:"rows"`          // rows in them
-	StallTime    time.Duration `json:"stall_ns"`      // time Next waited for a batch still being read
-	Ready        int64         `json:"ready"`         // batches read ahead, waiting for Next
-	HeldBytes    int64         `json:"held_bytes"`    // bytes of rows kept now for steps ahead
-	HeldPeak     int64         `json:"held_peak"`     // the most bytes of rows kept at any time
-	HeldLimit    int64         `json:"held_limit"`    // the share of the memory budget for kept rows
-	AheadBytes   int64         `json:"ahead_bytes"`   // bytes of the batches read ahead now
-	AheadPeak    int64         `json:"ahead_peak"`    // the most bytes of batches read ahead at any time
-	AheadLimit   int64         `json:"ahead_limit"`   // the share of the memory budget for them
-	StepBytes    int64         `json:"step_bytes"`    // the guessed bytes of one step of this rank's rows, as the budget is divided
-	HorizonSteps int64         `json:"horizon_steps"` // steps in the horizon planned last
-	Horizons     int64         `json:"horizons"`      // horizons planned so far
+	Steps        int64         `json:"steps"`                 // steps Next returned
+	Rows         int64         `json:"rows"`                  // rows in them
+	StallTime    time.Duration `json:"stall_ns"`              // time Next waited for a batch still being read
+	Ready        int64         `json:"ready"`                 // batches read ahead, waiting for Next
+	HeldBytes    int64         `json:"held_bytes"`            // bytes of rows kept now for steps ahead
+	HeldPeak     int64         `json:"held_peak"`             // the most bytes of rows kept at any time
+	HeldLimit    int64         `json:"held_limit"`            // the share of the memory budget for kept rows
+	AheadBytes   int64         `json:"ahead_bytes"`           // bytes of the batches read ahead now
+	AheadPeak    int64         `json:"ahead_peak"`            // the most bytes of batches read ahead at any time
+	AheadLimit   int64         `json:"ahead_limit"`           // the share of the memory budget for them
+	StepBytes    int64         `json:"step_bytes"`            // the guessed bytes of one step of this rank's rows, as the budget is divided
+	HorizonSteps int64         `json:"horizon_steps"`         // steps in the horizon planned last
+	Horizons     int64         `json:"horizons"`              // horizons planned so far
+	LayoutHint   string        `json:"layout_hint,omitempty"` // see layoutHint
 }
 
 // Stats returns the stream's counters. It is safe to call at any time, also
@@ -149,10 +151,38 @@ type Stats struct {
 func (s *Stream) Stats() Stats {
 	held, peak := s.budget.Used()
 	ahead, aheadPeak := s.ahead.Used()
-	return Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
+	st := Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
 		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak, HeldLimit: s.budget.Limit(),
 		AheadBytes: ahead, AheadPeak: aheadPeak, AheadLimit: s.ahead.limit, StepBytes: s.step,
 		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load()}
+	st.LayoutHint = layoutHint(s.uri, s.layout, st)
+	return st
+}
+
+// A table laid out in large pages (a pyarrow export: 1 MiB pages, often
+// without a page index) makes a shuffled read decode a whole page for each
+// row it takes, tens of times what it deals, where a rewrite into croupier's
+// layout would decode a few times. Nothing fails, so the stream says so, in
+// its stats: once it has dealt hintSteps steps, when the table's widest
+// column has coarse pages (table.PageLayout.Coarse) and the stream has
+// decoded at least hintDecoded times the bytes of the rows it kept. An order
+// that reads pages whole (stored order, most of a window shuffle) decodes
+// about what it keeps, and gets no hint whatever the layout.
+const (
+	hintSteps   = 16
+	hintDecoded = 4
+)
+
+// layoutHint returns the hint for a stream over the table at uri, laid out
+// as l, whose counters are st; "" for none.
+func layoutHint(uri string, l table.PageLayout, st Stats) string {
+	if st.Steps < hintSteps || !l.Coarse() || st.KeptBytes == 0 || st.DecodedBytes < hintDecoded*st.KeptBytes {
+		return ""
+	}
+	return fmt.Sprintf("%s: this read decoded %.1f bytes for each byte it kept, as pages of column %q hold %d rows "+
+		"where croupier's layout would hold %d; rewrite the table once for shuffled reads "+
+		"(croupier rewrite SRC DST, or croupier.rewrite) and read the copy",
+		uri, float64(st.DecodedBytes)/float64(st.KeptBytes), l.Column, l.Rows, max(1, table.DefaultPageBytes/l.RowBytes))
 }
 
 // Stream starts producing the batches of worker so.Worker: steps
@@ -246,12 +276,16 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 	if err != nil {
 		return nil, err
 	}
+	layout, err := l.table.PageLayout(ctx)
+	if err != nil {
+		return nil, err
+	}
 	budget, slots, ahead := table.NewBudget(m.Kept), make(chan struct{}, l.opts.ReadAhead), newAheadBudget(m.ReadAhead)
 	if prev != nil {
 		budget, slots, ahead = prev.budget, prev.slots, prev.ahead
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes,
+	s := &Stream{cancel: cancel, uri: l.table.URI(), layout: layout, reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes,
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)

@@ -93,6 +93,9 @@ func readCmd(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "fetched ÷ delivered %.2f, decoded ÷ delivered %.2f, %d horizons\n",
 			float64(st.BytesRead)/float64(out.Bytes), float64(st.DecodedBytes)/float64(out.Bytes), st.Horizons)
 	}
+	if st.LayoutHint != "" {
+		fmt.Fprintf(e.stderr, "croupier read: %s\n", st.LayoutHint)
+	}
 	return nil
 }
 

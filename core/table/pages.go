@@ -689,46 +689,72 @@ func (pp *plannedPages) Close() {
 }
 
 // RowsPerPage says how many rows a data page of the table's widest column
-// holds, in the first row group of its first file that has rows: the median
-// over its pages, where the file has an offset index, else the row group's
-// rows over the pages its uncompressed size makes at the writers' default
-// page size. It is between 1 and that row group's rows; 0 for a table without
-// rows. A shuffle whose clumps hold about this many consecutive rows gives
-// each page to one rank (see permutation.AutoClump).
+// holds: PageLayout's Rows.
 func (t *Table) RowsPerPage(ctx context.Context) (int64, error) {
+	l, err := t.PageLayout(ctx)
+	return l.Rows, err
+}
+
+// PageLayout describes the data pages of a table's widest column (the leaf
+// column with the most bytes before compression), in the first row group of
+// its first file that has rows.
+type PageLayout struct {
+	Column   string // the column's path, dotted
+	Rows     int64  // rows a page holds: see PageLayout
+	RowBytes int64  // the column's bytes before compression per row, at least 1
+}
+
+// Coarse says whether the pages hold at least four times the rows that pages
+// of DefaultPageBytes, croupier's layout, would: a shuffled read then decodes
+// many rows for each it takes, and a rewrite (Rewrite) would pay.
+func (l PageLayout) Coarse() bool {
+	return l.Rows >= 4*max(1, DefaultPageBytes/l.RowBytes)
+}
+
+// PageLayout returns the layout of the table's widest column. Its rows per
+// page are the median over its pages, where the file has an offset index,
+// else the row group's rows over the pages its uncompressed size makes at
+// the writers' default page size. They are between 1 and that row group's
+// rows; the zero PageLayout is that of a table without rows. A shuffle whose
+// clumps hold about this many consecutive rows gives each page to one rank
+// (see permutation.AutoClump).
+func (t *Table) PageLayout(ctx context.Context) (PageLayout, error) {
 	f := slices.IndexFunc(t.pin.Files, func(f File) bool { return len(f.RowGroups) > 0 && f.RowGroups[0] > 0 })
 	if f < 0 {
-		return 0, nil
+		return PageLayout{}, nil
 	}
 	md, err := t.Footer(ctx, f)
 	if err != nil {
-		return 0, err
+		return PageLayout{}, err
 	}
 	rows := t.pin.Files[f].RowGroups[0]
 	widest, size := 0, int64(-1)
 	for leaf := range md.Schema.NumColumns() {
 		col, err := md.RowGroup(0).ColumnChunk(leaf)
 		if err != nil {
-			return 0, errcode.Wrap(err, errcode.Corrupt, "read footer", t.loc.ObjectURI(t.pin.Files[f].Key))
+			return PageLayout{}, errcode.Wrap(err, errcode.Corrupt, "read footer", t.loc.ObjectURI(t.pin.Files[f].Key))
 		}
 		if n := col.TotalUncompressedSize(); n > size {
 			widest, size = leaf, n
 		}
 	}
+	l := PageLayout{Column: md.Schema.Column(widest).Path(), RowBytes: max(1, size/rows)}
 	locs, err := t.pages(ctx, f, 0, []int{widest})
 	if err != nil {
-		return 0, err
+		return PageLayout{}, err
 	}
-	if l := locs[0]; l != nil {
-		counts := make([]int64, len(l.off))
+	if p := locs[0]; p != nil {
+		counts := make([]int64, len(p.off))
 		for i := range counts {
-			counts[i] = l.first[i+1] - l.first[i]
+			counts[i] = p.first[i+1] - p.first[i]
 		}
 		slices.Sort(counts)
-		return counts[len(counts)/2], nil
+		l.Rows = counts[len(counts)/2]
+		return l, nil
 	}
 	pages := max(1, (size+defaultPageBytes-1)/defaultPageBytes)
-	return max(1, rows/pages), nil
+	l.Rows = max(1, rows/pages)
+	return l, nil
 }
 
 // memStream is a pageStream over a section of pages already in memory, a

@@ -910,8 +910,15 @@ def stream_next(
 
 
 def stream_stats(stream: int) -> dict[str, int]:
-    """The counters of an open stream (``croupier_stream_stats``)."""
-    return json.loads(_json_out("croupier_stream_stats", stream))
+    """The counters of an open stream (``croupier_stream_stats``), without its hint."""
+    stats = json.loads(_json_out("croupier_stream_stats", stream))
+    stats.pop("layout_hint", None)
+    return stats
+
+
+def stream_hint(stream: int) -> str:
+    """The layout hint in an open stream's stats (``croupier_stream_stats``), or ""."""
+    return str(json.loads(_json_out("croupier_stream_stats", stream)).get("layout_hint", ""))
 
 
 def follow_open(table: int, options: dict[str, Any]) -> Handle:

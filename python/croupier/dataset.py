@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import sys
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -35,7 +37,7 @@ import pyarrow as pa
 
 from . import _args, _lib, _torch
 from ._runs import PLACES, Outbox, Steps
-from .errors import InternalError, InvalidArgumentError
+from .errors import InternalError, InvalidArgumentError, LayoutWarning
 from .formats import check_format, check_packing, check_step_size, convert_or_pack_steps
 from .permutation import Permutation
 from .table import Table
@@ -100,13 +102,44 @@ def _in_main_process() -> bool:
     return _torch.worker_info() is None
 
 
-def _read(stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
-    """A Go stream's batches: ``(first step, steps, record batch)``."""
+def _read(stream: _lib.Handle, hint: LayoutHint) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+    """A Go stream's batches: ``(first step, steps, record batch)``; ``hint``
+    looks at the stream's layout hint as they come."""
     schema = None
+    n = 0
     while (item := _lib.stream_next(stream.value, schema)) is not None:
         schema = item[2].schema
         yield item
         del item  # not held while the next one is read
+        n += 1
+        hint.check(stream, n)
+
+
+_PACKAGE = os.path.dirname(__file__) + os.sep
+
+
+class LayoutHint:
+    """Warns once, with :class:`LayoutWarning`, when a dataset's stream says its
+    table's layout makes the read decode many times what it delivers (the Go
+    stream's ``layout_hint``). It asks every ``every`` batches until it has
+    warned, and not again."""
+
+    every = 16
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def check(self, stream: _lib.Handle, batches: int) -> None:
+        """Ask ``stream``, after its ``batches``-th batch, and warn if it hints."""
+        if self.warned or batches % self.every:
+            return
+        if text := _lib.stream_hint(stream.value):
+            self.warned = True
+            # Point at the first frame outside croupier: the loop that reads.
+            level, frame = 1, sys._getframe(0)
+            while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+                level, frame = level + 1, frame.f_back
+            warnings.warn(text, LayoutWarning, stacklevel=level)
 
 
 # Counters of a stream (StreamingDataset.stats, FollowingDataset.stats) that
@@ -407,6 +440,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
         # stream alive that an interrupted iteration left behind.
         self._stream: weakref.ref[_lib.Handle] | None = None
         self._stats: dict[str, int] = {}  # of the last stream, once it ended
+        self._layout_hint = LayoutHint()
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -576,7 +610,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
         """The stream's batches (``_read``); in a worker whose budget was divided,
         a batch refused for the budget says how it was divided."""
         with self._budget_errors():
-            yield from _read(stream)
+            yield from _read(stream, self._layout_hint)
 
     def _runs(self, stream: _lib.Handle, start: int, worker: int) -> Iterator[Steps]:
         """Worker ``worker``'s rows of each run of steps (``Outbox.run_steps``) from

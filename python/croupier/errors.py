@@ -133,6 +133,15 @@ class ForkError(CroupierError, RuntimeError):
     code = StatusCode.INTERNAL
 
 
+class LayoutWarning(UserWarning):
+    """A read decodes many times the bytes it delivers because of how its
+    table is laid out (pages of many rows), and a rewrite would fix it.
+
+    Warned once per dataset in each process, with the table, the ratio, the
+    column and what to run (docs/tuning.md, "Row group and page sizes").
+    """
+
+
 _CLASSES: dict[StatusCode, type[CroupierError]] = {
     cls.code: cls
     for cls in (

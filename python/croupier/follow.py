@@ -26,6 +26,7 @@ import numpy as np
 from . import _args, _lib, _torch
 from .dataset import (
     _COALESCE_BYTES,
+    LayoutHint,
     _read,
     _StepFormat,
     _WorkerBudget,
@@ -307,6 +308,7 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
         self._round: dict[str, Any] | None = None
         self._stream: _lib.Handle | None = None
         self._stats: dict[str, Any] = {}
+        self._layout_hint = LayoutHint()
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -461,7 +463,7 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
     def _batches(self, stream: _lib.Handle) -> Iterator[tuple[int, int, Any]]:
         """The stream's batches; in a worker whose budget was divided, errors say so."""
         with self._budget_errors():
-            yield from _read(stream)
+            yield from _read(stream, self._layout_hint)
 
     def _deliver(self, step: int, in_round: dict[str, Any]) -> None:
         """Global step ``step`` of round ``in_round`` reached the training loop:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -121,3 +122,54 @@ def test_ctrl_c_stops_a_rewrite(tmp_path: Path) -> None:
 def test_columns_must_be_a_sequence(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="sequence of names"):
         cr.rewrite(uri(tmp_path), uri(tmp_path / "tbl"), columns="id")
+
+
+def shuffled_read(src: cr.Table, perm_uri: str) -> list[warnings.WarningMessage]:
+    """The layout warnings of two epochs of a full shuffle of ``src``, 1.5 MiB
+    of budget for 3 MB of rows."""
+    perms = cr.PermutationBuilder(src).shuffle(seed=5).persist(perm_uri)
+    ds = cr.StreamingDataset(
+        perms["all"],
+        global_batch_size=32,
+        num_splits=8,
+        format="arrow",
+        memory_budget=3 << 19,
+        read_ahead=1,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in ds:
+            pass
+        for _ in ds:  # a second epoch: the dataset has warned already
+            pass
+    return [w for w in caught if issubclass(w.category, cr.LayoutWarning)]
+
+
+def test_layout_warning_names_the_rewrite(tmp_path: Path) -> None:
+    # One row group in 1 MiB pages without a page index, as pyarrow exports.
+    (tmp_path / "export").mkdir()
+    pq.write_table(rows(0, 32768), tmp_path / "export" / "part-0.parquet", row_group_size=32768)
+    plain = cr.open_table(uri(tmp_path / "export"))
+    (warned,) = shuffled_read(plain, uri(tmp_path / "perm-plain"))
+    text = str(warned.message)
+    for part in (plain.uri, "croupier rewrite", "decoded"):
+        assert part in text
+    assert warned.filename == __file__  # pointed at the loop that reads
+
+    rewritten = cr.rewrite(plain, uri(tmp_path / "tbl"), memory_budget=1 << 20)
+    assert shuffled_read(rewritten, uri(tmp_path / "perm-tbl")) == []
+
+
+def test_rewrite_memory_budget(tmp_path: Path) -> None:
+    src = export(tmp_path / "export", [5000])
+    calls: list[tuple[int, int, int, int]] = []
+    # About 30 bytes a row: slices of a quarter of 64 KiB hold ~500 rows.
+    tbl = cr.rewrite(
+        src, uri(tmp_path / "tbl"), memory_budget=64 << 10, progress=lambda *p: calls.append(p)
+    )
+    assert data_file(tmp_path / "tbl").read().equals(pq.read_table(tmp_path / "export"))
+    assert tbl.num_rows == 5000
+    assert 5 < len(calls) < 100
+    assert calls[-1][:2] == (5000, 5000)
+    with pytest.raises(cr.InvalidArgumentError, match="memory_budget"):
+        cr.rewrite(src, uri(tmp_path / "tbl2"), memory_budget=0)
