@@ -253,11 +253,11 @@ func peakRSS() int64 {
 	return -1
 }
 
-// A source row group of half a million rows, 200 MB decoded, is rewritten in
+// A source row group of a million rows, 200 MB decoded, is rewritten in
 // slices within the rewrite's memory rule (1.25 × the budget + 128 MiB over
 // the process at its start), not decoded whole.
 func TestRewriteBoundsAHugeRowGroup(t *testing.T) {
-	const rows, perRow = 1 << 19, 100
+	const rows, perRow = 1 << 20, 48
 	bigtest.Skip(t, rows*perRow*4)
 	if peakRSS() < 0 {
 		t.Skip("no /proc/self/status here")
