@@ -12,7 +12,8 @@ import (
 // stream holds, not only the rows it keeps for steps ahead:
 //
 //   - compressed pages fetched from the store and not yet decoded: an
-//     eighth of the budget, a quarter on a remote store, a decoder's part
+//     eighth of the budget, a quarter on a remote store whose disk cache
+//     does not hold the table (table.Table.Cached), a decoder's part
 //     of it each (a row group larger than its part is read as it is
 //     decoded, a window of half the part at a time). Far away, bytes in
 //     flight are what hides the round trips: a full shuffle of a table 4
@@ -47,6 +48,13 @@ type budgetShares struct {
 	ReadAhead int64 // bytes of the batches read ahead
 	Kept      int64 // bytes of rows kept for the steps ahead
 	StepBytes int64 // bytes of one step of this rank's rows
+	// Distant says that the table's reads wait for a remote store: it is
+	// on one, and its disk cache does not hold it. A table read once
+	// through the cache, as a second epoch reads it, is read as local files
+	// are: an eighth for fetched bytes, and horizons as the budget holds
+	// them from the first (a quarter for fetched bytes shortens them, and a
+	// window shuffle's horizons then end inside windows).
+	Distant bool
 }
 
 // shares divides the budget for a stream whose first row is first and whose
@@ -71,8 +79,8 @@ func (l *Loader) shares(ctx context.Context, first uint64, rankRows, coalesce in
 		return budgetShares{}, err
 	}
 	budget := l.opts.MemoryBudget
-	m := budgetShares{Fetch: budget / 8, StepBytes: row * rankRows}
-	if l.table.Remote() {
+	m := budgetShares{Fetch: budget / 8, StepBytes: row * rankRows, Distant: l.table.Remote() && !l.table.Cached()}
+	if m.Distant {
 		m.Fetch = budget / 4
 	}
 	m.Decoders = runtime.GOMAXPROCS(0)

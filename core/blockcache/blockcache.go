@@ -215,6 +215,14 @@ func (c *Cache) ReadAt(ctx context.Context, obj Object, p []byte, off int64, fet
 	return r.st, err
 }
 
+// Holds says whether the block of obj that holds byte off is on disk, as far
+// as its file's presence says: a block found damaged when read is still a
+// miss then.
+func (c *Cache) Holds(obj Object, off int64) bool {
+	_, err := os.Stat(c.path(sha256.Sum256([]byte(obj.ID)), off/BlockSize))
+	return err == nil
+}
+
 // Warm fetches into the cache the blocks of obj that hold [off, off+n) and
 // are not on disk, as ReadAt would, and returns what that took. A block
 // whose file is there is not read: it is checked when it is read.

@@ -449,6 +449,14 @@ func (l *Location) cacheObject(obj Object) (blockcache.Object, bool) {
 	return blockcache.Object{ID: id, Size: obj.Size}, true
 }
 
+// Cached says whether the location's disk cache holds the block of obj
+// that holds byte off (blockcache.Cache.Holds); false where it keeps none of
+// obj.
+func (l *Location) Cached(obj Object, off int64) bool {
+	c, ok := l.cacheObject(obj)
+	return ok && l.Cache.Holds(c, off)
+}
+
 // Read reads from the current offset.
 func (r *ReaderAt) Read(p []byte) (int, error) {
 	n, err := r.ReadAt(p, r.pos)

@@ -41,6 +41,7 @@ func TestBlockCacheServesTheSecondRead(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			var pin *table.Pin
+			var held bool // whether the table was Cached before the last read
 			read := func() (table.ReaderStats, int64, table.Pin) {
 				cache, err := blockcache.Open(blockcache.Options{Dir: dir})
 				if err != nil {
@@ -58,6 +59,7 @@ func TestBlockCacheServesTheSecondRead(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer tb.Close()
+				held = tb.Cached()
 				r, err := tb.NewReader(table.ReaderOptions{})
 				if err != nil {
 					t.Fatal(err)
@@ -85,8 +87,14 @@ func TestBlockCacheServesTheSecondRead(t *testing.T) {
 			if first.Requests == 0 {
 				t.Fatalf("first read: %+v; want requests to the store", first)
 			}
+			if held {
+				t.Error("the table was Cached before its first read")
+			}
 			for _, how := range []string{"opened again", "opened from the pin"} {
 				again, gets, _ := read()
+				if !held {
+					t.Errorf("%s: the table read whole through the cache is not Cached", how)
+				}
 				if again.Requests != 0 || again.BytesRead != 0 || again.CacheHits == 0 || again.CacheHitBytes == 0 {
 					t.Errorf("%s: %+v; want no request to the store, every byte from disk (first: %+v)", how, again, first)
 				}

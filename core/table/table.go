@@ -472,6 +472,40 @@ func (t *Table) URI() string { return t.pin.URI }
 // file:// or mem://), where every request waits a round trip.
 func (t *Table) Remote() bool { return t.loc.Remote() }
 
+// cachedSamples is how many places of its data files Cached looks at.
+const cachedSamples = 64
+
+// Cached says whether the table's disk cache (OpenOptions.BlockCache) holds
+// its data files, as far as a sample says: the blocks at cachedSamples
+// places spread evenly over the files' bytes, in row id order, must all be
+// on disk. A table read once through its cache, as a second epoch reads it,
+// is; one whose footers alone were read, or a part of whose rows were, is
+// not. False without a cache or on local files.
+func (t *Table) Cached() bool {
+	if t.loc.Cache == nil || !t.loc.Remote() {
+		return false
+	}
+	var total int64
+	for _, f := range t.pin.Files {
+		total += f.Size
+	}
+	if total == 0 {
+		return false
+	}
+	f, start := 0, int64(0) // file f holds bytes [start, start+size) of all
+	for i := range int64(cachedSamples) {
+		at := (2*i + 1) * total / (2 * cachedSamples)
+		for at >= start+t.pin.Files[f].Size {
+			start += t.pin.Files[f].Size
+			f++
+		}
+		if !t.loc.Cached(t.pin.Files[f].Object, at-start) {
+			return false
+		}
+	}
+	return true
+}
+
 // ReadLatency returns the usual latency of range reads of the table's files
 // on a remote store as they have been served, from the store or its disk
 // cache (store.Location.ReadLatency), once there has been one.
