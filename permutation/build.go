@@ -54,6 +54,10 @@ const (
 	MinBuildMemory     = 256 << 20
 )
 
+// built, when tests set it, is called as each build ends with the most
+// records its ordering held in one slice.
+var built func(held int64)
+
 // noSplit marks a row that is in no split.
 const noSplit = -1
 
@@ -75,6 +79,9 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		return nil, err
 	}
 	m, err := b.build(ctx, loc)
+	if built != nil {
+		built(b.held)
+	}
 	if err != nil {
 		loc.Close()
 		return nil, err

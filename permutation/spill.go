@@ -52,9 +52,12 @@ const spillDir = "_spill"
 // and at most spillWrites full buffers are being written at once.
 const (
 	minSpillObject = 64 << 10
-	maxSpillObject = 16 << 20
 	spillWrites    = 2
 )
+
+// maxSpillObject is a variable for tests, which lower it to spill small
+// tables.
+var maxSpillObject = 16 << 20
 
 // newSpill returns an empty spill of parts·buckets buffers under a prefix of
 // loc that no other build uses.
@@ -69,7 +72,7 @@ func newSpill(ctx context.Context, loc *store.Location, parts, buckets, width in
 		s.record += LengthWidth
 	}
 	n := parts * buckets
-	s.object = int(min(max(memory/4/int64(n), minSpillObject), maxSpillObject))
+	s.object = int(min(max(memory/4/int64(n), minSpillObject), int64(maxSpillObject)))
 	s.object -= s.object % s.record
 	s.bufs, s.objects, s.rows = make([][]byte, n), make([]int, n), make([]int64, n)
 	s.writes, s.wctx = errgroup.WithContext(ctx)

@@ -1,0 +1,10 @@
+package permutation
+
+// SetBuckets makes buckets of at most ids row ids and spill objects of at
+// most objectBytes bytes, and calls held with the most records a build's
+// ordering holds in one slice, until the returned function restores them.
+func SetBuckets(ids int64, objectBytes int, held func(int64)) (restore func()) {
+	ids0, obj0, built0 := bucketIDs, maxSpillObject, built
+	bucketIDs, maxSpillObject, built = ids, objectBytes, held
+	return func() { bucketIDs, maxSpillObject, built = ids0, obj0, built0 }
+}
