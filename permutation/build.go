@@ -78,7 +78,9 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 	if err != nil {
 		return nil, err
 	}
+	restore := limitMemory(b.opts.Memory)
 	m, err := b.build(ctx, loc)
+	restore()
 	if built != nil {
 		built(b.held)
 	}
@@ -252,17 +254,18 @@ func (b *builder) prepare() error {
 	return nil
 }
 
-// groupResult is what scanning one row group yields: its kept row ids,
-// ascending, in one part, or in one part per split for hash and calculated
-// splits (rows in no split dropped), with Spec.Lengths their lengths, and
-// with GroupBy their group keys.
+// groupResult is what scanning one row group yields: the part of each of
+// its rows, with Spec.Lengths their lengths, and with GroupBy their group
+// keys. Parts are the splits of hash and calculated splits, else one part
+// of all kept rows.
 type groupResult struct {
-	parts   [][]uint64
-	lengths [][]uint32
-	keys    [][]string // the canonical encoding of each row's key (see hash.go)
-	kept    int64      // rows the filter kept, whether in a split or not
-	rows    int64      // rows of the row group
-	skipped bool       // whether its statistics ruled the filter out
+	first   int64    // the row id of its first row
+	parts   []int32  // the part of each row, or noSplit for a row in none
+	lengths []uint32 // of each row the filter kept, by its index in the group
+	keys    []string // the canonical encoding of each kept row's key (see hash.go), likewise
+	kept    int64    // rows the filter kept, whether in a split or not
+	rows    int64    // rows of the row group
+	skipped bool     // whether its statistics ruled the filter out
 }
 
 // numParts is how many parts the scan produces.
@@ -284,7 +287,7 @@ type scanJob struct {
 }
 
 // scan visits every row group and routes its kept rows, in row id order,
-// to the spill. Row groups are scanned in parallel, GOMAXPROCS at a time,
+// to the spill. Row groups are scanned in parallel, scanWorkers at a time,
 // and routed in order, at most twice as many of them held at once.
 func (b *builder) scan(ctx context.Context, rt *router) error {
 	var jobs []scanJob
@@ -312,7 +315,8 @@ func (b *builder) scan(ctx context.Context, rt *router) error {
 		results[i] = make(chan groupResult, 1)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	ahead := make(chan struct{}, 2*runtime.GOMAXPROCS(0))
+	n := b.scanWorkers()
+	ahead, workers := make(chan struct{}, 2*n), make(chan struct{}, n)
 	g.Go(func() (err error) {
 		defer errcode.Recover(&err, errcode.Internal, "scan", b.t.URI())
 		for i, j := range jobs {
@@ -321,8 +325,10 @@ func (b *builder) scan(ctx context.Context, rt *router) error {
 			case <-gctx.Done():
 				return gctx.Err()
 			}
+			workers <- struct{}{}
 			g.Go(func() (err error) {
 				defer errcode.Recover(&err, errcode.Internal, "scan", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), j.file, j.group))
+				defer func() { <-workers }()
 				res, err := b.scanGroup(gctx, r, j)
 				results[i] <- res
 				return err
@@ -349,6 +355,22 @@ func (b *builder) scan(ctx context.Context, rt *router) error {
 	return g.Wait()
 }
 
+// scanRowBytes is about what scanning a row takes while its row group is
+// scanned: its keep flag, split, hash, row id and a value or two decoded.
+const scanRowBytes = 48
+
+// scanWorkers returns how many row groups are scanned at once: GOMAXPROCS,
+// or fewer when a quarter of the build's memory holds fewer of the largest.
+func (b *builder) scanWorkers() int {
+	var rows int64 = 1
+	for _, f := range b.t.Files() {
+		for _, n := range f.RowGroups {
+			rows = max(rows, n)
+		}
+	}
+	return int(min(max(b.opts.Memory/4/(rows*scanRowBytes), 1), int64(runtime.GOMAXPROCS(0))))
+}
+
 // scanned reports rows more scanned.
 func (b *builder) scanned(rows, bytes int64) {
 	b.stats.done += rows
@@ -361,18 +383,19 @@ func (b *builder) take(res groupResult, rt *router) error {
 	if res.skipped {
 		b.stats.skipped++
 	}
-	for p, ids := range res.parts {
-		for i, id := range ids {
-			var n uint32
-			if res.lengths != nil {
-				n = res.lengths[p][i]
-			}
-			if err := rt.route(p, id, n); err != nil {
-				return err
-			}
+	for i, p := range res.parts {
+		if p == noSplit {
+			continue
+		}
+		var n uint32
+		if res.lengths != nil {
+			n = res.lengths[i]
+		}
+		if err := rt.route(int(p), uint64(res.first)+uint64(i), n); err != nil {
+			return err
 		}
 		if b.keys != nil {
-			b.keys[p] = append(b.keys[p], res.keys[p]...)
+			b.keys[p] = append(b.keys[p], res.keys[i])
 		}
 	}
 	return nil
@@ -411,7 +434,7 @@ func (b *builder) constantFilter(ctx context.Context) (bool, error) {
 
 // scanGroup filters one row group and computes its rows' splits.
 func (b *builder) scanGroup(ctx context.Context, r *table.Reader, j scanJob) (groupResult, error) {
-	res := groupResult{rows: j.rows, parts: make([][]uint64, b.numParts())}
+	res := groupResult{first: j.first, rows: j.rows}
 	where := func() string { return fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), j.file, j.group) }
 	if b.filter != nil {
 		md, err := b.t.Footer(ctx, j.file)
@@ -446,39 +469,24 @@ func (b *builder) scanGroup(ctx context.Context, r *table.Reader, j scanJob) (gr
 	if err != nil {
 		return res, err
 	}
-	var lengths []uint32
 	if b.spec.Lengths != "" {
-		lengths = make([]uint32, j.rows)
+		res.lengths = make([]uint32, j.rows)
 		col := rec.Column(rec.Schema().FieldIndices(b.spec.Lengths)[0])
-		if err := rowLengths(col, keep, lengths); err != nil {
+		if err := rowLengths(col, keep, res.lengths); err != nil {
 			return res, errcode.Wrap(fmt.Errorf("row %d: lengths column %q: %w", j.first+int64(err.row), b.spec.Lengths, err),
 				errcode.InvalidArgument, "lengths", where())
 		}
-		res.lengths = make([][]uint32, b.numParts())
 	}
-	if keys != nil {
-		res.keys = make([][]string, b.numParts())
+	res.keys = keys
+	res.parts = splits
+	if splits == nil {
+		res.parts = make([]int32, j.rows)
 	}
 	for i, k := range keep {
 		if k {
 			res.kept++
-		}
-		p := 0
-		switch {
-		case !k:
-			continue
-		case splits == nil:
-		case splits[i] != noSplit:
-			p = int(splits[i])
-		default:
-			continue
-		}
-		res.parts[p] = append(res.parts[p], uint64(j.first)+uint64(i))
-		if keys != nil {
-			res.keys[p] = append(res.keys[p], keys[i])
-		}
-		if lengths != nil {
-			res.lengths[p] = append(res.lengths[p], lengths[i])
+		} else {
+			res.parts[i] = noSplit
 		}
 	}
 	return res, nil
