@@ -8,6 +8,7 @@ import (
 	"path"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -198,8 +199,8 @@ type builder struct {
 	columns []string   // columns the scan reads
 
 	stats struct {
-		rows, kept, groups, skipped int64
-		done                        int64 // rows scanned
+		rows, groups, skipped int64
+		kept, done            atomic.Int64 // rows kept and scanned, as the scan goes
 	}
 	keys     [][]string // with GroupBy: the group key of each part's rows, in row id order
 	held     int64      // the most records the ordering held in one slice
@@ -336,8 +337,10 @@ func (b *builder) scan(ctx context.Context, rt *router) error {
 		}
 		return nil
 	})
+	finished := make(chan struct{})
 	g.Go(func() (err error) {
 		defer errcode.Recover(&err, errcode.Internal, "scan", b.t.URI())
+		defer close(finished)
 		for i := range jobs {
 			select {
 			case res := <-results[i]:
@@ -345,14 +348,35 @@ func (b *builder) scan(ctx context.Context, rt *router) error {
 					return err
 				}
 				<-ahead
-				b.scanned(res.rows, r.Stats().BytesRead)
 			case <-gctx.Done():
 				return gctx.Err()
 			}
 		}
 		return nil
 	})
-	return g.Wait()
+	return b.waitScan(g, gctx, finished, r)
+}
+
+// waitScan waits for the scan, whose routing closes finished as it ends,
+// reporting its progress from the calling goroutine ten times a second.
+func (b *builder) waitScan(g *errgroup.Group, gctx context.Context, finished <-chan struct{}, r *table.Reader) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-finished:
+			running = false
+		case <-gctx.Done():
+			running = false
+		case <-tick.C:
+			b.scanned(r.Stats().BytesRead)
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	b.scanned(r.Stats().BytesRead)
+	return nil
 }
 
 // scanRowBytes is about what scanning a row takes while its row group is
@@ -371,15 +395,15 @@ func (b *builder) scanWorkers() int {
 	return int(min(max(b.opts.Memory/4/(rows*scanRowBytes), 1), int64(runtime.GOMAXPROCS(0))))
 }
 
-// scanned reports rows more scanned.
-func (b *builder) scanned(rows, bytes int64) {
-	b.stats.done += rows
-	b.progress(Progress{Phase: "scan", Done: b.stats.done, Total: b.stats.rows, Kept: b.stats.kept, Bytes: bytes})
+// scanned reports the progress of the scan.
+func (b *builder) scanned(bytes int64) {
+	b.progress(Progress{Phase: "scan", Done: b.stats.done.Load(), Total: b.stats.rows, Kept: b.stats.kept.Load(), Bytes: bytes})
 }
 
 // take routes the kept rows of one row group.
 func (b *builder) take(res groupResult, rt *router) error {
-	b.stats.kept += res.kept
+	defer b.stats.done.Add(res.rows)
+	b.stats.kept.Add(res.kept)
 	if res.skipped {
 		b.stats.skipped++
 	}
@@ -407,7 +431,8 @@ func (b *builder) scanNone(ctx context.Context, rt *router) error {
 	if b.filter != nil {
 		keep, err := b.constantFilter(ctx)
 		if err != nil || !keep {
-			b.scanned(b.stats.rows, 0)
+			b.stats.done.Store(b.stats.rows)
+			b.scanned(0)
 			return err
 		}
 	}
@@ -416,8 +441,9 @@ func (b *builder) scanNone(ctx context.Context, rt *router) error {
 			return err
 		}
 	}
-	b.stats.kept = b.stats.rows
-	b.scanned(b.stats.rows, 0)
+	b.stats.kept.Store(b.stats.rows)
+	b.stats.done.Store(b.stats.rows)
+	b.scanned(0)
 	return nil
 }
 

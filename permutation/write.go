@@ -72,7 +72,7 @@ func digest[T any](ctx context.Context, b *builder, o *orderer[T]) (Manifest, er
 		return Manifest{}, err
 	}
 	m := Manifest{Format: sealedFormat, Table: b.t.Pin(), Spec: b.spec, IDWidth: o.sp.width,
-		RowsScanned: b.stats.rows, RowsKept: b.stats.kept, RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
+		RowsScanned: b.stats.rows, RowsKept: b.stats.kept.Load(), RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
 	grouped := len(b.spec.GroupBy) > 0
 	if grouped || b.spec.Lengths != "" {
 		m.Format = FormatVersion
