@@ -354,12 +354,12 @@ func (b *builder) scan(ctx context.Context, rt *router) error {
 		}
 		return nil
 	})
-	return b.waitScan(g, gctx, finished, r)
+	return b.waitScan(gctx, g, finished, r)
 }
 
 // waitScan waits for the scan, whose routing closes finished as it ends,
 // reporting its progress from the calling goroutine ten times a second.
-func (b *builder) waitScan(g *errgroup.Group, gctx context.Context, finished <-chan struct{}, r *table.Reader) error {
+func (b *builder) waitScan(gctx context.Context, g *errgroup.Group, finished <-chan struct{}, r *table.Reader) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for running := true; running; {
