@@ -205,3 +205,26 @@ func TestSpillRemoved(t *testing.T) {
 		t.Errorf("a canceled build left %d files", len(storedFiles(canceled)))
 	}
 }
+
+// TestWindowsFromSpill: a window shuffle reads its windows back from the
+// spill one at a time, and orders them as in memory.
+func TestWindowsFromSpill(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	for _, spec := range []permutation.Spec{
+		{Shuffle: &permutation.ShuffleSpec{Seed: 5, ClumpSize: 4, Window: 8}},
+		{Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 6, ClumpSize: 3, Window: 5}},
+		{Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"id"}, Weights: []int64{1, 1}}, Shuffle: &permutation.ShuffleSpec{Seed: 7, Window: 50}},
+	} {
+		want := build(t, tb, spec).ID()
+		restore := permutation.SetBuckets(100, 64, func(n int64) {
+			if w := spec.Shuffle.Window * max(spec.Shuffle.ClumpSize, 1); n > w {
+				t.Errorf("%d records held, more than a window's %d", n, w)
+			}
+		})
+		got := build(t, tb, spec).ID()
+		restore()
+		if got != want {
+			t.Errorf("window %d, clumps %d: %s from the spill, %s in memory", spec.Shuffle.Window, spec.Shuffle.ClumpSize, got, want)
+		}
+	}
+}

@@ -156,6 +156,8 @@ func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
 			err = o.grouped(ctx, p, sink)
 		case o.b.spec.Shuffle == nil:
 			err = o.stored(ctx, p, sink)
+		case o.b.spec.Shuffle.Window > 0:
+			err = o.windowed(ctx, p, sink)
 		default:
 			err = o.shuffled(ctx, p, sink)
 		}
@@ -196,6 +198,60 @@ func (o *orderer[T]) stored(ctx context.Context, p int, sink splitSink[T]) error
 		return err
 	}
 	return sink.end(nil)
+}
+
+// windowed gives part p's windows in a random order, each with its clumps
+// permuted, as shuffle does (see ShuffleSpec), reading one window at a time.
+func (o *orderer[T]) windowed(ctx context.Context, p int, sink splitSink[T]) error {
+	sh := *o.b.spec.Shuffle
+	clump, n := max(sh.ClumpSize, 1), o.sp.count(p, 0)
+	units := n / clump
+	r := NewRand(shuffleKey(sh.Seed, p, 0))
+	windows := make([]int64, (units+sh.Window-1)/sh.Window)
+	for i := range windows {
+		windows[i] = int64(i)
+	}
+	Permute(r, windows)
+	var recs, out []T
+	var err error
+	for _, w := range windows {
+		lo, hi := w*sh.Window, min((w+1)*sh.Window, units)
+		if recs, err = o.span(ctx, p, lo*clump, hi*clump, recs[:0]); err != nil {
+			return err
+		}
+		order := make([]int64, hi-lo)
+		for i := range order {
+			order[i] = int64(i)
+		}
+		Permute(r, order)
+		out = out[:0]
+		for _, u := range order {
+			out = append(out, recs[u*clump:(u+1)*clump]...)
+		}
+		if err := sink.add(out); err != nil {
+			return err
+		}
+	}
+	if recs, err = o.span(ctx, p, units*clump, n, recs[:0]); err != nil {
+		return err
+	}
+	if err := sink.add(recs); err != nil {
+		return err
+	}
+	return sink.end(nil)
+}
+
+// span appends the records from..to of part p's one bucket to out.
+func (o *orderer[T]) span(ctx context.Context, p int, from, to int64, out []T) ([]T, error) {
+	if int64(cap(out)-len(out)) < to-from {
+		out = append(make([]T, 0, int64(len(out))+to-from), out...)
+	}
+	err := o.sp.readRange(ctx, p, 0, from, to, func(records []byte) error {
+		out = o.decode(out, records)
+		return nil
+	})
+	o.b.held = max(o.b.held, int64(cap(out)))
+	return out, err
 }
 
 // shuffled gives part p's buckets, each shuffled, one after the other. Only

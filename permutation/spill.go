@@ -154,6 +154,32 @@ func (s *spill) read(ctx context.Context, p, b int, fn func(records []byte) erro
 	return fn(s.bufs[i])
 }
 
+// readRange calls fn with the records from..to (exclusive) of bucket b of
+// part p, in the order they were added, one object's worth at a time. Every
+// object written holds the same number of records, so it reads only the
+// objects that hold them.
+func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func(records []byte) error) error {
+	i, per := p*s.buckets+b, int64(s.object/s.record)
+	for o := from / per; o < int64(s.objects[i]) && o*per < to; o++ {
+		data, err := s.loc.ReadAll(ctx, s.key(i, int(o)))
+		if err != nil {
+			return err
+		}
+		if int64(len(data)) != per*int64(s.record) {
+			return errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(s.key(i, int(o))),
+				"%d bytes, not the %d of %d records", len(data), per*int64(s.record), per)
+		}
+		lo, hi := max(from-o*per, 0), min(to-o*per, per)
+		if err := fn(data[lo*int64(s.record) : hi*int64(s.record)]); err != nil {
+			return err
+		}
+	}
+	if start := int64(s.objects[i]) * per; to > start {
+		return fn(s.bufs[i][max(from-start, 0)*int64(s.record) : (to-start)*int64(s.record)])
+	}
+	return nil
+}
+
 // remove deletes the spill's objects, whatever ctx's state: it runs when the
 // build ends, failed or canceled as well as committed.
 func (s *spill) remove(ctx context.Context) error {
