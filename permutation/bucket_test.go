@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io/fs"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -225,6 +226,52 @@ func TestWindowsFromSpill(t *testing.T) {
 		restore()
 		if got != want {
 			t.Errorf("window %d, clumps %d: %s from the spill, %s in memory", spec.Shuffle.Window, spec.Shuffle.ClumpSize, got, want)
+		}
+	}
+}
+
+// TestBucketedOrderAsSpecified rebuilds the order of a bucketed shuffle from
+// the rule docs/spec.md states ("Bucketed shuffles"), with this test's own
+// bucket hash.
+func TestBucketedOrderAsSpecified(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	const bucketIDs = 100
+	bucketed(t, bucketIDs)
+	mix := func(z uint64) uint64 {
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+		return z ^ (z >> 31)
+	}
+	for _, c := range []int64{1, 3} {
+		seed := uint64(11)
+		p := build(t, tb, permutation.Spec{Filter: "id % 5 != 2", Shuffle: &permutation.ShuffleSpec{Seed: seed, ClumpSize: c}})
+		var kept []uint64
+		for id := range uint64(tb.NumRows()) {
+			if id%5 != 2 {
+				kept = append(kept, id)
+			}
+		}
+		nb := uint64((tb.NumRows() + bucketIDs - 1) / bucketIDs) // 11
+		key := permutation.DeriveKey(seed, "bucket/0")
+		buckets := make([][][]uint64, nb) // clumps of each bucket, in row id order
+		for u := int64(0); u < int64(len(kept))/c; u++ {
+			unit := uint64(u)
+			if c == 1 {
+				unit = kept[u]
+			}
+			hi, _ := bits.Mul64(mix(key+(unit+1)*0x9E3779B97F4A7C15), nb)
+			buckets[hi] = append(buckets[hi], kept[u*c:(u+1)*c])
+		}
+		var want []uint64
+		for b, clumps := range buckets {
+			permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, "shuffle/0")^mix(uint64(b))), clumps)
+			for _, cl := range clumps {
+				want = append(want, cl...)
+			}
+		}
+		want = append(want, kept[int64(len(kept))/c*c:]...)
+		if got := allIDs(t, p.Splits()[0]); !slices.Equal(got, want) {
+			t.Errorf("clumps of %d: the build's order is not the one the rule gives", c)
 		}
 	}
 }
