@@ -35,8 +35,8 @@ type Progress struct {
 
 // BuildOptions configure Build.
 type BuildOptions struct {
-	// Progress, when set, is called as work is done, from one goroutine at
-	// a time.
+	// Progress, when set, is called from the building goroutine as work is
+	// done, at most ten times a second and as each phase completes.
 	Progress func(Progress)
 	// Allocator for the Arrow memory of the scan; nil means Go's.
 	Allocator memory.Allocator
