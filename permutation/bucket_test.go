@@ -275,3 +275,31 @@ func TestBucketedOrderAsSpecified(t *testing.T) {
 		}
 	}
 }
+
+// TestWideIDs: 8-byte row ids, with and without lengths, give the order
+// 4-byte ones do.
+func TestWideIDs(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	bucketed(t, 100)
+	hash := &permutation.SplitSpec{Kind: "hash", Columns: []string{"text"}, Weights: []int64{3, 1}}
+	for _, spec := range []permutation.Spec{
+		{Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 2, ClumpSize: 3}},
+		{Filter: "tokens IS NOT NULL", Lengths: "tokens", Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 8}},
+		{Filter: "tokens IS NOT NULL", Lengths: "tokens", Shuffle: &permutation.ShuffleSpec{Seed: 8, ClumpSize: 2, Window: 5}},
+	} {
+		narrow := build(t, tb, spec)
+		restore := permutation.SetWideIDs()
+		wide := build(t, tb, spec)
+		restore()
+		if w := wide.Manifest().IDWidth; w != 8 {
+			t.Fatalf("id width %d", w)
+		}
+		for i, s := range wide.Splits() {
+			ids := allIDs(t, s)
+			if !slices.Equal(ids, allIDs(t, narrow.Splits()[i])) {
+				t.Errorf("split %d: 8-byte ids in another order than 4-byte ones", i)
+			}
+			checkLengths(t, "wide", s, ids)
+		}
+	}
+}

@@ -55,6 +55,10 @@ const (
 	MinBuildMemory     = 256 << 20
 )
 
+// narrowRows is the most rows of a table whose row ids are persisted in 4
+// bytes; a variable for tests, which lower it to have 8-byte ids.
+var narrowRows int64 = 1 << 32
+
 // built, when tests set it, is called as each build ends with the most
 // records its ordering held in one slice.
 var built func(held int64)
@@ -134,7 +138,7 @@ func newBuilder(ctx context.Context, t *table.Table, spec Spec, opts BuildOption
 // manifest, and removes the spill, whether it succeeded or not.
 func (b *builder) build(ctx context.Context, loc *store.Location) (Manifest, error) {
 	width := 8
-	if b.t.NumRows() <= 1<<32 {
+	if b.t.NumRows() <= narrowRows {
 		width = 4
 	}
 	sp, err := newSpill(ctx, loc, b.numParts(), b.numBuckets(), width, b.spec.Lengths != "", b.opts.Memory)

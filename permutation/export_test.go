@@ -8,3 +8,11 @@ func SetBuckets(ids int64, objectBytes int, held func(int64)) (restore func()) {
 	bucketIDs, maxSpillObject, built = ids, objectBytes, held
 	return func() { bucketIDs, maxSpillObject, built = ids0, obj0, built0 }
 }
+
+// SetWideIDs makes builds persist 8-byte row ids whatever the table's size,
+// until the returned function restores it.
+func SetWideIDs() (restore func()) {
+	n := narrowRows
+	narrowRows = -1
+	return func() { narrowRows = n }
+}
