@@ -83,9 +83,7 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 	if err != nil {
 		return nil, err
 	}
-	restore := limitMemory(b.opts.Memory)
 	m, err := b.build(ctx, loc)
-	restore()
 	if built != nil {
 		built(b.held)
 	}
@@ -137,6 +135,7 @@ func newBuilder(ctx context.Context, t *table.Table, spec Spec, opts BuildOption
 // build scans the table into a spill under loc, writes the chunks and the
 // manifest, and removes the spill, whether it succeeded or not.
 func (b *builder) build(ctx context.Context, loc *store.Location) (Manifest, error) {
+	defer limitMemory(b.opts.Memory)()
 	width := 8
 	if b.t.NumRows() <= narrowRows {
 		width = 4
