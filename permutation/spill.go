@@ -73,7 +73,7 @@ func newSpill(ctx context.Context, loc *store.Location, parts, buckets, width in
 	}
 	n := parts * buckets
 	s.object = int(min(max(memory/4/int64(n), minSpillObject), int64(maxSpillObject)))
-	s.object -= s.object % s.record
+	s.object = max(s.object-s.object%s.record, s.record) // whole records, at least one
 	s.bufs, s.objects, s.rows = make([][]byte, n), make([]int, n), make([]int64, n)
 	s.writes, s.wctx = errgroup.WithContext(ctx)
 	s.writes.SetLimit(spillWrites)
