@@ -23,6 +23,16 @@ Usage::
 
 The table goes to a temporary folder unless ``--data`` names one; an existing
 table there with the right row count is reused.
+
+``--bounded`` measures instead the build's memory against ``build_memory``: a
+table of N rows of two int64 columns (id sorted, problem_id random), written
+one row group at a time, built with and without a filter, with a hash split,
+with lengths and clumps, and in stored order, each at 256 MiB and 1 GiB of
+``build_memory``, in a child process each. It reports rows scanned per second
+and per CPU second, the peak RSS (VmHWM) and what the build added to it, against
+``build_memory``, in the "## Permutation builds in bounded memory" section::
+
+    .venv/bin/python bench/permutation_build.py --bounded --rows 100_000_000
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -74,6 +85,34 @@ def write_table(folder: Path, rows: int, row_group: int, rows_per_file: int) -> 
                 "id": pa.array(np.arange(first, first + n, dtype=np.int64)),
                 "reward": pa.array(rng.standard_normal(n, dtype=np.float32)),
                 "role": roles,
+                "problem_id": pa.array(rng.integers(0, 1_000_000, n, dtype=np.int64)),
+            },
+            schema=schema,
+        )
+        assert writer is not None
+        writer.write_table(batch, row_group_size=row_group)
+    if writer is not None:
+        writer.close()
+    return time.perf_counter() - start
+
+
+def write_int_table(folder: Path, rows: int, row_group: int, rows_per_file: int) -> float:
+    """Write a table of two int64 columns one row group at a time; returns the seconds."""
+    start = time.perf_counter()
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    schema = pa.schema([("id", pa.int64()), ("problem_id", pa.int64())])
+    writer: pq.ParquetWriter | None = None
+    for first in range(0, rows, row_group):
+        if first % rows_per_file == 0:
+            if writer is not None:
+                writer.close()
+            path = folder / f"part-{first // rows_per_file:05d}.parquet"
+            writer = pq.ParquetWriter(path, schema, compression="zstd")
+        n = min(row_group, rows - first)
+        batch = pa.table(
+            {
+                "id": pa.array(np.arange(first, first + n, dtype=np.int64)),
                 "problem_id": pa.array(rng.integers(0, 1_000_000, n, dtype=np.int64)),
             },
             schema=schema,
@@ -129,6 +168,117 @@ def child(table_uri: str, sql: str, perm_uri: str) -> None:
     )
 
 
+# The builds of --bounded: name and builder steps.
+BOUNDED_RUNS: list[tuple[str, dict[str, object]]] = [
+    ("shuffle", {"shuffle": {"seed": 1}}),
+    ("filter ~30 %, shuffle", {"filter": "problem_id % 10 < 3", "shuffle": {"seed": 1}}),
+    ("hash split 9:1, shuffle", {"hash": True, "shuffle": {"seed": 1}}),
+    (
+        "hash split 9:1, lengths, clumps of 64",
+        {"hash": True, "lengths": "problem_id", "shuffle": {"seed": 1, "clump_size": 64}},
+    ),
+    ("stored order", {}),
+]
+
+
+def bounded_child(table_uri: str, steps_json: str, perm_uri: str) -> None:
+    """Build one permutation of --bounded and print its figures as JSON."""
+    import resource
+
+    import croupier as cr
+
+    steps = json.loads(steps_json)
+    tbl = cr.open_table(table_uri)
+    before = vm_hwm_bytes()
+    builder = cr.PermutationBuilder(tbl)
+    if "filter" in steps:
+        builder.filter(steps["filter"])
+    if steps.get("hash"):
+        builder.split_hash(["problem_id"], [9, 1], split_names=["train", "val"])
+    if "lengths" in steps:
+        builder.lengths(steps["lengths"])
+    if "shuffle" in steps:
+        builder.shuffle(**steps["shuffle"])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    perms = builder.persist(perm_uri, progress=False, build_memory=steps["memory"])
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+    prov = perms.provenance
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu": cpu,
+                "hwm": vm_hwm_bytes(),
+                "hwm_before": before,
+                "rows": prov["rows_scanned"],
+                "kept": prov["rows_kept"],
+            }
+        )
+    )
+
+
+def run_child(args: list[str], perm_dir: Path) -> dict[str, Any]:
+    """Run this script as a child with args and the permutation's URI; its JSON."""
+    shutil.rmtree(perm_dir, ignore_errors=True)
+    out = subprocess.run(
+        [sys.executable, __file__, *args, "file://" + str(perm_dir)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    shutil.rmtree(perm_dir, ignore_errors=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bounded(args: argparse.Namespace, tmp: str) -> None:
+    """The --bounded benchmark: build memory against build_memory."""
+    load = os.getloadavg()[0]
+    folder = args.data or Path(tmp) / "ints"
+    if folder.exists() and table_rows(folder) == args.rows:
+        written = "reused"
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+        secs = write_int_table(folder, args.rows, args.row_group, args.rows_per_file)
+        written = f"written in {secs:.0f} s"
+    size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
+    print(f"table: {args.rows:,} rows, {size / 2**20:,.0f} MiB of Parquet ({written})")
+    table_uri = "file://" + str(folder.resolve())
+    rows = []
+    for name, steps in BOUNDED_RUNS:
+        for memory in (256 << 20, 1 << 30):
+            run = {**steps, "memory": memory}
+            r = run_child(["--bounded-child", table_uri, json.dumps(run)], Path(tmp) / "perm")
+            added, secs = int(r["hwm"]) - int(r["hwm_before"]), r["seconds"]
+            rows.append(
+                f"| {name} | {memory >> 20:,} | {secs:.1f} | {r['rows'] / secs:,.0f}"
+                f" | {r['rows'] / r['cpu']:,.0f} | {r['hwm'] / 2**20:,.0f} | {added / 2**20:,.0f}"
+                f" | {added / memory:.2f} | {r['kept']:,} |"
+            )
+            print(rows[-1], flush=True)
+    section = [
+        f"Generated by `bench/permutation_build.py --bounded --rows {args.rows}`. Table:"
+        f" {args.rows:,} rows of two int64 columns (id sorted, problem_id uniform in"
+        f" [0, 10⁶)), {size / 2**20:,.0f} MiB of zstd Parquet, row groups of"
+        f" {args.row_group:,} rows, local files. Each build runs in a child process that"
+        ' imports croupier and opens the table first ("before": the peak RSS, VmHWM,'
+        ' then), and persists to a local folder with `build_memory` as shown; "added"'
+        ' is the peak RSS less that, the build\'s own, and "÷ build_memory" that over'
+        " `build_memory`. Rows scanned per CPU second count the child's user and system"
+        " time during the build, every thread's. Run on"
+        f" {machine((load, os.getloadavg()[0]))}",
+        "",
+        "| build | build_memory (MiB) | build (s) | rows scanned/s | rows/CPU-s"
+        " | peak RSS (MiB) | added (MiB) | ÷ build_memory | rows kept |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
+    update_section(args.out, "Permutation builds in bounded memory", section)
+    print(f"wrote {args.out}")
+
+
 def build(table_uri: str, sql: str, perm_dir: Path) -> dict[str, object]:
     shutil.rmtree(perm_dir, ignore_errors=True)
     out = subprocess.run(
@@ -151,10 +301,23 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="folder for the table")
     ap.add_argument("--keep", action="store_true", help="keep the table in --data")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
+    ap.add_argument("--bounded", action="store_true", help="build memory against build_memory")
     ap.add_argument("--child", nargs=3, metavar=("TABLE", "SQL", "PERM"), help=argparse.SUPPRESS)
+    ap.add_argument("--bounded-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
+        return
+    if args.bounded_child:
+        bounded_child(*args.bounded_child)
+        return
+    if args.bounded:
+        tmp = tempfile.mkdtemp(prefix="croupier-bench-")
+        try:
+            bounded(args, tmp)
+        finally:
+            if not (args.keep and args.data):
+                shutil.rmtree(tmp, ignore_errors=True)
         return
 
     load = os.getloadavg()[0]

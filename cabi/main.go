@@ -50,10 +50,11 @@ struct ArrowArrayStream {
 };
 #endif
 
-typedef void (*croupier_progress)(const char* phase, int64_t done, int64_t total);
+typedef void (*croupier_progress)(const char* phase, int64_t done, int64_t total, int64_t kept, int64_t bytes);
 
-static void croupier_call_progress(croupier_progress fn, const char* phase, int64_t done, int64_t total) {
-  fn(phase, done, total);
+static void croupier_call_progress(croupier_progress fn, const char* phase, int64_t done, int64_t total,
+                                   int64_t kept, int64_t bytes) {
+  fn(phase, done, total, kept, bytes);
 }
 
 typedef int (*croupier_rewrite_progress)(int64_t rows, int64_t total_rows, int64_t bytes, int64_t total_bytes);
@@ -96,7 +97,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 8
+const abiVersion = 9
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -736,7 +737,7 @@ func croupier_stream_stats(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 }
 
 //export croupier_permutation_build
-func croupier_permutation_build(th C.uint64_t, specJSON, uri *C.char, progress C.croupier_progress, out *C.uint64_t, errOut **C.char) C.int {
+func croupier_permutation_build(th C.uint64_t, specJSON, uri, optionsJSON *C.char, progress C.croupier_progress, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
 		t, err := lookup[*table.Table](uint64(th))
 		if err != nil {
@@ -746,12 +747,18 @@ func croupier_permutation_build(th C.uint64_t, specJSON, uri *C.char, progress C
 		if err := decodeJSON(specJSON, &spec, "permutation spec"); err != nil {
 			return err
 		}
-		var opts permutation.BuildOptions
+		var o struct {
+			Memory int64 `json:"memory"`
+		}
+		if err := decodeJSON(optionsJSON, &o, "build options"); err != nil {
+			return err
+		}
+		opts := permutation.BuildOptions{Memory: o.Memory}
 		if progress != nil {
 			opts.Progress = func(p permutation.Progress) {
 				phase := C.CString(p.Phase)
 				defer C.free(unsafe.Pointer(phase))
-				C.croupier_call_progress(progress, phase, C.int64_t(p.Done), C.int64_t(p.Total))
+				C.croupier_call_progress(progress, phase, C.int64_t(p.Done), C.int64_t(p.Total), C.int64_t(p.Kept), C.int64_t(p.Bytes))
 			}
 		}
 		return handleOut[*permutation.Permutations](out)(permutation.Build(callContext(), t, spec, C.GoString(uri), opts))

@@ -8,7 +8,7 @@ import (
 	"path"
 	"runtime"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -19,37 +19,83 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/internal/seal"
 	"github.com/croupier-data/croupier/permutation/expr"
 )
 
-// Progress reports how far a build is.
+// Progress reports how far a build is. A build scans the table ("scan"),
+// then orders each split and digests its chunks ("order"), then orders it
+// again and writes them ("write").
 type Progress struct {
-	Phase string // "scan", "write"
-	Done  int64  // rows scanned, or row ids written
+	Phase string // "scan", "order", "write"
+	Done  int64  // rows scanned, or row ids ordered or written
 	Total int64
+	// While scanning: the rows the filter kept so far, and the bytes read.
+	Kept, Bytes int64
 }
 
 // BuildOptions configure Build.
 type BuildOptions struct {
-	// Progress, when set, is called from the building goroutine as work is done.
+	// Progress, when set, is called from the building goroutine as work is
+	// done, at most ten times a second and as each phase completes.
 	Progress func(Progress)
 	// Allocator for the Arrow memory of the scan; nil means Go's.
 	Allocator memory.Allocator
+	// Memory bounds the build's memory, in bytes (see docs/tuning.md); 0
+	// means DefaultBuildMemory. It changes how the kept rows pass through
+	// the store while the build runs, never the permutation built.
+	Memory int64
 }
+
+// DefaultBuildMemory is the memory of a build that sets none, and
+// MinBuildMemory the least a build takes: it holds a bucket of up to
+// 2^22 row ids (see bucketIDs) as it shuffles it, and row groups as it
+// scans them.
+const (
+	DefaultBuildMemory = 1 << 30
+	MinBuildMemory     = 256 << 20
+)
+
+// narrowRows is the most rows of a table whose row ids are persisted in 4
+// bytes; a variable for tests, which lower it to have 8-byte ids.
+var narrowRows int64 = 1 << 32
+
+// built, when tests set it, is called as each build ends with the most
+// records its ordering held in one slice.
+var built func(held int64)
 
 // noSplit marks a row that is in no split.
 const noSplit = -1
 
 // Build builds the permutation of t that spec describes and persists it at
 // uri, which must not hold a permutation yet. It reads only the columns the
-// filter, the split, the groups and the lengths need, skips row groups whose
-// statistics rule the filter out, and holds in memory only the kept row ids
-// (8 bytes each), with Spec.GroupBy each kept row's group key, and with
-// Spec.Lengths a length per table row (4 bytes each).
+// filter, the split, the groups and the lengths need, and skips row groups
+// whose statistics rule the filter out. Its memory is bounded by
+// BuildOptions.Memory whatever the table's size, but with Spec.GroupBy and
+// with random and sequential splits, which hold every kept row (see
+// docs/spec.md, "Building in bounded memory").
 func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
 	start := time.Now()
-	const op = "build permutation"
+	b, err := newBuilder(ctx, t, spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	loc, err := store.OpenCreate(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	m, err := b.build(ctx, loc)
+	if built != nil {
+		built(b.held)
+	}
+	if err != nil {
+		loc.Close()
+		return nil, err
+	}
+	return b.commit(ctx, loc, m, start)
+}
+
+// newBuilder checks the spec and decides what to read.
+func newBuilder(ctx context.Context, t *table.Table, spec Spec, opts BuildOptions) (*builder, error) {
 	if spec.Split != nil {
 		if err := spec.Split.validate(); err != nil {
 			return nil, err
@@ -72,54 +118,70 @@ func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts Buil
 		}
 		spec.Shuffle = &sh
 	}
-	b := &builder{t: t, spec: spec, opts: opts}
+	switch {
+	case opts.Memory == 0:
+		opts.Memory = DefaultBuildMemory
+	case opts.Memory < MinBuildMemory:
+		return nil, errcode.New(errcode.InvalidArgument, "build permutation", t.URI(),
+			"build memory %d bytes is below the %d a build takes", opts.Memory, int64(MinBuildMemory))
+	}
 	if opts.Allocator == nil {
-		b.opts.Allocator = memory.DefaultAllocator
+		opts.Allocator = memory.DefaultAllocator
 	}
-	if err := b.prepare(); err != nil {
-		return nil, err
+	b := &builder{t: t, spec: spec, opts: opts}
+	return b, b.prepare()
+}
+
+// build scans the table into a spill under loc, writes the chunks and the
+// manifest, and removes the spill, whether it succeeded or not.
+func (b *builder) build(ctx context.Context, loc *store.Location) (Manifest, error) {
+	defer limitMemory(b.opts.Memory)()
+	width := 8
+	if b.t.NumRows() <= narrowRows {
+		width = 4
 	}
-	parts, err := b.scan(ctx)
+	sp, err := newSpill(ctx, loc, b.numParts(), b.numBuckets(), width, b.spec.Lengths != "", b.opts.Memory)
 	if err != nil {
-		return nil, err
+		return Manifest{}, err
 	}
-	names, err := b.assign(parts)
-	if err != nil {
-		return nil, err
+	// The spill is derived data of this build alone; objects a failed
+	// removal leaves are hidden (see spillDir) and named apart from any
+	// other build's.
+	defer sp.remove(ctx)
+	if err := b.scan(ctx, newRouter(b, sp)); err != nil {
+		return Manifest{}, err
 	}
-	for i, s := range b.out {
-		var r *Rand
-		if spec.Shuffle != nil {
-			r = NewRand(DeriveKey(spec.Shuffle.Seed, fmt.Sprintf("shuffle/%d", i)))
-		}
-		switch {
-		case b.keys != nil:
-			b.starts = append(b.starts, group(s, b.keys[i], r))
-			b.keys[i] = nil
-		case r != nil:
-			shuffle(s, *spec.Shuffle, r)
-		}
+	if err := sp.finish(); err != nil {
+		return Manifest{}, err
 	}
-	loc, err := store.OpenCreate(ctx, uri)
-	if err != nil {
-		return nil, err
+	var m Manifest
+	switch {
+	case width == 4 && sp.record == 4:
+		m, err = write(ctx, b, loc, &orderer[uint32]{b, sp, narrowIDs})
+	case width == 4:
+		m, err = write(ctx, b, loc, &orderer[uint64]{b, sp, packedIDs})
+	case sp.record == 8:
+		m, err = write(ctx, b, loc, &orderer[uint64]{b, sp, wideIDs})
+	default:
+		m, err = write(ctx, b, loc, &orderer[wideRecord]{b, sp, wideLengths})
 	}
-	m, err := b.write(ctx, loc, names)
-	if err != nil {
-		loc.Close()
-		return nil, errcode.Wrap(err, errcode.Internal, op, uri)
-	}
-	p, err := open(ctx, loc, table.OpenOptions{BlockCache: t.BlockCache()})
+	return m, errcode.Wrap(err, errcode.Internal, "build permutation", loc.URI)
+}
+
+// commit opens the permutation just written and records the build beside it.
+func (b *builder) commit(ctx context.Context, loc *store.Location, m Manifest, start time.Time) (*Permutations, error) {
+	const op = "build permutation"
+	p, err := open(ctx, loc, table.OpenOptions{BlockCache: b.t.BlockCache()})
 	if err != nil {
 		loc.Close()
 		return nil, err
 	}
 	if p.ID() != m.ID {
 		p.Close()
-		return nil, errcode.New(errcode.Changed, op, uri,
+		return nil, errcode.New(errcode.Changed, op, loc.URI,
 			"the store accepted this build's exclusive create of %s and then held another permutation (%s, not %s) under it: "+
 				"another build persisted there at the same time and the store does not honour conditional writes; "+
-				"this build's permutation is not the one at %s", manifestKey, p.ID(), m.ID, uri)
+				"this build's permutation is not the one at %s", manifestKey, p.ID(), m.ID, loc.URI)
 	}
 	p.build = BuildRecord{ID: m.ID, BuiltAt: start.UTC(), Seconds: time.Since(start).Seconds()}
 	rec, _ := json.Marshal(p.build)
@@ -138,14 +200,13 @@ type builder struct {
 	filter  *expr.Expr // nil: keep every row
 	calc    *expr.Expr // split_calculated's expression
 	columns []string   // columns the scan reads
-	lengths []uint32   // with Spec.Lengths: the length of every kept row, by row id
 
 	stats struct {
-		rows, kept, groups, skipped int64
+		rows, groups, skipped int64
+		kept, done            atomic.Int64 // rows kept and scanned, as the scan goes
 	}
-	out      [][]uint64 // row ids of each split
-	keys     [][]string // with GroupBy: the group key of each row of out, until grouped
-	starts   [][]uint64 // with GroupBy: where each split's groups start
+	keys     [][]string // with GroupBy: the group key of each part's rows, in row id order
+	held     int64      // the most records the ordering held in one slice
 	reported time.Time  // when progress was last reported
 }
 
@@ -197,13 +258,18 @@ func (b *builder) prepare() error {
 	return nil
 }
 
-// groupResult is what scanning one row group yields: its kept row ids,
-// ascending, in one part, or in one part per split for hash and calculated
-// splits (rows in no split dropped), and with GroupBy their group keys.
+// groupResult is what scanning one row group yields: the part of each of
+// its rows, with Spec.Lengths their lengths, and with GroupBy their group
+// keys. Parts are the splits of hash and calculated splits, else one part
+// of all kept rows.
 type groupResult struct {
-	parts [][]uint64
-	keys  [][]string // the canonical encoding of each row's key (see hash.go)
-	kept  int64      // rows the filter kept, whether in a split or not
+	first   int64    // the row id of its first row
+	parts   []int32  // the part of each row, or noSplit for a row in none
+	lengths []uint32 // of each row the filter kept, by its index in the group
+	keys    []string // the canonical encoding of each kept row's key (see hash.go), likewise
+	kept    int64    // rows the filter kept, whether in a split or not
+	rows    int64    // rows of the row group
+	skipped bool     // whether its statistics ruled the filter out
 }
 
 // numParts is how many parts the scan produces.
@@ -218,125 +284,170 @@ func (b *builder) numParts() int {
 	return len(s.Names)
 }
 
-// scan visits every row group and returns the kept row ids, ascending, in
-// parts (see groupResult).
-func (b *builder) scan(ctx context.Context) ([][]uint64, error) {
-	total := b.t.NumRows()
-	for _, f := range b.t.Files() {
-		b.stats.groups += int64(len(f.RowGroups))
-	}
-	b.stats.rows = total
-	if len(b.columns) == 0 {
-		// No column to read: keep every row, unless a constant filter says none.
-		keepAll := true
-		if b.filter != nil {
-			var err error
-			if keepAll, err = b.constantFilter(ctx); err != nil {
-				return nil, err
-			}
-		}
-		var ids []uint64
-		if keepAll {
-			ids = make([]uint64, total)
-			for i := range ids {
-				ids[i] = uint64(i)
-			}
-		}
-		b.stats.kept = int64(len(ids))
-		b.progress("scan", total, total)
-		return [][]uint64{ids}, nil
-	}
-	r, err := b.t.NewReader(table.ReaderOptions{Columns: b.columns, Allocator: b.opts.Allocator})
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	if b.spec.Lengths != "" {
-		b.lengths = make([]uint32, total)
-	}
-	type job struct {
-		file, group int
-		first, rows int64
-	}
-	var jobs []job
+// scanJob is one row group to scan.
+type scanJob struct {
+	file, group int
+	first, rows int64
+}
+
+// scan visits every row group and routes its kept rows, in row id order,
+// to the spill. Row groups are scanned in parallel, scanWorkers at a time,
+// and routed in order, at most twice as many of them held at once.
+func (b *builder) scan(ctx context.Context, rt *router) error {
+	var jobs []scanJob
 	var first int64
 	for f, file := range b.t.Files() {
 		for g, n := range file.RowGroups {
-			jobs = append(jobs, job{f, g, first, n})
+			jobs = append(jobs, scanJob{f, g, first, n})
 			first += n
 		}
 	}
-	results := make([]groupResult, len(jobs))
-	var mu sync.Mutex
-	var done int64
+	b.stats.rows, b.stats.groups = b.t.NumRows(), int64(len(jobs))
+	if len(b.columns) == 0 {
+		return b.scanNone(ctx, rt)
+	}
+	r, err := b.t.NewReader(table.ReaderOptions{Columns: b.columns, Allocator: b.opts.Allocator})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if len(b.spec.GroupBy) > 0 {
+		b.keys = make([][]string, b.numParts())
+	}
+	results := make([]chan groupResult, len(jobs))
+	for i := range results {
+		results[i] = make(chan groupResult, 1)
+	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(runtime.GOMAXPROCS(0))
-	next := 0
-	for next < len(jobs) {
-		j, i := jobs[next], next
-		next++
-		if !g.TryGo(func() (err error) {
-			defer errcode.Recover(&err, errcode.Internal, "scan", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), j.file, j.group))
-			res, skipped, err := b.scanGroup(gctx, r, j.file, j.group, j.first, j.rows)
-			if err != nil {
+	n := b.scanWorkers()
+	ahead, workers := make(chan struct{}, 2*n), make(chan struct{}, n)
+	g.Go(func() (err error) {
+		defer errcode.Recover(&err, errcode.Internal, "scan", b.t.URI())
+		for i, j := range jobs {
+			select {
+			case ahead <- struct{}{}:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			workers <- struct{}{}
+			g.Go(func() (err error) {
+				defer errcode.Recover(&err, errcode.Internal, "scan", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), j.file, j.group))
+				defer func() { <-workers }()
+				res, err := b.scanGroup(gctx, r, j)
+				results[i] <- res
 				return err
+			})
+		}
+		return nil
+	})
+	finished := make(chan struct{})
+	g.Go(func() (err error) {
+		defer errcode.Recover(&err, errcode.Internal, "scan", b.t.URI())
+		defer close(finished)
+		for i := range jobs {
+			select {
+			case res := <-results[i]:
+				if err := b.take(res, rt); err != nil {
+					return err
+				}
+				<-ahead
+			case <-gctx.Done():
+				return gctx.Err()
 			}
-			results[i] = res
-			mu.Lock()
-			done += j.rows
-			if skipped {
-				b.stats.skipped++
-			}
-			mu.Unlock()
-			return nil
-		}) {
-			next--
-			// All workers busy: report progress from this goroutine while waiting.
-			mu.Lock()
-			d := done
-			mu.Unlock()
-			b.progress("scan", d, total)
-			time.Sleep(time.Millisecond)
+		}
+		return nil
+	})
+	return b.waitScan(gctx, g, finished, r)
+}
+
+// waitScan waits for the scan, whose routing closes finished as it ends,
+// reporting its progress from the calling goroutine ten times a second.
+func (b *builder) waitScan(gctx context.Context, g *errgroup.Group, finished <-chan struct{}, r *table.Reader) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-finished:
+			running = false
+		case <-gctx.Done():
+			running = false
+		case <-tick.C:
+			b.scanned(r.Stats().BytesRead)
 		}
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return err
 	}
-	b.progress("scan", total, total)
-	// Join each part's pieces into one exactly sized slice, dropping each
-	// group's pieces as they are copied, so the peak stays near one copy.
-	out := make([][]uint64, b.numParts())
-	for p := range out {
-		n := 0
-		for _, res := range results {
-			if res.parts != nil {
-				n += len(res.parts[p])
-			}
-		}
-		out[p] = make([]uint64, 0, n)
-		for i := range results {
-			if results[i].parts != nil {
-				out[p] = append(out[p], results[i].parts[p]...)
-				results[i].parts[p] = nil
-			}
+	b.scanned(r.Stats().BytesRead)
+	return nil
+}
+
+// scanRowBytes is about what scanning a row takes while its row group is
+// scanned: its keep flag, split, hash, row id and a value or two decoded.
+const scanRowBytes = 48
+
+// scanWorkers returns how many row groups are scanned at once: GOMAXPROCS,
+// or fewer when a quarter of the build's memory holds fewer of the largest.
+func (b *builder) scanWorkers() int {
+	var rows int64 = 1
+	for _, f := range b.t.Files() {
+		for _, n := range f.RowGroups {
+			rows = max(rows, n)
 		}
 	}
-	if len(b.spec.GroupBy) > 0 {
-		b.keys = make([][]string, len(out))
-		for p := range out {
-			b.keys[p] = make([]string, 0, len(out[p]))
-			for i := range results {
-				if results[i].keys != nil {
-					b.keys[p] = append(b.keys[p], results[i].keys[p]...)
-					results[i].keys[p] = nil
-				}
-			}
+	return int(min(max(b.opts.Memory/4/(rows*scanRowBytes), 1), int64(runtime.GOMAXPROCS(0))))
+}
+
+// scanned reports the progress of the scan.
+func (b *builder) scanned(bytes int64) {
+	b.progress(Progress{Phase: "scan", Done: b.stats.done.Load(), Total: b.stats.rows, Kept: b.stats.kept.Load(), Bytes: bytes})
+}
+
+// take routes the kept rows of one row group.
+func (b *builder) take(res groupResult, rt *router) error {
+	defer b.stats.done.Add(res.rows)
+	b.stats.kept.Add(res.kept)
+	if res.skipped {
+		b.stats.skipped++
+	}
+	for i, p := range res.parts {
+		if p == noSplit {
+			continue
+		}
+		var n uint32
+		if res.lengths != nil {
+			n = res.lengths[i]
+		}
+		if err := rt.route(int(p), uint64(res.first)+uint64(i), n); err != nil {
+			return err
+		}
+		if b.keys != nil {
+			b.keys[p] = append(b.keys[p], res.keys[i])
 		}
 	}
-	for _, res := range results {
-		b.stats.kept += res.kept
+	return nil
+}
+
+// scanNone routes every row, unless a constant filter keeps none: a scan
+// that reads no column.
+func (b *builder) scanNone(ctx context.Context, rt *router) error {
+	if b.filter != nil {
+		keep, err := b.constantFilter(ctx)
+		if err != nil || !keep {
+			b.stats.done.Store(b.stats.rows)
+			b.scanned(0)
+			return err
+		}
 	}
-	return out, nil
+	for id := range uint64(b.stats.rows) {
+		if err := rt.route(0, id, 0); err != nil {
+			return err
+		}
+	}
+	b.stats.kept.Store(b.stats.rows)
+	b.stats.done.Store(b.stats.rows)
+	b.scanned(0)
+	return nil
 }
 
 // constantFilter evaluates a filter that reads no column.
@@ -351,25 +462,28 @@ func (b *builder) constantFilter(ctx context.Context) (bool, error) {
 }
 
 // scanGroup filters one row group and computes its rows' splits.
-func (b *builder) scanGroup(ctx context.Context, r *table.Reader, file, group int, first, rows int64) (groupResult, bool, error) {
+func (b *builder) scanGroup(ctx context.Context, r *table.Reader, j scanJob) (groupResult, error) {
+	res := groupResult{first: j.first, rows: j.rows}
+	where := func() string { return fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), j.file, j.group) }
 	if b.filter != nil {
-		md, err := b.t.Footer(ctx, file)
+		md, err := b.t.Footer(ctx, j.file)
 		if err != nil {
-			return groupResult{}, false, err
+			return res, err
 		}
-		if !b.filter.MayMatch(expr.RowGroupStats(md.RowGroup(group))) {
-			return groupResult{parts: make([][]uint64, b.numParts())}, true, nil
+		if !b.filter.MayMatch(expr.RowGroupStats(md.RowGroup(j.group))) {
+			res.skipped = true
+			return res, nil
 		}
 	}
-	rec, err := r.ReadGroup(ctx, file, group)
+	rec, err := r.ReadGroup(ctx, j.file, j.group)
 	if err != nil {
-		return groupResult{}, false, err
+		return res, err
 	}
 	defer rec.Release()
-	keep := make([]bool, rows)
+	keep := make([]bool, j.rows)
 	if b.filter != nil {
 		if keep, err = b.filter.Mask(ctx, rec, b.opts.Allocator); err != nil {
-			return groupResult{}, false, errcode.Wrap(err, errcode.InvalidArgument, "filter", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), file, group))
+			return res, errcode.Wrap(err, errcode.InvalidArgument, "filter", where())
 		}
 	} else {
 		for i := range keep {
@@ -378,43 +492,33 @@ func (b *builder) scanGroup(ctx context.Context, r *table.Reader, file, group in
 	}
 	splits, err := b.rowSplits(ctx, rec)
 	if err != nil {
-		return groupResult{}, false, err
+		return res, err
 	}
 	keys, err := b.rowKeys(rec, keep)
 	if err != nil {
-		return groupResult{}, false, err
+		return res, err
 	}
-	if b.lengths != nil {
+	if b.spec.Lengths != "" {
+		res.lengths = make([]uint32, j.rows)
 		col := rec.Column(rec.Schema().FieldIndices(b.spec.Lengths)[0])
-		if err := rowLengths(col, keep, b.lengths[first:first+rows]); err != nil {
-			return groupResult{}, false, errcode.Wrap(fmt.Errorf("row %d: lengths column %q: %w", first+int64(err.row), b.spec.Lengths, err),
-				errcode.InvalidArgument, "lengths", fmt.Sprintf("%s (file %d, row group %d)", b.t.URI(), file, group))
+		if err := rowLengths(col, keep, res.lengths); err != nil {
+			return res, errcode.Wrap(fmt.Errorf("row %d: lengths column %q: %w", j.first+int64(err.row), b.spec.Lengths, err),
+				errcode.InvalidArgument, "lengths", where())
 		}
 	}
-	res := groupResult{parts: make([][]uint64, b.numParts())}
-	if keys != nil {
-		res.keys = make([][]string, b.numParts())
+	res.keys = keys
+	res.parts = splits
+	if splits == nil {
+		res.parts = make([]int32, j.rows)
 	}
 	for i, k := range keep {
 		if k {
 			res.kept++
-		}
-		p := 0
-		switch {
-		case !k:
-			continue
-		case splits == nil:
-		case splits[i] != noSplit:
-			p = int(splits[i])
-		default:
-			continue
-		}
-		res.parts[p] = append(res.parts[p], uint64(first)+uint64(i))
-		if keys != nil {
-			res.keys[p] = append(res.keys[p], keys[i])
+		} else {
+			res.parts[i] = noSplit
 		}
 	}
-	return res, false, nil
+	return res, nil
 }
 
 // rowKeys returns the group key of each kept row with GroupBy, else nil.
@@ -577,58 +681,17 @@ func weightedBucket(x uint64, weights []int64) int32 {
 	return noSplit
 }
 
-// assign distributes the kept rows over the splits and returns their names.
-// parts is what scan returned: one part of all kept rows, or the rows of each
-// hash or calculated split.
-func (b *builder) assign(parts [][]uint64) ([]string, error) {
-	s := b.spec.Split
-	if s == nil {
-		b.out = parts
-		return []string{"all"}, nil
-	}
-	if s.Kind == SplitHash || s.Kind == SplitCalculated {
-		b.out = parts
-		return s.names(len(parts)), nil
-	}
-	kept := parts[0]
-	c := max(s.ClumpSize, 1)
-	units := (int64(len(kept)) + c - 1) / c // clumps of c rows; the last may be shorter
-	sizes, err := s.sizes(units)
-	if err != nil {
-		return nil, err
-	}
-	if len(s.Names) > 0 && len(s.Names) != len(sizes) {
-		return nil, badSpec("%d split names for %d splits (fixed=%d of %d rows kept)", len(s.Names), len(sizes), s.Fixed, len(kept))
-	}
-	if s.Kind == SplitRandom {
-		if c == 1 {
-			Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept)
-		} else {
-			kept = permuteClumps(kept, c, NewRand(DeriveKey(s.Seed, "split_random")))
-		}
-	}
-	var at int64
-	for _, n := range sizes {
-		end := min((at+n)*c, int64(len(kept)))
-		part := kept[at*c : end : end]
-		slices.Sort(part) // a split's stored order is row id order until shuffled
-		b.out = append(b.out, part)
-		at += n
-	}
-	return s.names(len(sizes)), nil
-}
-
 // permuteClumps returns ids with its whole clumps of c consecutive elements
 // in a random order; a shorter last clump stays last, so that clumps start at
 // multiples of c.
-func permuteClumps(ids []uint64, c int64, r *Rand) []uint64 {
+func permuteClumps[T any](ids []T, c int64, r *Rand) []T {
 	n := int64(len(ids))
 	order := make([]int64, n/c)
 	for i := range order {
 		order[i] = int64(i)
 	}
 	Permute(r, order)
-	out := make([]uint64, 0, n)
+	out := make([]T, 0, n)
 	for _, u := range order {
 		out = append(out, ids[u*c:(u+1)*c]...)
 	}
@@ -639,7 +702,7 @@ func permuteClumps(ids []uint64, c int64, r *Rand) []uint64 {
 // are consecutive, and returns where each group starts. Groups come in the
 // order of their first rows, permuted by r when it is not nil; rows keep
 // their order inside their group.
-func group(ids []uint64, keys []string, r *Rand) []uint64 {
+func group[T any](ids []T, keys []string, r *Rand) []uint64 {
 	index := map[string]int{}
 	of := make([]int, len(ids)) // the group of each row
 	var sizes []int64
@@ -678,7 +741,7 @@ func group(ids []uint64, keys []string, r *Rand) []uint64 {
 // shuffle orders ids by sh with the given key (see ShuffleSpec). Only whole
 // clumps move: a partial clump at the end stays last, so that clumps stay
 // aligned to multiples of the clump size in every epoch's order.
-func shuffle(ids []uint64, sh ShuffleSpec, r *Rand) {
+func shuffle[T any](ids []T, sh ShuffleSpec, r *Rand) {
 	clump := max(sh.ClumpSize, 1)
 	if clump == 1 && sh.Window == 0 {
 		// The same swaps as permuting an index array, applied in place: the
@@ -717,116 +780,12 @@ func shuffle(ids []uint64, sh ShuffleSpec, r *Rand) {
 	}
 }
 
-// write persists the split chunks, then the manifest. Chunks go under a
-// folder named by the permutation's content ID, so a concurrent build of other
-// inputs at the same URI can never overwrite them: the loser of the manifest
-// race leaves only unreferenced chunks behind.
-//
-// Unlike a table commit (core/table's checkExclusiveCreate), a build does not
-// probe the store's conditional writes nor refuse a store that ignores them,
-// because every object it writes but build.json is a function of its inputs
-// and is never replaced by different bytes under the same key: a chunk's key
-// holds the content ID, and the manifest is that ID's sealed description. Two
-// builds of the same permutation at one URI, racing or repeated, write the
-// same bytes to the same keys, so either order leaves one whole permutation
-// that verifies (and on a store that honours the condition, CreateExclusive
-// reads the manifest back and finds its own bytes). Two builds of different
-// permutations at one URI on a store that ignores the condition leave the
-// manifest written last, whose chunks are all there (each build writes its
-// chunks first): nothing stored is corrupted, and a permutation is derived
-// data that the pinned table rebuilds. Build reads the manifest back and fails
-// with Changed when it holds another permutation; it cannot see a manifest
-// written after that read, as docs/storage.md says.
-func (b *builder) write(ctx context.Context, loc *store.Location, names []string) (Manifest, error) {
-	width := 8
-	if b.t.NumRows() <= 1<<32 {
-		width = 4
-	}
-	m := Manifest{Format: sealedFormat, Table: b.t.Pin(), Spec: b.spec, IDWidth: width,
-		RowsScanned: b.stats.rows, RowsKept: b.stats.kept, RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
-	if b.starts != nil || b.lengths != nil {
-		m.Format = FormatVersion
-	}
-	var total int64
-	for i, ids := range b.out {
-		s := SplitInfo{Name: names[i], NumRows: int64(len(ids)), ChunkSHA256: []string{}}
-		forChunks(ids, func(_ int64, chunk []uint64) {
-			s.ChunkSHA256 = append(s.ChunkSHA256, seal.Sum(encodeIDs(chunk, width)))
-			if b.lengths != nil {
-				s.LengthSHA256 = append(s.LengthSHA256, seal.Sum(b.encodeLengths(chunk)))
-			}
-		})
-		if b.starts != nil {
-			s.NumGroups, s.GroupSHA256 = int64(len(b.starts[i])), []string{}
-			forChunks(b.starts[i], func(_ int64, chunk []uint64) {
-				s.GroupSHA256 = append(s.GroupSHA256, seal.Sum(encodeIDs(chunk, width)))
-			})
-		}
-		m.Splits = append(m.Splits, s)
-		total += int64(len(ids))
-	}
-	id, err := contentID(m)
-	if err != nil {
-		return Manifest{}, err
-	}
-	m.ID = id
-	if ok, err := loc.Exists(ctx, path.Join(loc.Key, manifestKey)); err == nil && ok {
-		return Manifest{}, errcode.New(errcode.AlreadyExists, "write permutation", loc.URI,
-			"a permutation already exists there; permutations are immutable, persist to a new URI")
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	var done int64
-	for i, ids := range b.out {
-		write := func(p part, c int64, data []byte) {
-			key := chunkKey(loc.Key, id, i, p, c)
-			g.Go(func() (err error) {
-				defer errcode.Recover(&err, errcode.Internal, "write permutation", loc.ObjectURI(key))
-				return loc.WriteAll(gctx, key, data, store.WriterOptions{})
-			})
-		}
-		forChunks(ids, func(c int64, chunk []uint64) {
-			write(rowIDs, c, encodeIDs(chunk, width))
-			if b.lengths != nil {
-				write(lengths, c, b.encodeLengths(chunk))
-			}
-			done += int64(len(chunk))
-			b.progress("write", done, total)
-		})
-		if b.starts != nil {
-			forChunks(b.starts[i], func(c int64, chunk []uint64) {
-				write(groupStarts, c, encodeIDs(chunk, width))
-			})
-		}
-	}
-	if err := g.Wait(); err != nil {
-		return Manifest{}, err
-	}
-	return m, writeManifest(ctx, loc, m)
-}
-
-// encodeLengths returns the persisted lengths of the rows ids.
-func (b *builder) encodeLengths(ids []uint64) []byte {
-	n := make([]uint64, len(ids))
-	for i, id := range ids {
-		n[i] = uint64(b.lengths[id])
-	}
-	return encodeIDs(n, LengthWidth)
-}
-
-// forChunks calls fn with each run of ChunkIDs row ids (fewer in the last).
-func forChunks(ids []uint64, fn func(c int64, chunk []uint64)) {
-	for c := int64(0); c*ChunkIDs < int64(len(ids)); c++ {
-		fn(c, ids[c*ChunkIDs:min((c+1)*ChunkIDs, int64(len(ids)))])
-	}
-}
-
 // progress reports to the callback at most ten times a second, and always
 // when a phase completes.
-func (b *builder) progress(phase string, done, total int64) {
-	if b.opts.Progress == nil || (done < total && time.Since(b.reported) < 100*time.Millisecond) {
+func (b *builder) progress(p Progress) {
+	if b.opts.Progress == nil || (p.Done < p.Total && time.Since(b.reported) < 100*time.Millisecond) {
 		return
 	}
 	b.reported = time.Now()
-	b.opts.Progress(Progress{Phase: phase, Done: done, Total: total})
+	b.opts.Progress(p)
 }

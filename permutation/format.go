@@ -19,7 +19,17 @@ import (
 )
 
 // FormatVersion is the version of the builder and of the persisted form. It
-// changes whenever the same inputs would give a different permutation.
+// changes whenever the same inputs would give a different permutation, but
+// for one change: since builds go through buckets (see order.go), a full
+// shuffle of a table of more than bucketIDs rows gets another order than the
+// in-memory builder gave it. The version stayed, because what a reader must
+// understand did not change: the objects and the manifest are as before, a
+// reader deals the ids in whatever order they were written, and the
+// permutation's ID, derived from its chunks' digests, differs from the one
+// the in-memory builder gave the same inputs, so no permutation can be
+// mistaken for another. A new version would only have made earlier readers
+// refuse permutations that they deal correctly. Tables of at most bucketIDs
+// rows get the same permutation, byte for byte.
 //
 // Version 2 seals the manifest (see internal/seal) and records the SHA-256 of
 // every chunk in it, checked as the chunk is read; the permutation's ID

@@ -17,7 +17,7 @@
 //	    [--split-random 0.9,0.1 | --split-sequential 900,100 | --split-hash col1,col2:9,1[:discard]
 //	     | --split-calculated EXPR] [--split-fixed N] [--split-names train,val] [--seed N]
 //	    [--shuffle-seed N] [--clump N|auto] [--window N] [--group-by col1,col2] [--lengths COLUMN] [--quiet]
-//	    [--cache-dir DIR]
+//	    [--build-memory BYTES] [--cache-dir DIR]
 //	croupier permute show PERM_URI
 //
 //	croupier deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N])
@@ -57,6 +57,10 @@
 // the rows sharing those columns' values together as one group, dealt whole
 // in one step to one rank (docs/concepts.md, "Groups"); it takes no --clump
 // or --window, and only a --split-hash on columns of the group key.
+// --build-memory bounds the build's memory whatever the table's size (default
+// 1 GiB, at least 256 MiB; docs/spec.md, "Building in bounded memory"); it
+// never changes the permutation built. The progress on stderr says the rows
+// kept, the bytes read and the time left.
 //
 // read reads rank R's steps of epoch E from step T on (--steps of them, or to
 // the epoch's end) as a training loop would, drops them, and prints what they

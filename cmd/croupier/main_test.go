@@ -227,6 +227,22 @@ func TestPermute(t *testing.T) {
 		t.Fatalf("permute show spec: %+v", sp)
 	}
 
+	// --build-memory bounds the build, never changes what it builds, and is
+	// refused below what a build takes; progress says the rows kept.
+	var bounded permOutput
+	okJSON(t, &bounded, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p2"), "--quiet", "--filter", "id >= 100 AND reward < 200",
+		"--split-hash", "id:9,1", "--split-names", "train,val", "--shuffle-seed", "7", "--clump", "2", "--build-memory", "268435456")
+	if bounded.ID != show.ID {
+		t.Errorf("--build-memory 256 MiB built %s, without %s", bounded.ID, show.ID)
+	}
+	if r := croupier(t, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p3"), "--build-memory", "1000"); r.code != 1 ||
+		!strings.Contains(r.stderr, "below the") {
+		t.Errorf("--build-memory 1000: exit %d: %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "300 kept") {
+		t.Errorf("permute progress without the rows kept: %q", r.stderr)
+	}
+
 	// The same build again is refused: permutations are written once.
 	if r := croupier(t, "permute", uri, perm, "--quiet"); r.code != 1 || !strings.Contains(r.stderr, "croupier: ") {
 		t.Fatalf("permute over an existing permutation: exit %d: %s", r.code, r.stderr)

@@ -32,6 +32,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	groupBy := fs.String("group-by", "", "deal rows sharing these columns' values as one group: col1,col2")
 	lengths := fs.String("lengths", "", "record each row's length from this column (a list: its length; an integer: its value), for token-budget steps")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	buildMemory := fs.Int64("build-memory", 0, "bytes the build may hold, whatever the table's size (0: 1 GiB; at least 256 MiB)")
 	cacheDir := cacheFlag(fs)
 	pos, err := parse(fs, args, 2, 2)
 	if err != nil {
@@ -67,11 +68,12 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer t.Close()
-	var opts permutation.BuildOptions
+	opts := permutation.BuildOptions{Memory: *buildMemory}
 	var pr *progress
 	if !*quiet {
 		pr = newProgress(e.stderr)
-		opts.Progress = func(p permutation.Progress) { pr.update(p.Phase, p.Done, p.Total) }
+		pr.eta = true
+		opts.Progress = func(p permutation.Progress) { pr.update(p.Phase, p.Done, p.Total, buildNote(p)) }
 	}
 	p, err := permutation.Build(ctx, t, spec, permURI, opts)
 	if pr != nil {
@@ -82,6 +84,14 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	}
 	defer p.Close()
 	return printPermutation(e, p, *asJSON)
+}
+
+// buildNote says what a build's scan kept and read so far.
+func buildNote(p permutation.Progress) string {
+	if p.Phase != "scan" {
+		return ""
+	}
+	return fmt.Sprintf("%d kept, %.1f MiB read", p.Kept, float64(p.Bytes)/(1<<20))
 }
 
 // clumpSize parses --clump: a count of rows, or auto.

@@ -12,7 +12,9 @@ import (
 type progress struct {
 	w        io.Writer
 	terminal bool
+	eta      bool // whether to estimate the time a phase has left
 	phase    string
+	started  time.Time // when the phase started
 	last     time.Time
 	tenth    int64 // last tenth printed, on a non-terminal
 }
@@ -27,14 +29,22 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
-// update reports that done of the total units of work of phase are done.
-func (p *progress) update(phase string, done, total int64) {
+// update reports that done of the total units of work of phase are done;
+// note, when not empty, follows.
+func (p *progress) update(phase string, done, total int64, note string) {
 	newPhase := phase != p.phase
 	if newPhase && p.phase != "" && p.terminal {
 		fmt.Fprintln(p.w)
 	}
 	if newPhase {
-		p.phase, p.tenth = phase, -1
+		p.phase, p.tenth, p.started = phase, -1, time.Now()
+	}
+	if note != "" {
+		note = ", " + note
+	}
+	if p.eta && done > 0 && done < total {
+		left := time.Duration(float64(time.Since(p.started)) * float64(total-done) / float64(done))
+		note += ", " + left.Round(time.Second).String() + " left"
 	}
 	pct := int64(100)
 	if total > 0 {
@@ -55,12 +65,12 @@ func (p *progress) update(phase string, done, total int64) {
 				bar[i] = '='
 			}
 		}
-		fmt.Fprintf(p.w, "\r%-5s [%s] %3d%% %d/%d", phase, bar, pct, done, total)
+		fmt.Fprintf(p.w, "\r%-5s [%s] %3d%% %d/%d%s\x1b[K", phase, bar, pct, done, total, note)
 		return
 	}
 	if t := pct / 10; t > p.tenth {
 		p.tenth = t
-		fmt.Fprintf(p.w, "%s: %d/%d (%d%%)\n", phase, done, total, pct)
+		fmt.Fprintf(p.w, "%s: %d/%d (%d%%)%s\n", phase, done, total, pct, note)
 	}
 }
 

@@ -44,7 +44,7 @@ func rewriteCmd(ctx context.Context, e *env, args []string) error {
 	var pr *progress
 	if !*quiet {
 		pr = newProgress(e.stderr)
-		opts.Progress = func(p table.RewriteProgress) { pr.update("rewrite", p.Rows, p.TotalRows) }
+		opts.Progress = func(p table.RewriteProgress) { pr.update("rewrite", p.Rows, p.TotalRows, "") }
 	}
 	t, err := table.Rewrite(ctx, src, dstURI, opts)
 	if pr != nil {

@@ -114,8 +114,11 @@ _STR = ctypes.c_char_p
 _STR_OUT = ctypes.POINTER(ctypes.c_void_p)
 _INT = ctypes.c_int
 
-# void (*croupier_progress)(const char* phase, int64_t done, int64_t total)
-PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64)
+# void (*croupier_progress)(const char* phase, int64_t done, int64_t total, int64_t kept,
+#                           int64_t bytes)
+PROGRESS = ctypes.CFUNCTYPE(
+    None, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
+)
 
 # int (*croupier_rewrite_progress)(int64_t rows, int64_t total_rows, int64_t bytes,
 #                                  int64_t total_bytes): nonzero cancels the rewrite
@@ -125,7 +128,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -172,7 +175,10 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "croupier_dataset_step": ([_HANDLE, ctypes.c_int64, ctypes.c_int64, _STR_OUT, _ERR], _INT),
     "croupier_dataset_open": ([_HANDLE, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_dataset_open_split": ([_HANDLE, ctypes.c_int64, _STR, _HANDLE_OUT, _ERR], _INT),
-    "croupier_permutation_build": ([_HANDLE, _STR, _STR, PROGRESS, _HANDLE_OUT, _ERR], _INT),
+    "croupier_permutation_build": (
+        [_HANDLE, _STR, _STR, _STR, PROGRESS, _HANDLE_OUT, _ERR],
+        _INT,
+    ),
     "croupier_permutation_open": ([_STR, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_permutation_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_permutation_row_ids": (
@@ -962,17 +968,28 @@ def permutation_build(
     table: int,
     spec: dict[str, Any],
     uri: str,
-    progress: Callable[[str, int, int], None] | None,
+    options: dict[str, Any],
+    progress: Callable[[str, int, int, int, int], None] | None,
 ) -> Handle:
-    """Build and persist a permutation; ``progress(phase, done, total)`` may be None."""
+    """Build and persist a permutation (options of ``croupier_permutation_build``).
+
+    ``progress(phase, done, total, kept, bytes)`` may be None.
+    """
     callback = PROGRESS(0)
     if progress is not None:
 
-        def report(phase: bytes, done: int, total: int) -> None:
-            progress(phase.decode(), done, total)
+        def report(phase: bytes, done: int, total: int, kept: int, nbytes: int) -> None:
+            progress(phase.decode(), done, total, kept, nbytes)
 
         callback = PROGRESS(report)
-    return _handle_out("croupier_permutation_build", table, _encode(spec), _encode(uri), callback)
+    return _handle_out(
+        "croupier_permutation_build",
+        table,
+        _encode(spec),
+        _encode(uri),
+        _encode(options),
+        callback,
+    )
 
 
 def permutation_open(uri: str, options: dict[str, Any] | None = None) -> Handle:

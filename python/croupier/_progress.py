@@ -1,16 +1,24 @@
 """Progress of long calls (permutation builds, rewrites) shown on stderr.
 
-A display is an ``update(phase, done, total)`` callback and a ``close()`` that
-ends it.
+A display is an ``update(phase, done, total, notes=None)`` callback and a
+``close()`` that ends it; ``notes`` are figures shown beside the count, such as
+the rows a build kept. The time a phase has left is estimated from its pace.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-PhaseCallback = Callable[[str, int, int], None]
+
+class PhaseCallback(Protocol):
+    def __call__(
+        self, phase: str, done: int, total: int, notes: dict[str, str] | None = None
+    ) -> None: ...
+
+
 Display = tuple[PhaseCallback, Callable[[], None]]
 
 
@@ -22,10 +30,12 @@ def tqdm_bars() -> Display | None:
         return None
     bars: dict[str, Any] = {}
 
-    def update(phase: str, done: int, total: int) -> None:
+    def update(phase: str, done: int, total: int, notes: dict[str, str] | None = None) -> None:
         bar = bars.get(phase)
         if bar is None:
             bar = bars[phase] = tqdm(total=total, desc=phase, unit="rows", unit_scale=True)
+        if notes:
+            bar.set_postfix(notes, refresh=False)
         bar.update(done - bar.n)
 
     def close() -> None:
@@ -38,15 +48,22 @@ def tqdm_bars() -> Display | None:
 def stderr_lines() -> Display:
     """A line ``phase: done/total (pct%)`` on stderr per phase and per tenth of its work.
 
-    The ``croupier`` command prints the same lines when stderr is not a terminal.
+    The notes follow, then the time left. The ``croupier`` command prints the
+    same lines when stderr is not a terminal.
     """
     tenths: dict[str, int] = {}
+    started: dict[str, float] = {}
 
-    def update(phase: str, done: int, total: int) -> None:
+    def update(phase: str, done: int, total: int, notes: dict[str, str] | None = None) -> None:
+        now = time.monotonic()
+        start = started.setdefault(phase, now)
         pct = done * 100 // total if total > 0 else 100
         if pct // 10 > tenths.get(phase, -1):
             tenths[phase] = pct // 10
-            print(f"{phase}: {done}/{total} ({pct}%)", file=sys.stderr, flush=True)
+            extra = "".join(f", {v} {k}" for k, v in (notes or {}).items())
+            if 0 < done < total:
+                extra += f", {round((now - start) * (total - done) / done)}s left"
+            print(f"{phase}: {done}/{total} ({pct}%){extra}", file=sys.stderr, flush=True)
 
     def close() -> None:
         pass

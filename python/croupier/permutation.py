@@ -211,26 +211,63 @@ class PermutationBuilder:
         return self
 
     def persist(
-        self, uri: _args.Where, progress: ProgressCallback | bool | None = None
+        self,
+        uri: _args.Where,
+        progress: ProgressCallback | bool | None = None,
+        *,
+        build_memory: int | None = None,
     ) -> Permutations:
         """Build the permutation and write it under ``uri``, which must be empty.
 
         Args:
             uri: where to write, e.g. ``file:///perms/run-7``.
             progress: ``callable(phase, done, total)`` called as rows are scanned
-                and written; ``None`` shows a tqdm bar when attached to a
-                terminal; ``False`` reports nothing.
+                (phase ``"scan"``), then ordered (``"order"``) and written
+                (``"write"``); ``True`` shows a tqdm bar on stderr (lines when
+                tqdm is not installed) with the rows kept, the bytes read and the
+                time left; ``None`` shows it when stderr is a terminal; ``False``
+                reports nothing.
+            build_memory: bytes the build may hold, whatever the table's size
+                (default 1 GiB, at least 256 MiB): the kept rows beyond it pass
+                through temporary objects under ``uri``. It never changes the
+                permutation built (docs/tuning.md).
         """
-        bar = _progress.tqdm_bars() if progress is None and sys.stderr.isatty() else None
-        callback = bar[0] if bar else (progress if callable(progress) else None)
+        show = progress is True or (progress is None and sys.stderr.isatty())
+        display = (_progress.tqdm_bars() or _progress.stderr_lines()) if show else None
+        report = _build_report(display[0] if display else None, progress)
+        options = {"memory": _args.optional_integer("build_memory", build_memory) or 0}
         try:
             handle = _lib.permutation_build(
-                self._table._handle(), self._spec, _args.uri("uri", uri), callback
+                self._table._handle(), self._spec, _args.uri("uri", uri), options, report
             )
         finally:
-            if bar:
-                bar[1]()
+            if display:
+                display[1]()
         return Permutations._from_handle(handle, self._table._cache)
+
+
+def _build_report(
+    display: _progress.PhaseCallback | None, progress: ProgressCallback | bool | None
+) -> Callable[[str, int, int, int, int], None] | None:
+    """The callback of a build: the display's, with its notes, or the caller's."""
+    if display is not None:
+        show = display
+
+        def shown(phase: str, done: int, total: int, kept: int, nbytes: int) -> None:
+            notes = None
+            if phase == "scan":
+                notes = {"kept": f"{kept:,}", "read": f"{nbytes / 2**20:,.1f} MiB"}
+            show(phase, done, total, notes)
+
+        return shown
+    if callable(progress):
+        call = progress
+
+        def called(phase: str, done: int, total: int, kept: int, nbytes: int) -> None:
+            call(phase, done, total)
+
+        return called
+    return None
 
 
 def _sizes(ratios: Any, counts: Any, fixed: Any) -> dict[str, Any]:

@@ -819,17 +819,40 @@ def test_progress(rollouts_uri: str, perm_uri: Callable[[str], str], sql: str | 
         perm_uri("p"), progress=lambda phase, done, total: calls.append((phase, done, total))
     )
     phases = [c[0] for c in calls]
-    assert set(phases) == {"scan", "write"}
-    assert phases.index("write") > len(phases) - 1 - phases[::-1].index("scan")  # scan, then write
+    assert set(phases) == {"scan", "order", "write"}
+    assert phases == sorted(phases, key=["scan", "order", "write"].index)  # one after the other
     scans = [c for c in calls if c[0] == "scan"]
+    orders = [c for c in calls if c[0] == "order"]
     writes = [c for c in calls if c[0] == "write"]
     assert scans[-1] == ("scan", 600, 600)
     written = sum(len(s) for s in perms)
+    assert orders[-1] == ("order", written, written)
     assert writes[-1] == ("write", written, written)
-    for phase in (scans, writes):
+    for phase in (scans, orders, writes):
         dones = [c[1] for c in phase]
         assert dones == sorted(dones)
         assert all(0 <= d <= t for _, d, t in phase)
+
+
+def test_progress_shown(
+    rollouts_uri: str, perm_uri: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    builder = cr.PermutationBuilder(cr.open_table(rollouts_uri)).filter("reward < 0.3")
+    builder.persist(perm_uri("p"), progress=True)
+    err = capsys.readouterr().err
+    assert "scan" in err
+    assert "write" in err
+    assert "kept" in err  # the rows the filter kept, beside the rows scanned
+
+
+def test_build_memory(rollouts_uri: str, perm_uri: Callable[[str], str]) -> None:
+    def builder() -> cr.PermutationBuilder:
+        return cr.PermutationBuilder(cr.open_table(rollouts_uri)).shuffle(seed=4)
+
+    small = builder().persist(perm_uri("small"), build_memory=256 << 20)
+    assert small.id == builder().persist(perm_uri("default")).id  # memory never changes it
+    with pytest.raises(cr.InvalidArgumentError, match="below the"):
+        builder().persist(perm_uri("tiny"), build_memory=1 << 20)
 
 
 def test_row_groups_skipped_by_statistics(tmp_path: Path, perm_uri: Callable[[str], str]) -> None:

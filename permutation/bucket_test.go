@@ -1,0 +1,305 @@
+package permutation_test
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// bucketed makes builds use buckets of at most ids row ids and spill
+// objects of 64 bytes for the rest of the test, and returns the most records
+// the last build held in one slice.
+func bucketed(t *testing.T, ids int64) *int64 {
+	held := new(int64)
+	t.Cleanup(permutation.SetBuckets(ids, 64, func(n int64) { *held = n }))
+	return held
+}
+
+// storedFiles returns the files under root, by path, but build.json.
+func storedFiles(root string) map[string][]byte {
+	out := map[string][]byte{}
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() != "build.json" {
+			data, _ := os.ReadFile(p)
+			out[strings.TrimPrefix(p, root)] = data
+		}
+		return nil
+	})
+	return out
+}
+
+// TestBuckets: with tables of several buckets, every split holds each of its
+// rows once, the rows an in-memory split gives it, with their lengths and
+// their clumps whole; two builds write the same bytes; no step holds more
+// than about a bucket; and the spill is gone.
+func TestBuckets(t *testing.T) {
+	ctx := context.Background()
+	tb := openTable(t, t.TempDir(), 700, 333, 2000)
+	const bucket = 100
+	hash := &permutation.SplitSpec{Kind: "hash", Columns: []string{"text"}, Weights: []int64{3, 1}, DiscardWeight: 1}
+	for name, spec := range map[string]permutation.Spec{
+		"shuffle":    {Shuffle: &permutation.ShuffleSpec{Seed: 5}},
+		"filter":     {Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5}},
+		"clumps":     {Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5, ClumpSize: 16}},
+		"hash":       {Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 2, ClumpSize: 3}},
+		"calculated": {Split: &permutation.SplitSpec{Kind: "calculated", Expr: "id % 4", Names: []string{"a", "b", "c"}}, Shuffle: &permutation.ShuffleSpec{Seed: 3}},
+		"lengths":    {Filter: "tokens IS NOT NULL", Lengths: "tokens", Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 8, ClumpSize: 7}},
+	} {
+		stored := spec
+		stored.Shuffle = nil
+		want := build(t, tb, stored) // one bucket, in row id order
+		held := bucketed(t, bucket)
+		dirs := []string{t.TempDir(), t.TempDir()}
+		for _, dir := range dirs {
+			p, err := permutation.Build(ctx, tb, spec, "file://"+dir, permutation.BuildOptions{})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			checkBucketed(t, name, p, want, max(spec.Shuffle.ClumpSize, 1))
+			p.Close()
+		}
+		if *held > 2*bucket {
+			t.Errorf("%s: a slice of %d records held, more than twice the %d of a bucket", name, *held, bucket)
+		}
+		a, b := storedFiles(dirs[0]), storedFiles(dirs[1])
+		if len(a) != len(b) {
+			t.Errorf("%s: %d and %d files", name, len(a), len(b))
+		}
+		for key, data := range a {
+			if !bytes.Equal(data, b[key]) {
+				t.Errorf("%s: %s differs between two builds", name, key)
+			}
+			if strings.Contains(key, "_spill") {
+				t.Errorf("%s: %s left behind", name, key)
+			}
+		}
+	}
+}
+
+// checkBucketed checks p's splits against want's, the same splits in row
+// id order: the same rows, each once, with the same lengths, in whole clumps
+// of c consecutive rows of want's order, a partial clump last.
+func checkBucketed(t *testing.T, name string, p, want *permutation.Permutations, c int64) {
+	t.Helper()
+	if len(p.Splits()) != len(want.Splits()) {
+		t.Fatalf("%s: %d splits, want %d", name, len(p.Splits()), len(want.Splits()))
+	}
+	for i, s := range p.Splits() {
+		got, stored := allIDs(t, s), allIDs(t, want.Splits()[i])
+		if !slices.Equal(slices.Sorted(slices.Values(got)), stored) {
+			t.Fatalf("%s: split %d holds other rows than in row id order", name, i)
+		}
+		if len(got) > 2*int(c) && slices.Equal(got, stored) {
+			t.Fatalf("%s: split %d is not shuffled", name, i)
+		}
+		pos := map[uint64]int{}
+		for j, id := range stored {
+			pos[id] = j
+		}
+		for j := 0; j < len(got); j += int(c) {
+			first := pos[got[j]]
+			if first%int(c) != 0 || (len(got)-j < int(c) && j+int(c) < len(stored)) {
+				t.Fatalf("%s: split %d: a clump starts at %d, position %d of row id order", name, i, j, first)
+			}
+			for k := j; k < min(j+int(c), len(got)); k++ {
+				if got[k] != stored[first+k-j] {
+					t.Fatalf("%s: split %d: clump at %d broken", name, i, j)
+				}
+			}
+		}
+		checkLengths(t, name, s, got)
+	}
+}
+
+func checkLengths(t *testing.T, name string, s *permutation.Split, ids []uint64) {
+	t.Helper()
+	lo := permutation.Order(s).(permutation.LengthOrder)
+	if lo.LengthsColumn() == "" {
+		return
+	}
+	n, err := lo.Lengths(context.Background(), 0, s.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if n[i] != uint64(len(tabletest.Tokens(int64(id)))) {
+			t.Fatalf("%s: row %d has length %d", name, id, n[i])
+		}
+	}
+}
+
+// TestBucketsStoredOrder: a split in row id order reads its spill back one
+// object at a time.
+func TestBucketsStoredOrder(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	held := bucketed(t, 100)
+	p := build(t, tb, permutation.Spec{Filter: "id % 3 != 1"})
+	ids := allIDs(t, p.Splits()[0])
+	if len(ids) != 689 || !slices.IsSorted(ids) {
+		t.Fatalf("%d rows, sorted %v", len(ids), slices.IsSorted(ids))
+	}
+	if *held > 16 { // 64-byte spill objects of 4-byte row ids
+		t.Errorf("%d records held at once", *held)
+	}
+}
+
+// TestSpillRemoved: a build that fails or is canceled after spilling leaves
+// no spill behind.
+func TestSpillRemoved(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	bucketed(t, 100)
+	spec := permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 1}}
+	dir := t.TempDir()
+	spilled := 0
+	p, err := permutation.Build(context.Background(), tb, spec, "file://"+dir, permutation.BuildOptions{
+		Progress: func(pr permutation.Progress) {
+			if pr.Phase == "order" {
+				for key := range storedFiles(dir) {
+					if strings.Contains(key, "_spill") {
+						spilled++
+					}
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if spilled == 0 {
+		t.Fatal("no spill object seen while the build ordered its splits")
+	}
+	// A second build at the same place fails as it writes, after its scan.
+	_, err = permutation.Build(context.Background(), tb, spec, "file://"+dir, permutation.BuildOptions{})
+	if errcode.Of(err) != errcode.AlreadyExists {
+		t.Fatalf("second build: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	canceled := t.TempDir()
+	_, err = permutation.Build(ctx, tb, spec, "file://"+canceled, permutation.BuildOptions{
+		Progress: func(pr permutation.Progress) {
+			if pr.Phase == "scan" && pr.Done > 0 {
+				cancel()
+			}
+		}})
+	if errcode.Of(err) != errcode.Canceled {
+		t.Fatalf("canceled build: %v", err)
+	}
+	for _, d := range []string{dir, canceled} {
+		for key := range storedFiles(d) {
+			if strings.Contains(key, "_spill") {
+				t.Errorf("%s left behind", key)
+			}
+		}
+	}
+	if len(storedFiles(canceled)) != 0 {
+		t.Errorf("a canceled build left %d files", len(storedFiles(canceled)))
+	}
+}
+
+// TestWindowsFromSpill: a window shuffle reads its windows back from the
+// spill one at a time, and orders them as in memory.
+func TestWindowsFromSpill(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	for _, spec := range []permutation.Spec{
+		{Shuffle: &permutation.ShuffleSpec{Seed: 5, ClumpSize: 4, Window: 8}},
+		{Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 6, ClumpSize: 3, Window: 5}},
+		{Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"id"}, Weights: []int64{1, 1}}, Shuffle: &permutation.ShuffleSpec{Seed: 7, Window: 50}},
+	} {
+		want := build(t, tb, spec).ID()
+		restore := permutation.SetBuckets(100, 64, func(n int64) {
+			if w := spec.Shuffle.Window * max(spec.Shuffle.ClumpSize, 1); n > w {
+				t.Errorf("%d records held, more than a window's %d", n, w)
+			}
+		})
+		got := build(t, tb, spec).ID()
+		restore()
+		if got != want {
+			t.Errorf("window %d, clumps %d: %s from the spill, %s in memory", spec.Shuffle.Window, spec.Shuffle.ClumpSize, got, want)
+		}
+	}
+}
+
+// TestBucketedOrderAsSpecified rebuilds the order of a bucketed shuffle from
+// the rule docs/spec.md states ("Bucketed shuffles"), with this test's own
+// bucket hash.
+func TestBucketedOrderAsSpecified(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	const bucketIDs = 100
+	bucketed(t, bucketIDs)
+	mix := func(z uint64) uint64 {
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+		return z ^ (z >> 31)
+	}
+	for _, c := range []int64{1, 3} {
+		seed := uint64(11)
+		p := build(t, tb, permutation.Spec{Filter: "id % 5 != 2", Shuffle: &permutation.ShuffleSpec{Seed: seed, ClumpSize: c}})
+		var kept []uint64
+		for id := range uint64(tb.NumRows()) {
+			if id%5 != 2 {
+				kept = append(kept, id)
+			}
+		}
+		nb := uint64((tb.NumRows() + bucketIDs - 1) / bucketIDs) // 11
+		key := permutation.DeriveKey(seed, "bucket/0")
+		buckets := make([][][]uint64, nb) // clumps of each bucket, in row id order
+		for u := int64(0); u < int64(len(kept))/c; u++ {
+			unit := uint64(u)
+			if c == 1 {
+				unit = kept[u]
+			}
+			hi, _ := bits.Mul64(mix(key+(unit+1)*0x9E3779B97F4A7C15), nb)
+			buckets[hi] = append(buckets[hi], kept[u*c:(u+1)*c])
+		}
+		var want []uint64
+		for b, clumps := range buckets {
+			permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, "shuffle/0")^mix(uint64(b))), clumps)
+			for _, cl := range clumps {
+				want = append(want, cl...)
+			}
+		}
+		want = append(want, kept[int64(len(kept))/c*c:]...)
+		if got := allIDs(t, p.Splits()[0]); !slices.Equal(got, want) {
+			t.Errorf("clumps of %d: the build's order is not the one the rule gives", c)
+		}
+	}
+}
+
+// TestWideIDs: 8-byte row ids, with and without lengths, give the order
+// 4-byte ones do.
+func TestWideIDs(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	bucketed(t, 100)
+	hash := &permutation.SplitSpec{Kind: "hash", Columns: []string{"text"}, Weights: []int64{3, 1}}
+	for _, spec := range []permutation.Spec{
+		{Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 2, ClumpSize: 3}},
+		{Filter: "tokens IS NOT NULL", Lengths: "tokens", Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 8}},
+		{Filter: "tokens IS NOT NULL", Lengths: "tokens", Shuffle: &permutation.ShuffleSpec{Seed: 8, ClumpSize: 2, Window: 5}},
+	} {
+		narrow := build(t, tb, spec)
+		restore := permutation.SetWideIDs()
+		wide := build(t, tb, spec)
+		restore()
+		if w := wide.Manifest().IDWidth; w != 8 {
+			t.Fatalf("id width %d", w)
+		}
+		for i, s := range wide.Splits() {
+			ids := allIDs(t, s)
+			if !slices.Equal(ids, allIDs(t, narrow.Splits()[i])) {
+				t.Errorf("split %d: 8-byte ids in another order than 4-byte ones", i)
+			}
+			checkLengths(t, "wide", s, ids)
+		}
+	}
+}

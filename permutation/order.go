@@ -1,0 +1,381 @@
+package permutation
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"slices"
+)
+
+// Bucketed shuffles. A full shuffle of a split larger than memory is done
+// in buckets: the scan sends each kept row (each clump, with ClumpSize c > 1)
+// to one of B buckets, chosen by a keyed hash; each bucket is then shuffled
+// on its own, and the split's order is bucket 0's order, then bucket 1's,
+// and so on (see docs/spec.md, "Bucketed shuffles"). The number of buckets
+// depends on the table's row count only, never on the build's memory, so
+// that a permutation stays a function of the table version and the spec.
+// A table of at most bucketIDs rows has one bucket, shuffled with the
+// split's key as a whole split was before buckets: its permutation is the
+// one an in-memory build gives.
+
+// bucketIDs is the most row ids per bucket: B = ⌈rows / bucketIDs⌉. It is a
+// constant of the format; tests lower it to have small tables in buckets.
+var bucketIDs int64 = 1 << 22
+
+// numBuckets returns B, the buckets of each part of the scan. Only a full
+// shuffle of hash, calculated or no splits has more than one: stored order
+// and window shuffles read their split in order, groups and random or
+// sequential splits are ordered in memory.
+func (b *builder) numBuckets() int {
+	sh, s := b.spec.Shuffle, b.spec.Split
+	switch {
+	case sh == nil || sh.Window > 0 || len(b.spec.GroupBy) > 0:
+		return 1
+	case s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential):
+		return 1
+	}
+	return int(max((b.t.NumRows()+bucketIDs-1)/bucketIDs, 1))
+}
+
+// bucketOf returns the bucket, of n, of unit u (a row id, or a clump's
+// index in its split) of the part whose bucket key is key: the high word of
+// x·n, where x is mix64(key + (u+1)·φ), the (u+1)th output of SplitMix64
+// keyed with key.
+func bucketOf(key, u uint64, n int) int {
+	hi, _ := bits.Mul64(mix64(key+(u+1)*0x9E3779B97F4A7C15), uint64(n))
+	return int(hi)
+}
+
+// bucketKey returns the key that sends the units of part p to buckets.
+func bucketKey(seed uint64, p int) uint64 { return DeriveKey(seed, fmt.Sprintf("bucket/%d", p)) }
+
+// shuffleKey returns the key that shuffles bucket bk of split i: the
+// split's key XOR mix64(bk). mix64(0) is 0, so bucket 0's key, the one
+// bucket's of a small table, is the split's.
+func shuffleKey(seed uint64, i, bk int) uint64 {
+	return DeriveKey(seed, fmt.Sprintf("shuffle/%d", i)) ^ mix64(uint64(bk))
+}
+
+// router sends each kept row of the scan to its bucket of the spill.
+type router struct {
+	sp    *spill
+	keys  []uint64 // the bucket key of each part
+	clump int64    // rows per unit: the shuffle's clump size, or 1
+	pos   []int64  // the rows routed to each part so far
+}
+
+func newRouter(b *builder, sp *spill) *router {
+	r := &router{sp: sp, clump: 1, pos: make([]int64, b.numParts())}
+	if sh := b.spec.Shuffle; sh != nil {
+		r.clump = max(sh.ClumpSize, 1)
+		for p := range r.pos {
+			r.keys = append(r.keys, bucketKey(sh.Seed, p))
+		}
+	}
+	return r
+}
+
+// route adds a kept row, and its length, to part p.
+func (r *router) route(p int, id uint64, length uint32) error {
+	unit := id
+	if r.clump > 1 {
+		unit = uint64(r.pos[p] / r.clump)
+	}
+	r.pos[p]++
+	bk := 0
+	if r.sp.buckets > 1 {
+		bk = bucketOf(r.keys[p], unit, r.sp.buckets)
+	}
+	return r.sp.add(p, bk, id, length)
+}
+
+// A layout is how records are held while they are ordered: T is uint32 for
+// 4-byte row ids, uint64 for 8-byte ones or for 4-byte ones with their
+// length in the high half, and wideRecord for 8-byte ones with lengths.
+type layout[T any] struct {
+	get    func(record []byte) T // decodes a spill record
+	id     func(T) uint64
+	length func(T) uint32
+}
+
+type wideRecord struct {
+	id     uint64
+	length uint32
+}
+
+var (
+	narrowIDs = layout[uint32]{
+		get:    binary.LittleEndian.Uint32,
+		id:     func(v uint32) uint64 { return uint64(v) },
+		length: func(uint32) uint32 { return 0 },
+	}
+	packedIDs = layout[uint64]{
+		get:    binary.LittleEndian.Uint64,
+		id:     func(v uint64) uint64 { return v & (1<<32 - 1) },
+		length: func(v uint64) uint32 { return uint32(v >> 32) },
+	}
+	wideIDs = layout[uint64]{
+		get:    binary.LittleEndian.Uint64,
+		id:     func(v uint64) uint64 { return v },
+		length: func(uint64) uint32 { return 0 },
+	}
+	wideLengths = layout[wideRecord]{
+		get: func(b []byte) wideRecord {
+			return wideRecord{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint32(b[8:])}
+		},
+		id:     func(v wideRecord) uint64 { return v.id },
+		length: func(v wideRecord) uint32 { return v.length },
+	}
+)
+
+// splitSink takes each split's records in their final order: add, any
+// number of times, then end, split after split.
+type splitSink[T any] interface {
+	add(records []T) error
+	end(groupStarts []uint64) error
+}
+
+// orderer reads the spill back and puts each split in its final order.
+type orderer[T any] struct {
+	b  *builder
+	sp *spill
+	l  layout[T]
+}
+
+// run gives sink every split's records in their final order.
+func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
+	if s := o.b.spec.Split; s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential) {
+		return o.assigned(ctx, sink)
+	}
+	for p := range o.b.numParts() {
+		var err error
+		switch {
+		case len(o.b.spec.GroupBy) > 0:
+			err = o.grouped(ctx, p, sink)
+		case o.b.spec.Shuffle == nil:
+			err = o.stored(ctx, p, sink)
+		case o.b.spec.Shuffle.Window > 0:
+			err = o.windowed(ctx, p, sink)
+		default:
+			err = o.shuffled(ctx, p, sink)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// load returns the records of bucket bk of part p, in the order added.
+func (o *orderer[T]) load(ctx context.Context, p, bk int) ([]T, error) {
+	out := make([]T, 0, o.sp.count(p, bk))
+	o.b.held = max(o.b.held, int64(cap(out)))
+	err := o.sp.read(ctx, p, bk, func(records []byte) error {
+		out = o.decode(out, records)
+		return nil
+	})
+	return out, err
+}
+
+func (o *orderer[T]) decode(out []T, records []byte) []T {
+	for i := 0; i < len(records); i += o.sp.record {
+		out = append(out, o.l.get(records[i:]))
+	}
+	return out
+}
+
+// stored gives part p's records in row id order, one spill object at a time.
+func (o *orderer[T]) stored(ctx context.Context, p int, sink splitSink[T]) error {
+	var buf []T
+	err := o.sp.read(ctx, p, 0, func(records []byte) error {
+		buf = o.decode(buf[:0], records)
+		o.b.held = max(o.b.held, int64(cap(buf)))
+		return sink.add(buf)
+	})
+	if err != nil {
+		return err
+	}
+	return sink.end(nil)
+}
+
+// windowed gives part p's windows in a random order, each with its clumps
+// permuted, as shuffle does (see ShuffleSpec), reading one window at a time.
+func (o *orderer[T]) windowed(ctx context.Context, p int, sink splitSink[T]) error {
+	sh := *o.b.spec.Shuffle
+	clump, n := max(sh.ClumpSize, 1), o.sp.count(p, 0)
+	units := n / clump
+	r := NewRand(shuffleKey(sh.Seed, p, 0))
+	windows := make([]int64, (units+sh.Window-1)/sh.Window)
+	for i := range windows {
+		windows[i] = int64(i)
+	}
+	Permute(r, windows)
+	var recs, out []T
+	var err error
+	for _, w := range windows {
+		lo, hi := w*sh.Window, min((w+1)*sh.Window, units)
+		if recs, err = o.span(ctx, p, lo*clump, hi*clump, recs[:0]); err != nil {
+			return err
+		}
+		order := make([]int64, hi-lo)
+		for i := range order {
+			order[i] = int64(i)
+		}
+		Permute(r, order)
+		out = out[:0]
+		for _, u := range order {
+			out = append(out, recs[u*clump:(u+1)*clump]...)
+		}
+		if err := sink.add(out); err != nil {
+			return err
+		}
+	}
+	if recs, err = o.span(ctx, p, units*clump, n, recs[:0]); err != nil {
+		return err
+	}
+	if err := sink.add(recs); err != nil {
+		return err
+	}
+	return sink.end(nil)
+}
+
+// span appends the records from..to of part p's one bucket to out.
+func (o *orderer[T]) span(ctx context.Context, p int, from, to int64, out []T) ([]T, error) {
+	if int64(cap(out)-len(out)) < to-from {
+		out = append(make([]T, 0, int64(len(out))+to-from), out...)
+	}
+	err := o.sp.readRange(ctx, p, 0, from, to, func(records []byte) error {
+		out = o.decode(out, records)
+		return nil
+	})
+	o.b.held = max(o.b.held, int64(cap(out)))
+	return out, err
+}
+
+// shuffled gives part p's buckets, each shuffled, one after the other. Only
+// the split's last clump can be partial; it stays last, after every bucket.
+func (o *orderer[T]) shuffled(ctx context.Context, p int, sink splitSink[T]) error {
+	sh := *o.b.spec.Shuffle
+	clump := int(max(sh.ClumpSize, 1))
+	var tail []T
+	for bk := range o.sp.buckets {
+		recs, err := o.load(ctx, p, bk)
+		if err != nil {
+			return err
+		}
+		shuffle(recs, sh, NewRand(shuffleKey(sh.Seed, p, bk)))
+		whole := len(recs) - len(recs)%clump
+		if err := sink.add(recs[:whole]); err != nil {
+			return err
+		}
+		tail = append(tail, recs[whole:]...)
+	}
+	if err := sink.add(tail); err != nil {
+		return err
+	}
+	return sink.end(nil)
+}
+
+// grouped gives part p's records with the rows of each group together, and
+// where its groups start.
+func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) error {
+	recs, err := o.load(ctx, p, 0)
+	if err != nil {
+		return err
+	}
+	var r *Rand
+	if sh := o.b.spec.Shuffle; sh != nil {
+		r = NewRand(shuffleKey(sh.Seed, p, 0))
+	}
+	starts := group(recs, o.b.keys[p], r)
+	if err := sink.add(recs); err != nil {
+		return err
+	}
+	return sink.end(starts)
+}
+
+// assigned gives the splits of a random or sequential split, which are
+// drawn from all the kept rows at once.
+func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
+	kept, err := o.load(ctx, 0, 0)
+	if err != nil {
+		return err
+	}
+	splits, err := assign(o.b.spec.Split, kept, o.l.id)
+	if err != nil {
+		return err
+	}
+	for i, recs := range splits {
+		if sh := o.b.spec.Shuffle; sh != nil {
+			shuffle(recs, *sh, NewRand(shuffleKey(sh.Seed, i, 0)))
+		}
+		if err := sink.add(recs); err != nil {
+			return err
+		}
+		if err := sink.end(nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// assign cuts the kept rows, in row id order, into the splits of a random or
+// sequential split, each in row id order.
+func assign[T any](s *SplitSpec, kept []T, id func(T) uint64) ([][]T, error) {
+	c := max(s.ClumpSize, 1)
+	sizes, err := s.unitSizes(int64(len(kept)))
+	if err != nil {
+		return nil, err
+	}
+	if s.Kind == SplitRandom {
+		if c == 1 {
+			Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept)
+		} else {
+			kept = permuteClumps(kept, c, NewRand(DeriveKey(s.Seed, "split_random")))
+		}
+	}
+	var out [][]T
+	var at int64
+	for _, n := range sizes {
+		end := min((at+n)*c, int64(len(kept)))
+		part := kept[at*c : end : end]
+		// A split's stored order is row id order until shuffled.
+		slices.SortFunc(part, func(a, b T) int { return cmp.Compare(id(a), id(b)) })
+		out = append(out, part)
+		at += n
+	}
+	return out, nil
+}
+
+// unitSizes returns the sizes, in clumps, of the splits of a random or
+// sequential split of kept rows.
+func (s *SplitSpec) unitSizes(kept int64) ([]int64, error) {
+	c := max(s.ClumpSize, 1)
+	units := (kept + c - 1) / c // clumps of c rows; the last may be shorter
+	sizes, err := s.sizes(units)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Names) > 0 && len(s.Names) != len(sizes) {
+		return nil, badSpec("%d split names for %d splits (fixed=%d of %d rows kept)", len(s.Names), len(sizes), s.Fixed, kept)
+	}
+	return sizes, nil
+}
+
+// splitNames returns the names of the splits.
+func (b *builder) splitNames(sp *spill) ([]string, error) {
+	s := b.spec.Split
+	switch {
+	case s == nil:
+		return []string{"all"}, nil
+	case s.Kind == SplitHash || s.Kind == SplitCalculated:
+		return s.names(b.numParts()), nil
+	}
+	sizes, err := s.unitSizes(sp.count(0, 0))
+	if err != nil {
+		return nil, err
+	}
+	return s.names(len(sizes)), nil
+}

@@ -1,0 +1,204 @@
+package permutation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"path"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/store"
+)
+
+// A spill holds the kept rows of a build between its scan and its ordering,
+// sorted into buckets (see bucketOf), so that the build never holds every
+// kept row at once. Each (part, bucket) appends its rows to a buffer in
+// memory; a full buffer is written as one object under a temporary prefix
+// of the permutation's own location, so that the rows of a table larger than
+// the build's memory pass through the store. A bucket reads back as its
+// objects, in the order written, then the rest of its buffer: the order its
+// rows were added in. A small build never fills a buffer and writes nothing.
+//
+// A record is a row id, IDWidth bytes little endian, followed with
+// Spec.Lengths by its length, 4 bytes little endian.
+type spill struct {
+	loc     *store.Location
+	prefix  string // the key prefix of the spill objects
+	width   int    // bytes of a row id
+	record  int    // bytes of a record
+	object  int    // bytes of a full buffer, written as one object
+	buckets int    // buckets of each part
+
+	bufs    [][]byte // of each (part, bucket), at part*buckets+bucket
+	objects []int    // objects written of each (part, bucket)
+	rows    []int64  // records added to each (part, bucket)
+
+	writes  *errgroup.Group
+	wctx    context.Context
+	written bool // whether any object was written
+}
+
+// spillDir is the folder, under a permutation's location, of the spills of
+// the builds in progress there; hidden from listings of tables, as a path
+// element starting with "_" is.
+const spillDir = "_spill"
+
+// Spill sizes: each part's buckets share a quarter of the build's memory,
+// in buffers of at least minSpillObject and at most maxSpillObject bytes,
+// and at most spillWrites full buffers are being written at once.
+const (
+	minSpillObject = 64 << 10
+	spillWrites    = 2
+)
+
+// maxSpillObject is a variable for tests, which lower it to spill small
+// tables.
+var maxSpillObject = 16 << 20
+
+// newSpill returns an empty spill of parts·buckets buffers under a prefix of
+// loc that no other build uses.
+func newSpill(ctx context.Context, loc *store.Location, parts, buckets, width int, lengths bool, memory int64) (*spill, error) {
+	var token [8]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return nil, errcode.Wrap(err, errcode.Internal, "build permutation", loc.URI)
+	}
+	s := &spill{loc: loc, prefix: path.Join(loc.Key, spillDir, hex.EncodeToString(token[:])),
+		width: width, record: width, buckets: buckets}
+	if lengths {
+		s.record += LengthWidth
+	}
+	n := parts * buckets
+	s.object = int(min(max(memory/4/int64(n), minSpillObject), int64(maxSpillObject)))
+	s.object = max(s.object-s.object%s.record, s.record) // whole records, at least one
+	s.bufs, s.objects, s.rows = make([][]byte, n), make([]int, n), make([]int64, n)
+	s.writes, s.wctx = errgroup.WithContext(ctx)
+	s.writes.SetLimit(spillWrites)
+	return s, nil
+}
+
+// add appends a record to bucket b of part p, writing the bucket's buffer
+// out when it is full.
+func (s *spill) add(p, b int, id uint64, length uint32) error {
+	i := p*s.buckets + b
+	buf := s.bufs[i]
+	if s.width == 4 {
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(id))
+	} else {
+		buf = binary.LittleEndian.AppendUint64(buf, id)
+	}
+	if s.record > s.width {
+		buf = binary.LittleEndian.AppendUint32(buf, length)
+	}
+	s.bufs[i] = buf
+	s.rows[i]++
+	if len(buf) >= s.object {
+		return s.flush(i)
+	}
+	return nil
+}
+
+// flush writes the buffer of (part, bucket) i as its next object.
+func (s *spill) flush(i int) error {
+	if err := s.wctx.Err(); err != nil {
+		if werr := s.finish(); werr != nil {
+			return werr // the write that failed says why
+		}
+		return err
+	}
+	data, key := s.bufs[i], s.key(i, s.objects[i])
+	s.bufs[i], s.written = nil, true
+	s.objects[i]++
+	s.writes.Go(func() (err error) {
+		defer errcode.Recover(&err, errcode.Internal, "spill", s.loc.ObjectURI(key))
+		return s.loc.WriteAll(s.wctx, key, data, store.WriterOptions{})
+	})
+	return nil
+}
+
+func (s *spill) key(i, object int) string {
+	return path.Join(s.prefix, fmt.Sprint(i/s.buckets), fmt.Sprint(i%s.buckets), fmt.Sprintf("%08d", object))
+}
+
+// finish waits for the objects being written; call it before reading back.
+func (s *spill) finish() error {
+	if err := s.writes.Wait(); err != nil {
+		return errcode.Wrap(err, errcode.Unavailable, "spill", s.loc.ObjectURI(s.prefix))
+	}
+	return nil
+}
+
+// count returns the records of bucket b of part p.
+func (s *spill) count(p, b int) int64 { return s.rows[p*s.buckets+b] }
+
+// read calls fn with the records of bucket b of part p, in the order they
+// were added, one object's worth at a time.
+func (s *spill) read(ctx context.Context, p, b int, fn func(records []byte) error) error {
+	i := p*s.buckets + b
+	for o := range s.objects[i] {
+		data, err := s.loc.ReadAll(ctx, s.key(i, o))
+		if err != nil {
+			return err
+		}
+		if len(data)%s.record != 0 {
+			return errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(s.key(i, o)),
+				"%d bytes, not a whole number of %d-byte records", len(data), s.record)
+		}
+		if err := fn(data); err != nil {
+			return err
+		}
+	}
+	return fn(s.bufs[i])
+}
+
+// readRange calls fn with the records from..to (exclusive) of bucket b of
+// part p, in the order they were added, one object's worth at a time. Every
+// object written holds the same number of records, so it reads only the
+// objects that hold them.
+func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func(records []byte) error) error {
+	i, per := p*s.buckets+b, int64(s.object/s.record)
+	for o := from / per; o < int64(s.objects[i]) && o*per < to; o++ {
+		data, err := s.loc.ReadAll(ctx, s.key(i, int(o)))
+		if err != nil {
+			return err
+		}
+		if int64(len(data)) != per*int64(s.record) {
+			return errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(s.key(i, int(o))),
+				"%d bytes, not the %d of %d records", len(data), per*int64(s.record), per)
+		}
+		lo, hi := max(from-o*per, 0), min(to-o*per, per)
+		if err := fn(data[lo*int64(s.record) : hi*int64(s.record)]); err != nil {
+			return err
+		}
+	}
+	if start := int64(s.objects[i]) * per; to > start {
+		return fn(s.bufs[i][max(from-start, 0)*int64(s.record) : (to-start)*int64(s.record)])
+	}
+	return nil
+}
+
+// remove deletes the spill's objects, whatever ctx's state: it runs when the
+// build ends, failed or canceled as well as committed.
+func (s *spill) remove(ctx context.Context) error {
+	s.writes.Wait() // a failed write's error was reported by finish
+	if !s.written {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	objs, err := s.loc.List(ctx, s.prefix+"/", 0)
+	if err != nil {
+		return err
+	}
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, o := range objs {
+		g.Go(func() (err error) {
+			defer errcode.Recover(&err, errcode.Internal, "spill", s.loc.ObjectURI(o.Key))
+			return s.loc.Delete(ctx, o.Key)
+		})
+	}
+	return g.Wait()
+}
