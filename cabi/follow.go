@@ -46,7 +46,7 @@ func croupier_follow_open(th C.uint64_t, optionsJSON *C.char, out *C.uint64_t, e
 		}
 		f, err := loader.NewFollower(t, opts.Options, opts.Follow)
 		if err == nil {
-			holdBudget(budgetOf(f)) // until closeObject
+			holdHeap(heapOf(f)) // until closeObject
 		}
 		return handleOut[*loader.Follower](out)(f, err)
 	})

@@ -67,6 +67,7 @@ static int croupier_call_rewrite_progress(croupier_rewrite_progress fn, int64_t 
 import "C"
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -230,8 +231,8 @@ func croupier_release(h C.uint64_t, errOut **C.char) C.int {
 
 // closeObject closes the object of a released handle.
 func closeObject(v any) error {
-	if b := budgetOf(v); b > 0 {
-		defer holdBudget(-b)
+	if n := heapOf(v); n > 0 {
+		defer holdHeap(-n)
 	}
 	if c, ok := v.(io.Closer); ok {
 		return c.Close()
@@ -525,7 +526,7 @@ func newLoader(t *table.Table, order permutation.Order, options []byte) (*loader
 	}
 	l, err := loader.New(t, order, opts)
 	if err == nil {
-		holdBudget(budgetOf(l)) // until closeObject
+		holdHeap(heapOf(l)) // until closeObject
 	}
 	return l, err
 }
@@ -754,6 +755,10 @@ func croupier_permutation_build(th C.uint64_t, specJSON, uri, optionsJSON *C.cha
 			return err
 		}
 		opts := permutation.BuildOptions{Memory: o.Memory}
+		if held := cmp.Or(o.Memory, permutation.DefaultBuildMemory); held > 0 {
+			holdHeap(held)
+			defer holdHeap(-held)
+		}
 		if progress != nil {
 			opts.Progress = func(p permutation.Progress) {
 				phase := C.CString(p.Phase)

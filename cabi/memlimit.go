@@ -22,13 +22,14 @@ import (
 // the runtime's soft memory limit (debug.SetMemoryLimit) to what the open
 // datasets let the Go heap hold: 32 MiB, plus a quarter of the budget of
 // each open dataset and follower (the fetch and decoding shares, see
-// loader/budget.go). The collector then runs more often only when the heap nears that, never
+// loader/budget.go), plus the build_memory of each permutation build
+// running, whose memory is all Go heap. The collector then runs more often only when the heap nears that, never
 // while it is well below it. An application that sets GOMEMLIMIT keeps its
 // own limit. The Go packages set none: a Go service decides its own.
 var goHeap struct {
 	sync.Mutex
-	budgets int64 // of the open datasets
-	user    bool  // GOMEMLIMIT was set: leave the limit alone
+	held int64 // Go heap the open datasets and running builds may hold
+	user bool  // GOMEMLIMIT was set: leave the limit alone
 }
 
 func init() { _, goHeap.user = os.LookupEnv("GOMEMLIMIT") }
@@ -37,25 +38,27 @@ func init() { _, goHeap.user = os.LookupEnv("GOMEMLIMIT") }
 // page indexes, permutations, goroutines.
 const goHeapBase = 32 << 20
 
-// holdBudget adds the budget of a dataset or follower opened (or, negative,
-// released) and sets the Go runtime's memory limit to match.
-func holdBudget(budget int64) {
+// holdHeap adds n bytes that a dataset or follower opened (a quarter of its
+// budget) or a build started (its memory) may hold on the Go heap, or,
+// negative, gives them back, and sets the Go runtime's memory limit to
+// match.
+func holdHeap(n int64) {
 	goHeap.Lock()
 	defer goHeap.Unlock()
 	if goHeap.user {
 		return
 	}
-	goHeap.budgets += budget
-	limit := int64(math.MaxInt64) // no dataset open: no limit
-	if goHeap.budgets > 0 {
-		limit = goHeapBase + goHeap.budgets/4
+	goHeap.held += n
+	limit := int64(math.MaxInt64) // nothing open: no limit
+	if goHeap.held > 0 {
+		limit = goHeapBase + goHeap.held
 	}
 	debug.SetMemoryLimit(limit)
 }
 
-// budgetOf is the memory budget an open dataset or follower gives its
-// streams; 0 for other objects.
-func budgetOf(v any) int64 {
+// heapOf is what an open dataset or follower may hold on the Go heap, a
+// quarter of the memory budget it gives its streams; 0 for other objects.
+func heapOf(v any) int64 {
 	var b int64
 	switch o := v.(type) {
 	case *loader.Loader:
@@ -68,5 +71,5 @@ func budgetOf(v any) int64 {
 	if b <= 0 {
 		b = loader.DefaultMemoryBudget
 	}
-	return b
+	return b / 4
 }

@@ -135,7 +135,6 @@ func newBuilder(ctx context.Context, t *table.Table, spec Spec, opts BuildOption
 // build scans the table into a spill under loc, writes the chunks and the
 // manifest, and removes the spill, whether it succeeded or not.
 func (b *builder) build(ctx context.Context, loc *store.Location) (Manifest, error) {
-	defer limitMemory(b.opts.Memory)()
 	width := 8
 	if b.t.NumRows() <= narrowRows {
 		width = 4
