@@ -50,10 +50,11 @@ type budgetShares struct {
 	StepBytes int64 // bytes of one step of this rank's rows
 	// Distant says that the table's reads wait for a remote store: it is
 	// on one, and its disk cache does not hold it. A table read once
-	// through the cache, as a second epoch reads it, is read as local files
-	// are: an eighth for fetched bytes, and horizons as the budget holds
-	// them from the first (a quarter for fetched bytes shortens them, and a
-	// window shuffle's horizons then end inside windows).
+	// through the cache, as a second epoch reads it, gives fetched bytes an
+	// eighth, as local files do: a quarter shortens its horizons, and a
+	// window shuffle's horizons then end inside windows. (Its first
+	// horizon is still one step: the ramp ends at the next, once reads
+	// come back from the disk within 2 ms; see horizon.go.)
 	Distant bool
 }
 

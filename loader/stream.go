@@ -102,7 +102,6 @@ type Stream struct {
 	cancel   context.CancelFunc
 	uri      string // of the table, for errors
 	layout   table.PageLayout
-	distant  bool // budgetShares.Distant
 	reader   *table.Reader
 	budget   *table.Budget    // of the rows kept for horizons
 	limit    int64            // the whole memory budget
@@ -286,7 +285,7 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 		budget, slots, ahead = prev.budget, prev.slots, prev.ahead
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), layout: layout, distant: m.Distant, reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes,
+	s := &Stream{cancel: cancel, uri: l.table.URI(), layout: layout, reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes,
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
@@ -343,7 +342,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 	// The most steps the next horizon may take: on a remote store one at
 	// first, doubling while its reads are slow (horizon.go).
 	ramp := len(steps)
-	if s.distant {
+	if l.table.Remote() {
 		ramp = 1
 	}
 	pages := func() error { // sets perPage, once
