@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,67 +57,45 @@ from results import machine, update_section
 ROLES = pa.array(["user", "assistant", "system"])
 
 
-def write_table(folder: Path, rows: int, row_group: int, rows_per_file: int) -> float:
-    """Write the table one row group at a time; returns the seconds it took."""
+def rollout_columns(rng: np.random.Generator, first: int, n: int) -> dict[str, pa.Array]:
+    """Rows ``first .. first+n`` of the rollout-like table: id, reward, role, problem_id."""
+    roles = pa.DictionaryArray.from_arrays(pa.array(rng.integers(0, 3, n, dtype=np.int8)), ROLES)
+    return {
+        "id": pa.array(np.arange(first, first + n, dtype=np.int64)),
+        "reward": pa.array(rng.standard_normal(n, dtype=np.float32)),
+        "role": roles.cast(pa.string()),
+        "problem_id": pa.array(rng.integers(0, 1_000_000, n, dtype=np.int64)),
+    }
+
+
+def int_columns(rng: np.random.Generator, first: int, n: int) -> dict[str, pa.Array]:
+    """Rows ``first .. first+n`` of the table of two int64 columns: id, problem_id."""
+    return {
+        "id": pa.array(np.arange(first, first + n, dtype=np.int64)),
+        "problem_id": pa.array(rng.integers(0, 1_000_000, n, dtype=np.int64)),
+    }
+
+
+def write_table(
+    folder: Path,
+    rows: int,
+    row_group: int,
+    rows_per_file: int,
+    columns: Callable[[np.random.Generator, int, int], dict[str, pa.Array]] = rollout_columns,
+) -> float:
+    """Write a table of ``columns`` one row group at a time, in files of
+    ``rows_per_file`` rows; returns the seconds it took."""
     start = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1)
-    schema = pa.schema(
-        [
-            ("id", pa.int64()),
-            ("reward", pa.float32()),
-            ("role", pa.string()),
-            ("problem_id", pa.int64()),
-        ]
-    )
     writer: pq.ParquetWriter | None = None
     for first in range(0, rows, row_group):
+        batch = pa.table(columns(rng, first, min(row_group, rows - first)))
         if first % rows_per_file == 0:
             if writer is not None:
                 writer.close()
             path = folder / f"part-{first // rows_per_file:05d}.parquet"
-            writer = pq.ParquetWriter(path, schema, compression="zstd")
-        n = min(row_group, rows - first)
-        roles = pa.DictionaryArray.from_arrays(
-            pa.array(rng.integers(0, 3, n, dtype=np.int8)), ROLES
-        ).cast(pa.string())
-        batch = pa.table(
-            {
-                "id": pa.array(np.arange(first, first + n, dtype=np.int64)),
-                "reward": pa.array(rng.standard_normal(n, dtype=np.float32)),
-                "role": roles,
-                "problem_id": pa.array(rng.integers(0, 1_000_000, n, dtype=np.int64)),
-            },
-            schema=schema,
-        )
-        assert writer is not None
-        writer.write_table(batch, row_group_size=row_group)
-    if writer is not None:
-        writer.close()
-    return time.perf_counter() - start
-
-
-def write_int_table(folder: Path, rows: int, row_group: int, rows_per_file: int) -> float:
-    """Write a table of two int64 columns one row group at a time; returns the seconds."""
-    start = time.perf_counter()
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(1)
-    schema = pa.schema([("id", pa.int64()), ("problem_id", pa.int64())])
-    writer: pq.ParquetWriter | None = None
-    for first in range(0, rows, row_group):
-        if first % rows_per_file == 0:
-            if writer is not None:
-                writer.close()
-            path = folder / f"part-{first // rows_per_file:05d}.parquet"
-            writer = pq.ParquetWriter(path, schema, compression="zstd")
-        n = min(row_group, rows - first)
-        batch = pa.table(
-            {
-                "id": pa.array(np.arange(first, first + n, dtype=np.int64)),
-                "problem_id": pa.array(rng.integers(0, 1_000_000, n, dtype=np.int64)),
-            },
-            schema=schema,
-        )
+            writer = pq.ParquetWriter(path, batch.schema, compression="zstd")
         assert writer is not None
         writer.write_table(batch, row_group_size=row_group)
     if writer is not None:
@@ -241,7 +220,7 @@ def bounded(args: argparse.Namespace, tmp: str) -> None:
         written = "reused"
     else:
         shutil.rmtree(folder, ignore_errors=True)
-        secs = write_int_table(folder, args.rows, args.row_group, args.rows_per_file)
+        secs = write_table(folder, args.rows, args.row_group, args.rows_per_file, int_columns)
         written = f"written in {secs:.0f} s"
     size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
     print(f"table: {args.rows:,} rows, {size / 2**20:,.0f} MiB of Parquet ({written})")
