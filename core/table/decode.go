@@ -140,10 +140,11 @@ type columnDecoder struct {
 	idx        []uint32 // dictionary indices of the current page, in idxBuf
 	idxBuf     []byte   // from scratch
 
+	mem     memory.Allocator
 	values  *memory.Buffer // fixed width: present values, in order
 	nvalues int            // present values decoded so far
-	binOffs []int32        // binary: offsets of present values in binData, plus one
-	binData []byte
+	binOffs []int32        // binary: offsets of present values in bin, plus one
+	bin     *memory.Buffer // binary: the present values' bytes, bin.Len() of them so far
 	valid   []bool // per slot; nil until a null slot appears
 	slots   int
 
@@ -224,7 +225,7 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 // of at most values level entries, keeping the rows in keep (nil: all of
 // rows).
 func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind, values int64, keep []int64, rows int64) *columnDecoder {
-	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type,
+	d := &columnDecoder{mem: mem, maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type,
 		pageRows: []int64{}}
 	out := rows
 	if keep != nil {
@@ -249,6 +250,7 @@ func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, k
 		d.values = newFilled(mem, values*int64(d.width))
 	} else {
 		d.binOffs = append(make([]int32, 0, out+1), 0)
+		d.bin = memory.NewResizableBuffer(mem)
 	}
 	return d
 }
@@ -257,6 +259,9 @@ func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, k
 func (d *columnDecoder) free() {
 	if d.values != nil {
 		d.values.Release()
+	}
+	if d.bin != nil {
+		d.bin.Release()
 	}
 	for _, b := range [][]byte{d.defs, d.reps, d.idxBuf, d.dictBuf} {
 		scratch{}.Free(b)
@@ -705,6 +710,19 @@ func (d *columnDecoder) plain(data []byte, n int) error {
 		}
 		return nil
 	}
+	// Twice over the values: first to size the room for those kept, so
+	// that a cell of tens of megabytes is copied once, into its place.
+	var size int
+	if err := d.plainRuns(data, func(val []byte) { size += len(val) }); err != nil {
+		return err
+	}
+	d.reserveBinary(size)
+	return d.plainRuns(data, d.appendBinary)
+}
+
+// plainRuns hands each value of d.runs of a page of PLAIN byte arrays to
+// each, in order.
+func (d *columnDecoder) plainRuns(data []byte, each func(val []byte)) error {
 	v := 0
 	for _, r := range d.runs {
 		for ; v < r.v1; v++ {
@@ -713,7 +731,7 @@ func (d *columnDecoder) plain(data []byte, n int) error {
 				return err
 			}
 			if v >= r.v0 {
-				d.appendBinary(val)
+				each(val)
 			}
 			data = rest
 		}
@@ -746,17 +764,11 @@ func (d *columnDecoder) indexed(data []byte, n int) error {
 	if err := hybrid(d.idx, data[1:], int(data[0])); err != nil {
 		return err
 	}
+	if d.width == 0 {
+		return d.indexedBinary()
+	}
 	for _, r := range d.runs {
 		idx := d.idx[r.v0:r.v1]
-		if d.width == 0 {
-			for _, i := range idx {
-				if int(i) >= len(d.dictBin) {
-					return indexError(i, len(d.dictBin))
-				}
-				d.appendBinary(d.dictBin[i])
-			}
-			continue
-		}
 		dst, err := d.fixed(len(idx))
 		if err != nil {
 			return err
@@ -789,9 +801,48 @@ func indexError(i uint32, size int) error {
 	return fmt.Errorf("dictionary index %d out of range [0, %d)", i, size)
 }
 
+// indexedBinary takes the binary values of d.runs from the dictionary, by
+// the page's indices, d.idx.
+func (d *columnDecoder) indexedBinary() error {
+	var n int
+	for _, r := range d.runs {
+		for _, i := range d.idx[r.v0:r.v1] {
+			if int(i) >= len(d.dictBin) {
+				return indexError(i, len(d.dictBin))
+			}
+			n += len(d.dictBin[i])
+		}
+	}
+	d.reserveBinary(n)
+	for _, r := range d.runs {
+		for _, i := range d.idx[r.v0:r.v1] {
+			d.appendBinary(d.dictBin[i])
+		}
+	}
+	return nil
+}
+
+// reserveBinary makes room for n more bytes of binary values. The room
+// grows by a quarter at least, so that many pages cost a few copies; a page
+// that more than fills it gets room for itself and a quarter more, so that
+// the values of the pages after it (a piece's small rows after its large
+// one) do not copy it again. The buffer comes from the reader's allocator
+// and becomes the column's: a cell of 60 MB is held once, not also in a
+// buffer grown by doubling and in a copy of it at its final size.
+func (d *columnDecoder) reserveBinary(n int) {
+	need := d.bin.Len() + n
+	if need <= d.bin.Cap() {
+		return
+	}
+	d.bin.Reserve(max(need+need/4, d.bin.Cap()+d.bin.Cap()/4))
+}
+
+// appendBinary appends a value, with room reserved for it.
 func (d *columnDecoder) appendBinary(v []byte) {
-	d.binData = append(d.binData, v...)
-	d.binOffs = append(d.binOffs, int32(len(d.binData)))
+	at := d.bin.Len()
+	d.bin.ResizeNoShrink(at + len(v))
+	copy(d.bin.Bytes()[at:], v)
+	d.binOffs = append(d.binOffs, int32(at+len(v)))
 }
 
 // finish builds the column's array, once pages of rows rows have been
@@ -863,8 +914,11 @@ func (d *columnDecoder) elements(mem memory.Allocator, dt arrow.DataType) arrow.
 		offsets = slotOffsets[int32](mem, d, arrow.Int32SizeBytes)
 	}
 	defer offsets.Release()
-	data := newFilled(mem, int64(len(d.binData)))
-	copy(data.Bytes(), d.binData)
+	data := d.bin
+	d.bin = nil
+	if data.Len() > 0 {
+		data.Resize(data.Len()) // gives back the room not filled
+	}
 	defer data.Release()
 	return array.NewData(dt, d.slots, []*memory.Buffer{validity, offsets, data}, nil, nullCount, 0)
 }
