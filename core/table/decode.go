@@ -145,7 +145,7 @@ type columnDecoder struct {
 	nvalues int            // present values decoded so far
 	binOffs []int32        // binary: offsets of present values in bin, plus one
 	bin     *memory.Buffer // binary: the present values' bytes, bin.Len() of them so far
-	valid   []bool // per slot; nil until a null slot appears
+	valid   []bool         // per slot; nil until a null slot appears
 	slots   int
 
 	rows      int     // rows started so far (lists)
