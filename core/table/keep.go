@@ -262,6 +262,11 @@ func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan 
 		at    []span // where p's rows lie in a column of w.rows
 		spans []span // where p's rows lie in a whole column
 	)
+	if all && r.pageLimit > 0 { // planned, so that each page is sized before it is decoded
+		if w.plans, err = r.plan(ctx, p.key, nil); err != nil {
+			return nil, err
+		}
+	}
 	if !all {
 		for _, v := range p.sel { // ascending rows, which may repeat
 			row := int64(v >> 32)

@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -348,5 +349,65 @@ func TestLearnedPagesCountEntries(t *testing.T) {
 	defer r.Close()
 	if _, err := r.Read(ctx, []uint64{1500, 1999}); errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "level entries") {
 		t.Fatalf("a tail read past located pages whose entries do not add up: %v, want Corrupt", err)
+	}
+}
+
+// TestPageLimitWhateverRowsAreKept keeps rows of a file of lists without an
+// offset index in V1 pages, whose pages are not located before they are
+// read, one of whose lists decodes to more than the reader's PageBytes: the
+// read is refused by the page's header (PageTooLarge) whether it keeps some
+// rows of the row group or all of them in order (which read the chunk
+// through arrow-go's page reader, and decoded the page).
+func TestPageLimitWhateverRowsAreKept(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const rows = 64
+	for i := range rows {
+		list := b.Field(0).(*array.ListBuilder)
+		list.Append(true)
+		n := 4
+		if i == 10 {
+			n = 4096
+		}
+		for j := range n {
+			list.ValueBuilder().(*array.Int32Builder).Append(int32(j))
+		}
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryDefault(false))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	all := make([]uint64, rows)
+	for i := range all {
+		all[i] = uint64(i)
+	}
+	for name, ids := range map[string][]uint64{"some rows": {0, 1, 30}, "every row": all} {
+		r, err := tb.NewReader(ReaderOptions{PageBytes: 8 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := r.Keep(ctx, ids, NewBudget(1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := k.Read(ctx, 0, len(ids))
+		k.Close()
+		var big *PageTooLarge
+		if !errors.As(err, &big) || big.Column != "tokens" || big.Bytes <= 16<<10 || big.Limit != 8<<10 {
+			if rec != nil {
+				rec.Release()
+			}
+			t.Errorf("%s: %v; want the page refused by its header, more than 8 KiB", name, err)
+		}
 	}
 }

@@ -727,7 +727,10 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 		return nil, 0, nil
 	}
 	if plan != nil {
-		keep := make([]int64, len(rows))
+		var keep []int64 // nil: every row
+		if rows != nil {
+			keep = make([]int64, len(rows))
+		}
 		for i, row := range rows {
 			keep[i] = plan.row(row)
 		}
@@ -862,9 +865,19 @@ func (r *Reader) requests(md *metadata.FileMetaData, g int, plans []*pagePlan) (
 }
 
 // plan returns, for each output column of row group key, the pages that hold
-// the given rows (ascending offsets in the group), or nil where that is all
-// of them, the column has no offset index, or the page decoder does not
-// handle it. It returns nil when no column has a plan.
+// the given rows (ascending offsets in the group; nil: every row), or nil
+// where the page decoder does not handle the column, or where the rows need
+// every page and the reader refuses no page (PageBytes is 0). It returns nil
+// when no column has a plan.
+//
+// A reader with a page limit plans every column it decodes page by page,
+// whichever rows it needs: the planned pages are read by croupier's page
+// reader, which sizes each by its header before decoding it and refuses one
+// over the limit. Without a plan a whole chunk went through arrow-go's, which
+// decodes every page: a page not located before it was read (lists in a file
+// without an offset index) was refused when a piece needed some of the
+// chunk's pages and decoded when it needed them all, which made the error a
+// read met depend on how the rows before it were kept.
 func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pagePlan, error) {
 	md, err := r.t.Footer(ctx, key.File)
 	if err != nil {
@@ -902,13 +915,21 @@ func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pageP
 			}
 			locs[i] = unlocated(chunks[0])
 		}
-		if p := planPages(locs[i], rows); p != nil {
-			p.limit, p.column = r.pageLimit, r.schema.Field(c).Name
-			if plans == nil {
-				plans = make([]*pagePlan, len(r.leaves))
-			}
-			plans[c] = p
+		var p *pagePlan
+		if rows != nil {
+			p = planPages(locs[i], rows)
 		}
+		if p == nil && r.pageLimit > 0 {
+			p = allPages(locs[i])
+		}
+		if p == nil {
+			continue
+		}
+		p.limit, p.column = r.pageLimit, r.schema.Field(c).Name
+		if plans == nil {
+			plans = make([]*pagePlan, len(r.leaves))
+		}
+		plans[c] = p
 	}
 	return plans, nil
 }
