@@ -134,7 +134,8 @@ type columnDecoder struct {
 
 	dict    []byte   // fixed-width dictionary values, width bytes each, in dictBuf
 	dictBin [][]byte // binary dictionary values, in dictBuf
-	dictBuf []byte   // from scratch
+	dictBuf []byte   // from scratch, or the page's own (taken)
+	taken   bool     // dictBuf is the page reader's buffer of the dictionary page, taken over: freed with freePage
 
 	defs, reps []uint8  // levels of the current page, from scratch
 	idx        []uint32 // dictionary indices of the current page, in idxBuf
@@ -201,6 +202,8 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 		did.bytes += int64(len(p.Data()))
 		if _, dict := p.(*file.DictionaryPage); !dict {
 			did.pageEntries = append(did.pageEntries, int64(p.NumValues()))
+		} else if t, ok := pr.(pageTaker); ok {
+			d.takeDictionary(t.takePage())
 		}
 		if err := d.page(p); err != nil {
 			return nil, did, err
@@ -263,8 +266,13 @@ func (d *columnDecoder) free() {
 	if d.bin != nil {
 		d.bin.Release()
 	}
-	for _, b := range [][]byte{d.defs, d.reps, d.idxBuf, d.dictBuf} {
+	for _, b := range [][]byte{d.defs, d.reps, d.idxBuf} {
 		scratch{}.Free(b)
+	}
+	if d.taken {
+		freePage(d.dictBuf)
+	} else {
+		scratch{}.Free(d.dictBuf)
 	}
 }
 
@@ -442,25 +450,51 @@ func unpack[T uint8 | uint32](dst []T, packed []byte, width int) {
 	}
 }
 
+// pageTaker is a pageSource that can hand the buffer of its current page
+// over (plannedPages).
+type pageTaker interface{ takePage() []byte }
+
+// takeDictionary takes over buf, the page reader's buffer of the dictionary
+// page about to be decoded (nil: the reader keeps it).
+func (d *columnDecoder) takeDictionary(buf []byte) {
+	if buf == nil {
+		return
+	}
+	if d.taken {
+		freePage(d.dictBuf)
+	} else {
+		scratch{}.Free(d.dictBuf)
+	}
+	d.dictBuf, d.taken = buf, true
+}
+
 // dictionary records a dictionary page's values.
 func (d *columnDecoder) dictionary(data []byte, n int) error {
-	// The page's buffer is the page reader's: the values are copied into
-	// scratch (a dictionary can be a megabyte, and one is read for every
-	// column chunk decoded), freed with the decoder.
+	// Where the page's buffer is the page reader's, the values are copied
+	// into scratch (a dictionary can be a megabyte, and one is read for
+	// every column chunk decoded), freed with the decoder; where the
+	// decoder took the buffer over (takeDictionary), they are read where
+	// they lie: a dictionary of a column of large values, 121 MB in a table
+	// of pyarrow's, was held twice.
+	own := d.taken && len(data) > 0 && len(d.dictBuf) > 0 && &data[0] == &d.dictBuf[0]
 	if d.width > 0 {
 		if n < 0 || len(data) < n*d.width {
 			return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
 		}
-		d.dictBuf = growScratch(d.dictBuf, n*d.width)
-		d.dict = d.dictBuf[:copy(d.dictBuf, data[:n*d.width])]
+		if !own {
+			d.dictBuf = d.scratchDict(n * d.width)
+			data = d.dictBuf[:copy(d.dictBuf, data[:n*d.width])]
+		}
+		d.dict = data[:n*d.width]
 		return nil
 	}
 	if n < 0 || n > len(data)/4 {
 		return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
 	}
-	d.dictBuf = growScratch(d.dictBuf, len(data))
-	copy(d.dictBuf, data)
-	data = d.dictBuf[:len(data)]
+	if !own {
+		d.dictBuf = d.scratchDict(len(data))
+		data = d.dictBuf[:copy(d.dictBuf, data)]
+	}
 	d.dictBin = make([][]byte, n)
 	for i := range d.dictBin {
 		v, rest, err := plainBinary(data)
@@ -470,6 +504,15 @@ func (d *columnDecoder) dictionary(data []byte, n int) error {
 		d.dictBin[i], data = v, rest
 	}
 	return nil
+}
+
+// scratchDict returns room for n bytes of dictionary values from scratch.
+func (d *columnDecoder) scratchDict(n int) []byte {
+	if d.taken {
+		freePage(d.dictBuf)
+		d.dictBuf, d.taken = nil, false
+	}
+	return growScratch(d.dictBuf, n)
 }
 
 // plainBinary splits the first PLAIN byte array off data.

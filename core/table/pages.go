@@ -686,6 +686,10 @@ func (pp *plannedPages) Next() bool {
 
 func (pp *plannedPages) Page() file.Page { return pp.cur.Page() }
 
+// takePage hands the buffer of the current page over to the caller, where
+// the page reader owns it (see sectionPages.take).
+func (pp *plannedPages) takePage() []byte { return pp.cur.take() }
+
 func (pp *plannedPages) Err() error { return pp.err }
 
 // Close closes the page reader of the section being read and frees the
