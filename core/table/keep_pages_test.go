@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -409,5 +410,48 @@ func TestPageLimitWhateverRowsAreKept(t *testing.T) {
 			}
 			t.Errorf("%s: %v; want the page refused by its header, more than 8 KiB", name, err)
 		}
+	}
+}
+
+// TestLargeDictionaryCharged keeps a few rows of a plain file whose column
+// chunk's dictionary page (64 values of 8 KiB) decodes to far more than its
+// data pages (of a kilobyte): each piece is charged the dictionary whole
+// when it is admitted, as every row of the group needs it, beside its rows.
+func TestLargeDictionaryCharged(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const rows, dictBytes = 4096, 64 * 8 << 10
+	for i := range rows {
+		b.Field(0).(*array.BinaryBuilder).Append(bytes.Repeat([]byte{byte(i % 64)}, 8<<10))
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDataPageSize(1<<10), parquet.WithDictionaryPageSizeLimit(1<<20))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	r, err := tb.NewReader(ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := NewBudget(64 << 20)
+	k, err := r.Keep(ctx, []uint64{5, 900, 3000}, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := k.Built(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, peak := budget.Used(); peak < dictBytes {
+		t.Errorf("the piece was charged at most %d bytes; its dictionary decodes to %d", peak, dictBytes)
 	}
 }

@@ -422,7 +422,7 @@ func (r *Reader) guessColumns(ctx context.Context, g GroupRef) (sizes []int64, f
 		return nil, nil, 0, err
 	}
 	for i, c := range fastCols {
-		fast[c], holds[c] = true, min(holds[c], 2*largestPage(chunks[i], locs[i]))
+		fast[c], holds[c] = true, min(holds[c], 2*largestPage(chunks[i], locs[i])+dictionaryBytes(chunks[i]))
 	}
 	return sizes, fast, slices.Max(append(holds, 0)), nil
 }
@@ -441,6 +441,17 @@ func largestPage(col *metadata.ColumnChunkMetaData, locs *pageLocs) int64 {
 		return min(col.TotalUncompressedSize(), defaultPageBytes)
 	}
 	return slices.Max(locs.size) * col.TotalUncompressedSize() / col.TotalCompressedSize()
+}
+
+// dictionaryBytes guesses the decoded bytes of col's dictionary page, which
+// the page decoder holds while it decodes the chunk's pages: its stored
+// bytes (up to the first data page) times the chunk's decoded ÷ stored.
+func dictionaryBytes(col *metadata.ColumnChunkMetaData) int64 {
+	dict := dictionaryOffset(col)
+	if dict < 0 || col.TotalCompressedSize() <= 0 {
+		return 0
+	}
+	return (col.DataPageOffset() - dict) * col.TotalUncompressedSize() / col.TotalCompressedSize()
 }
 
 // decodeGuess guesses the bytes a decoder holds beyond the rows it keeps,
