@@ -422,7 +422,7 @@ func (r *Reader) guessColumns(ctx context.Context, g GroupRef) (sizes []int64, f
 		return nil, nil, 0, err
 	}
 	for i, c := range fastCols {
-		fast[c], holds[c] = true, min(holds[c], 2*largestPage(chunks[i], locs[i])+dictionaryBytes(chunks[i]))
+		fast[c], holds[c] = true, min(holds[c], 2*largestPage(chunks[i], locs[i]))
 	}
 	return sizes, fast, slices.Max(append(holds, 0)), nil
 }
@@ -455,14 +455,31 @@ func dictionaryBytes(col *metadata.ColumnChunkMetaData) int64 {
 }
 
 // decodeGuess guesses the bytes a decoder holds beyond the rows it keeps,
-// decoding what w wants of row group key: GuessBytes's, and the copies of
-// the rows w wants that the caller gathers (of the columns pqarrow decodes
-// whole, and of every column when w's rows repeat).
+// decoding what w wants of row group key: GuessBytes's, the largest
+// dictionary page of the columns the page decoder handles (a dictionary of
+// large values decodes to many times a page: the group then decodes alone),
+// and the copies of the rows w wants that the caller gathers (of the columns
+// pqarrow decodes whole, and of every column when w's rows repeat).
+// GuessBytes leaves dictionaries out: it divides the budget (loader), whose
+// share for decoding is no place for a dictionary of a few large values.
 func (r *Reader) decodeGuess(ctx context.Context, key GroupRef, w wanted) (int64, error) {
 	sizes, fast, held, err := r.guessColumns(ctx, key)
 	if err != nil {
 		return 0, err
 	}
+	md, err := r.t.Footer(ctx, key.File)
+	if err != nil {
+		return 0, err
+	}
+	var dict int64
+	for c, leaves := range r.leaves {
+		if fast[c] {
+			if chunk, err := md.RowGroup(key.Group).ColumnChunk(leaves[0]); err == nil {
+				dict = max(dict, dictionaryBytes(chunk))
+			}
+		}
+	}
+	held += dict
 	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
 	if w.rows == nil || rows <= 0 {
 		return held, nil
