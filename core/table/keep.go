@@ -727,6 +727,9 @@ func (r *Reader) LargeRows(ctx context.Context, ids []uint64, seen map[LargePage
 		}
 		row := int64(id) - r.t.groupStarts[g]
 		for i, lp := range pages {
+			if lp.dict {
+				continue // held while a piece is decoded, not while its rows are kept
+			}
 			if lp.whole || row >= lp.from && row < lp.to {
 				if k := (LargePage{key, i}); !seen[k] {
 					seen[k] = true
