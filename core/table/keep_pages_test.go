@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -525,4 +527,78 @@ func (c *countingAllocator) Allocate(n int) []byte {
 func (c *countingAllocator) Reallocate(n int, b []byte) []byte {
 	c.total.Add(int64(max(n-len(b), 0)))
 	return c.Allocator.Reallocate(n, b)
+}
+
+// TestLargeDictionaryReadOnce keeps a few rows of a file whose column
+// chunk's dictionary (64 values of 256 KiB, zstd) decodes to 16 MiB: the
+// rows are right, the decoder reads the dictionary where the page reader
+// decompressed it, and that page, mapped off Go's heap, is given back once
+// the rows are kept. Beside the bytes fetched, Go's heap takes a small part
+// of the dictionary (it had held it twice: the decompressed page, and the
+// decoder's copy of it).
+func TestLargeDictionaryReadOnce(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const dictBytes = 64 * 256 << 10
+	rng := rand.New(rand.NewPCG(5, 6))
+	values := make([][]byte, 64)
+	for i := range values {
+		values[i] = make([]byte, 256<<10)
+		for j := range values[i] {
+			values[i][j] = byte(rng.Uint32())
+		}
+	}
+	for i := range 256 {
+		b.Field(0).(*array.BinaryBuilder).Append(values[i%64])
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryPageSizeLimit(64<<20), parquet.WithStats(false),
+		parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDataPageSize(1<<10))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	r, err := tb.NewReader(ReaderOptions{Allocator: cmem.New(), PageBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []uint64{3, 100, 200}
+	if _, err := r.largePages(ctx, GroupRef{}); err != nil { // locates the pages first
+		t.Fatal(err)
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	k, err := r.Keep(ctx, ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	rec, err := k.Read(ctx, 0, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	runtime.ReadMemStats(&after)
+	for i, id := range ids {
+		if !bytes.Equal(rec.Column(0).(*array.Binary).Value(i), values[id%64]) {
+			t.Fatalf("position %d: not row %d", i, id)
+		}
+	}
+	// The fetched bytes are on Go's heap: the rest is the decoder's.
+	fetched := r.Stats().BytesRead
+	if heap := int64(after.TotalAlloc-before.TotalAlloc) - fetched; heap > dictBytes/2 {
+		t.Errorf("keeping 3 rows allocated %d bytes on Go's heap beside the %d fetched; the dictionary decodes to %d", heap, fetched, dictBytes)
+	}
+	if n := hugePages.AllocatedBytes(); n != 0 {
+		t.Errorf("%d bytes of pages still mapped once the rows are kept", n)
+	}
 }
