@@ -155,6 +155,13 @@ func (a *Allocator) Reallocate(n int, b []byte) []byte {
 	return out
 }
 
+// Mapped reports whether b is a buffer of LargeBytes or more that a handed
+// out and that is not freed.
+func (a *Allocator) Mapped(b []byte) bool {
+	_, ok := a.mappings.Load(address(b))
+	return ok
+}
+
 func address(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // Free gives b back. A mapped buffer is kept for reuse, and the mappings

@@ -134,18 +134,20 @@ type columnDecoder struct {
 
 	dict    []byte   // fixed-width dictionary values, width bytes each, in dictBuf
 	dictBin [][]byte // binary dictionary values, in dictBuf
-	dictBuf []byte   // from scratch
+	dictBuf []byte   // from scratch, or the page's own (taken)
+	taken   bool     // dictBuf is the page reader's buffer of the dictionary page, taken over: freed with freePage
 
 	defs, reps []uint8  // levels of the current page, from scratch
 	idx        []uint32 // dictionary indices of the current page, in idxBuf
 	idxBuf     []byte   // from scratch
 
+	mem       memory.Allocator
 	values    *memory.Buffer // fixed width: present values, in order
 	nvalues   int            // present values decoded so far
 	maxValues int            // level entries of the chunk: no more values than that
-	binOffs   []int32        // binary: offsets of present values in binData, plus one
-	binData   []byte
-	valid     []bool // per slot; nil until a null slot appears
+	binOffs   []int32        // binary: offsets of present values in bin, plus one
+	bin       *memory.Buffer // binary: the present values' bytes, bin.Len() of them so far
+	valid     []bool         // per slot; nil until a null slot appears
 	slots     int
 
 	rows      int     // rows started so far (lists)
@@ -205,6 +207,8 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 		did.bytes += int64(len(p.Data()))
 		if _, dict := p.(*file.DictionaryPage); !dict {
 			did.pageEntries = append(did.pageEntries, int64(p.NumValues()))
+		} else if t, ok := pr.(pageTaker); ok {
+			d.takeDictionary(t.takePage())
 		}
 		if err := d.page(p); err != nil {
 			return nil, did, err
@@ -229,7 +233,7 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 // of at most values level entries, keeping the rows in keep (nil: all of
 // rows).
 func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind, values int64, keep []int64, rows int64) *columnDecoder {
-	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type,
+	d := &columnDecoder{mem: mem, maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type,
 		pageRows: []int64{}}
 	out := rows
 	if keep != nil {
@@ -261,6 +265,7 @@ func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, k
 		d.values = newFilled(mem, n*int64(d.width))
 	} else {
 		d.binOffs = append(make([]int32, 0, out+1), 0)
+		d.bin = memory.NewResizableBuffer(mem)
 	}
 	return d
 }
@@ -270,8 +275,16 @@ func (d *columnDecoder) free() {
 	if d.values != nil {
 		d.values.Release()
 	}
-	for _, b := range [][]byte{d.defs, d.reps, d.idxBuf, d.dictBuf} {
+	if d.bin != nil {
+		d.bin.Release()
+	}
+	for _, b := range [][]byte{d.defs, d.reps, d.idxBuf} {
 		scratch{}.Free(b)
+	}
+	if d.taken {
+		freePage(d.dictBuf)
+	} else {
+		scratch{}.Free(d.dictBuf)
 	}
 }
 
@@ -449,25 +462,51 @@ func unpack[T uint8 | uint32](dst []T, packed []byte, width int) {
 	}
 }
 
+// pageTaker is a pageSource that can hand the buffer of its current page
+// over (plannedPages).
+type pageTaker interface{ takePage() []byte }
+
+// takeDictionary takes over buf, the page reader's buffer of the dictionary
+// page about to be decoded (nil: the reader keeps it).
+func (d *columnDecoder) takeDictionary(buf []byte) {
+	if buf == nil {
+		return
+	}
+	if d.taken {
+		freePage(d.dictBuf)
+	} else {
+		scratch{}.Free(d.dictBuf)
+	}
+	d.dictBuf, d.taken = buf, true
+}
+
 // dictionary records a dictionary page's values.
 func (d *columnDecoder) dictionary(data []byte, n int) error {
-	// The page's buffer is the page reader's: the values are copied into
-	// scratch (a dictionary can be a megabyte, and one is read for every
-	// column chunk decoded), freed with the decoder.
+	// Where the page's buffer is the page reader's, the values are copied
+	// into scratch (a dictionary can be a megabyte, and one is read for
+	// every column chunk decoded), freed with the decoder; where the
+	// decoder took the buffer over (takeDictionary), they are read where
+	// they lie: a dictionary of a column of large values, 121 MB in a table
+	// of pyarrow's, was held twice.
+	own := d.taken && len(data) > 0 && len(d.dictBuf) > 0 && &data[0] == &d.dictBuf[0]
 	if d.width > 0 {
 		if n < 0 || len(data) < n*d.width {
 			return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
 		}
-		d.dictBuf = growScratch(d.dictBuf, n*d.width)
-		d.dict = d.dictBuf[:copy(d.dictBuf, data[:n*d.width])]
+		if !own {
+			d.dictBuf = d.scratchDict(n * d.width)
+			data = d.dictBuf[:copy(d.dictBuf, data[:n*d.width])]
+		}
+		d.dict = data[:n*d.width]
 		return nil
 	}
 	if n < 0 || n > len(data)/4 {
 		return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
 	}
-	d.dictBuf = growScratch(d.dictBuf, len(data))
-	copy(d.dictBuf, data)
-	data = d.dictBuf[:len(data)]
+	if !own {
+		d.dictBuf = d.scratchDict(len(data))
+		data = d.dictBuf[:copy(d.dictBuf, data)]
+	}
 	d.dictBin = make([][]byte, n)
 	for i := range d.dictBin {
 		v, rest, err := plainBinary(data)
@@ -477,6 +516,15 @@ func (d *columnDecoder) dictionary(data []byte, n int) error {
 		d.dictBin[i], data = v, rest
 	}
 	return nil
+}
+
+// scratchDict returns room for n bytes of dictionary values from scratch.
+func (d *columnDecoder) scratchDict(n int) []byte {
+	if d.taken {
+		freePage(d.dictBuf)
+		d.dictBuf, d.taken = nil, false
+	}
+	return growScratch(d.dictBuf, n)
 }
 
 // plainBinary splits the first PLAIN byte array off data.
@@ -717,6 +765,19 @@ func (d *columnDecoder) plain(data []byte, n int) error {
 		}
 		return nil
 	}
+	// Twice over the values: first to size the room for those kept, so
+	// that a cell of tens of megabytes is copied once, into its place.
+	var size int
+	if err := d.plainRuns(data, func(val []byte) { size += len(val) }); err != nil {
+		return err
+	}
+	d.reserveBinary(size)
+	return d.plainRuns(data, d.appendBinary)
+}
+
+// plainRuns hands each value of d.runs of a page of PLAIN byte arrays to
+// each, in order.
+func (d *columnDecoder) plainRuns(data []byte, each func(val []byte)) error {
 	v := 0
 	for _, r := range d.runs {
 		for ; v < r.v1; v++ {
@@ -725,7 +786,7 @@ func (d *columnDecoder) plain(data []byte, n int) error {
 				return err
 			}
 			if v >= r.v0 {
-				d.appendBinary(val)
+				each(val)
 			}
 			data = rest
 		}
@@ -761,17 +822,11 @@ func (d *columnDecoder) indexed(data []byte, n int) error {
 	if err := hybrid(d.idx, data[1:], int(data[0])); err != nil {
 		return err
 	}
+	if d.width == 0 {
+		return d.indexedBinary()
+	}
 	for _, r := range d.runs {
 		idx := d.idx[r.v0:r.v1]
-		if d.width == 0 {
-			for _, i := range idx {
-				if int(i) >= len(d.dictBin) {
-					return indexError(i, len(d.dictBin))
-				}
-				d.appendBinary(d.dictBin[i])
-			}
-			continue
-		}
 		dst, err := d.fixed(len(idx))
 		if err != nil {
 			return err
@@ -804,9 +859,48 @@ func indexError(i uint32, size int) error {
 	return fmt.Errorf("dictionary index %d out of range [0, %d)", i, size)
 }
 
+// indexedBinary takes the binary values of d.runs from the dictionary, by
+// the page's indices, d.idx.
+func (d *columnDecoder) indexedBinary() error {
+	var n int
+	for _, r := range d.runs {
+		for _, i := range d.idx[r.v0:r.v1] {
+			if int(i) >= len(d.dictBin) {
+				return indexError(i, len(d.dictBin))
+			}
+			n += len(d.dictBin[i])
+		}
+	}
+	d.reserveBinary(n)
+	for _, r := range d.runs {
+		for _, i := range d.idx[r.v0:r.v1] {
+			d.appendBinary(d.dictBin[i])
+		}
+	}
+	return nil
+}
+
+// reserveBinary makes room for n more bytes of binary values. The room
+// grows by a quarter at least, so that many pages cost a few copies; a page
+// that more than fills it gets room for itself and a quarter more, so that
+// the values of the pages after it (a piece's small rows after its large
+// one) do not copy it again. The buffer comes from the reader's allocator
+// and becomes the column's: a cell of 60 MB is held once, not also in a
+// buffer grown by doubling and in a copy of it at its final size.
+func (d *columnDecoder) reserveBinary(n int) {
+	need := d.bin.Len() + n
+	if need <= d.bin.Cap() {
+		return
+	}
+	d.bin.Reserve(max(need+need/4, d.bin.Cap()+d.bin.Cap()/4))
+}
+
+// appendBinary appends a value, with room reserved for it.
 func (d *columnDecoder) appendBinary(v []byte) {
-	d.binData = append(d.binData, v...)
-	d.binOffs = append(d.binOffs, int32(len(d.binData)))
+	at := d.bin.Len()
+	d.bin.ResizeNoShrink(at + len(v))
+	copy(d.bin.Bytes()[at:], v)
+	d.binOffs = append(d.binOffs, int32(at+len(v)))
 }
 
 // finish builds the column's array, once pages of rows rows have been
@@ -878,8 +972,11 @@ func (d *columnDecoder) elements(mem memory.Allocator, dt arrow.DataType) arrow.
 		offsets = slotOffsets[int32](mem, d, arrow.Int32SizeBytes)
 	}
 	defer offsets.Release()
-	data := newFilled(mem, int64(len(d.binData)))
-	copy(data.Bytes(), d.binData)
+	data := d.bin
+	d.bin = nil
+	if data.Len() > 0 {
+		data.Resize(data.Len()) // gives back the room not filled
+	}
 	defer data.Release()
 	return array.NewData(dt, d.slots, []*memory.Buffer{validity, offsets, data}, nil, nullCount, 0)
 }

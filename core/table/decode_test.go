@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -16,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
 )
@@ -373,4 +376,61 @@ func storedColumns(t *testing.T, fields ...arrow.Field) []*schema.Column {
 		cols[i] = pf.MetaData().Schema.Column(i)
 	}
 	return cols
+}
+
+// TestDecoderCopiesALargeCellOnce decodes a column of small binary values
+// and one of 8 MiB, pages read through an allocator off Go's heap: the
+// decoder's own allocations on the heap are a small part of the large
+// value, which it copies once, into a buffer of the reader's allocator
+// that becomes the column's (it had grown a buffer of its own on the heap,
+// then copied that into the column).
+func TestDecoderCopiesALargeCellOnce(t *testing.T) {
+	const large = 8 << 20
+	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for i := range 200 {
+		cell := bytes.Repeat([]byte{byte(i)}, 100)
+		if i == 50 {
+			cell = bytes.Repeat([]byte{7}, large)
+		}
+		b.Field(0).(*array.BinaryBuilder).Append(cell)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	data := tabletest.EncodeRecord(t, rec, parquet.WithDictionaryDefault(false))
+	mem := cmem.New()
+	pf, err := file.NewParquetReader(bytes.NewReader(data), file.WithReadProps(parquet.NewReaderProperties(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg := pf.RowGroup(0)
+	chunk, _ := rg.MetaData().ColumnChunk(0)
+	f, col := schema.Field(0), pf.MetaData().Schema.Column(0)
+	for _, keep := range [][]int64{nil, {3, 50, 51, 199}} {
+		pr, err := rg.GetColumnPageReader(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer debug.SetGCPercent(debug.SetGCPercent(-1))
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		got, _, err := decodeColumn(mem, f, col, fastColumn(f, col, chunk), chunk, pr, rg.NumRows(), keep)
+		runtime.ReadMemStats(&after)
+		pr.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if heap := after.TotalAlloc - before.TotalAlloc; heap > large/4 {
+			t.Errorf("keeping rows %v, the decoder allocated %d bytes on Go's heap for a value of %d", keep, heap, large)
+		}
+		at := 50 // the large value's row among those kept
+		if keep != nil {
+			at = 1
+		}
+		if n := got.(*array.Binary).ValueLen(at); n != large {
+			t.Errorf("keeping rows %v, the large value holds %d bytes", keep, n)
+		}
+		got.Release()
+	}
 }

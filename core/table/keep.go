@@ -262,6 +262,11 @@ func (k *Kept) buildPiece(ctx context.Context, p *piece, prio int64, sem <-chan 
 		at    []span // where p's rows lie in a column of w.rows
 		spans []span // where p's rows lie in a whole column
 	)
+	if all && r.pageLimit > 0 { // planned, so that each page is sized before it is decoded
+		if w.plans, err = r.plan(ctx, p.key, nil); err != nil {
+			return nil, err
+		}
+	}
 	if !all {
 		for _, v := range p.sel { // ascending rows, which may repeat
 			row := int64(v >> 32)
@@ -633,10 +638,21 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 				out = append(out, largePage{from: from, to: to, col: cols[i], bytes: bytes, whole: whole})
 			}
 		}
-		// A dictionary page is decoded for every row of the group: it is
-		// large only when it alone is more than a read may hold.
+		// A dictionary page is decoded for every row of the group, by
+		// every piece that keeps one: it is charged whole to each, like a
+		// page decoded whole, when it decodes to more than fatPage times
+		// the column's median page (a dictionary of a column of large
+		// values, which holds some of them: 121 MB in a file of pyarrow's
+		// whose pages were a megabyte), and refused when it alone is more
+		// than a read may hold.
 		if dict := dictionaryOffset(chunk); dict >= 0 && len(l.off) > 0 {
-			if bytes := scale(l.off[0] - dict); r.pageLimit > 0 && bytes > r.pageLimit {
+			pages := make([]int64, len(l.size))
+			for pg, size := range l.size {
+				pages[pg] = scale(size)
+			}
+			slices.Sort(pages)
+			bytes := scale(l.off[0] - dict)
+			if len(pages) > 0 && bytes > fatPage*pages[len(pages)/2] || r.pageLimit > 0 && bytes > r.pageLimit {
 				out = append(out, largePage{from: 0, to: rows, col: cols[i], bytes: bytes, whole: true, dict: true})
 			}
 		}
@@ -711,6 +727,9 @@ func (r *Reader) LargeRows(ctx context.Context, ids []uint64, seen map[LargePage
 		}
 		row := int64(id) - r.t.groupStarts[g]
 		for i, lp := range pages {
+			if lp.dict {
+				continue // held while a piece is decoded, not while its rows are kept
+			}
 			if lp.whole || row >= lp.from && row < lp.to {
 				if k := (LargePage{key, i}); !seen[k] {
 					seen[k] = true

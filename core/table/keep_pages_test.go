@@ -1,13 +1,18 @@
 package table
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -348,5 +353,252 @@ func TestLearnedPagesCountEntries(t *testing.T) {
 	defer r.Close()
 	if _, err := r.Read(ctx, []uint64{1500, 1999}); errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "level entries") {
 		t.Fatalf("a tail read past located pages whose entries do not add up: %v, want Corrupt", err)
+	}
+}
+
+// TestPageLimitWhateverRowsAreKept keeps rows of a file of lists without an
+// offset index in V1 pages, whose pages are not located before they are
+// read, one of whose lists decodes to more than the reader's PageBytes: the
+// read is refused by the page's header (PageTooLarge) whether it keeps some
+// rows of the row group or all of them in order (which read the chunk
+// through arrow-go's page reader, and decoded the page).
+func TestPageLimitWhateverRowsAreKept(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const rows = 64
+	for i := range rows {
+		list := b.Field(0).(*array.ListBuilder)
+		list.Append(true)
+		n := 4
+		if i == 10 {
+			n = 4096
+		}
+		for j := range n {
+			list.ValueBuilder().(*array.Int32Builder).Append(int32(j))
+		}
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryDefault(false))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	all := make([]uint64, rows)
+	for i := range all {
+		all[i] = uint64(i)
+	}
+	for name, ids := range map[string][]uint64{"some rows": {0, 1, 30}, "every row": all} {
+		r, err := tb.NewReader(ReaderOptions{PageBytes: 8 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := r.Keep(ctx, ids, NewBudget(1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := k.Read(ctx, 0, len(ids))
+		k.Close()
+		var big *PageTooLarge
+		if !errors.As(err, &big) || big.Column != "tokens" || big.Bytes <= 16<<10 || big.Limit != 8<<10 {
+			if rec != nil {
+				rec.Release()
+			}
+			t.Errorf("%s: %v; want the page refused by its header, more than 8 KiB", name, err)
+		}
+	}
+}
+
+// TestLargeDictionaryCharged keeps a few rows of a plain file whose column
+// chunk's dictionary page (64 values of 8 KiB) decodes to far more than its
+// data pages (of a kilobyte): each piece is charged the dictionary whole
+// when it is admitted, as every row of the group needs it, beside its rows.
+func TestLargeDictionaryCharged(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const rows, dictBytes = 4096, 64 * 8 << 10
+	for i := range rows {
+		b.Field(0).(*array.BinaryBuilder).Append(bytes.Repeat([]byte{byte(i % 64)}, 8<<10))
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDataPageSize(1<<10), parquet.WithDictionaryPageSizeLimit(1<<20))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	r, err := tb.NewReader(ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := NewBudget(64 << 20)
+	k, err := r.Keep(ctx, []uint64{5, 900, 3000}, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := k.Built(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, peak := budget.Used(); peak < dictBytes {
+		t.Errorf("the piece was charged at most %d bytes; its dictionary decodes to %d", peak, dictBytes)
+	}
+}
+
+// TestReadOfAWholePieceCopiesNothing keeps rows that are all of a piece, in
+// order, and reads them as one batch: the batch is the piece's columns, not
+// a copy of them (a step of a row of 60 MB, a horizon of its own, was held
+// as the piece and as the batch).
+func TestReadOfAWholePieceCopiesNothing(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for i := range 100 {
+		b.Field(0).(*array.BinaryBuilder).Append(bytes.Repeat([]byte{byte(i)}, 1<<10))
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryDefault(false), parquet.WithMaxRowGroupLength(50))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	mem := &countingAllocator{Allocator: memory.NewGoAllocator()}
+	r, err := tb.NewReader(ReaderOptions{Allocator: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []uint64{52, 60, 70, 99} // of the second row group
+	k, err := r.Keep(ctx, ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if err := k.Built(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := mem.total.Load()
+	rec, err := k.Read(ctx, 0, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	if grew := mem.total.Load() - before; grew >= 1<<10 {
+		t.Errorf("reading a whole piece allocated %d bytes", grew)
+	}
+	for i, id := range ids {
+		if got := rec.Column(0).(*array.Binary).Value(i); !bytes.Equal(got, src.Column(0).(*array.Binary).Value(int(id))) {
+			t.Fatalf("position %d: not row %d", i, id)
+		}
+	}
+}
+
+// countingAllocator counts the bytes it has allocated, freed or not.
+type countingAllocator struct {
+	memory.Allocator
+	total atomic.Int64
+}
+
+func (c *countingAllocator) Allocate(n int) []byte {
+	c.total.Add(int64(n))
+	return c.Allocator.Allocate(n)
+}
+
+func (c *countingAllocator) Reallocate(n int, b []byte) []byte {
+	c.total.Add(int64(max(n-len(b), 0)))
+	return c.Allocator.Reallocate(n, b)
+}
+
+// TestLargeDictionaryReadOnce keeps a few rows of a file whose column
+// chunk's dictionary (64 values of 256 KiB, zstd) decodes to 16 MiB: the
+// rows are right, the decoder reads the dictionary where the page reader
+// decompressed it, and that page, mapped off Go's heap, is given back once
+// the rows are kept. Beside the bytes fetched, Go's heap takes a small part
+// of the dictionary (it had held it twice: the decompressed page, and the
+// decoder's copy of it).
+func TestLargeDictionaryReadOnce(t *testing.T) {
+	ctx := context.Background()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const dictBytes = 64 * 256 << 10
+	rng := rand.New(rand.NewPCG(5, 6))
+	values := make([][]byte, 64)
+	for i := range values {
+		values[i] = make([]byte, 256<<10)
+		for j := range values[i] {
+			values[i][j] = byte(rng.Uint32())
+		}
+	}
+	for i := range 256 {
+		b.Field(0).(*array.BinaryBuilder).Append(values[i%64])
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryPageSizeLimit(64<<20), parquet.WithStats(false),
+		parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDataPageSize(1<<10))
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	r, err := tb.NewReader(ReaderOptions{Allocator: cmem.New(), PageBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []uint64{3, 100, 200}
+	if _, err := r.largePages(ctx, GroupRef{}); err != nil { // locates the pages first
+		t.Fatal(err)
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	k, err := r.Keep(ctx, ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	rec, err := k.Read(ctx, 0, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	runtime.ReadMemStats(&after)
+	for i, id := range ids {
+		if !bytes.Equal(rec.Column(0).(*array.Binary).Value(i), values[id%64]) {
+			t.Fatalf("position %d: not row %d", i, id)
+		}
+	}
+	// The fetched bytes are on Go's heap: the rest is the decoder's.
+	fetched := r.Stats().BytesRead
+	if heap := int64(after.TotalAlloc-before.TotalAlloc) - fetched; heap > dictBytes/2 {
+		t.Errorf("keeping 3 rows allocated %d bytes on Go's heap beside the %d fetched; the dictionary decodes to %d", heap, fetched, dictBytes)
+	}
+	if n := hugePages.AllocatedBytes(); n != 0 {
+		t.Errorf("%d bytes of pages still mapped once the rows are kept", n)
 	}
 }

@@ -530,6 +530,19 @@ func planPages(locs *pageLocs, rows []int64) *pagePlan {
 	return p
 }
 
+// allPages returns the plan of every page of locs, and of the pages not
+// located yet: a whole column chunk read through the page reader that
+// sizes each page by its header before it decodes it (see plan).
+func allPages(locs *pageLocs) *pagePlan {
+	p := &pagePlan{locs: locs, tail: locs.partial()}
+	for page := range locs.off {
+		p.base = append(p.base, p.rows)
+		p.pages = append(p.pages, page)
+		p.rows += locs.first[page+1] - locs.first[page]
+	}
+	return p
+}
+
 // row returns where row r of the row group lies among the rows of the
 // planned pages; r must lie in one of them, or in the tail.
 func (p *pagePlan) row(r int64) int64 {
@@ -672,6 +685,10 @@ func (pp *plannedPages) Next() bool {
 }
 
 func (pp *plannedPages) Page() file.Page { return pp.cur.Page() }
+
+// takePage hands the buffer of the current page over to the caller, where
+// the page reader owns it (see sectionPages.take).
+func (pp *plannedPages) takePage() []byte { return pp.cur.take() }
 
 func (pp *plannedPages) Err() error { return pp.err }
 

@@ -262,8 +262,16 @@ func assemble(ctx context.Context, mem memory.Allocator, schema *arrow.Schema, s
 	return array.NewRecordBatch(schema, cols, n), nil
 }
 
-// gatherColumn returns the rows spans take from srcs, arrays of field.
+// gatherColumn returns the rows spans take from srcs, arrays of field. Rows
+// that are all of one source, in order, are that source, not a copy of it: a
+// step whose rows are a piece of their own (a step with a row of 60 MB is a
+// horizon of its own) was held twice, as the piece and as the batch.
 func gatherColumn(ctx context.Context, mem memory.Allocator, field arrow.Field, srcs []arrow.Array, spans []span) (arrow.Array, error) {
+	if len(spans) == 1 && spans[0].off == 0 && spans[0].n == int64(srcs[spans[0].src].Len()) {
+		out := srcs[spans[0].src]
+		out.Retain()
+		return out, nil
+	}
 	var out arrow.Array
 	var err error
 	if gatherable(field.Type) {
@@ -443,15 +451,43 @@ func largestPage(col *metadata.ColumnChunkMetaData, locs *pageLocs) int64 {
 	return slices.Max(locs.size) * col.TotalUncompressedSize() / col.TotalCompressedSize()
 }
 
+// dictionaryBytes guesses the decoded bytes of col's dictionary page, which
+// the page decoder holds while it decodes the chunk's pages: its stored
+// bytes (up to the first data page) times the chunk's decoded ÷ stored.
+func dictionaryBytes(col *metadata.ColumnChunkMetaData) int64 {
+	dict := dictionaryOffset(col)
+	if dict < 0 || col.TotalCompressedSize() <= 0 {
+		return 0
+	}
+	return (col.DataPageOffset() - dict) * col.TotalUncompressedSize() / col.TotalCompressedSize()
+}
+
 // decodeGuess guesses the bytes a decoder holds beyond the rows it keeps,
-// decoding what w wants of row group key: GuessBytes's, and the copies of
-// the rows w wants that the caller gathers (of the columns pqarrow decodes
-// whole, and of every column when w's rows repeat).
+// decoding what w wants of row group key: GuessBytes's, the largest
+// dictionary page of the columns the page decoder handles (a dictionary of
+// large values decodes to many times a page: the group then decodes alone),
+// and the copies of the rows w wants that the caller gathers (of the columns
+// pqarrow decodes whole, and of every column when w's rows repeat).
+// GuessBytes leaves dictionaries out: it divides the budget (loader), whose
+// share for decoding is no place for a dictionary of a few large values.
 func (r *Reader) decodeGuess(ctx context.Context, key GroupRef, w wanted) (int64, error) {
 	sizes, fast, held, err := r.guessColumns(ctx, key)
 	if err != nil {
 		return 0, err
 	}
+	md, err := r.t.Footer(ctx, key.File)
+	if err != nil {
+		return 0, err
+	}
+	var dict int64
+	for c, leaves := range r.leaves {
+		if fast[c] {
+			if chunk, err := md.RowGroup(key.Group).ColumnChunk(leaves[0]); err == nil {
+				dict = max(dict, dictionaryBytes(chunk))
+			}
+		}
+	}
+	held += dict
 	rows := r.t.pin.Files[key.File].RowGroups[key.Group]
 	if w.rows == nil || rows <= 0 {
 		return held, nil
@@ -727,7 +763,10 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 		return nil, 0, nil
 	}
 	if plan != nil {
-		keep := make([]int64, len(rows))
+		var keep []int64 // nil: every row
+		if rows != nil {
+			keep = make([]int64, len(rows))
+		}
 		for i, row := range rows {
 			keep[i] = plan.row(row)
 		}
@@ -862,9 +901,19 @@ func (r *Reader) requests(md *metadata.FileMetaData, g int, plans []*pagePlan) (
 }
 
 // plan returns, for each output column of row group key, the pages that hold
-// the given rows (ascending offsets in the group), or nil where that is all
-// of them, the column has no offset index, or the page decoder does not
-// handle it. It returns nil when no column has a plan.
+// the given rows (ascending offsets in the group; nil: every row), or nil
+// where the page decoder does not handle the column, or where the rows need
+// every page and the reader refuses no page (PageBytes is 0). It returns nil
+// when no column has a plan.
+//
+// A reader with a page limit plans every column it decodes page by page,
+// whichever rows it needs: the planned pages are read by croupier's page
+// reader, which sizes each by its header before decoding it and refuses one
+// over the limit. Without a plan a whole chunk went through arrow-go's, which
+// decodes every page: a page not located before it was read (lists in a file
+// without an offset index) was refused when a piece needed some of the
+// chunk's pages and decoded when it needed them all, which made the error a
+// read met depend on how the rows before it were kept.
 func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pagePlan, error) {
 	md, err := r.t.Footer(ctx, key.File)
 	if err != nil {
@@ -902,13 +951,21 @@ func (r *Reader) plan(ctx context.Context, key GroupRef, rows []int64) ([]*pageP
 			}
 			locs[i] = unlocated(chunks[0])
 		}
-		if p := planPages(locs[i], rows); p != nil {
-			p.limit, p.column = r.pageLimit, r.schema.Field(c).Name
-			if plans == nil {
-				plans = make([]*pagePlan, len(r.leaves))
-			}
-			plans[c] = p
+		var p *pagePlan
+		if rows != nil {
+			p = planPages(locs[i], rows)
 		}
+		if p == nil && r.pageLimit > 0 {
+			p = allPages(locs[i])
+		}
+		if p == nil {
+			continue
+		}
+		p.limit, p.column = r.pageLimit, r.schema.Field(c).Name
+		if plans == nil {
+			plans = make([]*pagePlan, len(r.leaves))
+		}
+		plans[c] = p
 	}
 	return plans, nil
 }

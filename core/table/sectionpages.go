@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
+	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/errcode"
 )
 
@@ -53,6 +54,38 @@ const (
 // arrow-go's own bound, so that no file it reads is refused for a footer
 // that understates its chunks.
 func decodedBound(decoded int64) int64 { return max(decoded, parquet.DefaultMaxUncompressedPageSize) }
+
+// A page of a cell of tens of megabytes is held twice while it is decoded,
+// stored and decompressed; from Go's heap, and kept in scratch's pools once
+// freed, those buffers stayed resident until two collections later, beside
+// the next large page's. Buffers of hugePage bytes or more are mapped
+// instead (hugePages), and unmapped as soon as they are freed, which
+// sectionPages does with a page's stored bytes once they are decompressed.
+const hugePage = 8 << 20
+
+var hugePages = cmem.New()
+
+// growPage returns b resized to n bytes, trading it for a larger buffer
+// when it is too small; its bytes are not kept (see growScratch).
+func growPage(b []byte, n int) []byte {
+	if n <= cap(b) {
+		return b[:n]
+	}
+	freePage(b)
+	if n >= hugePage {
+		return hugePages.AllocateUnzeroed(n)
+	}
+	return scratch{}.Allocate(n)
+}
+
+// freePage frees a buffer of growPage.
+func freePage(b []byte) {
+	if hugePages.Mapped(b) {
+		hugePages.Free(b)
+		return
+	}
+	scratch{}.Free(b)
+}
 
 // pageStream is what sectionPages reads a section from: a memStream, or
 // one of arrow-go's buffered streams over the file.
@@ -106,9 +139,27 @@ func (s *sectionPages) Err() error { return s.err }
 
 // Close frees the reader's buffers.
 func (s *sectionPages) Close() {
-	scratch{}.Free(s.stored)
-	scratch{}.Free(s.page)
+	freePage(s.stored)
+	freePage(s.page)
 	s.stored, s.page, s.cur = nil, nil, nil
+}
+
+// take hands the buffer of the current page's bytes over to the caller, who
+// frees it with freePage, and returns it; nil where the page's bytes lie in
+// a section in memory, which the reader does not own.
+func (s *sectionPages) take() []byte {
+	if s.cur == nil {
+		return nil
+	}
+	data := s.cur.Data()
+	for _, b := range []*[]byte{&s.page, &s.stored} {
+		if len(data) > 0 && len(*b) > 0 && &data[0] == &(*b)[0] {
+			out := *b
+			*b = nil
+			return out
+		}
+	}
+	return nil
 }
 
 // next reads one page: nil for a page of a type it skips.
@@ -229,7 +280,7 @@ func (s *sectionPages) body(n int) ([]byte, error) {
 		}
 		return b, nil
 	}
-	s.stored = growScratch(s.stored, n)
+	s.stored = growPage(s.stored, n)
 	if _, err := io.ReadFull(s.r, s.stored); err != nil {
 		return nil, fmt.Errorf("a page of %d bytes cut short: %w", n, err)
 	}
@@ -247,7 +298,7 @@ func (s *sectionPages) decode(body []byte, plain, size int, compressed bool) ([]
 		}
 		return body, nil
 	}
-	s.page = growScratch(s.page, size)
+	s.page = growPage(s.page, size)
 	copy(s.page, body[:plain])
 	out, err := compress.Decode(s.codec, s.page[plain:], body[plain:])
 	if err != nil {
@@ -258,6 +309,10 @@ func (s *sectionPages) decode(body []byte, plain, size int, compressed bool) ([]
 	}
 	if len(out) > 0 && &out[0] != &s.page[plain] {
 		copy(s.page[plain:], out)
+	}
+	if hugePages.Mapped(s.stored) { // not needed any more: given back now
+		freePage(s.stored)
+		s.stored = nil
 	}
 	return s.page, nil
 }

@@ -143,13 +143,15 @@ class LayoutHint:
 
 
 # Counters of a stream (StreamingDataset.stats, FollowingDataset.stats) that
-# are the most of any worker when combined: a peak, and a size each worker has
-# on its own; and a follow stream's counts of the rounds it formed and whether
-# its wait timed out: every worker forms the same rounds, each as far as it
-# got. Every other counter is a sum.
+# are the most of any worker when combined: a size each worker has on its
+# own; and a follow stream's counts of the rounds it formed and whether its
+# wait timed out: every worker forms the same rounds, each as far as it got.
+# Every other counter is a sum, the peaks too: the workers' streams hold
+# their rows side by side, each under its share of the budget, so the
+# process tree's rows kept at once are at most the sum of the workers'
+# peaks, against the sum of their shares (held_limit).
 _MOST_STATS = frozenset(
     {
-        "held_peak",
         "horizon_steps",
         "step_bytes",
         "rounds",
@@ -165,7 +167,7 @@ _MOST_STATS = frozenset(
 
 def merge_stats(streams: Iterable[Mapping[str, int]], shared: bool = False) -> dict[str, int]:
     """The counters of several workers' streams as one: the most of each worker
-    for a peak, a size and the counts of rounds formed (``_MOST_STATS``), and
+    for a size and the counts of rounds formed (``_MOST_STATS``), and
     for the steps of workers that share steps (each deals every step, see
     croupier._runs), the sum for every other key."""
     most = _MOST_STATS | {"steps"} if shared else _MOST_STATS
@@ -704,12 +706,16 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
         Under :class:`croupier.DataLoader` with workers that send runs of steps
         (no ``collate``, ``collate_fn`` or ``pin_memory``), the dataset in the
         training process has its workers' counters as of the last run each sent,
-        combined (:func:`merge_stats`): ``held_peak``, ``horizon_steps`` and
-        ``step_bytes`` are the most of any worker, every other key the sum over
-        the workers; ``sent_peak`` is the most bytes of runs a worker's slots
-        held at once, ``sent_limit`` their share of the budget (see
-        ``croupier._runs``) and ``sent_alone`` the largest run that crossed
-        alone, above it, each summed over the workers. With other loaders, or
+        combined (:func:`merge_stats`): ``horizon_steps`` and ``step_bytes``
+        are the most of any worker, every other key the sum over the workers,
+        the peaks too: ``held_peak`` is the sum of each worker's most rows kept
+        at once, which bounds what the process tree kept at once, against
+        ``held_limit``, the sum of their shares; ``sent_peak`` is the most bytes
+        of runs a worker's slots held at once, ``sent_limit`` their share of the
+        budget (see ``croupier._runs``) and ``sent_alone`` the largest run that
+        crossed alone, above it, each summed over the workers. What the budget
+        bounds over the process tree is then ``held_peak + ahead_peak +
+        sent_peak`` (docs/tuning.md). With other loaders, or
         workers that convert batches themselves, each worker process has its own
         counters and this process's stay empty.
         """

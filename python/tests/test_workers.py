@@ -481,18 +481,19 @@ def test_stats_and_len_of_a_resumed_loader(table_uri: str) -> None:
 
 
 def test_merge_stats() -> None:
-    """Counters add up over workers; a peak, a horizon, the counts of rounds
-    formed and the steps of workers sharing steps are the most of any worker."""
+    """Counters add up over workers, peaks too (the workers' rows are held side
+    by side); a horizon, the counts of rounds formed and the steps of workers
+    sharing steps are the most of any worker."""
     a = {"steps": 3, "rows": 30, "held_peak": 100, "horizon_steps": 4, "held_limit": 500}
     b = {"steps": 2, "rows": 20, "held_peak": 300, "horizon_steps": 2, "held_limit": 500}
     assert merge_stats([a, b]) == {
-        "steps": 5, "rows": 50, "held_peak": 300, "horizon_steps": 4, "held_limit": 1000,
+        "steps": 5, "rows": 50, "held_peak": 400, "horizon_steps": 4, "held_limit": 1000,
     }  # fmt: skip
     assert merge_stats([a]) == a
     assert merge_stats([]) == {}
     # Workers sharing steps each deal every step, their rows of it.
     assert merge_stats([a, b], shared=True) == {
-        "steps": 3, "rows": 50, "held_peak": 300, "horizon_steps": 4, "held_limit": 1000,
+        "steps": 3, "rows": 50, "held_peak": 400, "horizon_steps": 4, "held_limit": 1000,
     }  # fmt: skip
     # Every worker of a FollowingDataset forms the same rounds, each as far as it
     # got; its listings add up, and one that waited out makes the whole.
