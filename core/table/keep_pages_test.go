@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -457,76 +456,6 @@ func TestLargeDictionaryCharged(t *testing.T) {
 	if _, peak := budget.Used(); peak < dictBytes {
 		t.Errorf("the piece was charged at most %d bytes; its dictionary decodes to %d", peak, dictBytes)
 	}
-}
-
-// TestReadOfAWholePieceCopiesNothing keeps rows that are all of a piece, in
-// order, and reads them as one batch: the batch is the piece's columns, not
-// a copy of them (a step of a row of 60 MB, a horizon of its own, was held
-// as the piece and as the batch).
-func TestReadOfAWholePieceCopiesNothing(t *testing.T) {
-	ctx := context.Background()
-	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	defer b.Release()
-	for i := range 100 {
-		b.Field(0).(*array.BinaryBuilder).Append(bytes.Repeat([]byte{byte(i)}, 1<<10))
-	}
-	src := b.NewRecordBatch()
-	defer src.Release()
-	dir := t.TempDir()
-	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryDefault(false), parquet.WithMaxRowGroupLength(50))
-	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := Open(ctx, "file://"+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	mem := &countingAllocator{Allocator: memory.NewGoAllocator()}
-	r, err := tb.NewReader(ReaderOptions{Allocator: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := []uint64{52, 60, 70, 99} // of the second row group
-	k, err := r.Keep(ctx, ids, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	if err := k.Built(ctx); err != nil {
-		t.Fatal(err)
-	}
-	before := mem.total.Load()
-	rec, err := k.Read(ctx, 0, len(ids))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Release()
-	if grew := mem.total.Load() - before; grew >= 1<<10 {
-		t.Errorf("reading a whole piece allocated %d bytes", grew)
-	}
-	for i, id := range ids {
-		if got := rec.Column(0).(*array.Binary).Value(i); !bytes.Equal(got, src.Column(0).(*array.Binary).Value(int(id))) {
-			t.Fatalf("position %d: not row %d", i, id)
-		}
-	}
-}
-
-// countingAllocator counts the bytes it has allocated, freed or not.
-type countingAllocator struct {
-	memory.Allocator
-	total atomic.Int64
-}
-
-func (c *countingAllocator) Allocate(n int) []byte {
-	c.total.Add(int64(n))
-	return c.Allocator.Allocate(n)
-}
-
-func (c *countingAllocator) Reallocate(n int, b []byte) []byte {
-	c.total.Add(int64(max(n-len(b), 0)))
-	return c.Allocator.Reallocate(n, b)
 }
 
 // TestLargeDictionaryReadOnce keeps a few rows of a file whose column

@@ -262,16 +262,8 @@ func assemble(ctx context.Context, mem memory.Allocator, schema *arrow.Schema, s
 	return array.NewRecordBatch(schema, cols, n), nil
 }
 
-// gatherColumn returns the rows spans take from srcs, arrays of field. Rows
-// that are all of one source, in order, are that source, not a copy of it: a
-// step whose rows are a piece of their own (a step with a row of 60 MB is a
-// horizon of its own) was held twice, as the piece and as the batch.
+// gatherColumn returns the rows spans take from srcs, arrays of field.
 func gatherColumn(ctx context.Context, mem memory.Allocator, field arrow.Field, srcs []arrow.Array, spans []span) (arrow.Array, error) {
-	if len(spans) == 1 && spans[0].off == 0 && spans[0].n == int64(srcs[spans[0].src].Len()) {
-		out := srcs[spans[0].src]
-		out.Retain()
-		return out, nil
-	}
 	var out arrow.Array
 	var err error
 	if gatherable(field.Type) {
