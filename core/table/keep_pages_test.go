@@ -415,31 +415,44 @@ func TestPageLimitWhateverRowsAreKept(t *testing.T) {
 	}
 }
 
+// dictionaryTable opens a plain file of one binary column "cell" whose row i
+// is values[i % len(values)], rows rows in one row group of 1 KiB data pages
+// written with props besides: its values go to the chunk's dictionary.
+func dictionaryTable(t *testing.T, values [][]byte, rows int, props ...parquet.WriterProperty) *Table {
+	t.Helper()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for i := range rows {
+		b.Field(0).(*array.BinaryBuilder).Append(values[i%len(values)])
+	}
+	src := b.NewRecordBatch()
+	defer src.Release()
+	dir := t.TempDir()
+	data := tabletest.EncodeRecord(t, src, append(props, parquet.WithDataPageSize(1<<10))...)
+	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Open(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
 // TestLargeDictionaryCharged keeps a few rows of a plain file whose column
 // chunk's dictionary page (64 values of 8 KiB) decodes to far more than its
 // data pages (of a kilobyte): each piece is charged the dictionary whole
 // when it is admitted, as every row of the group needs it, beside its rows.
 func TestLargeDictionaryCharged(t *testing.T) {
 	ctx := context.Background()
-	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	defer b.Release()
-	const rows, dictBytes = 4096, 64 * 8 << 10
-	for i := range rows {
-		b.Field(0).(*array.BinaryBuilder).Append(bytes.Repeat([]byte{byte(i % 64)}, 8<<10))
+	const dictBytes = 64 * 8 << 10
+	values := make([][]byte, 64)
+	for i := range values {
+		values[i] = bytes.Repeat([]byte{byte(i)}, 8<<10)
 	}
-	src := b.NewRecordBatch()
-	defer src.Release()
-	dir := t.TempDir()
-	data := tabletest.EncodeRecord(t, src, parquet.WithDataPageSize(1<<10), parquet.WithDictionaryPageSizeLimit(1<<20))
-	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := Open(ctx, "file://"+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := dictionaryTable(t, values, 4096, parquet.WithDictionaryPageSizeLimit(1<<20))
 	r, err := tb.NewReader(ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -467,9 +480,6 @@ func TestLargeDictionaryCharged(t *testing.T) {
 // decoder's copy of it).
 func TestLargeDictionaryReadOnce(t *testing.T) {
 	ctx := context.Background()
-	schema := arrow.NewSchema([]arrow.Field{{Name: "cell", Type: arrow.BinaryTypes.Binary}}, nil)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	defer b.Release()
 	const dictBytes = 64 * 256 << 10
 	rng := rand.New(rand.NewPCG(5, 6))
 	values := make([][]byte, 64)
@@ -479,22 +489,8 @@ func TestLargeDictionaryReadOnce(t *testing.T) {
 			values[i][j] = byte(rng.Uint32())
 		}
 	}
-	for i := range 256 {
-		b.Field(0).(*array.BinaryBuilder).Append(values[i%64])
-	}
-	src := b.NewRecordBatch()
-	defer src.Release()
-	dir := t.TempDir()
-	data := tabletest.EncodeRecord(t, src, parquet.WithDictionaryPageSizeLimit(64<<20), parquet.WithStats(false),
-		parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDataPageSize(1<<10))
-	if err := os.WriteFile(filepath.Join(dir, "part.parquet"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := Open(ctx, "file://"+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb := dictionaryTable(t, values, 256, parquet.WithDictionaryPageSizeLimit(64<<20), parquet.WithStats(false),
+		parquet.WithCompression(compress.Codecs.Zstd))
 	r, err := tb.NewReader(ReaderOptions{Allocator: cmem.New(), PageBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
