@@ -100,8 +100,8 @@ type result struct {
 // also after an early stop.
 type Stream struct {
 	cancel   context.CancelFunc
-	uri      string // of the table, for errors
-	layout   table.PageLayout
+	uri      string           // of the table, for errors
+	layout   table.PageLayout // of the table's widest column: the hint's, and the planner's rows per page
 	reader   *table.Reader
 	budget   *table.Budget    // of the rows kept for horizons
 	limit    int64            // the whole memory budget
@@ -338,20 +338,12 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 	defer errcode.Recover(&err, errcode.Internal, "plan", l.table.URI())
 	var last *table.Kept
 	var seen []uint64 // horizonEnd's, and the rows of a page it assumes
-	var perPage uint64
+	perPage := uint64(max(s.layout.Rows, 1))
 	// The most steps the next horizon may take: on a remote store one at
 	// first, doubling while its reads are slow (horizon.go).
 	ramp := len(steps)
 	if l.table.Remote() {
 		ramp = 1
-	}
-	pages := func() error { // sets perPage, once
-		if perPage != 0 {
-			return nil
-		}
-		rows, err := l.table.RowsPerPage(ctx)
-		perPage = uint64(max(rows, 1))
-		return err
 	}
 	for len(steps) > 0 {
 		// Take steps while their rows fit the budget, at least one, and no
@@ -409,16 +401,10 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 			ends = append(ends, len(ids))
 		}
 		if ramp < len(steps) {
-			if err := pages(); err != nil {
-				return err
-			}
 			lat, known := l.table.ReadLatency()
 			ramp = nextRamp(ramp, len(steps), int64(len(ids)), int64(perPage), l.table.NumRows(), known && lat < rampLatency)
 		}
 		if full { // not the last: end it where fewest pages are decoded twice
-			if err := pages(); err != nil {
-				return err
-			}
 			if seen == nil {
 				seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
 			}
