@@ -141,7 +141,6 @@ type columnDecoder struct {
 	idx        []uint32 // dictionary indices of the current page, in idxBuf
 	idxBuf     []byte   // from scratch
 
-	mem       memory.Allocator
 	values    *memory.Buffer // fixed width: present values, in order
 	nvalues   int            // present values decoded so far
 	maxValues int            // level entries of the chunk: no more values than that
@@ -233,7 +232,7 @@ func decodeColumn(mem memory.Allocator, f arrow.Field, col *schema.Column, kind 
 // of at most values level entries, keeping the rows in keep (nil: all of
 // rows).
 func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, kind fastKind, values int64, keep []int64, rows int64) *columnDecoder {
-	d := &columnDecoder{mem: mem, maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type,
+	d := &columnDecoder{maxDef: col.MaxDefinitionLevel(), maxRep: col.MaxRepetitionLevel(), keep: keep, outer: f.Type, dt: f.Type,
 		pageRows: []int64{}}
 	out := rows
 	if keep != nil {
@@ -281,11 +280,14 @@ func (d *columnDecoder) free() {
 	for _, b := range [][]byte{d.defs, d.reps, d.idxBuf} {
 		scratch{}.Free(b)
 	}
-	if d.taken {
-		freePage(d.dictBuf)
-	} else {
-		scratch{}.Free(d.dictBuf)
-	}
+	d.freeDict()
+}
+
+// freeDict gives back the dictionary's buffer, scratch or a page's taken
+// over (freePage frees either).
+func (d *columnDecoder) freeDict() {
+	freePage(d.dictBuf)
+	d.dictBuf, d.taken = nil, false
 }
 
 // page decodes one page.
@@ -472,11 +474,7 @@ func (d *columnDecoder) takeDictionary(buf []byte) {
 	if buf == nil {
 		return
 	}
-	if d.taken {
-		freePage(d.dictBuf)
-	} else {
-		scratch{}.Free(d.dictBuf)
-	}
+	d.freeDict()
 	d.dictBuf, d.taken = buf, true
 }
 
@@ -521,8 +519,7 @@ func (d *columnDecoder) dictionary(data []byte, n int) error {
 // scratchDict returns room for n bytes of dictionary values from scratch.
 func (d *columnDecoder) scratchDict(n int) []byte {
 	if d.taken {
-		freePage(d.dictBuf)
-		d.dictBuf, d.taken = nil, false
+		d.freeDict()
 	}
 	return growScratch(d.dictBuf, n)
 }
