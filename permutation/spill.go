@@ -137,21 +137,7 @@ func (s *spill) count(p, b int) int64 { return s.rows[p*s.buckets+b] }
 // read calls fn with the records of bucket b of part p, in the order they
 // were added, one object's worth at a time.
 func (s *spill) read(ctx context.Context, p, b int, fn func(records []byte) error) error {
-	i := p*s.buckets + b
-	for o := range s.objects[i] {
-		data, err := s.loc.ReadAll(ctx, s.key(i, o))
-		if err != nil {
-			return err
-		}
-		if len(data)%s.record != 0 {
-			return errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(s.key(i, o)),
-				"%d bytes, not a whole number of %d-byte records", len(data), s.record)
-		}
-		if err := fn(data); err != nil {
-			return err
-		}
-	}
-	return fn(s.bufs[i])
+	return s.readRange(ctx, p, b, 0, s.count(p, b), fn)
 }
 
 // readRange calls fn with the records from..to (exclusive) of bucket b of
