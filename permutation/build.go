@@ -685,10 +685,7 @@ func weightedBucket(x uint64, weights []int64) int32 {
 // multiples of c.
 func permuteClumps[T any](ids []T, c int64, r *Rand) []T {
 	n := int64(len(ids))
-	order := make([]int64, n/c)
-	for i := range order {
-		order[i] = int64(i)
-	}
+	order := identity(n / c)
 	Permute(r, order)
 	out := make([]T, 0, n)
 	for _, u := range order {
@@ -749,34 +746,50 @@ func shuffle[T any](ids []T, sh ShuffleSpec, r *Rand) {
 		return
 	}
 	units := int64(len(ids)) / clump
-	order := make([]int64, units)
-	for i := range order {
-		order[i] = int64(i)
-	}
+	var order []int64
 	if sh.Window > 0 {
-		windows := (units + sh.Window - 1) / sh.Window
-		worder := make([]int64, windows)
-		for i := range worder {
-			worder[i] = int64(i)
-		}
-		Permute(r, worder)
-		at := 0
-		for _, w := range worder {
-			lo, hi := w*sh.Window, min((w+1)*sh.Window, units)
-			win := order[at : at+int(hi-lo)]
-			for i := range win {
-				win[i] = lo + int64(i)
+		order = make([]int64, 0, units)
+		windowOrder(r, units, sh.Window, func(lo, _ int64, win []int64) error {
+			for _, u := range win {
+				order = append(order, lo+u)
 			}
-			Permute(r, win)
-			at += int(hi - lo)
-		}
+			return nil
+		})
 	} else {
+		order = identity(units)
 		Permute(r, order)
 	}
 	src := slices.Clone(ids[:units*clump])
 	for i, u := range order {
 		copy(ids[int64(i)*clump:], src[u*clump:(u+1)*clump])
 	}
+}
+
+// identity returns 0, 1, …, n−1.
+func identity(n int64) []int64 {
+	s := make([]int64, n)
+	for i := range s {
+		s[i] = int64(i)
+	}
+	return s
+}
+
+// windowOrder calls fn with each window of a window shuffle of units units
+// (see ShuffleSpec), in the windows' shuffled order: its units [lo, hi), and
+// their order, as offsets from lo. It draws from r the windows' order, then
+// each window's in turn, as they come.
+func windowOrder(r *Rand, units, window int64, fn func(lo, hi int64, order []int64) error) error {
+	windows := identity((units + window - 1) / window)
+	Permute(r, windows)
+	for _, w := range windows {
+		lo, hi := w*window, min((w+1)*window, units)
+		order := identity(hi - lo)
+		Permute(r, order)
+		if err := fn(lo, hi, order); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // progress reports to the callback at most ten times a second, and always

@@ -206,31 +206,19 @@ func (o *orderer[T]) windowed(ctx context.Context, p int, sink splitSink[T]) err
 	sh := *o.b.spec.Shuffle
 	clump, n := max(sh.ClumpSize, 1), o.sp.count(p, 0)
 	units := n / clump
-	r := NewRand(shuffleKey(sh.Seed, p, 0))
-	windows := make([]int64, (units+sh.Window-1)/sh.Window)
-	for i := range windows {
-		windows[i] = int64(i)
-	}
-	Permute(r, windows)
 	var recs, out []T
-	var err error
-	for _, w := range windows {
-		lo, hi := w*sh.Window, min((w+1)*sh.Window, units)
+	err := windowOrder(NewRand(shuffleKey(sh.Seed, p, 0)), units, sh.Window, func(lo, hi int64, order []int64) (err error) {
 		if recs, err = o.span(ctx, p, lo*clump, hi*clump, recs[:0]); err != nil {
 			return err
 		}
-		order := make([]int64, hi-lo)
-		for i := range order {
-			order[i] = int64(i)
-		}
-		Permute(r, order)
 		out = out[:0]
 		for _, u := range order {
 			out = append(out, recs[u*clump:(u+1)*clump]...)
 		}
-		if err := sink.add(out); err != nil {
-			return err
-		}
+		return sink.add(out)
+	})
+	if err != nil {
+		return err
 	}
 	if recs, err = o.span(ctx, p, units*clump, n, recs[:0]); err != nil {
 		return err
