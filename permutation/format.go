@@ -149,12 +149,18 @@ func chunkKey(prefix, id string, split int, p part, chunk int64) string {
 
 // encodeIDs returns values as width-byte little-endian integers.
 func encodeIDs(values []uint64, width int) []byte {
-	out := make([]byte, len(values)*width)
-	for i, v := range values {
+	return encodeRecords(values, width, func(v uint64) uint64 { return v })
+}
+
+// encodeRecords returns value of each record as width-byte little-endian
+// integers.
+func encodeRecords[T any](records []T, width int, value func(T) uint64) []byte {
+	out := make([]byte, len(records)*width)
+	for i, v := range records {
 		if width == 4 {
-			binary.LittleEndian.PutUint32(out[i*4:], uint32(v))
+			binary.LittleEndian.PutUint32(out[i*4:], uint32(value(v)))
 		} else {
-			binary.LittleEndian.PutUint64(out[i*8:], v)
+			binary.LittleEndian.PutUint64(out[i*8:], value(v))
 		}
 	}
 	return out

@@ -2,7 +2,6 @@ package permutation
 
 import (
 	"context"
-	"encoding/binary"
 	"path"
 
 	"golang.org/x/sync/errgroup"
@@ -210,20 +209,6 @@ func (k *chunker[T]) end(starts []uint64) error {
 // finish reports the phase done.
 func (k *chunker[T]) finish() {
 	k.b.progress(Progress{Phase: k.phase, Done: k.done, Total: k.done})
-}
-
-// encodeRecords returns value of each record as width-byte little-endian
-// integers.
-func encodeRecords[T any](records []T, width int, value func(T) uint64) []byte {
-	out := make([]byte, len(records)*width)
-	for i, v := range records {
-		if width == 4 {
-			binary.LittleEndian.PutUint32(out[i*4:], uint32(value(v)))
-		} else {
-			binary.LittleEndian.PutUint64(out[i*8:], value(v))
-		}
-	}
-	return out
 }
 
 // forChunks calls fn with each run of ChunkIDs values (fewer in the last).
