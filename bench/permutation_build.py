@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from measure import peak_rss
 from results import machine, update_section
 
 ROLES = pa.array(["user", "assistant", "system"])
@@ -107,22 +108,12 @@ def table_rows(folder: Path) -> int:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(folder.glob("*.parquet")))
 
 
-def vm_hwm_bytes() -> int:
-    """Peak resident memory of this process (Linux), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def child(table_uri: str, sql: str, perm_uri: str) -> None:
     """Build one permutation and print its figures as JSON (runs in a child process)."""
     import croupier as cr
 
     tbl = cr.open_table(table_uri)
-    before = vm_hwm_bytes()
+    before = peak_rss()
     builder = cr.PermutationBuilder(tbl)
     if sql:
         builder.filter(sql)
@@ -135,7 +126,7 @@ def child(table_uri: str, sql: str, perm_uri: str) -> None:
         json.dumps(
             {
                 "seconds": seconds,
-                "hwm": vm_hwm_bytes(),
+                "hwm": peak_rss(),
                 "hwm_before": before,
                 "rows": prov["rows_scanned"],
                 "kept": prov["rows_kept"],
@@ -168,7 +159,7 @@ def bounded_child(table_uri: str, steps_json: str, perm_uri: str) -> None:
 
     steps = json.loads(steps_json)
     tbl = cr.open_table(table_uri)
-    before = vm_hwm_bytes()
+    before = peak_rss()
     builder = cr.PermutationBuilder(tbl)
     if "filter" in steps:
         builder.filter(steps["filter"])
@@ -190,7 +181,7 @@ def bounded_child(table_uri: str, steps_json: str, perm_uri: str) -> None:
             {
                 "seconds": seconds,
                 "cpu": cpu,
-                "hwm": vm_hwm_bytes(),
+                "hwm": peak_rss(),
                 "hwm_before": before,
                 "rows": prov["rows_scanned"],
                 "kept": prov["rows_kept"],
