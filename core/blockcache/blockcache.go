@@ -27,14 +27,16 @@
 //   - Crashes. A block is written to a temporary file in its folder and
 //     renamed into place, so a reader finds a whole block or none. Nothing is
 //     synced to disk: a block torn by a power loss fails its checksum, and is
-//     a miss. Temporary and lock files that a killed process left are removed
-//     by the next sweep once older than staleAge.
-//   - Processes. One folder serves every process of a node. A process about
-//     to fetch a block holds an flock(2) on the block's lock file and looks for
-//     the block again once it holds it, so that processes missing the same
-//     block fetch it once; the kernel releases the lock of a process that
-//     dies. The lock only spares fetches, correctness never depends on it: a
-//     wait longer than lockWait fetches anyway.
+//     a miss. Temporary files that a killed process left are removed by the
+//     next sweep once older than staleAge.
+//   - Processes. One folder serves every process of a node. A read about to
+//     fetch a block waits for any read of its process fetching it (a
+//     flight), then holds the block's range lock on the folder's lock file
+//     (lock_unix.go) and looks for the block again once it holds it, so that
+//     reads missing the same block fetch it once; the kernel releases the
+//     locks of a process that dies. The lock only spares fetches,
+//     correctness never depends on it: a wait longer than lockWait fetches
+//     anyway.
 //   - Size. The blocks are evicted least recently used first: a hit sets its
 //     block's modification time. A Cache sweeps the folder (deletes the
 //     oldest blocks until the folder is within its bound) at its first store
@@ -54,6 +56,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -292,18 +295,31 @@ func (r *read) blocks(ctx context.Context, first, last int64) error {
 }
 
 // fill fetches and stores blocks b0 to b1, none of which was on disk. It
-// holds their locks first, in order (so processes that share blocks never
-// wait on each other in a cycle), then serves from disk what another process
-// stored meanwhile and fetches the rest.
+// takes their locks first, in order (so that reads sharing blocks never wait
+// on each other in a cycle): of each block, its flight in this process,
+// then its lock among processes. Then it serves from disk what another
+// goroutine or process stored meanwhile and fetches the rest.
 func (r *read) fill(ctx context.Context, b0, b1 int64) error {
-	var held []*lock
+	var (
+		flown []*flight
+		held  []*lock
+	)
 	defer func() {
 		for _, l := range held {
 			l.release()
 		}
+		for _, f := range flown {
+			f.land()
+		}
 	}()
 	for b := b0; b <= b1; b++ {
-		l, err := acquire(ctx, r.path(b)+lockSuffix, lockWait)
+		path := r.path(b)
+		f, err := fly(ctx, path)
+		if err != nil {
+			return errcode.Wrap(err, errcode.Canceled, "wait for a block another read fetches", r.c.dir)
+		}
+		flown = append(flown, f)
+		l, err := acquire(ctx, r.c.dir, lockOffset(path), lockWait)
 		if err == nil {
 			held = append(held, l)
 		} // else fetched without its lock: twice at worst
@@ -326,6 +342,49 @@ func (r *read) fill(ctx context.Context, b0, b1 int64) error {
 		b = e + 1
 	}
 	return nil
+}
+
+// A flight is a block being fetched by a read of this process: other reads
+// of the process that miss it wait for it to land, and find it on disk, not
+// each taking the lock among processes (which does not exclude them) and
+// fetching it again.
+type flight struct {
+	path string
+	done chan struct{}
+}
+
+// flights holds the blocks in flight in this process, by path.
+var flights sync.Map
+
+// fly waits until no other read of the process fetches the block at path,
+// and returns the flight of this one.
+func fly(ctx context.Context, path string) (*flight, error) {
+	f := &flight{path: path, done: make(chan struct{})}
+	for {
+		was, loaded := flights.LoadOrStore(path, f)
+		if !loaded {
+			return f, nil
+		}
+		select {
+		case <-was.(*flight).done:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// land ends the flight.
+func (f *flight) land() {
+	flights.Delete(f.path)
+	close(f.done)
+}
+
+// lockOffset is the byte of a folder's lock file that the lock of the
+// block at path takes: from 1 on, byte 0 being the sweeps'.
+func lockOffset(path string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(path))
+	return 1 + int64(h.Sum64()>>24)
 }
 
 // fetchRun fetches blocks b0 to b1 with one request, then stores them.
@@ -463,13 +522,13 @@ func cut(bufs [][]byte, from, n int64) [][]byte {
 }
 
 // Names of the files in a cache folder. Block b of the object whose identity
-// hashes to id is <dir>/<id[0] in hex>/<id[:16] in hex>-<b>.blk; while a
-// process fetches it, it holds <that>.lock, and writes <that>.tmp<random>.
+// hashes to id is <dir>/<id[0] in hex>/<id[:16] in hex>-<b>.blk; a process
+// storing it writes <that>.tmp<random> first. <dir>/locks holds the locks of
+// the folder's processes (lock_unix.go).
 const (
 	blockSuffix = ".blk"
-	lockSuffix  = ".lock"
 	tempInfix   = ".tmp"
-	sweepLock   = "sweep.lock"
+	lockFile    = "locks"
 )
 
 // path returns the file of block b.

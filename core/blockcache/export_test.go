@@ -12,22 +12,8 @@ const HeaderSize = headerSize
 // BlockPath returns the file of block b of the object whose ID is id.
 func (c *Cache) BlockPath(id string, b int64) string { return c.path(sha256.Sum256([]byte(id)), b) }
 
-// LockPath returns the lock file of block b of the object whose ID is id.
-func (c *Cache) LockPath(id string, b int64) string { return c.BlockPath(id, b) + lockSuffix }
-
 // Sweep sweeps the folder now.
 func (c *Cache) Sweep(ctx context.Context) { c.sweep(ctx) }
-
-// Free reports whether the lock of path is free: taken without waiting. It
-// leaves the lock file where it is.
-func Free(path string) bool {
-	l, err := acquire(context.Background(), path, 0)
-	if err != nil {
-		return false
-	}
-	l.f.Close()
-	return true
-}
 
 // Intact reports whether the file at path holds block b, of length bytes,
 // of the object whose ID is id, intact.

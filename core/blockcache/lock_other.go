@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// Without flock(2), processes that miss one block may each fetch it; the
+// Without fcntl(2), processes that miss one block may each fetch it; the
 // rename that stores it keeps that safe.
 const lockWait = 0
 
 type lock struct{}
 
-func acquire(context.Context, string, time.Duration) (*lock, error) { return &lock{}, nil }
+func acquire(context.Context, string, int64, time.Duration) (*lock, error) { return &lock{}, nil }
 
 func (*lock) release() {}
 

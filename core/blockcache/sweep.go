@@ -9,10 +9,13 @@ import (
 	"time"
 )
 
-// staleAge is the age past which a sweep removes a temporary file or a free
-// lock file: one that a killed process left. Writing a block takes
+// staleAge is the age past which a sweep removes a temporary file: one that
+// a killed process left. Writing a block takes
 // milliseconds.
 const staleAge = 10 * time.Minute
+
+// sweepOffset is the byte of a folder's lock file whose lock a sweep holds.
+const sweepOffset = 0
 
 // sweep deletes the least recently used blocks until the folder holds at
 // most the cache's bound, and the files killed processes left behind. It
@@ -24,7 +27,7 @@ func (c *Cache) sweep(ctx context.Context) {
 	}
 	defer c.sweeping.Unlock()
 	c.added.Store(0)
-	l, err := acquire(ctx, filepath.Join(c.dir, sweepLock), 0)
+	l, err := acquire(ctx, c.dir, sweepOffset, 0)
 	if err != nil {
 		return // another process sweeps, or the folder is not there
 	}
@@ -54,12 +57,6 @@ func (c *Cache) sweep(ctx context.Context) {
 			case strings.HasSuffix(name, blockSuffix):
 				blocks = append(blocks, block{path, fi.Size(), fi.ModTime()})
 				total += fi.Size()
-			case strings.HasSuffix(name, lockSuffix):
-				if stale {
-					if l, err := acquire(ctx, path, 0); err == nil {
-						l.release()
-					}
-				}
 			case strings.Contains(name, blockSuffix+tempInfix):
 				if stale {
 					os.Remove(path)
