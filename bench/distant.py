@@ -482,7 +482,7 @@ def setup_lines(args: argparse.Namespace, setup: Setup, load: tuple[float, float
         beyond_memory.data_text(tables)
         + " Read here: the "
         + " and the ".join(FORMS[f] for f in args.forms)
-        + ". The store: the local S3-compatible server (`core/store/s3test`, gofakes3 in memory,"
+        + ". The store: the local S3-compatible server (`internal/s3test`, gofakes3 in memory,"
         " run by `internal/s3serve` on a loopback port, on the same CPUs as the reader) holding"
         " the Parquet files, the Lance conversion (default `lance.write_dataset` settings) and"
         " the MDS conversion (uncompressed, default shard size) as they lie on disk, and the"

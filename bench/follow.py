@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{args.rows:,} rows (`id`, `tokens`: 16 to 112 int32 values, `reward`) written as"
         f" {args.versions} appends of {per:,} rows to a croupier table on each storage:"
-        " local files; S3, the local S3-compatible server (`core/store/s3test`, in memory,"
+        " local files; S3, the local S3-compatible server (`internal/s3test`, in memory,"
         f" run by `internal/s3serve`); S3 +{args.s3_latency:g} ms, that server waiting"
         f" {args.s3_latency:g} ms before it serves each request, as a distant store delays the"
         " first byte. Each table is read once in torch format, tokens packed,"

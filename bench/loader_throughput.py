@@ -501,7 +501,7 @@ def setup_lines(
         " random order), or with `take` of `RandomSampler` batches; MosaicML `StreamingDataset`"
         " reads an MDS conversion (uncompressed, default shard size) with `shuffle=True`"
         " (py1e). Conversions are made once and cached, outside the timed part. S3: the"
-        " local S3-compatible server (`core/store/s3test`, in memory, run by `internal/s3serve`),"
+        " local S3-compatible server (`internal/s3test`, in memory, run by `internal/s3serve`),"
         f" waiting 0 and {args.s3_latency:g} ms before it serves each request, as a distant store"
         " delays the first byte.",
     ]

@@ -134,7 +134,7 @@ def objstore_section(
         " `store.ReaderAt.ReadAt` (one ranged GET, with the pin check croupier makes on every"
         " read). MB/s is 10^6 bytes read per second of the cell; latency is per read. file: a"
         " temporary folder whose object sits in the page cache; mem: an in-memory bucket; s3:"
-        " the local S3-compatible server (`core/store/s3test`, in memory, on a loopback port);"
+        " the local S3-compatible server (`internal/s3test`, in memory, on a loopback port);"
         " s3+N ms: the same server waiting N ms before it serves each request (s3test's"
         " first-byte latency), as a distant store delays the first byte."
         + (f" Skipped: {'; '.join(skipped)}." if skipped else ""),

@@ -18,7 +18,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )

@@ -15,8 +15,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )

@@ -12,10 +12,10 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 
 	"github.com/croupier-data/croupier/core/errcode"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/s3test"
 	"github.com/croupier-data/croupier/internal/seedtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )

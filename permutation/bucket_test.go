@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/permutation"
 )
 

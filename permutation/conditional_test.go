@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	_ "github.com/croupier-data/croupier/drivers/s3" // s3://
+	"github.com/croupier-data/croupier/internal/s3test"
 	"github.com/croupier-data/croupier/internal/seedtest"
 	"github.com/croupier-data/croupier/permutation"
 )

@@ -14,9 +14,9 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seal"
 	"github.com/croupier-data/croupier/internal/seedtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/permutation"
 )
 

@@ -6,7 +6,7 @@
 //
 // -latency adds a fixed first-byte latency to every request of the S3 server,
 // as a remote store has; -faults makes it inject that fraction of faults of
-// every kind (see core/store/s3test), which the commits must survive.
+// every kind (see internal/s3test), which the commits must survive.
 //
 // Each writer is a goroutine with its own table handle and store connection;
 // every append writes one small data file and commits one version, so the
@@ -29,10 +29,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
 	_ "github.com/croupier-data/croupier/core/table/parquetio" // writes tables
 	_ "github.com/croupier-data/croupier/drivers/s3"           // s3://
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 var schema = arrow.NewSchema([]arrow.Field{

@@ -12,7 +12,7 @@
 //   - file: a temporary folder (the page cache holds the object: this is the
 //     cost of the store layer and the system calls, not of a disk);
 //   - mem: a process-wide in-memory bucket;
-//   - s3: the local S3-compatible server (core/store/s3test) on a loopback port;
+//   - s3: the local S3-compatible server (internal/s3test) on a loopback port;
 //   - s3+Nms: the same server waiting N ms before it serves each request
 //     (s3test's first-byte latency), as a distant store delays the first
 //     byte;
@@ -49,8 +49,8 @@ import (
 	"time"
 
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	_ "github.com/croupier-data/croupier/drivers/s3" // s3://
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // objectKey is the name of the object every store reads, under its prefix.

@@ -14,8 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/bigtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestCreateFromBigPage creates a table from a Parquet file whose one page

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // FuzzDealCheckpoint runs `croupier deal --checkpoint` with the input as the

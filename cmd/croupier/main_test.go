@@ -15,10 +15,10 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/catalog"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/jsonargs"
+	"github.com/croupier-data/croupier/internal/s3test"
+	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )

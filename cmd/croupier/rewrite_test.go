@@ -12,7 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // columnOf reads column name of every row of the table at uri, in row id order.

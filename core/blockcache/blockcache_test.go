@@ -25,8 +25,8 @@ import (
 	"github.com/croupier-data/croupier/core/blockcache"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	_ "github.com/croupier-data/croupier/drivers/s3"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 const bs = blockcache.BlockSize

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // TestLateReadHedged: once a location has learnt its store's latency, a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // fast is the retry policy of these tests: four attempts, short waits, and

@@ -14,8 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/bigtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // bigSchema is the schema of bigCells: an id and a binary blob.

@@ -9,9 +9,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/croupier-data/croupier/core/blockcache"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/s3test"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestBlockCacheServesTheSecondRead reads a croupier table and a plain

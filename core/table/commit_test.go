@@ -10,7 +10,7 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestCommitRefusedWhereConditionalWritesIgnored commits to a store that

@@ -19,7 +19,7 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // copiedTable creates a croupier table of two versions (two data files) in

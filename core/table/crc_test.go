@@ -15,8 +15,8 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // crcFiles are pyarrow-written files of the same rows, with and without page

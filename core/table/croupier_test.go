@@ -28,11 +28,11 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/core/table/libzstd"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	_ "github.com/croupier-data/croupier/drivers/s3" // s3://
+	"github.com/croupier-data/croupier/internal/s3test"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // Environment of a writer subprocess: the test binary re-executed by

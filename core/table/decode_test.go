@@ -19,8 +19,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
 	"github.com/croupier-data/croupier/core/cmem"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // fastFields are columns of every layout decodeColumn handles.

@@ -15,8 +15,8 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seal"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // fuzzDir stands for the fuzz process's own folder in the committed seeds:

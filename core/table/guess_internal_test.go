@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestDecodeGuessChargesCopiesOnly checks what a decoder is charged beyond

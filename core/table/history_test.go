@@ -11,7 +11,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestHistory: each version says when it was committed, its rows and the

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestIDSurvivesSpellingsAndCopies: a table's ID is the same whatever URI

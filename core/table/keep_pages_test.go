@@ -23,8 +23,8 @@ import (
 	"github.com/croupier-data/croupier/core/catalog"
 	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/errcode"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestPageReadsMatchRows keeps random row sets of random columns of every

@@ -12,8 +12,8 @@ import (
 
 	"github.com/croupier-data/croupier/core/cmem"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/seedtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestKeepReadsEveryPositionOnce: for random lists of row ids (repeats, runs

@@ -14,7 +14,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // benchRecord builds n rows shaped like RL rollouts: an id, 16–48 token ids,

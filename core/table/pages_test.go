@@ -9,7 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // offsetIndex encodes an offset index of pages at the given first rows,

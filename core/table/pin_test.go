@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestPinReadsFootersOfTheVersionStated pins files whose listing is out of

@@ -19,8 +19,8 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	"github.com/croupier-data/croupier/internal/bigtest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // exportedDataset writes a plain Parquet dataset laid out as pyarrow writes a

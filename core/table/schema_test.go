@@ -20,7 +20,7 @@ import (
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table/internal/general"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // A leaf type of a generated Parquet schema, and whether the page decoder

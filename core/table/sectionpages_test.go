@@ -10,7 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/thrift/lib/go/thrift"
 
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestSectionPagesBoundPages reads a column chunk's pages with their first

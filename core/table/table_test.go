@@ -20,7 +20,7 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 func writeDir(t *testing.T, sizes ...int64) (string, int64) {

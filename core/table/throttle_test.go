@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/internal/s3test"
+	"github.com/croupier-data/croupier/internal/tabletest"
 )
 
 // TestAppendsRideOutThrottling: with half the uploads of data files answered

@@ -10,9 +10,9 @@ import (
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
 	"github.com/croupier-data/croupier/core/table"
-	"github.com/croupier-data/croupier/core/table/tabletest"
 	_ "github.com/croupier-data/croupier/drivers/all"
 	"github.com/croupier-data/croupier/internal/jsonargs"
+	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/loader"
 	"github.com/croupier-data/croupier/permutation"
 )

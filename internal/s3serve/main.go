@@ -1,4 +1,4 @@
-// Command s3serve runs the local S3-compatible server (core/store/s3test),
+// Command s3serve runs the local S3-compatible server (internal/s3test),
 // loads folders of files into it, prints where they are, and serves until its
 // standard input closes or it is interrupted. The Python tests and the loader
 // benchmark start it to read tables over S3 from another process.
@@ -50,7 +50,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 func main() {

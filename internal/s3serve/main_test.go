@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // The control URL sets the server's first-byte delay and reads and resets its

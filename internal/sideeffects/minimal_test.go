@@ -16,8 +16,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
 	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // Bounds on examples/go-minimal, which reads file:// and, through

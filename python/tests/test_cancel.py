@@ -2,7 +2,7 @@
 
 A child process opens a table, builds a permutation or reads a batch over S3
 from the local S3-compatible server (``internal/s3serve``, over
-``core/store/s3test``), which then delays every answer by ten minutes. Once the
+``internal/s3test``), which then delays every answer by ten minutes. Once the
 server has received the call's request (so the child is inside Go), the test
 sends SIGINT: the child must get KeyboardInterrupt within 20 s, a generous bound
 against a stall of minutes, and, once it has closed what it opened, hold no

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // start starts an s3test server with bucket bkt and returns it and a

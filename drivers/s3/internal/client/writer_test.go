@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // randomBytes returns n bytes of a seeded generator.

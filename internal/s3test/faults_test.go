@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/croupier-data/croupier/core/store/s3test"
+	"github.com/croupier-data/croupier/internal/s3test"
 )
 
 // objectURL returns the plain HTTP URL of bkt/key on s (anonymous, path style).
