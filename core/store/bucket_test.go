@@ -1,9 +1,7 @@
 package store_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,108 +11,15 @@ import (
 
 	"gocloud.dev/blob/fileblob"
 
-	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/store"
-	"github.com/croupier-data/croupier/internal/s3test"
+	"github.com/croupier-data/croupier/internal/storetest"
 )
 
-// TestBucketsAlike runs one script on file://, mem:// and s3:// (the test
-// server): every store's Bucket answers croupier's requests alike. Writes
-// then reads, whole and by range; a pinned read of a rewritten object is
-// Changed; a listing is in key order ("a-b" before "a/b", which file://
-// finds in the other order) and pages past 1,000 objects; an exclusive
-// create of an existing key is AlreadyExists; a missing object is NotFound,
-// and deleting it is no error.
+// TestBucketsAlike runs the stores' conformance suite (internal/storetest)
+// on file:// and mem://; each driver runs it in its own package.
 func TestBucketsAlike(t *testing.T) {
-	ctx := context.Background()
-	s, err := s3test.Start("bkt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for _, uri := range []string{"file://" + t.TempDir(), "mem://alike/t", s.URI("bkt", "t")} {
-		t.Run(strings.SplitN(uri, ":", 2)[0], func(t *testing.T) {
-			loc, err := store.OpenCreate(ctx, uri)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer loc.Close()
-			key := loc.Join
-			data := []byte("0123456789abcdef")
-			if err := loc.WriteAll(ctx, key("obj"), data, store.WriterOptions{ContentType: "text/plain"}); err != nil {
-				t.Fatal(err)
-			}
-			obj, err := loc.Stat(ctx, key("obj"))
-			if err != nil || obj.Size != int64(len(data)) || obj.Key != key("obj") || obj.ModTime.IsZero() {
-				t.Fatalf("Stat: %+v, %v", obj, err)
-			}
-			if got, err := loc.ReadAll(ctx, key("obj")); err != nil || !bytes.Equal(got, data) {
-				t.Fatalf("ReadAll: %q, %v", got, err)
-			}
-			buf := make([]byte, 5)
-			if _, err := loc.NewReaderAt(ctx, obj).ReadAt(buf, 10); err != nil || string(buf) != "abcde" {
-				t.Fatalf("ReadAt: %q, %v", buf, err)
-			}
-			// A rewrite with as many bytes: a pinned read fails with Changed,
-			// or on file:// returns the pinned bytes (it reads the file it
-			// holds open, which the rename of the rewrite leaves as it was),
-			// never the new bytes.
-			if err := loc.WriteAll(ctx, key("obj"), bytes.ToUpper(data), store.WriterOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			clear(buf)
-			_, err = loc.NewReaderAt(ctx, obj).ReadAt(buf, 10)
-			switch {
-			case errcode.Of(err) == errcode.Changed:
-			case strings.HasPrefix(uri, "file:") && err == nil && string(buf) == "abcde":
-			default:
-				t.Errorf("pinned read of a rewritten object: %q, %v; want Changed (or, on file://, the pinned bytes)", buf, err)
-			}
-
-			keys := []string{key("l/a-b"), key("l/a/b"), key("l/a/c")}
-			for i := range 1001 {
-				keys = append(keys, key(fmt.Sprintf("l/n/%04d", i)))
-			}
-			for _, k := range keys {
-				if err := loc.WriteAll(ctx, k, []byte(k), store.WriterOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			listed, err := loc.List(ctx, key("l/"), 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([]string, len(listed))
-			for i, o := range listed {
-				got[i] = o.Key
-				if o.Size != int64(len(o.Key)) || o.ModTime.IsZero() {
-					t.Fatalf("listed %+v", o)
-				}
-			}
-			if !slices.Equal(got, keys) {
-				t.Errorf("listed %d keys %v…, want %d %v…", len(got), got[:min(4, len(got))], len(keys), keys[:4])
-			}
-
-			err = loc.CreateExclusive(ctx, key("l/a-b"), []byte("another writer's"))
-			if errcode.Of(err) != errcode.AlreadyExists {
-				t.Errorf("exclusive create of an existing key: %v, want AlreadyExists", err)
-			}
-			if err := loc.CreateExclusive(ctx, key("new"), []byte("mine")); err != nil {
-				t.Errorf("exclusive create of a new key: %v", err)
-			}
-			if _, err := loc.Stat(ctx, key("missing")); errcode.Of(err) != errcode.NotFound {
-				t.Errorf("Stat of a missing object: %v, want NotFound", err)
-			}
-			if err := loc.Delete(ctx, key("obj")); err != nil {
-				t.Fatal(err)
-			}
-			if err := loc.Delete(ctx, key("obj")); err != nil {
-				t.Errorf("deleting a deleted object: %v", err)
-			}
-			if _, err := loc.ReadAll(ctx, key("obj")); errcode.Of(err) != errcode.NotFound {
-				t.Errorf("reading a deleted object: %v, want NotFound", err)
-			}
-		})
+	for _, uri := range []string{"file://" + t.TempDir(), "mem://alike/t"} {
+		t.Run(strings.SplitN(uri, ":", 2)[0], func(t *testing.T) { storetest.Run(t, uri) })
 	}
 }
 

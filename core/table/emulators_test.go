@@ -1,7 +1,6 @@
 package table_test
 
 import (
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,11 +10,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fsouza/fake-gcs-server/fakestorage"
-
 	"github.com/croupier-data/croupier/core/store"
 	_ "github.com/croupier-data/croupier/drivers/azure" // azblob://
 	_ "github.com/croupier-data/croupier/drivers/gcs"   // gs://
+	"github.com/croupier-data/croupier/internal/gcsfake"
 )
 
 // readConditions records the conditions that reads (GET requests) carried,
@@ -73,33 +71,14 @@ func (rc *readConditions) proxy(t *testing.T, host string) string {
 
 func newReadConditions() *readConditions { return &readConditions{byKey: map[string][]string{}} }
 
-// startGCS serves fake-gcs-server, holding the empty bucket bkt, on a
-// loopback port for the rest of t, points the gcs driver at it
-// (STORAGE_EMULATOR_HOST), and records the conditions of its reads.
-//
-// fake-gcs-server checks generation preconditions on uploads only: a read
-// whose generation-match precondition fails is served anyway. What stops
-// croupier from using such a read is its second check, of the generation the
-// answer reports (core/store's observed); against GCS itself the
-// precondition fails first. conditioned shows that reads carry it.
+// startGCS serves fake-gcs-server (internal/gcsfake), holding the empty
+// bucket bkt, for the rest of t, points the gcs driver at it, and records
+// the conditions of its reads: fake-gcs-server checks none, and conditioned
+// shows that reads carry them (against GCS itself a failed precondition
+// fails the read first).
 func startGCS(t *testing.T) *readConditions {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := l.Addr().String()
-	fake, err := fakestorage.NewServerWithOptions(fakestorage.Options{NoListener: true, Scheme: "http",
-		ExternalURL: "http://" + host, PublicHost: host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fake.Stop)
-	fake.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "bkt"})
 	rc := newReadConditions()
-	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: rc.wrap(fake.HTTPHandler())}}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	t.Setenv("STORAGE_EMULATOR_HOST", host)
+	gcsfake.Start(t, "bkt", rc.wrap)
 	return rc
 }
