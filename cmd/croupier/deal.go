@@ -122,6 +122,100 @@ type whichOutput struct {
 }
 
 func dealCmd(ctx context.Context, e *env, args []string) error {
+	a, err := parseDeal(e, args)
+	if err != nil {
+		return err
+	}
+	if a.ckptPath != "" {
+		data, err := os.ReadFile(a.ckptPath)
+		if err != nil {
+			return errcode.Wrap(err, errcode.NotFound, "read checkpoint", a.ckptPath)
+		}
+		switch {
+		case isFollow(data):
+			return a.dealFollow(ctx, e, data)
+		case isMixture(data):
+			return dealMixture(ctx, e, data, a.ckptPath, mixtureFlags{step: a.step, stepSet: a.set["step"], steps: a.steps, w: a.w, rank: a.rank,
+				dropLast: a.dropLast, dropLastSet: a.set["drop-last"], columns: a.columns, asJSON: a.asJSON, cache: a.cache})
+		}
+		if err := a.fromCheckpoint(data); err != nil {
+			return err
+		}
+	} else if err := a.checkWithoutCheckpoint(); err != nil {
+		return err
+	}
+	if err := a.check(); err != nil {
+		return err
+	}
+	t, order, closeOrder, err := openDealt(ctx, a.permURI, a.splitName, a.tableURI, a.version, a.cache)
+	if err != nil {
+		return err
+	}
+	defer closeOrder()
+	l0, err := loader.New(t, order, loader.Options{GlobalBatchSize: a.g, NumSplits: a.s, TokensPerStep: a.tokens, Oversize: a.oversize,
+		WorldSize: a.w, ShuffleSeed: a.seed, DropLast: a.dropLast})
+	if err != nil {
+		return err
+	}
+	defer l0.Close()
+	if a.ckpt != nil {
+		// The next step after the checkpoint, once it is known to come from
+		// a run dealing what l0 deals.
+		if a.epoch, a.step, err = l0.Resume(ctx, *a.ckpt); err != nil {
+			return errcode.Wrap(err, errcode.InvalidArgument, "deal", a.ckptPath)
+		}
+		if a.steps != nil {
+			a.epoch = a.ckpt.Epoch // --steps looks back over the checkpoint's epoch
+		}
+	}
+	epochSteps, err := l0.EpochSteps(ctx, a.epoch)
+	if err != nil {
+		return err
+	}
+	out := dealOutput{OrderID: order.ID(), TableURI: t.URI(), TableVersion: t.Version(), NumRows: order.Len(),
+		GlobalBatchSize: l0.Options().GlobalBatchSize, NumSplits: l0.Options().NumSplits,
+		TokensPerStep: l0.Options().TokensPerStep, Oversize: l0.Options().Oversize, WorldSize: l0.Options().WorldSize, ShuffleSeed: a.seed, DropLast: a.dropLast,
+		Epoch: a.epoch, Step: a.step, StepsPerEpoch: epochSteps, Ranks: []dealRank{}}
+	switch {
+	case a.set["which-steps"] || a.set["row"]:
+		return a.dealWhich(ctx, e, t, l0, out)
+	case a.steps != nil:
+		return a.dealSteps(ctx, e, l0, out)
+	}
+	if out.Ranks, err = stepRanks(ctx, l0, a.epoch, a.step, a.rank, a.columns); err != nil {
+		return err
+	}
+	if a.asJSON {
+		return writeJSON(e.stdout, out)
+	}
+	out.printHead(e)
+	fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", out.Epoch, out.Step)
+	printRanks(e, out.Ranks, a.columns, "")
+	return nil
+}
+
+// dealArgs are the arguments of croupier deal, as given and as a
+// checkpoint completes them; set holds the names of the flags given.
+type dealArgs struct {
+	permURI, splitName, tableURI string
+	version, g, s, tokens        int64
+	oversize                     string
+	w, rank, epoch, step         int64
+	seed                         uint64
+	dropLast, asJSON             bool
+	stepsFlag, which             string
+	column, value                string // of --which-steps COLUMN=VALUE
+	rowID                        int64
+	columns                      []string
+	ckptPath                     string
+	ckpt                         *loader.Checkpoint // read from ckptPath, unless it is a mixture's or following's
+	steps                        *stepRange         // of --steps, if given
+	cache                        *blockcache.Cache
+	set                          map[string]bool
+}
+
+// parseDeal parses deal's flags.
+func parseDeal(e *env, args []string) (*dealArgs, error) {
 	fs, asJSON := newFlags(e, "deal",
 		"deal (--perm PERM_URI [--split NAME] | --table TABLE_URI [--version N]) (--global-batch-size G | --tokens-per-step N) --step T [flags]\n"+
 			"       croupier deal --checkpoint FILE.json [--perm PERM_URI [--split NAME] | --table TABLE_URI] [flags]\n"+
@@ -145,206 +239,180 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 	rowID := fs.Int64("row", -1, "with --checkpoint: the steps up to it that trained on row ID")
 	cacheDir := cacheFlag(fs)
 	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
+		return nil, err
 	}
 	cache, err := openCache(*cacheDir)
 	if err != nil {
+		return nil, err
+	}
+	a := &dealArgs{permURI: *permURI, splitName: *splitName, tableURI: *tableURI, version: *version, g: *g, s: *s,
+		tokens: *tokens, oversize: *oversize, w: *w, rank: *rank, epoch: *epoch, step: *step, seed: *seed,
+		dropLast: *dropLast, asJSON: *asJSON, stepsFlag: *stepsFlag, which: *which, rowID: *rowID,
+		columns: splitList(*columns), ckptPath: *ckptPath, cache: cache, set: map[string]bool{}}
+	fs.Visit(func(f *flag.Flag) { a.set[f.Name] = true })
+	a.column, a.value, _ = strings.Cut(a.which, "=")
+	if a.set["steps"] {
+		r, err := parseSteps(a.stepsFlag)
+		if err != nil {
+			return nil, err
+		}
+		if a.set["step"] || a.set["which-steps"] || a.set["row"] {
+			return nil, usagef("deal: --steps goes without --step, --which-steps and --row")
+		}
+		a.steps = &r
+	}
+	if a.ckptPath != "" {
+		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch"} {
+			if a.set[n] {
+				return nil, usagef("deal: --%s comes from the checkpoint; do not give it with --checkpoint", n)
+			}
+		}
+		if a.set["which-steps"] && a.set["row"] {
+			return nil, usagef("deal: give one of --which-steps and --row")
+		}
+		if _, _, hasValue := strings.Cut(a.which, "="); a.set["which-steps"] && (!hasValue || a.column == "") {
+			return nil, usagef("deal: --which-steps %q: want COLUMN=VALUE", a.which)
+		}
+		if a.set["row"] && a.rowID < 0 {
+			return nil, usagef("deal: --row is %d; it must be at least 0", a.rowID)
+		}
+	}
+	return a, nil
+}
+
+// dealFollow deals from following's checkpoint data.
+func (a *dealArgs) dealFollow(ctx context.Context, e *env, data []byte) error {
+	for _, n := range []string{"perm", "split", "table", "version", "drop-last"} {
+		if a.set[n] {
+			return usagef("deal: --%s does not apply to following's checkpoint: it names its table, and deals whole steps", n)
+		}
+	}
+	return dealFollow(ctx, e, data, a.ckptPath, followFlags{step: a.step, stepSet: a.set["step"], steps: a.steps, w: a.w, rank: a.rank,
+		columns: a.columns, column: a.column, value: a.value, row: a.rowID, asJSON: a.asJSON, cache: a.cache})
+}
+
+// fromCheckpoint takes what the epoch checkpoint data says of the run: its
+// batch or token budget, splits, seed and epoch, and what it dealt from
+// where no --perm or --table says.
+func (a *dealArgs) fromCheckpoint(data []byte) error {
+	if a.set["step"] {
+		return usagef("deal: --step comes from the checkpoint; do not give it with --checkpoint (but for a mixture's or following's)")
+	}
+	c, err := loader.ParseCheckpoint(data, a.ckptPath)
+	if err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var steps *stepRange
-	if set["steps"] {
-		r, err := parseSteps(*stepsFlag)
-		if err != nil {
+	a.ckpt = &c
+	a.g, a.s, a.seed, a.epoch = c.GlobalBatchSize, c.NumSplits, c.ShuffleSeed, c.Epoch
+	a.tokens, a.oversize = c.TokensPerStep, c.Oversize
+	if a.permURI == "" && a.tableURI == "" {
+		var split string
+		if a.permURI, split, a.tableURI, err = dealtBy(c, a.ckptPath); err != nil {
 			return err
 		}
-		if set["step"] || set["which-steps"] || set["row"] {
-			return usagef("deal: --steps goes without --step, --which-steps and --row")
+		if a.splitName == "" {
+			a.splitName = split
 		}
-		steps = &r
 	}
+	return nil
+}
 
-	var ckpt *loader.Checkpoint
-	column, value, hasValue := strings.Cut(*which, "=")
-	if *ckptPath != "" {
-		for _, n := range []string{"global-batch-size", "num-splits", "tokens-per-step", "oversize", "shuffle-seed", "epoch"} {
-			if set[n] {
-				return usagef("deal: --%s comes from the checkpoint; do not give it with --checkpoint", n)
-			}
-		}
-		if set["which-steps"] && set["row"] {
-			return usagef("deal: give one of --which-steps and --row")
-		}
-		if set["which-steps"] && (!hasValue || column == "") {
-			return usagef("deal: --which-steps %q: want COLUMN=VALUE", *which)
-		}
-		if set["row"] && *rowID < 0 {
-			return usagef("deal: --row is %d; it must be at least 0", *rowID)
-		}
-		data, err := os.ReadFile(*ckptPath)
-		if err != nil {
-			return errcode.Wrap(err, errcode.NotFound, "read checkpoint", *ckptPath)
-		}
-		if isFollow(data) {
-			for _, n := range []string{"perm", "split", "table", "version", "drop-last"} {
-				if set[n] {
-					return usagef("deal: --%s does not apply to following's checkpoint: it names its table, and deals whole steps", n)
-				}
-			}
-			return dealFollow(ctx, e, data, *ckptPath, followFlags{step: *step, stepSet: set["step"], steps: steps, w: *w, rank: *rank,
-				columns: splitList(*columns), column: column, value: value, row: *rowID, asJSON: *asJSON, cache: cache})
-		}
-		if isMixture(data) {
-			return dealMixture(ctx, e, data, *ckptPath, mixtureFlags{step: *step, stepSet: set["step"], steps: steps, w: *w, rank: *rank,
-				dropLast: *dropLast, dropLastSet: set["drop-last"], columns: splitList(*columns), asJSON: *asJSON, cache: cache})
-		}
-		if set["step"] {
-			return usagef("deal: --step comes from the checkpoint; do not give it with --checkpoint (but for a mixture's or following's)")
-		}
-		c, err := loader.ParseCheckpoint(data, *ckptPath)
-		if err != nil {
-			return err
-		}
-		ckpt = &c
-		*g, *s, *seed, *epoch = c.GlobalBatchSize, c.NumSplits, c.ShuffleSeed, c.Epoch
-		*tokens, *oversize = c.TokensPerStep, c.Oversize
-		if *permURI == "" && *tableURI == "" {
-			var split string
-			if *permURI, split, *tableURI, err = dealtBy(c, *ckptPath); err != nil {
-				return err
-			}
-			if *splitName == "" {
-				*splitName = split
-			}
-		}
-	} else {
-		if set["which-steps"] || set["row"] {
-			return usagef("deal: --which-steps and --row look back from a --checkpoint")
-		}
-		if set["global-batch-size"] == set["tokens-per-step"] {
-			return usagef("deal: give one of --global-batch-size and --tokens-per-step")
-		}
-		if *step < 0 && steps == nil {
-			return usagef("deal: --step or --steps is required (or --checkpoint)")
-		}
+// checkWithoutCheckpoint checks what a deal without --checkpoint needs.
+func (a *dealArgs) checkWithoutCheckpoint() error {
+	switch {
+	case a.set["which-steps"] || a.set["row"]:
+		return usagef("deal: --which-steps and --row look back from a --checkpoint")
+	case a.set["global-batch-size"] == a.set["tokens-per-step"]:
+		return usagef("deal: give one of --global-batch-size and --tokens-per-step")
+	case a.step < 0 && a.steps == nil:
+		return usagef("deal: --step or --steps is required (or --checkpoint)")
 	}
-	if (*permURI == "") == (*tableURI == "") {
+	return nil
+}
+
+// check checks the arguments of a deal from a permutation or table, and
+// has token-budget steps deal every row unless --drop-last says otherwise.
+func (a *dealArgs) check() error {
+	switch {
+	case (a.permURI == "") == (a.tableURI == ""):
 		return usagef("deal: give exactly one of --perm and --table")
-	}
-	if *splitName != "" && *permURI == "" {
+	case a.splitName != "" && a.permURI == "":
 		return usagef("deal: --split needs --perm")
-	}
-	if *version != 0 && *tableURI == "" {
+	case a.version != 0 && a.tableURI == "":
 		return usagef("deal: --version needs --table")
 	}
-
 	least := int64(1) // of the global batch size, or of the token budget
-	if *tokens != 0 {
+	if a.tokens != 0 {
 		least = 0
-		if !set["drop-last"] {
-			*dropLast = false // token-budget steps deal every row
+		if !a.set["drop-last"] {
+			a.dropLast = false // token-budget steps deal every row
 		}
 	}
 	for _, f := range []struct {
 		name     string
 		v, least int64
-	}{{"global-batch-size", *g, least}, {"tokens-per-step", *tokens, 1 - least}, {"num-splits", *s, 0}, {"world-size", *w, 1}, {"epoch", *epoch, 0}} {
+	}{{"global-batch-size", a.g, least}, {"tokens-per-step", a.tokens, 1 - least}, {"num-splits", a.s, 0}, {"world-size", a.w, 1}, {"epoch", a.epoch, 0}} {
 		if f.v < f.least {
 			return usagef("deal: --%s is %d; it must be at least %d", f.name, f.v, f.least)
 		}
 	}
-	if *rank >= *w {
-		return usagef("deal: --rank %d is not in [0, %d): --world-size is %d", *rank, *w, *w)
+	if a.rank >= a.w {
+		return usagef("deal: --rank %d is not in [0, %d): --world-size is %d", a.rank, a.w, a.w)
 	}
+	return nil
+}
 
-	t, order, closeOrder, err := openDealt(ctx, *permURI, *splitName, *tableURI, *version, cache)
+// dealWhich prints the steps up to the checkpoint that trained on the rows
+// --which-steps or --row asks about.
+func (a *dealArgs) dealWhich(ctx context.Context, e *env, t *table.Table, l0 *loader.Loader, out dealOutput) error {
+	ids, err := askedRows(ctx, t, a.column, a.value, a.rowID)
 	if err != nil {
 		return err
 	}
-	defer closeOrder()
-	opts := loader.Options{GlobalBatchSize: *g, NumSplits: *s, TokensPerStep: *tokens, Oversize: *oversize,
-		WorldSize: *w, ShuffleSeed: *seed, DropLast: *dropLast}
-	l0, err := loader.New(t, order, opts)
+	out.Epoch, out.Step = a.ckpt.Epoch, a.ckpt.StepsConsumed
+	found, err := trainedOn(ctx, l0, ids, a.ckpt.Epoch, a.ckpt.StepsConsumed)
 	if err != nil {
 		return err
 	}
-	defer l0.Close()
-	if ckpt != nil {
-		// The next step after the checkpoint, once it is known to come from
-		// a run dealing what l0 deals.
-		if *epoch, *step, err = l0.Resume(ctx, *ckpt); err != nil {
-			return errcode.Wrap(err, errcode.InvalidArgument, "deal", *ckptPath)
-		}
+	if a.asJSON {
+		return writeJSON(e.stdout, whichOutput{dealOutput: out, Rows: ids, Trained: found})
 	}
-	if steps != nil && ckpt != nil {
-		*epoch = ckpt.Epoch // --steps looks back over the checkpoint's epoch
+	fmt.Fprintf(e.stdout, "%s of %s version %s: %d rows\n", out.OrderID, out.TableURI, out.TableVersion, out.NumRows)
+	fmt.Fprintf(e.stdout, "%d rows asked about; steps that trained on them up to epoch %d, step %d (W=%d):\n",
+		len(ids), a.ckpt.Epoch, a.ckpt.StepsConsumed, out.WorldSize)
+	for _, tr := range found {
+		fmt.Fprintf(e.stdout, "row %d: epoch %d step %d rank %d\n", tr.RowID, tr.Epoch, tr.Step, tr.Rank)
 	}
-	epochSteps, err := l0.EpochSteps(ctx, *epoch)
-	if err != nil {
-		return err
+	return nil
+}
+
+// dealSteps prints the steps of --steps: to the checkpoint's steps consumed
+// by default, or to the epoch's end.
+func (a *dealArgs) dealSteps(ctx context.Context, e *env, l0 *loader.Loader, out dealOutput) error {
+	def := out.StepsPerEpoch
+	if a.ckpt != nil {
+		def = a.ckpt.StepsConsumed
 	}
-	out := dealOutput{OrderID: order.ID(), TableURI: t.URI(), TableVersion: t.Version(), NumRows: order.Len(),
-		GlobalBatchSize: l0.Options().GlobalBatchSize, NumSplits: l0.Options().NumSplits,
-		TokensPerStep: l0.Options().TokensPerStep, Oversize: l0.Options().Oversize, WorldSize: l0.Options().WorldSize, ShuffleSeed: *seed, DropLast: *dropLast,
-		Epoch: *epoch, Step: *step, StepsPerEpoch: epochSteps, Ranks: []dealRank{}}
-	if set["which-steps"] || set["row"] {
-		ids, err := askedRows(ctx, t, column, value, *rowID)
+	to := a.steps.end(def)
+	if to > out.StepsPerEpoch {
+		return usagef("deal: --steps %s: epoch %d has %d steps", a.stepsFlag, a.epoch, out.StepsPerEpoch)
+	}
+	so := stepsOutput{dealOutput: out, Steps: []dealStep{}}
+	for at := a.steps.from; at < to; at++ {
+		ranks, err := stepRanks(ctx, l0, a.epoch, at, a.rank, a.columns)
 		if err != nil {
 			return err
 		}
-		out.Epoch, out.Step = ckpt.Epoch, ckpt.StepsConsumed
-		found, err := trainedOn(ctx, l0, ids, ckpt.Epoch, ckpt.StepsConsumed)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, whichOutput{dealOutput: out, Rows: ids, Trained: found})
-		}
-		fmt.Fprintf(e.stdout, "%s of %s version %s: %d rows\n", out.OrderID, out.TableURI, out.TableVersion, out.NumRows)
-		fmt.Fprintf(e.stdout, "%d rows asked about; steps that trained on them up to epoch %d, step %d (W=%d):\n",
-			len(ids), ckpt.Epoch, ckpt.StepsConsumed, out.WorldSize)
-		for _, tr := range found {
-			fmt.Fprintf(e.stdout, "row %d: epoch %d step %d rank %d\n", tr.RowID, tr.Epoch, tr.Step, tr.Rank)
-		}
-		return nil
+		so.Steps = append(so.Steps, dealStep{Epoch: a.epoch, Step: at, Ranks: ranks})
 	}
-	if steps != nil {
-		def := epochSteps
-		if ckpt != nil {
-			def = ckpt.StepsConsumed
-		}
-		to := steps.end(def)
-		if to > epochSteps {
-			return usagef("deal: --steps %s: epoch %d has %d steps", *stepsFlag, *epoch, epochSteps)
-		}
-		so := stepsOutput{dealOutput: out, Steps: []dealStep{}}
-		for at := steps.from; at < to; at++ {
-			ranks, err := stepRanks(ctx, l0, *epoch, at, *rank, splitList(*columns))
-			if err != nil {
-				return err
-			}
-			so.Steps = append(so.Steps, dealStep{Epoch: *epoch, Step: at, Ranks: ranks})
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, so)
-		}
-		out.printHead(e)
-		for _, st := range so.Steps {
-			fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", st.Epoch, st.Step)
-			printRanks(e, st.Ranks, splitList(*columns), "")
-		}
-		return nil
-	}
-	if out.Ranks, err = stepRanks(ctx, l0, *epoch, *step, *rank, splitList(*columns)); err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(e.stdout, out)
+	if a.asJSON {
+		return writeJSON(e.stdout, so)
 	}
 	out.printHead(e)
-	fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", out.Epoch, out.Step)
-	printRanks(e, out.Ranks, splitList(*columns), "")
+	for _, st := range so.Steps {
+		fmt.Fprintf(e.stdout, "epoch %d, step %d:\n", st.Epoch, st.Step)
+		printRanks(e, st.Ranks, a.columns, "")
+	}
 	return nil
 }
 
