@@ -346,124 +346,149 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		ramp = 1
 	}
 	for len(steps) > 0 {
-		// Take steps while their rows fit the budget, at least one, and no
-		// more than the ramp allows; ends[i] is where step i's rows end in
-		// ids. rowBytes is guessed from the first row: a step of a grouped
-		// deal or of token budgets may give this rank none. large is the
-		// bytes of the large pages the steps' rows need (table.LargeRows),
-		// beside their rows at rowBytes each.
-		var ids []uint64
-		var places []Place
-		var ends []int
-		var rowBytes, large int64
-		counted := map[table.LargePage]bool{}
-		full := false // the budget, not the ramp or the steps, ended the horizon
-		for len(ends) < min(len(steps), ramp) {
-			more, err := d.Batch(ctx, order, steps[len(ends)], l.opts.Rank)
-			if err != nil {
-				return err
-			}
-			var placed []Place
-			if own != nil {
-				more, placed = own.keep(more, int32(len(ends)))
-			}
-			if rowBytes == 0 && len(more) > 0 {
-				groups, err := s.reader.Groups(more[:1])
-				if err != nil {
-					return err
-				}
-				if rowBytes, err = s.reader.GuessRowBytes(ctx, groups[0]); err != nil {
-					return err
-				}
-			}
-			extra, err := s.reader.LargeRows(ctx, more, counted)
-			if err != nil {
-				return err
-			}
-			if len(ends) > 0 && int64(len(ids)+len(more))*rowBytes+large+extra > s.budget.Limit() {
-				full = true
-				break
-			}
-			large += extra
-			if ids == nil && len(more) > 0 {
-				// Room for the rows the horizon will take, as far as the
-				// first step tells: growing by doubling copied a table-wide
-				// horizon's ids several times over, in fresh memory, and
-				// the collector spun waiting for each copy to end.
-				fit := s.budget.Limit()/max(rowBytes, 1)/int64(len(more)) + 1
-				ids = make([]uint64, 0, min(int64(len(steps)), fit)*int64(len(more)))
-				if own != nil {
-					places = make([]Place, 0, cap(ids))
-				}
-			}
-			ids = append(ids, more...)
-			places = append(places, placed...)
-			ends = append(ends, len(ids))
-		}
-		if ramp < len(steps) {
-			lat, known := l.table.ReadLatency()
-			ramp = nextRamp(ramp, len(steps), int64(len(ids)), int64(perPage), l.table.NumRows(), known && lat < rampLatency)
-		}
-		if full { // not the last: end it where fewest pages are decoded twice
-			if seen == nil {
-				seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
-			}
-			c := horizonEnd(ids, ends, perPage, seen)
-			ids, ends = ids[:ends[c-1]], ends[:c]
-			if places != nil {
-				places = places[:len(ids)]
-			}
-		}
-		n := len(ends)
-		kept, err := s.reader.Keep(ctx, ids, s.budget)
+		t, err := s.take(ctx, l, d, order, steps[:min(len(steps), ramp)], own)
 		if err != nil {
 			return err
 		}
-		if own != nil && places == nil {
-			places = []Place{} // a shared stream's batches have places, also when it deals none of their rows
+		if ramp < len(steps) {
+			lat, known := l.table.ReadLatency()
+			ramp = nextRamp(ramp, len(steps), int64(len(t.ids)), int64(perPage), l.table.NumRows(), known && lat < rampLatency)
 		}
-		h := &horizon{kept: kept, ids: ids, places: places}
+		if t.full { // not the last: end it where fewest pages are decoded twice
+			if seen == nil {
+				seen = make([]uint64, uint64(l.table.NumRows())/perPage/64+1)
+			}
+			t.cut(horizonEnd(t.ids, t.ends, perPage, seen))
+		}
+		kept, err := s.reader.Keep(ctx, t.ids, s.budget)
+		if err != nil {
+			return err
+		}
 		last = kept
 		s.mu.Lock()
 		s.kepts = append(s.kepts, kept)
 		s.mu.Unlock()
-		// Batches: one step each, or as many as fit coalesce bytes. Steps
-		// of a grouped deal vary in size and go one by one, so that a
-		// batch's rows say its step's.
-		per := 1
-		if coalesce > 0 && !l.deal.Grouped {
-			rows := l.RankBatchSize()
-			if own != nil {
-				rows = (rows + own.k - 1) / own.k
-			}
-			per = int(min(max(coalesce/max(rowBytes*rows, 1), 1), MaxCoalescedSteps))
-		}
-		from := 0
-		for i := 0; i < n; i += per {
-			j := min(i+per, n)
-			h.batches = append(h.batches, batch{steps: steps[i:j], from: from, to: ends[j-1]})
-			if own != nil { // places count steps from the horizon's first until now
-				for k := from; k < ends[j-1]; k++ {
-					places[k].Step -= int32(i)
-				}
-			}
-			from = ends[j-1]
-		}
-		h.left.Store(int64(len(h.batches)))
+		h := s.horizonOf(l, kept, t, steps, coalesce, own)
 		select {
 		case s.horizons <- h:
 		case <-ctx.Done():
 			return nil
 		}
-		s.horizon.Store(int64(n))
+		s.horizon.Store(int64(len(t.ends)))
 		s.planned.Add(1)
-		steps = steps[n:]
+		steps = steps[len(t.ends):]
 	}
 	if last != nil && last.Built(ctx) != nil {
 		return nil // canceled
 	}
 	close(s.decoded)
 	return nil
+}
+
+// taken is the rows of the steps a horizon takes: ends[i] is where step
+// i's rows end in ids (and places, with owners); rowBytes is the guessed
+// bytes of a row, from the first; full says the budget, not the ramp or the
+// steps, ended them.
+type taken struct {
+	ids      []uint64
+	places   []Place
+	ends     []int
+	rowBytes int64
+	full     bool
+}
+
+// cut keeps the first n steps.
+func (t *taken) cut(n int) {
+	t.ids, t.ends = t.ids[:t.ends[n-1]], t.ends[:n]
+	if t.places != nil {
+		t.places = t.places[:len(t.ids)]
+	}
+}
+
+// take takes steps, in order, while their rows fit the budget, at least
+// one. rowBytes is guessed from the first row: a step of a grouped deal or
+// of token budgets may give this rank none. Beside their rows at rowBytes
+// each, the steps are charged the bytes of the large pages their rows need
+// (table.LargeRows).
+func (s *Stream) take(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, own *owners) (taken, error) {
+	var t taken
+	var large int64
+	counted := map[table.LargePage]bool{}
+	for len(t.ends) < len(steps) {
+		more, err := d.Batch(ctx, order, steps[len(t.ends)], l.opts.Rank)
+		if err != nil {
+			return t, err
+		}
+		var placed []Place
+		if own != nil {
+			more, placed = own.keep(more, int32(len(t.ends)))
+		}
+		if t.rowBytes == 0 && len(more) > 0 {
+			groups, err := s.reader.Groups(more[:1])
+			if err != nil {
+				return t, err
+			}
+			if t.rowBytes, err = s.reader.GuessRowBytes(ctx, groups[0]); err != nil {
+				return t, err
+			}
+		}
+		extra, err := s.reader.LargeRows(ctx, more, counted)
+		if err != nil {
+			return t, err
+		}
+		if len(t.ends) > 0 && int64(len(t.ids)+len(more))*t.rowBytes+large+extra > s.budget.Limit() {
+			t.full = true
+			break
+		}
+		large += extra
+		if t.ids == nil && len(more) > 0 {
+			// Room for the rows the horizon will take, as far as the
+			// first step tells: growing by doubling copied a table-wide
+			// horizon's ids several times over, in fresh memory, and
+			// the collector spun waiting for each copy to end.
+			fit := s.budget.Limit()/max(t.rowBytes, 1)/int64(len(more)) + 1
+			t.ids = make([]uint64, 0, min(int64(len(steps)), fit)*int64(len(more)))
+			if own != nil {
+				t.places = make([]Place, 0, cap(t.ids))
+			}
+		}
+		t.ids = append(t.ids, more...)
+		t.places = append(t.places, placed...)
+		t.ends = append(t.ends, len(t.ids))
+	}
+	if own != nil && t.places == nil {
+		t.places = []Place{} // a shared stream's batches have places, also when it deals none of their rows
+	}
+	return t, nil
+}
+
+// horizonOf lays out the horizon of the steps t took, the first of steps,
+// whose rows kept holds, as batches: one step each, or as many as fit
+// coalesce bytes. Steps of a grouped deal vary in size and go one by one,
+// so that a batch's rows say its step's.
+func (s *Stream) horizonOf(l *Loader, kept *table.Kept, t taken, steps []int64, coalesce int64, own *owners) *horizon {
+	h := &horizon{kept: kept, ids: t.ids, places: t.places}
+	per := 1
+	if coalesce > 0 && !l.deal.Grouped {
+		rows := l.RankBatchSize()
+		if own != nil {
+			rows = (rows + own.k - 1) / own.k
+		}
+		per = int(min(max(coalesce/max(t.rowBytes*rows, 1), 1), MaxCoalescedSteps))
+	}
+	n, from := len(t.ends), 0
+	for i := 0; i < n; i += per {
+		j := min(i+per, n)
+		h.batches = append(h.batches, batch{steps: steps[i:j], from: from, to: t.ends[j-1]})
+		if own != nil { // places count steps from the horizon's first until now
+			for k := from; k < t.ends[j-1]; k++ {
+				t.places[k].Step -= int32(i)
+			}
+		}
+		from = t.ends[j-1]
+	}
+	h.left.Store(int64(len(h.batches)))
+	return h
 }
 
 // produce starts one read per batch, at most ReadAhead at a time (the
