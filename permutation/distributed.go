@@ -33,6 +33,10 @@ import (
 // rank, removing its own spill; no rank waits for a report that never comes
 // but for one whose process dies, which the caller's collective detects.
 
+// rankFault, when tests set it, is called before each step of each rank;
+// the step fails with its error.
+var rankFault func(rank, step int) error
+
 // RankOptions place a rank among the ranks of a build.
 type RankOptions struct {
 	Rank, World int
@@ -136,7 +140,13 @@ func (r *Rank) Next(ctx context.Context, gathered [][]byte) ([]byte, error) {
 	step := r.next
 	r.next++
 	out := rankReport{Rank: r.b.rank, Step: step}
-	data, err := r.steps[step](ctx, reports)
+	var data any
+	if rankFault != nil {
+		err = rankFault(r.b.rank, step)
+	}
+	if err == nil {
+		data, err = r.steps[step](ctx, reports)
+	}
 	if err == nil {
 		out.Report, err = json.Marshal(data)
 	}
