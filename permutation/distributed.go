@@ -200,13 +200,14 @@ func (r *Rank) abandon(ctx context.Context) {
 func (r *Rank) Permutations() *Permutations { return r.p }
 
 // Close removes what is left of this rank's spill and releases the
-// location unless the permutation holds it.
-func (r *Rank) Close() {
+// location unless the permutation holds it. The permutation stays open.
+func (r *Rank) Close() error {
 	r.abandon(context.Background())
 	if r.loc != nil {
 		r.loc.Close()
 		r.loc = nil
 	}
+	return nil
 }
 
 type helloReport struct {

@@ -33,7 +33,7 @@ func buildRanks(t *testing.T, tb *table.Table, spec permutation.Spec, uri string
 			continue
 		}
 		ranks[i] = r
-		t.Cleanup(r.Close)
+		t.Cleanup(func() { r.Close() })
 	}
 	if errors.Join(errs...) != nil {
 		return nil, errs
