@@ -276,7 +276,7 @@ func (o *orderer[T]) shuffled(ctx context.Context, p int, sink splitSink[T]) err
 		if err := o.give(sink, p, whole, recs[:whole.n]); err != nil {
 			return err
 		}
-		tails[bk] = recs[whole.n:]
+		tails[bk] = slices.Clone(recs[whole.n:]) // not the whole bucket
 	}
 	for bk, tail := range segs.tail {
 		if err := o.give(sink, p, tail, tails[bk]); err != nil {

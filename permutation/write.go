@@ -13,7 +13,9 @@ import (
 	"github.com/croupier-data/croupier/internal/seal"
 )
 
-// write persists the split chunks, then the manifest. Chunks go under a
+// write persists the chunks of m's splits that this rank orders; the
+// manifest is written once every rank has written its (see Rank.commit),
+// and only then is the permutation there. Chunks go under a
 // folder named by the permutation's content ID, so a concurrent build of other
 // inputs at the same URI can never overwrite them: the loser of the manifest
 // race leaves only unreferenced chunks behind. Since that ID derives from
