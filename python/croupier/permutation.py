@@ -277,7 +277,9 @@ def _persist_ranks(
     failed or not (a failure travels in its report), so that no rank waits
     for another that gave up; each rank then raises the same error.
     """
-    dist = _torch.require("persist(group=...)").distributed
+    _torch.require("persist(group=...)")
+    import torch.distributed as dist
+
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     if rank < 0:
         raise InvalidArgumentError("persist(group=...): this process is not in the group")
