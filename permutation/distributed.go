@@ -132,6 +132,10 @@ func (r *Rank) Next(ctx context.Context, gathered [][]byte) ([]byte, error) {
 	reports, err := r.check(gathered)
 	if err != nil {
 		r.abandon(ctx)
+		if r.p != nil { // committed, but another rank failed to open it
+			r.p.Close()
+			r.p = nil
+		}
 		return nil, err
 	}
 	if r.next == len(r.steps) {
