@@ -98,7 +98,7 @@ import (
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
 // (python/croupier/_lib.py, ABI_VERSION).
-const abiVersion = 9
+const abiVersion = 10
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -759,14 +759,102 @@ func croupier_permutation_build(th C.uint64_t, specJSON, uri, optionsJSON *C.cha
 			holdHeap(held)
 			defer holdHeap(-held)
 		}
-		if progress != nil {
-			opts.Progress = func(p permutation.Progress) {
-				phase := C.CString(p.Phase)
-				defer C.free(unsafe.Pointer(phase))
-				C.croupier_call_progress(progress, phase, C.int64_t(p.Done), C.int64_t(p.Total), C.int64_t(p.Kept), C.int64_t(p.Bytes))
+		opts.Progress = buildProgress(progress)
+		return handleOut[*permutation.Permutations](out)(permutation.Build(callContext(), t, spec, C.GoString(uri), opts))
+	})
+}
+
+// buildProgress returns the Go callback that calls a build's C progress
+// callback, nil for NULL.
+func buildProgress(progress C.croupier_progress) func(permutation.Progress) {
+	if progress == nil {
+		return nil
+	}
+	return func(p permutation.Progress) {
+		phase := C.CString(p.Phase)
+		defer C.free(unsafe.Pointer(phase))
+		C.croupier_call_progress(progress, phase, C.int64_t(p.Done), C.int64_t(p.Total), C.int64_t(p.Kept), C.int64_t(p.Bytes))
+	}
+}
+
+// buildRank is a rank of a distributed build, open between the calls that
+// step it, holding its build's memory on the Go heap.
+type buildRank struct {
+	*permutation.Rank
+	held int64
+	done bool // whether the permutation was handed out
+}
+
+func (r *buildRank) Close() error {
+	defer holdHeap(-r.held)
+	return r.Rank.Close()
+}
+
+//export croupier_permutation_rank_open
+func croupier_permutation_rank_open(th C.uint64_t, specJSON, uri, optionsJSON *C.char, progress C.croupier_progress, out *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		t, err := lookup[*table.Table](uint64(th))
+		if err != nil {
+			return err
+		}
+		var spec permutation.Spec
+		if err := decodeJSON(specJSON, &spec, "permutation spec"); err != nil {
+			return err
+		}
+		var o struct {
+			Memory int64 `json:"memory"`
+			Rank   int   `json:"rank"`
+			World  int   `json:"world"`
+		}
+		if err := decodeJSON(optionsJSON, &o, "build options"); err != nil {
+			return err
+		}
+		opts := permutation.BuildOptions{Memory: o.Memory, Progress: buildProgress(progress)}
+		r, err := permutation.NewRank(callContext(), t, spec, C.GoString(uri), opts, permutation.RankOptions{Rank: o.Rank, World: o.World})
+		if err != nil {
+			return err
+		}
+		br := &buildRank{Rank: r, held: cmp.Or(o.Memory, permutation.DefaultBuildMemory)}
+		holdHeap(br.held)
+		*out = C.uint64_t(newHandle(br))
+		return nil
+	})
+}
+
+//export croupier_permutation_rank_next
+func croupier_permutation_rank_next(h C.uint64_t, gatheredJSON *C.char, report **C.char, perm *C.uint64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		r, err := lookup[*buildRank](uint64(h))
+		if err != nil {
+			return err
+		}
+		if r.done {
+			return errcode.New(errcode.InvalidArgument, "build permutation", "", "the build of this rank is over")
+		}
+		var gathered [][]byte
+		if gatheredJSON != nil {
+			var reports []json.RawMessage
+			if err := decodeJSON(gatheredJSON, &reports, "rank reports"); err != nil {
+				return err
+			}
+			for _, rep := range reports {
+				gathered = append(gathered, rep)
 			}
 		}
-		return handleOut[*permutation.Permutations](out)(permutation.Build(callContext(), t, spec, C.GoString(uri), opts))
+		rep, err := r.Next(callContext(), gathered)
+		switch {
+		case err != nil:
+			return err
+		case rep != nil:
+			*report = C.CString(string(rep))
+			return nil
+		}
+		if r.Permutations() == nil {
+			return errcode.New(errcode.InvalidArgument, "build permutation", "", "the build of this rank failed")
+		}
+		*report, r.done = nil, true
+		*perm = C.uint64_t(newHandle(r.Permutations()))
+		return nil
 	})
 }
 

@@ -72,26 +72,25 @@ const noSplit = -1
 // whose statistics rule the filter out. Its memory is bounded by
 // BuildOptions.Memory whatever the table's size, but with Spec.GroupBy and
 // with random and sequential splits, which hold every kept row (see
-// docs/spec.md, "Building in bounded memory").
+// docs/spec.md, "Building in bounded memory"). It is the distributed build
+// of one rank (see Rank).
 func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
-	start := time.Now()
-	b, err := newBuilder(ctx, t, spec, opts)
+	r, err := NewRank(ctx, t, spec, uri, opts, RankOptions{World: 1})
 	if err != nil {
 		return nil, err
 	}
-	loc, err := store.OpenCreate(ctx, uri)
-	if err != nil {
-		return nil, err
+	defer r.Close()
+	report, err := r.Next(ctx, nil)
+	for report != nil && err == nil {
+		report, err = r.Next(ctx, [][]byte{report})
 	}
-	m, err := b.build(ctx, loc)
 	if built != nil {
-		built(b.held)
+		built(r.b.held)
 	}
 	if err != nil {
-		loc.Close()
 		return nil, err
 	}
-	return b.commit(ctx, loc, m, start)
+	return r.Permutations(), nil
 }
 
 // newBuilder checks the spec and decides what to read.
@@ -128,43 +127,8 @@ func newBuilder(ctx context.Context, t *table.Table, spec Spec, opts BuildOption
 	if opts.Allocator == nil {
 		opts.Allocator = memory.DefaultAllocator
 	}
-	b := &builder{t: t, spec: spec, opts: opts}
+	b := &builder{t: t, spec: spec, opts: opts, world: 1}
 	return b, b.prepare()
-}
-
-// build scans the table into a spill under loc, writes the chunks and the
-// manifest, and removes the spill, whether it succeeded or not.
-func (b *builder) build(ctx context.Context, loc *store.Location) (Manifest, error) {
-	width := 8
-	if b.t.NumRows() <= narrowRows {
-		width = 4
-	}
-	sp, err := newSpill(ctx, loc, b.numParts(), b.numBuckets(), width, b.spec.Lengths != "", b.opts.Memory)
-	if err != nil {
-		return Manifest{}, err
-	}
-	// The spill is derived data of this build alone; objects a failed
-	// removal leaves are hidden (see spillDir) and named apart from any
-	// other build's.
-	defer sp.remove(ctx)
-	if err := b.scan(ctx, newRouter(b, sp)); err != nil {
-		return Manifest{}, err
-	}
-	if err := sp.finish(); err != nil {
-		return Manifest{}, err
-	}
-	var m Manifest
-	switch {
-	case width == 4 && sp.record == 4:
-		m, err = write(ctx, b, loc, &orderer[uint32]{b, sp, narrowIDs})
-	case width == 4:
-		m, err = write(ctx, b, loc, &orderer[uint64]{b, sp, packedIDs})
-	case sp.record == 8:
-		m, err = write(ctx, b, loc, &orderer[uint64]{b, sp, wideIDs})
-	default:
-		m, err = write(ctx, b, loc, &orderer[wideRecord]{b, sp, wideLengths})
-	}
-	return m, errcode.Wrap(err, errcode.Internal, "build permutation", loc.URI)
 }
 
 // commit opens the permutation just written and records the build beside it.
@@ -192,9 +156,11 @@ func (b *builder) commit(ctx context.Context, loc *store.Location, m Manifest, s
 }
 
 type builder struct {
-	t    *table.Table
-	spec Spec
-	opts BuildOptions
+	t           *table.Table
+	spec        Spec
+	opts        BuildOptions
+	rank, world int       // this build's rank of its ranks (see Rank)
+	jobs        []scanJob // the row groups this rank scans
 
 	filter  *expr.Expr // nil: keep every row
 	calc    *expr.Expr // split_calculated's expression
@@ -289,19 +255,42 @@ type scanJob struct {
 	first, rows int64
 }
 
-// scan visits every row group and routes its kept rows, in row id order,
-// to the spill. Row groups are scanned in parallel, scanWorkers at a time,
-// and routed in order, at most twice as many of them held at once.
-func (b *builder) scan(ctx context.Context, rt *router) error {
+// rankJobs returns the row groups that rank r of w scans: those whose
+// first row's index f in the table of N rows has ⌊f·w/N⌋ = r, a run of
+// consecutive row groups that holds about N/w rows (see docs/spec.md,
+// "Distributed builds"). It also returns the number of row groups.
+func rankJobs(t *table.Table, r, w int) ([]scanJob, int64) {
 	var jobs []scanJob
-	var first int64
-	for f, file := range b.t.Files() {
+	var first, all int64
+	for f, file := range t.Files() {
 		for g, n := range file.RowGroups {
-			jobs = append(jobs, scanJob{f, g, first, n})
+			var q uint64 // a table of no rows has only empty row groups, rank 0's
+			if t.NumRows() > 0 {
+				hi, lo := bits.Mul64(uint64(first), uint64(w))
+				q, _ = bits.Div64(hi, lo, uint64(t.NumRows()))
+			}
+			if int(q) == r {
+				jobs = append(jobs, scanJob{f, g, first, n})
+			}
 			first += n
+			all++
 		}
 	}
-	b.stats.rows, b.stats.groups = b.t.NumRows(), int64(len(jobs))
+	return jobs, all
+}
+
+// scan visits this rank's row groups and routes their kept rows, in row id
+// order, to the spill. Row groups are scanned in parallel, scanWorkers at a
+// time, and routed in order, at most twice as many of them held at once.
+func (b *builder) scan(ctx context.Context, rt *router) error {
+	jobs := b.jobs
+	b.stats.rows, b.stats.groups = 0, int64(len(jobs))
+	for _, j := range jobs {
+		b.stats.rows += j.rows
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
 	if len(b.columns) == 0 {
 		return b.scanNone(ctx, rt)
 	}
@@ -427,8 +416,8 @@ func (b *builder) take(res groupResult, rt *router) error {
 	return nil
 }
 
-// scanNone routes every row, unless a constant filter keeps none: a scan
-// that reads no column.
+// scanNone routes every row of this rank's row groups, unless a constant
+// filter keeps none: a scan that reads no column.
 func (b *builder) scanNone(ctx context.Context, rt *router) error {
 	if b.filter != nil {
 		keep, err := b.constantFilter(ctx)
@@ -438,7 +427,8 @@ func (b *builder) scanNone(ctx context.Context, rt *router) error {
 			return err
 		}
 	}
-	for id := range uint64(b.stats.rows) {
+	first := uint64(b.jobs[0].first)
+	for id := first; id < first+uint64(b.stats.rows); id++ {
 		if err := rt.route(0, id, 0); err != nil {
 			return err
 		}

@@ -16,3 +16,15 @@ func SetWideIDs() (restore func()) {
 	narrowRows = -1
 	return func() { narrowRows = n }
 }
+
+// SetRankFault makes step step of rank rank of distributed builds fail with
+// err, until the returned function restores them.
+func SetRankFault(rank, step int, err error) (restore func()) {
+	rankFault = func(r, s int) error {
+		if r == rank && s == step {
+			return err
+		}
+		return nil
+	}
+	return func() { rankFault = nil }
+}

@@ -63,11 +63,14 @@ type router struct {
 	sp    *spill
 	keys  []uint64 // the bucket key of each part
 	clump int64    // rows per unit: the shuffle's clump size, or 1
-	pos   []int64  // the rows routed to each part so far
+	pos   []int64  // the rows routed to each part so far, from the split's first
 }
 
-func newRouter(b *builder, sp *spill) *router {
+// newRouter returns a router to sp of the rows of each part p from its
+// row at[p] on (nil: from its first).
+func newRouter(b *builder, sp *spill, at []int64) *router {
 	r := &router{sp: sp, clump: 1, pos: make([]int64, b.numParts())}
+	copy(r.pos, at)
 	if sh := b.spec.Shuffle; sh != nil {
 		r.clump = max(sh.ClumpSize, 1)
 		for p := range r.pos {
@@ -130,18 +133,21 @@ var (
 	}
 )
 
-// splitSink takes each split's records in their final order: add, any
-// number of times, then end, split after split.
+// splitSink takes each split's records in their final order: add or skip,
+// any number of times, then end, split after split. skip passes over
+// records that this rank does not order (see orderer.need).
 type splitSink[T any] interface {
 	add(records []T) error
+	skip(n int64) error
 	end(groupStarts []uint64) error
 }
 
 // orderer reads the spill back and puts each split in its final order.
 type orderer[T any] struct {
-	b  *builder
-	sp *spill
-	l  layout[T]
+	b    *builder
+	sp   spills
+	l    layout[T]
+	segs map[int]segments // of each part, as owns finds them
 }
 
 // run gives sink every split's records in their final order.
@@ -154,12 +160,17 @@ func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
 		switch {
 		case len(o.b.spec.GroupBy) > 0:
 			err = o.grouped(ctx, p, sink)
+		case o.b.spec.Shuffle != nil && o.b.spec.Shuffle.Window == 0:
+			err = o.shuffled(ctx, p, sink)
+		case !o.need(p, 0, o.sp.count(p, 0)):
+			err = sink.skip(o.sp.count(p, 0))
+			if err == nil {
+				err = sink.end(nil)
+			}
 		case o.b.spec.Shuffle == nil:
 			err = o.stored(ctx, p, sink)
-		case o.b.spec.Shuffle.Window > 0:
-			err = o.windowed(ctx, p, sink)
 		default:
-			err = o.shuffled(ctx, p, sink)
+			err = o.windowed(ctx, p, sink)
 		}
 		if err != nil {
 			return err
@@ -244,26 +255,119 @@ func (o *orderer[T]) span(ctx context.Context, p int, from, to int64, out []T) (
 
 // shuffled gives part p's buckets, each shuffled, one after the other. Only
 // the split's last clump can be partial; it stays last, after every bucket.
+// A bucket none of whose records this rank orders is skipped unread.
 func (o *orderer[T]) shuffled(ctx context.Context, p int, sink splitSink[T]) error {
 	sh := *o.b.spec.Shuffle
-	clump := int(max(sh.ClumpSize, 1))
-	var tail []T
-	for bk := range o.sp.buckets {
+	segs := o.segments(p)
+	tails := make([][]T, o.sp.buckets)
+	for bk, whole := range segs.whole {
+		tail := segs.tail[bk]
+		if !o.need(p, whole.from, whole.n) && !o.need(p, tail.from, tail.n) {
+			if err := sink.skip(whole.n); err != nil {
+				return err
+			}
+			continue
+		}
 		recs, err := o.load(ctx, p, bk)
 		if err != nil {
 			return err
 		}
 		shuffle(recs, sh, NewRand(shuffleKey(sh.Seed, p, bk)))
-		whole := len(recs) - len(recs)%clump
-		if err := sink.add(recs[:whole]); err != nil {
+		if err := o.give(sink, p, whole, recs[:whole.n]); err != nil {
 			return err
 		}
-		tail = append(tail, recs[whole:]...)
+		tails[bk] = slices.Clone(recs[whole.n:]) // not the whole bucket
 	}
-	if err := sink.add(tail); err != nil {
-		return err
+	for bk, tail := range segs.tail {
+		if err := o.give(sink, p, tail, tails[bk]); err != nil {
+			return err
+		}
 	}
 	return sink.end(nil)
+}
+
+// give adds the records of segment s of part p to sink, or skips them when
+// this rank orders none of them.
+func (o *orderer[T]) give(sink splitSink[T], p int, s segment, recs []T) error {
+	if !o.need(p, s.from, s.n) {
+		return sink.skip(s.n)
+	}
+	return sink.add(recs)
+}
+
+// A segment is records of one bucket at positions from..from+n of its
+// split, and the rank that orders them.
+type segment struct {
+	from, n int64
+	rank    int
+}
+
+// segments are a split's segments: the whole clumps of each bucket, then
+// the rest of each (the partial last clump, which a single bucket has).
+type segments struct{ whole, tail []segment }
+
+// segments returns the segments of part p: with a full shuffle its
+// buckets', else its one bucket's. Bucket b of part p is ordered by rank
+// (p·B + b) mod W, of W ranks (see docs/spec.md, "Distributed builds").
+func (o *orderer[T]) segments(p int) segments {
+	var clump int64 = 1
+	if sh := o.b.spec.Shuffle; sh != nil && sh.Window == 0 {
+		clump = max(sh.ClumpSize, 1)
+	}
+	B := o.sp.buckets
+	var out segments
+	var at int64
+	for bk := range B {
+		n := o.sp.count(p, bk)
+		out.whole = append(out.whole, segment{at, n - n%clump, (p*B + bk) % o.b.world})
+		at += n - n%clump
+	}
+	for bk := range B {
+		n := o.sp.count(p, bk) % clump
+		out.tail = append(out.tail, segment{at, n, (p*B + bk) % o.b.world})
+		at += n
+	}
+	return out
+}
+
+// need reports whether this rank orders any of the records at positions
+// from..from+n of part p: whether any chunk that holds one is its own.
+func (o *orderer[T]) need(p int, from, n int64) bool {
+	if n == 0 {
+		return false
+	}
+	if o.b.world == 1 {
+		return true
+	}
+	for c := from / ChunkIDs; c <= (from+n-1)/ChunkIDs; c++ {
+		if o.owns(p, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// owns reports whether chunk c of part p is this rank's to digest and
+// write: whether it orders the segment that holds the chunk's first record.
+func (o *orderer[T]) owns(p int, c int64) bool {
+	if o.b.world == 1 {
+		return true
+	}
+	if o.segs == nil {
+		o.segs = map[int]segments{}
+	}
+	segs, ok := o.segs[p]
+	if !ok {
+		segs = o.segments(p)
+		o.segs[p] = segs
+	}
+	pos := c * ChunkIDs
+	for _, s := range append(segs.whole, segs.tail...) {
+		if pos >= s.from && pos < s.from+s.n {
+			return s.rank == o.b.rank
+		}
+	}
+	return false
 }
 
 // grouped gives part p's records with the rows of each group together, and
@@ -353,7 +457,7 @@ func (s *SplitSpec) unitSizes(kept int64) ([]int64, error) {
 }
 
 // splitNames returns the names of the splits.
-func (b *builder) splitNames(sp *spill) ([]string, error) {
+func (b *builder) splitNames(sp spills) ([]string, error) {
 	s := b.spec.Split
 	switch {
 	case s == nil:

@@ -2,9 +2,7 @@ package permutation
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"path"
 
@@ -59,15 +57,10 @@ const (
 // tables.
 var maxSpillObject = 16 << 20
 
-// newSpill returns an empty spill of parts·buckets buffers under a prefix of
-// loc that no other build uses.
-func newSpill(ctx context.Context, loc *store.Location, parts, buckets, width int, lengths bool, memory int64) (*spill, error) {
-	var token [8]byte
-	if _, err := rand.Read(token[:]); err != nil {
-		return nil, errcode.Wrap(err, errcode.Internal, "build permutation", loc.URI)
-	}
-	s := &spill{loc: loc, prefix: path.Join(loc.Key, spillDir, hex.EncodeToString(token[:])),
-		width: width, record: width, buckets: buckets}
+// newSpill returns an empty spill of parts·buckets buffers under prefix, a
+// key of loc that no other build uses (see rank.spillPrefix).
+func newSpill(ctx context.Context, loc *store.Location, prefix string, parts, buckets, width int, lengths bool, memory int64) *spill {
+	s := &spill{loc: loc, prefix: prefix, width: width, record: width, buckets: buckets}
 	if lengths {
 		s.record += LengthWidth
 	}
@@ -77,7 +70,7 @@ func newSpill(ctx context.Context, loc *store.Location, parts, buckets, width in
 	s.bufs, s.objects, s.rows = make([][]byte, n), make([]int, n), make([]int64, n)
 	s.writes, s.wctx = errgroup.WithContext(ctx)
 	s.writes.SetLimit(spillWrites)
-	return s, nil
+	return s
 }
 
 // add appends a record to bucket b of part p, writing the bucket's buffer
@@ -104,7 +97,7 @@ func (s *spill) add(p, b int, id uint64, length uint32) error {
 // flush writes the buffer of (part, bucket) i as its next object.
 func (s *spill) flush(i int) error {
 	if err := s.wctx.Err(); err != nil {
-		if werr := s.finish(); werr != nil {
+		if werr := s.finish(false); werr != nil {
 			return werr // the write that failed says why
 		}
 		return err
@@ -124,7 +117,17 @@ func (s *spill) key(i, object int) string {
 }
 
 // finish waits for the objects being written; call it before reading back.
-func (s *spill) finish() error {
+// With share, it first writes out every buffer that holds records, the last
+// object of its (part, bucket), shorter than the others, so that other
+// ranks read the whole spill from the store.
+func (s *spill) finish(share bool) error {
+	for i, buf := range s.bufs {
+		if share && len(buf) > 0 {
+			if err := s.flush(i); err != nil {
+				return err
+			}
+		}
+	}
 	if err := s.writes.Wait(); err != nil {
 		return errcode.Wrap(err, errcode.Unavailable, "spill", s.loc.ObjectURI(s.prefix))
 	}
@@ -142,8 +145,8 @@ func (s *spill) read(ctx context.Context, p, b int, fn func(records []byte) erro
 
 // readRange calls fn with the records from..to (exclusive) of bucket b of
 // part p, in the order they were added, one object's worth at a time. Every
-// object written holds the same number of records, so it reads only the
-// objects that hold them.
+// object written but a shared spill's last holds the same number of records,
+// so it reads only the objects that hold them.
 func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func(records []byte) error) error {
 	i, per := p*s.buckets+b, int64(s.object/s.record)
 	for o := from / per; o < int64(s.objects[i]) && o*per < to; o++ {
@@ -151,11 +154,12 @@ func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func
 		if err != nil {
 			return err
 		}
-		if int64(len(data)) != per*int64(s.record) {
+		want := min(per, s.rows[i]-o*per)
+		if int64(len(data)) != want*int64(s.record) {
 			return errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(s.key(i, int(o))),
-				"%d bytes, not the %d of %d records", len(data), per*int64(s.record), per)
+				"%d bytes, not the %d of %d records", len(data), want*int64(s.record), want)
 		}
-		lo, hi := max(from-o*per, 0), min(to-o*per, per)
+		lo, hi := max(from-o*per, 0), min(to-o*per, want)
 		if err := fn(data[lo*int64(s.record) : hi*int64(s.record)]); err != nil {
 			return err
 		}
@@ -169,6 +173,9 @@ func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func
 // remove deletes the spill's objects, whatever ctx's state: it runs when the
 // build ends, failed or canceled as well as committed.
 func (s *spill) remove(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
 	s.writes.Wait() // a failed write's error was reported by finish
 	if !s.written {
 		return nil
@@ -187,4 +194,86 @@ func (s *spill) remove(ctx context.Context) error {
 		})
 	}
 	return g.Wait()
+}
+
+// spills are the spills of every rank of a build, in rank order (see
+// docs/spec.md, "Distributed builds"): bucket b of part p is the records of
+// each rank's bucket b of part p, rank after rank, which is the order a
+// single scan of the whole table adds them in. A rank holds its own spill;
+// the others' are read from the store, where they wrote them out whole.
+type spills struct {
+	ranks                  []*spill
+	width, record, buckets int
+}
+
+func newSpills(ranks []*spill) spills {
+	s := ranks[0]
+	return spills{ranks: ranks, width: s.width, record: s.record, buckets: s.buckets}
+}
+
+// count returns the records of bucket b of part p.
+func (v spills) count(p, b int) int64 {
+	var n int64
+	for _, s := range v.ranks {
+		n += s.count(p, b)
+	}
+	return n
+}
+
+// total returns the records of every bucket of every part.
+func (v spills) total() int64 {
+	var n int64
+	for _, s := range v.ranks {
+		for _, c := range s.rows {
+			n += c
+		}
+	}
+	return n
+}
+
+// read calls fn with the records of bucket b of part p, in order.
+func (v spills) read(ctx context.Context, p, b int, fn func(records []byte) error) error {
+	return v.readRange(ctx, p, b, 0, v.count(p, b), fn)
+}
+
+// readRange calls fn with the records from..to (exclusive) of bucket b of
+// part p, in order, reading each rank's that holds some of them.
+func (v spills) readRange(ctx context.Context, p, b int, from, to int64, fn func(records []byte) error) error {
+	var at int64 // the first record of this rank's
+	for _, s := range v.ranks {
+		n := s.count(p, b)
+		if lo, hi := max(from-at, 0), min(to-at, n); lo < hi {
+			if err := s.readRange(ctx, p, b, lo, hi, fn); err != nil {
+				return err
+			}
+		}
+		at += n
+	}
+	return nil
+}
+
+// spillReport describes a rank's spill to the others once it is written out.
+type spillReport struct {
+	Prefix  string  `json:"prefix"`
+	Width   int     `json:"width"`
+	Record  int     `json:"record"`
+	Object  int     `json:"object"`
+	Buckets int     `json:"buckets"`
+	Objects []int   `json:"objects"`
+	Rows    []int64 `json:"rows"`
+}
+
+func (s *spill) report() spillReport {
+	return spillReport{Prefix: s.prefix, Width: s.width, Record: s.record, Object: s.object, Buckets: s.buckets,
+		Objects: s.objects, Rows: s.rows}
+}
+
+// remoteSpill returns the spill another rank reported, read from loc.
+func remoteSpill(loc *store.Location, r spillReport) (*spill, error) {
+	n := len(r.Rows)
+	if r.Buckets < 1 || n%r.Buckets != 0 || len(r.Objects) != n || r.Record < r.Width || r.Object < r.Record {
+		return nil, errcode.New(errcode.Internal, "spill", loc.URI, "a rank reported an inconsistent spill")
+	}
+	return &spill{loc: loc, prefix: r.Prefix, width: r.Width, record: r.Record, object: r.Object,
+		buckets: r.Buckets, bufs: make([][]byte, n), objects: r.Objects, rows: r.Rows}, nil
 }

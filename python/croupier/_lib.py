@@ -128,7 +128,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -179,6 +179,11 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         [_HANDLE, _STR, _STR, _STR, PROGRESS, _HANDLE_OUT, _ERR],
         _INT,
     ),
+    "croupier_permutation_rank_open": (
+        [_HANDLE, _STR, _STR, _STR, PROGRESS, _HANDLE_OUT, _ERR],
+        _INT,
+    ),
+    "croupier_permutation_rank_next": ([_HANDLE, _STR, _STR_OUT, _HANDLE_OUT, _ERR], _INT),
     "croupier_permutation_open": ([_STR, _STR, _HANDLE_OUT, _ERR], _INT),
     "croupier_permutation_info": ([_HANDLE, _STR_OUT, _ERR], _INT),
     "croupier_permutation_row_ids": (
@@ -964,6 +969,17 @@ def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) ->
 # Permutations
 
 
+def _build_progress(progress: Callable[[str, int, int, int, int], None] | None) -> Any:
+    """The C progress callback of a build that calls ``progress``, or NULL."""
+    if progress is None:
+        return PROGRESS(0)
+
+    def report(phase: bytes, done: int, total: int, kept: int, nbytes: int) -> None:
+        progress(phase.decode(), done, total, kept, nbytes)
+
+    return PROGRESS(report)
+
+
 def permutation_build(
     table: int,
     spec: dict[str, Any],
@@ -975,13 +991,7 @@ def permutation_build(
 
     ``progress(phase, done, total, kept, bytes)`` may be None.
     """
-    callback = PROGRESS(0)
-    if progress is not None:
-
-        def report(phase: bytes, done: int, total: int, kept: int, nbytes: int) -> None:
-            progress(phase.decode(), done, total, kept, nbytes)
-
-        callback = PROGRESS(report)
+    callback = _build_progress(progress)
     return _handle_out(
         "croupier_permutation_build",
         table,
@@ -990,6 +1000,49 @@ def permutation_build(
         _encode(options),
         callback,
     )
+
+
+class BuildRank:
+    """One rank of a distributed build (``croupier_permutation_rank_open``),
+    holding its progress callback while Go may call it."""
+
+    def __init__(
+        self,
+        table: int,
+        spec: dict[str, Any],
+        uri: str,
+        options: dict[str, Any],
+        progress: Callable[[str, int, int, int, int], None] | None,
+    ) -> None:
+        self._callback = _build_progress(progress)
+        self.handle = _handle_out(
+            "croupier_permutation_rank_open",
+            table,
+            _encode(spec),
+            _encode(uri),
+            _encode(options),
+            self._callback,
+        )
+
+    def next(self, gathered: list[str] | None) -> tuple[str | None, Handle | None]:
+        """Run the rank's next step with every rank's report of the step before;
+        returns this rank's report, or None and the permutation once committed."""
+        report = ctypes.c_void_p()
+        perm = Handle()
+        arg = None if gathered is None else _encode("[" + ",".join(gathered) + "]")
+        _call(
+            _lib().croupier_permutation_rank_next,
+            self.handle.value,
+            arg,
+            ctypes.byref(report),
+            ctypes.byref(perm._cell),
+        )
+        if report.value:
+            return _take_string(report), None
+        return None, perm
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 def permutation_open(uri: str, options: dict[str, Any] | None = None) -> Handle:

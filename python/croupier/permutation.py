@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _args, _lib, _progress
+from . import _args, _lib, _progress, _torch
 from .errors import ClosedError, InvalidArgumentError
 from .table import Table, _cache_options
 
@@ -216,6 +216,7 @@ class PermutationBuilder:
         progress: ProgressCallback | bool | None = None,
         *,
         build_memory: int | None = None,
+        group: Any = None,
     ) -> Permutations:
         """Build the permutation and write it under ``uri``, which must be empty.
 
@@ -231,19 +232,70 @@ class PermutationBuilder:
                 (default 1 GiB, at least 256 MiB): the kept rows beyond it pass
                 through temporary objects under ``uri``. It never changes the
                 permutation built (docs/tuning.md).
+            group: a ``torch.distributed`` process group (``torch.distributed.group.WORLD``
+                for the default one): its processes build the permutation together,
+                each scanning a share of the table and writing a share of the
+                permutation, which is the one a single process builds, byte for byte.
+                Every process of the group calls ``persist`` with the same table
+                version, spec and ``uri``; each gets the permutation, or the same
+                error naming the rank that failed, and then nothing is committed.
+                A process that dies leaves the others to the group's collectives'
+                timeout. ``group_by`` and random or sequential splits are built by
+                one process only (docs/spec.md, "Distributed builds").
         """
         show = progress is True or (progress is None and sys.stderr.isatty())
         display = (_progress.tqdm_bars() or _progress.stderr_lines()) if show else None
         report = _build_report(display[0] if display else None, progress)
         options = {"memory": _args.optional_integer("build_memory", build_memory) or 0}
         try:
-            handle = _lib.permutation_build(
-                self._table._handle(), self._spec, _args.uri("uri", uri), options, report
-            )
+            if group is not None:
+                handle = _persist_ranks(
+                    self._table._handle(), self._spec, _args.uri("uri", uri), options, report, group
+                )
+            else:
+                handle = _lib.permutation_build(
+                    self._table._handle(), self._spec, _args.uri("uri", uri), options, report
+                )
         finally:
             if display:
                 display[1]()
         return Permutations._from_handle(handle, self._table._cache)
+
+
+def _persist_ranks(
+    table: int,
+    spec: dict[str, Any],
+    uri: str,
+    options: dict[str, Any],
+    report: Callable[[str, int, int, int, int], None] | None,
+    group: Any,
+) -> _lib.Handle:
+    """Build as one rank of ``group``: step the rank, gathering every rank's
+    report of each step on the group, until the permutation is committed.
+
+    Every rank runs the same steps and gathers after each, whether its step
+    failed or not (a failure travels in its report), so that no rank waits
+    for another that gave up; each rank then raises the same error.
+    """
+    _torch.require("persist(group=...)")
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    if rank < 0:
+        raise InvalidArgumentError("persist(group=...): this process is not in the group")
+    build = _lib.BuildRank(table, spec, uri, {**options, "rank": rank, "world": world}, report)
+    try:
+        gathered: list[str] | None = None
+        while True:
+            mine, perm = build.next(gathered)
+            if mine is None:
+                assert perm is not None
+                return perm
+            reports: list[Any] = [None] * world
+            dist.all_gather_object(reports, mine, group=group)
+            gathered = [str(r) for r in reports]
+    finally:
+        build.close()
 
 
 def _build_report(

@@ -1,0 +1,243 @@
+package permutation_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
+	"github.com/croupier-data/croupier/core/table/tabletest"
+	"github.com/croupier-data/croupier/permutation"
+)
+
+// buildRanks builds spec at uri with w ranks, each step of every rank run
+// in its own goroutine and their reports gathered in rank order, as the
+// processes of a distributed build exchange them. It returns each rank's
+// permutation, or each rank's error.
+func buildRanks(t *testing.T, tb *table.Table, spec permutation.Spec, uri string, w int) ([]*permutation.Permutations, []error) {
+	t.Helper()
+	ctx := context.Background()
+	ranks := make([]*permutation.Rank, w)
+	errs := make([]error, w)
+	for i := range ranks {
+		r, err := permutation.NewRank(ctx, tb, spec, uri, permutation.BuildOptions{}, permutation.RankOptions{Rank: i, World: w})
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		ranks[i] = r
+		t.Cleanup(func() { r.Close() })
+	}
+	if errors.Join(errs...) != nil {
+		return nil, errs
+	}
+	var gathered [][]byte
+	for {
+		reports := make([][]byte, w)
+		var wg sync.WaitGroup
+		for i, r := range ranks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				reports[i], errs[i] = r.Next(ctx, gathered)
+			}()
+		}
+		wg.Wait()
+		ended := 0
+		for _, rep := range reports {
+			if rep == nil {
+				ended++
+			}
+		}
+		if ended == w {
+			break
+		}
+		if ended > 0 {
+			t.Fatalf("%d of %d ranks ended a step before the others", ended, w)
+		}
+		gathered = reports
+	}
+	perms := make([]*permutation.Permutations, w)
+	for i, r := range ranks {
+		if perms[i] = r.Permutations(); perms[i] != nil {
+			t.Cleanup(func() { perms[i].Close() })
+		}
+	}
+	return perms, errs
+}
+
+// distributedTable returns a table of 200,000 rows in 40 row groups of 3
+// files, which splits into several chunks of several buckets.
+func distributedTable(t *testing.T) *table.Table {
+	dir := t.TempDir()
+	tabletest.Write(t, dir, []int64{70000, 50000, 80000}, 5000)
+	tb, err := table.Open(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
+// TestDistributedBuild: whatever the number of ranks, a distributed build
+// writes the very objects of a single-process build, with its ID, and leaves
+// no spill.
+func TestDistributedBuild(t *testing.T) {
+	ctx := context.Background()
+	tb, small := distributedTable(t), openTable(t, t.TempDir(), 120, 30)
+	t.Cleanup(permutation.SetBuckets(30000, 4096, nil))
+	hash := &permutation.SplitSpec{Kind: "hash", Columns: []string{"text"}, Weights: []int64{3, 1}, DiscardWeight: 1}
+	specs := map[string]permutation.Spec{
+		"stored":     {Filter: "id % 3 != 1"},
+		"shuffle":    {Shuffle: &permutation.ShuffleSpec{Seed: 5}},
+		"filter":     {Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5}},
+		"clumps":     {Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5, ClumpSize: 16}},
+		"hash":       {Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 2, ClumpSize: 3}},
+		"calculated": {Split: &permutation.SplitSpec{Kind: "calculated", Expr: "id % 4", Names: []string{"a", "b", "c"}}, Shuffle: &permutation.ShuffleSpec{Seed: 3}},
+		"window":     {Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 4, Window: 1000, ClumpSize: 4}},
+		"lengths":    {Lengths: "tokens", Split: hash, Shuffle: &permutation.ShuffleSpec{Seed: 8, ClumpSize: 7}},
+	}
+	for name, spec := range specs {
+		for _, tc := range []struct {
+			what string
+			tb   *table.Table
+		}{{"large", tb}, {"small", small}} {
+			dir := t.TempDir()
+			want, err := permutation.Build(ctx, tc.tb, spec, "file://"+dir, permutation.BuildOptions{})
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, tc.what, err)
+			}
+			wantFiles := storedFiles(dir)
+			want.Close()
+			for _, w := range []int{1, 2, 3, 4, 8} {
+				at := t.TempDir()
+				perms, errs := buildRanks(t, tc.tb, spec, "file://"+at, w)
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("%s %s, %d ranks: %v", name, tc.what, w, err)
+				}
+				for i, p := range perms {
+					if p.ID() != want.ID() {
+						t.Errorf("%s %s, %d ranks: rank %d built %s, one process %s", name, tc.what, w, i, p.ID(), want.ID())
+					}
+				}
+				got := storedFiles(at)
+				if len(got) != len(wantFiles) {
+					t.Errorf("%s %s, %d ranks: %d files, one process %d", name, tc.what, w, len(got), len(wantFiles))
+				}
+				for key, data := range wantFiles {
+					if !bytes.Equal(got[key], data) {
+						t.Errorf("%s %s, %d ranks: %s differs from one process's", name, tc.what, w, key)
+					}
+				}
+				noSpill(t, at)
+			}
+		}
+	}
+}
+
+// noSpill fails unless nothing is left under dir's spill folder.
+func noSpill(t *testing.T, dir string) {
+	t.Helper()
+	filepath.WalkDir(filepath.Join(dir, "_spill"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			t.Errorf("%s left behind", p)
+		}
+		return nil
+	})
+}
+
+// TestDistributedFailure: when a rank fails, at any step before the commit
+// or rank 0 at the commit, every rank fails naming it, nothing is committed
+// and the spill is gone; a build again at the same place succeeds. The
+// steps of the spec: hello, scan, route, digest, write, commit, open.
+func TestDistributedFailure(t *testing.T) {
+	ctx := context.Background()
+	tb := distributedTable(t)
+	t.Cleanup(permutation.SetBuckets(30000, 4096, nil))
+	spec := permutation.Spec{Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5, ClumpSize: 16}}
+	want, err := permutation.Build(ctx, tb, spec, "file://"+t.TempDir(), permutation.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	for _, fault := range [][2]int{{1, 0}, {1, 1}, {2, 2}, {1, 3}, {0, 4}, {2, 4}, {0, 5}} {
+		rank, step := fault[0], fault[1]
+		dir := t.TempDir()
+		restore := permutation.SetRankFault(rank, step, errcode.New(errcode.Unavailable, "test", "", "injected at step %d", step))
+		_, errs := buildRanks(t, tb, spec, "file://"+dir, 3)
+		restore()
+		for i, err := range errs {
+			if errcode.Of(err) != errcode.Unavailable || !strings.Contains(err.Error(), fmt.Sprintf("rank %d of 3 failed", rank)) ||
+				!strings.Contains(err.Error(), "injected") {
+				t.Errorf("step %d: rank %d: %v, want rank 1's Unavailable error", step, i, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "permutation.json")); !os.IsNotExist(err) {
+			t.Errorf("step %d: a manifest is committed (%v)", step, err)
+		}
+		noSpill(t, dir)
+		perms, errs := buildRanks(t, tb, spec, "file://"+dir, 3)
+		if err := errors.Join(errs...); err != nil || perms[2].ID() != want.ID() {
+			t.Fatalf("step %d: the build again: %v", step, err)
+		}
+	}
+}
+
+// TestDistributedRefused: what several ranks cannot build is refused,
+// naming the option, and ranks that build different permutations fail.
+func TestDistributedRefused(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 300)
+	for option, spec := range map[string]permutation.Spec{
+		"group_by":         {GroupBy: []string{"id"}},
+		"split_random":     {Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.5, 0.5}, Seed: 1}},
+		"split_sequential": {Split: &permutation.SplitSpec{Kind: "sequential", Counts: []int64{10}}},
+	} {
+		_, errs := buildRanks(t, tb, spec, "file://"+t.TempDir(), 2)
+		for i, err := range errs {
+			if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), option) {
+				t.Errorf("%s: rank %d: %v", option, i, err)
+			}
+		}
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	var ranks [2]*permutation.Rank
+	for i := range ranks {
+		spec := permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: uint64(i)}}
+		r, err := permutation.NewRank(ctx, tb, spec, "file://"+dir, permutation.BuildOptions{}, permutation.RankOptions{Rank: i, World: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		ranks[i] = r
+	}
+	var gathered [][]byte
+	for step := 0; ; step++ {
+		var reports [][]byte
+		var errs []error
+		for _, r := range ranks {
+			rep, err := r.Next(ctx, gathered)
+			reports, errs = append(reports, rep), append(errs, err)
+		}
+		if errs[0] != nil || errs[1] != nil {
+			for i, err := range errs {
+				if !strings.Contains(err.Error(), "rank 1 builds another permutation than rank 0") {
+					t.Errorf("rank %d: %v", i, err)
+				}
+			}
+			break
+		}
+		if step > 2 {
+			t.Fatal("ranks of different seeds built a permutation")
+		}
+		gathered = reports
+	}
+	noSpill(t, dir)
+}
