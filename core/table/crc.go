@@ -18,7 +18,8 @@ import (
 // bytes as stored, after the header: pyarrow writes it with
 // write_page_checksum=True, parquet-java with page.write-checksum.enabled,
 // croupier in its own data files (crcwrite.go). arrow-go (v18.8.0) neither
-// writes nor checks it, so croupier checks it
+// writes nor checks it (docs/upstream.md; canary
+// TestUpstreamChecksNoPageCRC), so croupier checks it
 // itself, on the bytes it fetched, before any decoder reads them: every
 // section a read fetches (a column chunk, a dictionary page, a run of data
 // pages) begins at a page header and holds whole pages. A chunk whose first

@@ -18,7 +18,8 @@ import (
 
 // Writing page CRCs.
 //
-// arrow-go (v18.8.0) writes no page CRC, so croupier's data files pass
+// arrow-go (v18.8.0) writes no page CRC (docs/upstream.md; canary
+// TestUpstreamWritesNoPageCRC), so croupier's data files pass
 // through a pageCRCWriter on their way to the store, which adds the CRC of
 // each page to its header (crc.go checks them on every read). A header with
 // a CRC is 2 to 6 bytes longer, so the writer also moves everything that

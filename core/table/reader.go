@@ -315,7 +315,7 @@ func take(ctx context.Context, mem memory.Allocator, srcs []arrow.Array, spans [
 	defer indices.Release()
 	// Take runs on decoded memory and is short; it is not canceled because
 	// arrow-go v18.8.0's executor leaks its output buffers when its context is
-	// canceled mid-call.
+	// canceled mid-call (docs/upstream.md).
 	return compute.TakeArray(compute.WithAllocator(context.WithoutCancel(ctx), mem), joined, indices)
 }
 

@@ -118,9 +118,10 @@
 // Eval is vectorised: the arrow-go compute kernels do comparisons, Kleene
 // AND/OR, + - *, negation, abs and the widening casts; small typed kernels
 // in this package do what compute lacks (LIKE, division, remainder, lengths,
-// IS TRUE, coalesce) or, in arrow-go v18.8.0, gets wrong: NOT and IS NULL
-// (sliced inputs), IN (leaks for strings, -0.0 ≠ 0.0) and booleans as
-// integers (sliced inputs).
+// IS TRUE, coalesce) or, in arrow-go v18.8.0, gets wrong: NOT and IS NOT
+// NULL (sliced inputs), IN (leaks, -0.0 ≠ 0.0) and booleans as integers
+// (sliced inputs); docs/upstream.md lists them, and a canary test of each
+// fails once arrow-go no longer does.
 // Kernels run with a context that cannot be canceled (arrow-go's executor
 // leaks its output when canceled mid-call); the caller's context is checked
 // between operations. Every intermediate array is released before

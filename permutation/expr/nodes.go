@@ -267,7 +267,8 @@ func (n *toFloat) eval(ev *evaluator) (compute.Datum, error) {
 }
 
 // boolToInt has its own kernel: arrow-go v18.8.0's cast from boolean to
-// int64 ignores the offset of sliced inputs.
+// int64 ignores the offset of sliced inputs (docs/upstream.md; canary
+// TestUpstreamBoolToIntIgnoresOffset).
 func (n *boolToInt) eval(ev *evaluator) (compute.Datum, error) {
 	as, err := ev.arrays(n.x)
 	if err != nil {
@@ -299,8 +300,10 @@ func (n *logic) eval(ev *evaluator) (compute.Datum, error) {
 	return ev.callNodes(name, nil, n.l, n.r)
 }
 
-// not and isNull have their own kernels: arrow-go v18.8.0's "not",
-// "is_null" and "is_not_null" misplace the validity of sliced inputs.
+// not and isNull have their own kernels: arrow-go v18.8.0's "not" and
+// "is_not_null" misplace the validity of sliced inputs, and isNull answers
+// both IS NULL and IS NOT NULL (docs/upstream.md; canary
+// TestUpstreamNotAndIsNotNullMisplaceValidity).
 
 func (n *not) eval(ev *evaluator) (compute.Datum, error) {
 	as, err := ev.arrays(n.x)
@@ -348,8 +351,9 @@ func (n *isBool) eval(ev *evaluator) (compute.Datum, error) {
 	return own(w.finish()), nil
 }
 
-// in has its own kernel: arrow-go v18.8.0's "is_in" leaks memory for a set
-// of strings and tells -0.0 from 0.0.
+// in has its own kernel: arrow-go v18.8.0's "is_in" leaks memory (its
+// lookup state, for sets of strings and of numbers alike) and tells -0.0
+// from 0.0 (docs/upstream.md; canary TestUpstreamIsInLeaksAndTellsZeros).
 func (n *in) eval(ev *evaluator) (compute.Datum, error) {
 	set := make(map[any]bool, len(n.values))
 	hasNull := false
