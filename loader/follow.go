@@ -363,80 +363,14 @@ func (l *versionLog) versionOf(id uint64) int64 {
 // Rows the filter drops are in no group's rows: counted, and otherwise
 // passed over. The error is that of a row or group longer than T.
 func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, opts *Options) (Round, bool, error) {
-	g, seed := opts.GlobalBatchSize, opts.ShuffleSeed
-	if log.latest() <= pos.After {
+	vr, lo, ok := roundVersions(pos, log, fo)
+	if !ok {
 		return Round{}, false, nil
 	}
-	lo := log.first
-	vr := pos.After + 1
-	if k := fo.MaxVersionsBehindNewest; k != nil {
-		if pos.Newest <= pos.After || log.latest() < pos.Newest {
-			return Round{}, false, nil
-		}
-		vr = max(vr, pos.Newest-*k)
-	}
-	if fo.RowsPerRound > 0 {
-		have := int64(len(pos.Carry))
-		for ; ; vr++ {
-			if vr > log.latest() {
-				return Round{}, false, nil
-			}
-			have += log.keptOf(vr)
-			if have >= fo.RowsPerRound {
-				break
-			}
-		}
-	}
-	if k := fo.MaxVersionsBehind; k != nil {
-		lo = max(lo, vr-*k)
-	}
-	if k := fo.MaxVersionsBehindNewest; k != nil {
-		lo = max(lo, max(pos.Newest, vr)-*k)
-	}
-	fresh := log.rowsStart(lo) // rows below it are stale
 	r := Round{FollowPosition: pos, Version: vr}
-	var groups, carried []int64 // first rows
-	for _, id := range pos.Carry {
-		switch s := log.groupStart(int64(id)); {
-		case s < fresh:
-			r.SkippedRows++
-		case len(carried) == 0 || carried[len(carried)-1] != s:
-			carried = append(carried, s)
-		}
-	}
-	groups = append(groups, carried...)
-	for v := pos.After + 1; v <= vr; v++ {
-		from, to := log.rowsStart(v), log.rowsStart(v+1)
-		r.FilteredRows += to - from - log.keptOf(v)
-		if v < lo {
-			r.SkippedRows += log.keptOf(v)
-			r.SkippedVersions++
-			continue
-		}
-		n, at := log.groupsIn(from, to)
-		for i := range n {
-			groups = append(groups, at(i))
-		}
-	}
+	groups, carried := r.freshGroups(log, lo)
 	fresher := len(groups)
-	// Replay: groups of [fresh, start of After+1) not carried.
-	want := fo.ReplayCount
-	if fo.ReplayFraction > 0 {
-		want = int64(math.Floor(fo.ReplayFraction * float64(fresher)))
-	}
-	n, at := log.groupsIn(fresh, log.rowsStart(max(pos.After+1, log.first)))
-	if older := n - int64(len(carried)); want > 0 && older > 0 {
-		rng := permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/replay/%d", pos.Round)))
-		c := int64(0)
-		for _, i := range sampleIndices(rng, older, min(want, older)) { // the i-th group not carried
-			s := at(int64(i) + c)
-			for c < int64(len(carried)) && carried[c] <= s {
-				c++
-				s = at(int64(i) + c)
-			}
-			groups = append(groups, s)
-		}
-	}
+	groups = append(groups, replayGroups(pos, log, fo, opts.ShuffleSeed, lo, fresher, carried)...)
 	for i, s := range groups {
 		if i < fresher {
 			r.NewRows += log.size(s)
@@ -446,43 +380,26 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, opts *Opt
 	}
 	// The replayed groups, then the others in ascending order, laid end to
 	// end: the newest, past the round's last step, wait for the next round,
-	// which deals them first. The others are shuffled and laid end to end
-	// again; with sample-count steps, a group that then starts past the
-	// last step (with groups of several sizes only) waits too.
+	// which deals them first.
 	slices.Sort(groups[:fresher])
 	slices.Sort(groups[fresher:])
 	groups = slices.Concat(groups[fresher:], groups[:fresher])
-	dealt := len(groups) // the groups before it are dealt, the others carried
-	if opts.TokensPerStep > 0 {
-		ascending := layOut(log, fo, groups, math.MaxInt64)
-		d, err := tokenSteps(ascending, opts)
-		if err != nil {
-			return Round{}, false, err
-		}
-		if d.Steps() > 0 {
-			p, _ := d.Positions(d.Steps() - 1)
-			dealt, _ = slices.BinarySearch(ascending.starts, p)
-		}
-	} else {
-		r.Steps = (r.NewRows + r.ReplayedRows) / g
-		var p int64
-		for i, s := range groups {
-			if p >= r.Steps*g {
-				dealt = i
-				break
-			}
-			p += log.size(s)
-		}
+	dealt, err := r.dealtGroups(log, fo, opts, groups)
+	if err != nil {
+		return Round{}, false, err
 	}
 	var carry []uint64
 	for _, s := range groups[dealt:] {
 		carry = log.rowsOf(s, carry)
 	}
+	// The others are shuffled and laid end to end again; with sample-count
+	// steps, a group that then starts past the last step (with groups of
+	// several sizes only) waits too.
 	groups = groups[:dealt]
-	permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/round/%d", pos.Round))), groups)
+	permutation.Permute(permutation.NewRand(permutation.DeriveKey(opts.ShuffleSeed, fmt.Sprintf("follow/round/%d", pos.Round))), groups)
 	limit := int64(math.MaxInt64)
 	if opts.TokensPerStep == 0 {
-		limit = r.Steps * g
+		limit = r.Steps * opts.GlobalBatchSize
 	}
 	r.laid = layOut(log, fo, groups, limit)
 	for _, s := range groups[len(r.laid.starts):] {
@@ -501,6 +418,131 @@ func planRound(pos FollowPosition, log *versionLog, fo *FollowOptions, opts *Opt
 	}
 	r.next = FollowPosition{Round: pos.Round + 1, Step: pos.Step + r.Steps, After: vr, Head: log.head(vr), Carry: carry}
 	return r, true, nil
+}
+
+// roundVersions returns the newest version vr a round after pos takes, and
+// the oldest lo whose rows are fresh (steps 1 and 2 above); ok is false
+// when no round can be made yet.
+func roundVersions(pos FollowPosition, log *versionLog, fo *FollowOptions) (vr, lo int64, ok bool) {
+	if log.latest() <= pos.After {
+		return 0, 0, false
+	}
+	lo = log.first
+	vr = pos.After + 1
+	if k := fo.MaxVersionsBehindNewest; k != nil {
+		if pos.Newest <= pos.After || log.latest() < pos.Newest {
+			return 0, 0, false
+		}
+		vr = max(vr, pos.Newest-*k)
+	}
+	if fo.RowsPerRound > 0 {
+		have := int64(len(pos.Carry))
+		for ; ; vr++ {
+			if vr > log.latest() {
+				return 0, 0, false
+			}
+			have += log.keptOf(vr)
+			if have >= fo.RowsPerRound {
+				break
+			}
+		}
+	}
+	if k := fo.MaxVersionsBehind; k != nil {
+		lo = max(lo, vr-*k)
+	}
+	if k := fo.MaxVersionsBehindNewest; k != nil {
+		lo = max(lo, max(pos.Newest, vr)-*k)
+	}
+	return vr, lo, true
+}
+
+// freshGroups returns the first rows of the groups the round deals as new:
+// those carried from the round before that are still fresh (carried, in
+// order), then those of the versions after the round before's to r.Version,
+// but for versions older than lo. It counts the rows skipped as stale and
+// those the filter dropped.
+func (r *Round) freshGroups(log *versionLog, lo int64) (groups, carried []int64) {
+	fresh := log.rowsStart(lo) // rows below it are stale
+	for _, id := range r.Carry {
+		switch s := log.groupStart(int64(id)); {
+		case s < fresh:
+			r.SkippedRows++
+		case len(carried) == 0 || carried[len(carried)-1] != s:
+			carried = append(carried, s)
+		}
+	}
+	groups = append(groups, carried...)
+	for v := r.After + 1; v <= r.Version; v++ {
+		from, to := log.rowsStart(v), log.rowsStart(v+1)
+		r.FilteredRows += to - from - log.keptOf(v)
+		if v < lo {
+			r.SkippedRows += log.keptOf(v)
+			r.SkippedVersions++
+			continue
+		}
+		n, at := log.groupsIn(from, to)
+		for i := range n {
+			groups = append(groups, at(i))
+		}
+	}
+	return groups, carried
+}
+
+// replayGroups draws the first rows of the groups a round after pos
+// replays (step 3 above): of those of [lo, After] not carried, the replay
+// count, or the replay fraction of the fresher new groups.
+func replayGroups(pos FollowPosition, log *versionLog, fo *FollowOptions, seed uint64, lo int64, fresher int, carried []int64) []int64 {
+	want := fo.ReplayCount
+	if fo.ReplayFraction > 0 {
+		want = int64(math.Floor(fo.ReplayFraction * float64(fresher)))
+	}
+	n, at := log.groupsIn(log.rowsStart(lo), log.rowsStart(max(pos.After+1, log.first)))
+	older := n - int64(len(carried))
+	if want <= 0 || older <= 0 {
+		return nil
+	}
+	var groups []int64
+	rng := permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("follow/replay/%d", pos.Round)))
+	c := int64(0)
+	for _, i := range sampleIndices(rng, older, min(want, older)) { // the i-th group not carried
+		s := at(int64(i) + c)
+		for c < int64(len(carried)) && carried[c] <= s {
+			c++
+			s = at(int64(i) + c)
+		}
+		groups = append(groups, s)
+	}
+	return groups
+}
+
+// dealtGroups returns how many of groups, laid end to end, the round deals:
+// those starting before its last step's end, whose number of steps it sets
+// (sample-count steps), or those before the last token step's (token
+// steps); the others carry into the next round.
+func (r *Round) dealtGroups(log *versionLog, fo *FollowOptions, opts *Options, groups []int64) (int, error) {
+	dealt := len(groups)
+	if opts.TokensPerStep > 0 {
+		ascending := layOut(log, fo, groups, math.MaxInt64)
+		d, err := tokenSteps(ascending, opts)
+		if err != nil {
+			return 0, err
+		}
+		if d.Steps() > 0 {
+			p, _ := d.Positions(d.Steps() - 1)
+			dealt, _ = slices.BinarySearch(ascending.starts, p)
+		}
+		return dealt, nil
+	}
+	g := opts.GlobalBatchSize
+	r.Steps = (r.NewRows + r.ReplayedRows) / g
+	var p int64
+	for i, s := range groups {
+		if p >= r.Steps*g {
+			return i, nil
+		}
+		p += log.size(s)
+	}
+	return dealt, nil
 }
 
 // sampleIndices draws k distinct integers of [0, n) uniformly (Floyd's
