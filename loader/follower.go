@@ -390,16 +390,11 @@ func (f *Follower) readRows(ctx context.Context, log *versionLog, from int64) er
 		return err
 	}
 	defer r.Close()
-	var keys []arrow.Array
 	for v := log.versionOf(uint64(from)); v <= latest; v++ {
 		start, end := log.rowsStart(v), log.rowsStart(v+1)
-		kept := int64(0)
-		if len(log.keptEnds) > 0 {
-			kept = log.keptEnds[len(log.keptEnds)-1]
-		}
 		if start == end {
 			if f.filter != nil {
-				log.keptEnds = append(log.keptEnds, kept)
+				log.keptEnds = append(log.keptEnds, log.keptRows())
 			}
 			continue
 		}
@@ -411,69 +406,89 @@ func (f *Follower) readRows(ctx context.Context, log *versionLog, from int64) er
 		if err != nil {
 			return err
 		}
-		err = func() error {
-			defer rec.Release()
-			col := func(name string) arrow.Array { return rec.Column(rec.Schema().FieldIndices(name)[0]) }
-			first := len(log.groups)
-			if len(f.follow.GroupBy) > 0 {
-				keys = keys[:0]
-				for _, c := range f.follow.GroupBy {
-					keys = append(keys, col(c))
-				}
-				var prev []byte
-				err := permutation.EncodeRows(keys, len(ids), func(row int, key []byte) {
-					if row == 0 || !bytes.Equal(key, prev) {
-						log.groups = append(log.groups, start+int64(row))
-					}
-					prev = append(prev[:0], key...)
-				})
-				if err != nil {
-					return errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", f.table.URI())
-				}
-			} else if f.filter != nil {
-				for i := range ids {
-					log.groups = append(log.groups, start+int64(i))
-				}
-			}
-			var keep []bool
-			if f.filter != nil {
-				var err error
-				keep, err = f.filter.Mask(ctx, rec, f.opts.Allocator)
-				if err != nil {
-					return errcode.Wrap(err, errcode.InvalidArgument, fmt.Sprintf("follow: filter of version %d of", v), f.table.URI())
-				}
-				for g := first; g < len(log.groups); g++ {
-					s, e := log.groups[g]-start, int64(len(ids))
-					if g+1 < len(log.groups) {
-						e = log.groups[g+1] - start
-					}
-					if slices.Contains(keep[s:e], true) {
-						log.kept = append(log.kept, g)
-					}
-				}
-				for _, k := range keep {
-					log.dropped = append(log.dropped, !k)
-					if k {
-						kept++
-					}
-				}
-				log.keptEnds = append(log.keptEnds, kept)
-			}
-			if c := f.follow.Lengths; c != "" {
-				n := len(log.lengths)
-				log.lengths = append(log.lengths, make([]uint32, len(ids))...)
-				if err := permutation.RowLengths(col(c), keep, log.lengths[n:]); err != nil {
-					return errcode.New(errcode.InvalidArgument, "follow: lengths", f.table.URI(),
-						"version %d (rows counted from row id %d), column %q: %v", v, start, c, err)
-				}
-			}
-			return nil
-		}()
+		err = f.logVersion(ctx, log, v, start, rec)
+		rec.Release()
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// logVersion adds to log what readRows says of the rows of version v, rec,
+// whose first row id is start.
+func (f *Follower) logVersion(ctx context.Context, log *versionLog, v, start int64, rec arrow.RecordBatch) error {
+	col := func(name string) arrow.Array { return rec.Column(rec.Schema().FieldIndices(name)[0]) }
+	n := int(rec.NumRows())
+	first := len(log.groups)
+	if len(f.follow.GroupBy) > 0 {
+		keys := make([]arrow.Array, 0, len(f.follow.GroupBy))
+		for _, c := range f.follow.GroupBy {
+			keys = append(keys, col(c))
+		}
+		var prev []byte
+		err := permutation.EncodeRows(keys, n, func(row int, key []byte) {
+			if row == 0 || !bytes.Equal(key, prev) {
+				log.groups = append(log.groups, start+int64(row))
+			}
+			prev = append(prev[:0], key...)
+		})
+		if err != nil {
+			return errcode.Wrap(err, errcode.InvalidArgument, "follow: group_by", f.table.URI())
+		}
+	} else if f.filter != nil {
+		for i := range n {
+			log.groups = append(log.groups, start+int64(i))
+		}
+	}
+	var keep []bool
+	if f.filter != nil {
+		var err error
+		if keep, err = f.filter.Mask(ctx, rec, f.opts.Allocator); err != nil {
+			return errcode.Wrap(err, errcode.InvalidArgument, fmt.Sprintf("follow: filter of version %d of", v), f.table.URI())
+		}
+		log.keep(first, start, keep)
+	}
+	if c := f.follow.Lengths; c != "" {
+		at := len(log.lengths)
+		log.lengths = append(log.lengths, make([]uint32, n)...)
+		if err := permutation.RowLengths(col(c), keep, log.lengths[at:]); err != nil {
+			return errcode.New(errcode.InvalidArgument, "follow: lengths", f.table.URI(),
+				"version %d (rows counted from row id %d), column %q: %v", v, start, c, err)
+		}
+	}
+	return nil
+}
+
+// keptRows is the number of rows the filter has kept so far.
+func (log *versionLog) keptRows() int64 {
+	if len(log.keptEnds) == 0 {
+		return 0
+	}
+	return log.keptEnds[len(log.keptEnds)-1]
+}
+
+// keep records which rows of a version, the first at row id start, the
+// filter keeps (keep): the rows it drops, those of its groups from group
+// first on that hold a row it keeps, and the rows kept to the version's end.
+func (log *versionLog) keep(first int, start int64, keep []bool) {
+	for g := first; g < len(log.groups); g++ {
+		s, e := log.groups[g]-start, int64(len(keep))
+		if g+1 < len(log.groups) {
+			e = log.groups[g+1] - start
+		}
+		if slices.Contains(keep[s:e], true) {
+			log.kept = append(log.kept, g)
+		}
+	}
+	kept := log.keptRows()
+	for _, k := range keep {
+		log.dropped = append(log.dropped, !k)
+		if k {
+			kept++
+		}
+	}
+	log.keptEnds = append(log.keptEnds, kept)
 }
 
 // snapshot returns a copy of the log; its slices only ever grow, so the
