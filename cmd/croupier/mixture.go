@@ -86,32 +86,14 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 	if len(c.Schedule) == 0 {
 		return errcode.New(errcode.InvalidArgument, "deal", path, "mixture state dict has no schedule: it has the weights at step 0 first")
 	}
-	var sources []*loader.Loader
+	sources, err := mixtureSources(ctx, c, path, f)
 	defer func() {
 		for _, l := range sources {
 			l.Close()
 		}
 	}()
-	for i, sc := range c.Sources {
-		permURI, split, tableURI, err := dealtBy(sc, fmt.Sprintf("%s (source %d)", path, i))
-		if err != nil {
-			return err
-		}
-		t, order, closeOrder, err := openDealt(ctx, permURI, split, tableURI, 0, f.cache)
-		if err != nil {
-			return err
-		}
-		dropLast := f.dropLast
-		if sc.TokensPerStep != 0 && !f.dropLastSet {
-			dropLast = false // token-budget steps deal every row
-		}
-		l, err := loader.New(t, order, loader.Options{GlobalBatchSize: sc.GlobalBatchSize, NumSplits: sc.NumSplits,
-			TokensPerStep: sc.TokensPerStep, Oversize: sc.Oversize, WorldSize: f.w, ShuffleSeed: sc.ShuffleSeed, DropLast: dropLast})
-		closeOrder() // the loader holds its table
-		if err != nil {
-			return err
-		}
-		sources = append(sources, l)
+	if err != nil {
+		return err
 	}
 	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
 		Schedule: c.Schedule[1:], OnExhausted: c.OnExhausted, Slots: c.Slots})
@@ -161,9 +143,45 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 		return writeJSON(e.stdout, mixtureOutput{Seed: head.Seed, OnExhausted: head.OnExhausted, NumSlots: head.NumSlots,
 			WorldSize: head.WorldSize, StepsConsumed: head.StepsConsumed, mixtureStep: steps[0]})
 	}
+	head.print(e, len(sources), f.columns)
+	return nil
+}
+
+// mixtureSources opens a loader of each source of the mixture checkpoint c
+// (read from path), at f's world size; the caller closes those it returns,
+// also with an error.
+func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string, f mixtureFlags) ([]*loader.Loader, error) {
+	var sources []*loader.Loader
+	for i, sc := range c.Sources {
+		permURI, split, tableURI, err := dealtBy(sc, fmt.Sprintf("%s (source %d)", path, i))
+		if err != nil {
+			return sources, err
+		}
+		t, order, closeOrder, err := openDealt(ctx, permURI, split, tableURI, 0, f.cache)
+		if err != nil {
+			return sources, err
+		}
+		dropLast := f.dropLast
+		if sc.TokensPerStep != 0 && !f.dropLastSet {
+			dropLast = false // token-budget steps deal every row
+		}
+		l, err := loader.New(t, order, loader.Options{GlobalBatchSize: sc.GlobalBatchSize, NumSplits: sc.NumSplits,
+			TokensPerStep: sc.TokensPerStep, Oversize: sc.Oversize, WorldSize: f.w, ShuffleSeed: sc.ShuffleSeed, DropLast: dropLast})
+		closeOrder() // the loader holds its table
+		if err != nil {
+			return sources, err
+		}
+		sources = append(sources, l)
+	}
+	return sources, nil
+}
+
+// print prints the mixture's steps for people: each slot, and its ranks'
+// batches with columns.
+func (head mixtureStepsOutput) print(e *env, sources int, columns []string) {
 	fmt.Fprintf(e.stdout, "mixture of %d sources, seed %d, on_exhausted=%s, %d slots a step, W=%d\n",
-		len(sources), head.Seed, head.OnExhausted, head.NumSlots, head.WorldSize)
-	for _, st := range steps {
+		sources, head.Seed, head.OnExhausted, head.NumSlots, head.WorldSize)
+	for _, st := range head.Steps {
 		weights := make([]string, len(st.Weights))
 		for i, w := range st.Weights {
 			weights[i] = fmt.Sprint(w)
@@ -171,10 +189,9 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 		fmt.Fprintf(e.stdout, "step %d (weights %s):\n", st.Step, strings.Join(weights, " "))
 		for _, s := range st.Slots {
 			fmt.Fprintf(e.stdout, "slot %d: source %d (%s of %s), epoch %d, step %d:\n", s.Slot, s.Source, s.PermutationID, s.TableURI, s.Epoch, s.Step)
-			printRanks(e, s.Ranks, f.columns, "  ")
+			printRanks(e, s.Ranks, columns, "  ")
 		}
 	}
-	return nil
 }
 
 // stepsOf returns the slots of mixture steps from to to−1, planned from pos
