@@ -81,6 +81,7 @@ lint: dev
 	go run $(STATICCHECK) ./...
 	.venv/bin/ruff check python examples bench
 	.venv/bin/ruff format --check python examples bench
+	.venv/bin/mypy
 
 clean:
 	rm -rf build dist $(LIB) python/croupier/libcroupier.h

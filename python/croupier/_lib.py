@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from importlib import resources
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -801,12 +801,17 @@ def table_versions(uri: str) -> list[int]:
 def table_history(uri: str) -> list[dict[str, Any]]:
     """The committed versions of the croupier table at ``uri``, with their commit
     times and rows (Go's table.VersionInfo)."""
-    return json.loads(_str_out("croupier_table_history", _encode(uri)))
+    return cast(
+        "list[dict[str, Any]]", json.loads(_str_out("croupier_table_history", _encode(uri)))
+    )
 
 
 def table_cleanup(uri: str, options: dict[str, Any]) -> dict[str, Any]:
     """Run retention on the table at ``uri``; returns what was deleted."""
-    return json.loads(_str_out("croupier_table_cleanup", _encode(uri), _encode(options)))
+    return cast(
+        "dict[str, Any]",
+        json.loads(_str_out("croupier_table_cleanup", _encode(uri), _encode(options))),
+    )
 
 
 def catalog_register(path: str, name: str, uri: str) -> None:
@@ -832,7 +837,7 @@ def table_pin(table: int) -> str:
 
 def table_info(table: int) -> dict[str, Any]:
     """``{"uri", "version", "num_rows", "num_files"}`` of an open table."""
-    return json.loads(_json_out("croupier_table_info", table))
+    return cast("dict[str, Any]", json.loads(_json_out("croupier_table_info", table)))
 
 
 def table_schema(table: int) -> pa.Schema:
@@ -864,12 +869,14 @@ def dataset_open(table: int, options: dict[str, Any]) -> Handle:
 
 def dataset_info(dataset: int) -> dict[str, Any]:
     """The JSON info of ``croupier_dataset_info`` as a dict."""
-    return json.loads(_json_out("croupier_dataset_info", dataset))
+    return cast("dict[str, Any]", json.loads(_json_out("croupier_dataset_info", dataset)))
 
 
 def dataset_step(dataset: int, epoch: int, step: int) -> list[list[int]]:
     """Every rank's row ids of global step ``step`` of ``epoch``, rank by rank."""
-    return json.loads(_str_out("croupier_dataset_step", dataset, epoch, step))
+    return cast(
+        "list[list[int]]", json.loads(_str_out("croupier_dataset_step", dataset, epoch, step))
+    )
 
 
 def dataset_epoch_steps(dataset: int, epoch: int) -> int:
@@ -922,7 +929,7 @@ def stream_next(
 
 def stream_stats(stream: int) -> dict[str, int]:
     """The counters of an open stream (``croupier_stream_stats``), without its hint."""
-    stats = json.loads(_json_out("croupier_stream_stats", stream))
+    stats: dict[str, int] = json.loads(_json_out("croupier_stream_stats", stream))
     stats.pop("layout_hint", None)
     return stats
 
@@ -939,7 +946,7 @@ def follow_open(table: int, options: dict[str, Any]) -> Handle:
 
 def follow_info(follower: int) -> dict[str, Any]:
     """The JSON info of ``croupier_follow_info`` as a dict."""
-    return json.loads(_json_out("croupier_follow_info", follower))
+    return cast("dict[str, Any]", json.loads(_json_out("croupier_follow_info", follower)))
 
 
 def follow_stream_open(follower: int, options: dict[str, Any]) -> Handle:
@@ -949,7 +956,7 @@ def follow_stream_open(follower: int, options: dict[str, Any]) -> Handle:
 
 def follow_round(stream: int) -> dict[str, Any]:
     """The round of a follow stream's last batch (``croupier_follow_round``)."""
-    return json.loads(_json_out("croupier_follow_round", stream))
+    return cast("dict[str, Any]", json.loads(_json_out("croupier_follow_round", stream)))
 
 
 def follow_steps(
@@ -957,7 +964,10 @@ def follow_steps(
 ) -> list[dict[str, Any]]:
     """Global steps ``start`` to ``stop - 1`` of following, every rank's rows and
     their versions, the rounds formed from ``position`` (``croupier_follow_steps``)."""
-    return json.loads(_str_out("croupier_follow_steps", follower, _encode(position), start, stop))
+    return cast(
+        "list[dict[str, Any]]",
+        json.loads(_str_out("croupier_follow_steps", follower, _encode(position), start, stop)),
+    )
 
 
 def dataset_open_split(permutation: int, split: int, options: dict[str, Any]) -> Handle:
@@ -1052,7 +1062,7 @@ def permutation_open(uri: str, options: dict[str, Any] | None = None) -> Handle:
 
 def permutation_info(permutation: int) -> dict[str, Any]:
     """``{"uri", "manifest"}`` of an open permutation."""
-    return json.loads(_json_out("croupier_permutation_info", permutation))
+    return cast("dict[str, Any]", json.loads(_json_out("croupier_permutation_info", permutation)))
 
 
 def permutation_row_ids(permutation: int, split: int, start: int, stop: int, dst: Any) -> None:
@@ -1073,22 +1083,30 @@ def mixture_open(datasets: list[int], options: dict[str, Any]) -> Handle:
 def mixture_plan(mixture: int, position: dict[str, Any], steps: int) -> dict[str, Any]:
     """``{"steps", "ended", "position"}``: the slots of up to ``steps`` mixture
     steps from ``position`` and the position after them (``croupier_mixture_plan``)."""
-    return json.loads(_str_out("croupier_mixture_plan", mixture, _encode(position), steps))
+    return cast(
+        "dict[str, Any]",
+        json.loads(_str_out("croupier_mixture_plan", mixture, _encode(position), steps)),
+    )
 
 
 def mixture_weights(mixture: int, step: int) -> list[float]:
     """The weights of a mixture's sources at ``step``."""
-    return json.loads(_str_out("croupier_mixture_weights", mixture, step))
+    return cast("list[float]", json.loads(_str_out("croupier_mixture_weights", mixture, step)))
 
 
 def mixture_checkpoint(mixture: int, position: dict[str, Any]) -> dict[str, Any]:
     """The state dict of a mixture at ``position``."""
-    return json.loads(_str_out("croupier_mixture_checkpoint", mixture, _encode(position)))
+    return cast(
+        "dict[str, Any]",
+        json.loads(_str_out("croupier_mixture_checkpoint", mixture, _encode(position))),
+    )
 
 
 def mixture_resume(mixture: int, state: dict[str, Any]) -> dict[str, Any]:
     """The position a mixture state dict records, once checked against the mixture."""
-    return json.loads(_str_out("croupier_mixture_resume", mixture, _encode(state)))
+    return cast(
+        "dict[str, Any]", json.loads(_str_out("croupier_mixture_resume", mixture, _encode(state)))
+    )
 
 
 def mixture_stream_open(mixture: int, position: dict[str, Any], options: dict[str, Any]) -> Handle:

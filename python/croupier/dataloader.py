@@ -15,6 +15,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
 from typing import Any
 
 import torch.utils.data
@@ -238,7 +239,7 @@ def _check_main_guarded(method: str) -> None:
     path = getattr(main, "__file__", None)
     if main is None or not isinstance(path, str):
         return  # an interactive session or ``python -c``: nothing is imported again
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and not (
         frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"
     ):
@@ -312,7 +313,7 @@ def _reads_in_process(
     )
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(torch.utils.data.DataLoader[Any]):
     """A thin :class:`torch.utils.data.DataLoader` for a :class:`StreamingDataset`,
     a :class:`Mixture` or a :class:`FollowingDataset`.
 

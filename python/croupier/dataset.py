@@ -30,6 +30,7 @@ import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -136,7 +137,8 @@ class LayoutHint:
         if text := _lib.stream_hint(stream.value):
             self.warned = True
             # Point at the first frame outside croupier: the loop that reads.
-            level, frame = 1, sys._getframe(0)
+            level = 1
+            frame: FrameType | None = sys._getframe(0)
             while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
                 level, frame = level + 1, frame.f_back
             warnings.warn(text, LayoutWarning, stacklevel=level)
@@ -205,7 +207,7 @@ class _WorkerBudget:
         if getattr(self, "_send_runs", False):
             share -= share // 4
         # At least one byte: 0 would mean the default to Go.
-        return max(share, 1)
+        return max(int(share), 1)
 
     def _outbox_bytes(self) -> int:
         """The bytes of the runs this copy's slots may hold while they wait for
@@ -214,7 +216,7 @@ class _WorkerBudget:
         worker = _torch.worker_info()
         if not self._divide_budget or worker is None:
             return 0
-        return int(self._info["memory_budget"]) // worker.num_workers // 4
+        return int(self._info["memory_budget"]) // int(worker.num_workers) // 4
 
     def _go_options(self) -> dict[str, Any]:
         """The options to open the Go object with: in a worker, its share of the budget."""

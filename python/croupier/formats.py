@@ -227,9 +227,9 @@ def pack(
         return out
     rest = convert(batch.select(others), format, list_format)
     as_array = _number_tensor if format == "torch" else _numpy_column
-    packed = {name: as_array(name, v) for name, v in values.items()}
+    packed: dict[str, Any] = {name: as_array(name, v) for name, v in values.items()}
     if packing == "packed":
-        extra = {
+        extra: dict[str, Any] = {
             "cu_seqlens": np.append(starts, lengths.sum()).astype(np.int32),
             "position_ids": _positions(lengths, starts),
         }
@@ -237,7 +237,7 @@ def pack(
         longest = int(lengths.max()) if len(lengths) else 0
         mask = np.arange(longest) < lengths[:, None]
         for name, v in packed.items():
-            flat = v.numpy() if format == "torch" else v
+            flat = v if isinstance(v, np.ndarray) else v.numpy()
             fill = pad_value.get(name, 0) if isinstance(pad_value, dict) else pad_value
             padded = np.full((len(lengths), longest), fill, dtype=flat.dtype)
             padded[mask] = flat  # row-major order is the packed order
@@ -257,7 +257,8 @@ def pack(
 
 def _positions(lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """The int64 position of every packed value inside its row."""
-    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
+    out: np.ndarray = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
+    return out
 
 
 def convert(batch: pa.RecordBatch, format: str, list_format: str = "packed") -> Any:
@@ -418,7 +419,9 @@ def _python_exact(name: str, column: pa.Array, objects: bool = False) -> None:
 
 def _nanosecond_time(type_: pa.DataType) -> bool:
     """Whether ``type_`` is a timestamp or a duration in nanoseconds."""
-    return (pa.types.is_timestamp(type_) or pa.types.is_duration(type_)) and type_.unit == "ns"
+    return bool(
+        (pa.types.is_timestamp(type_) or pa.types.is_duration(type_)) and type_.unit == "ns"
+    )
 
 
 def _no_nanoseconds(name: str, column: pa.Array, why: str) -> None:
@@ -435,7 +438,7 @@ def _no_nanoseconds(name: str, column: pa.Array, why: str) -> None:
 
 
 def _is_list(type_: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_list(type_)
         or pa.types.is_large_list(type_)
         or pa.types.is_fixed_size_list(type_)
@@ -462,7 +465,8 @@ def _numpy_column(name: str, column: pa.Array) -> np.ndarray:
         )
         mask = column.is_null().to_numpy(zero_copy_only=False)
         return np.ma.MaskedArray(data.to_numpy(zero_copy_only=False), mask=mask)
-    return column.to_numpy(zero_copy_only=False)
+    out: np.ndarray = column.to_numpy(zero_copy_only=False)
+    return out
 
 
 def _numpy_lists(name: str, column: pa.Array) -> np.ndarray:
@@ -487,7 +491,7 @@ def _numpy_lists(name: str, column: pa.Array) -> np.ndarray:
 
 def _is_number(type_: pa.DataType) -> bool:
     """Types that map to a torch dtype (after the temporal -> integer view)."""
-    return (
+    return bool(
         pa.types.is_integer(type_)
         or pa.types.is_floating(type_)
         or pa.types.is_boolean(type_)
@@ -541,7 +545,9 @@ def _number_tensor(name: str, array: pa.Array) -> torch.Tensor:
     _no_nulls(name, array, "integers and booleans have no NaN")
     if pa.types.is_boolean(type_):
         return torch.from_numpy(array.to_numpy(zero_copy_only=False))  # bit-packed: a copy
-    return torch.from_dlpack(array)  # shares the Arrow buffer, sliced offsets included
+    from torch.utils.dlpack import from_dlpack
+
+    return from_dlpack(array)  # shares the Arrow buffer, sliced offsets included
 
 
 def _list_parts(name: str, column: pa.Array) -> tuple[torch.Tensor, torch.Tensor]:

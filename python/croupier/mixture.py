@@ -107,14 +107,15 @@ class Mixture(_torch.IterableDataset, _lib.GoObject):
                 raise TypeError(
                     f"source {i} must be a croupier.StreamingDataset, got {type(ds).__name__}"
                 )
-        self._options = {
+        self._slots = _args.integer("slots", slots, 1)
+        self._options: dict[str, Any] = {
             "seed": _args.integer("seed", seed, 0, _args.UINT64_MAX),
             "weights": _weights(0, [w for _, w in sources]),
             "schedule": [
                 [_args.integer("schedule step", t), _weights(t, w)] for t, w in schedule or []
             ],
             "on_exhausted": _args.text("on_exhausted", on_exhausted),
-            "slots": _args.integer("slots", slots, 1),
+            "slots": self._slots,
         }
         self._closed = False
         self._go: _lib.Handle | None = self._open_go()  # checks the options
@@ -229,7 +230,7 @@ class Mixture(_torch.IterableDataset, _lib.GoObject):
             self._handle(), self._position, {"worker": k, "num_workers": num_workers}
         )
         try:
-            slots = self._options["slots"]
+            slots = self._slots
             while (item := _lib.mixture_stream_next(stream.value, slots)) is not None:
                 step, info, batches = item
                 out = [

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -397,7 +397,7 @@ class Permutations(_lib.Closeable):
 
     @property
     def _manifest(self) -> dict[str, Any]:
-        return self._info["manifest"]
+        return cast("dict[str, Any]", self._info["manifest"])
 
     @property
     def id(self) -> str:

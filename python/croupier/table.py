@@ -8,8 +8,8 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,7 @@ from .errors import ClosedError, InternalError, InvalidArgumentError
 __all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
 
 
-TableData = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+TableData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
 
 
 def _reader(data: TableData) -> pa.RecordBatchReader:
@@ -31,7 +31,7 @@ def _reader(data: TableData) -> pa.RecordBatchReader:
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
         return data.to_reader()
-    batches = iter(data)
+    batches: Iterator[pa.RecordBatch] = iter(data)
     try:
         first = next(batches)
     except StopIteration:
