@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY      := .venv/bin/python
 LIB     := python/croupier/libcroupier.so
 CHECKLIB := build/cgocheck2/libcroupier.so
-GO_SRC  := $(shell find core permutation loader cabi drivers internal -name '*.go' -not -name '*_test.go') go.mod go.sum
+GO_SRC  := $(shell find core permutation loader cabi drivers internal -name '*.go' -not -name '*_test.go') cabi/arrow_c.h go.mod go.sum
 GOFLAGS_SO := -buildmode=c-shared -trimpath -ldflags='-s -w'
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Azurite, the Azure Blob Storage emulator of the Go tests (internal/azurite):
