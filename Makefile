@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 AZURITE_VERSION := 3.35.0
 AZURITE := build/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: dev build wheel test-wheel demo test test-go test-cgocheck test-py lint bench clean azurite
+.PHONY: dev build exports wheel test-wheel demo test test-go test-cgocheck test-py lint bench clean azurite
 
 # The virtual environment is rebuilt only when requirements-dev.txt changes:
 # torch from PyPI is large.
@@ -31,6 +31,12 @@ build: $(LIB)
 
 $(LIB): $(GO_SRC)
 	go build $(GOFLAGS_SO) -o $@ ./cabi
+
+# cabi/exports.json, the C signatures of the library's exports, rewritten from
+# the build; refused while abiVersion is the list's and the signatures changed
+# (cabi/ABI.md, "The list of exports").
+exports:
+	go generate ./cabi
 
 $(CHECKLIB): $(GO_SRC)
 	GOEXPERIMENT=cgocheck2 go build -buildmode=c-shared -o $@ ./cabi
