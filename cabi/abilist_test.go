@@ -298,3 +298,57 @@ func writeABIList(path string, abi abiList) error {
 	b.WriteString("}\n")
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
+
+// TestABIChanges checks that the header is read as cgo writes it, and that
+// each kind of change is named, and a renamed parameter is not a change.
+func TestABIChanges(t *testing.T) {
+	const header = `typedef void (*croupier_cb)(const char* phase, int64_t  done);
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern size_t _GoStringLen(_GoString_ s);
+extern int64_t croupier_count(void);
+extern int croupier_open(char* uri, struct ArrowArray *out, croupier_cb cb, char** errOut);
+extern char* croupier_name(uint64_t h);
+`
+	was, err := parseHeader(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(slices.Concat(was.Callbacks, was.Exports)),
+		"[void croupier_cb(const char* phase, int64_t done) int64_t croupier_count(void) "+
+			"char* croupier_name(uint64_t h) int croupier_open(char* uri, struct ArrowArray* out, croupier_cb cb, char** errOut)]"; got != want {
+		t.Fatalf("parsed\n%s\nwant\n%s", got, want)
+	}
+	changed := strings.NewReplacer(
+		"int64_t  done", "int64_t* done", // a callback's parameter type
+		"croupier_count(void)", "croupier_count(int n)", // a parameter added
+		"char* croupier_name", "const char* croupier_name", // a result type
+	).Replace(header) + "extern void croupier_new(void);\n"
+	is, err := parseHeader(strings.Replace(changed, "extern int croupier_open", "int croupier_open", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(abiChanges(was, is), "\n")
+	for _, want := range []string{
+		"callback type croupier_cb: listed as\n    void croupier_cb(const char* phase, int64_t done)\n  is now\n    void croupier_cb(const char* phase, int64_t* done)",
+		"export croupier_count: listed as\n    int64_t croupier_count(void)\n  is now\n    int64_t croupier_count(int n)",
+		"export croupier_name: listed as\n    char* croupier_name(uint64_t h)\n  is now\n    const char* croupier_name(uint64_t h)",
+		"export croupier_open: listed, no longer in the library",
+		"export croupier_new: new, not listed: void croupier_new(void)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("changes\n%s\ndo not name\n%s", got, want)
+		}
+	}
+	renamed, err := parseHeader(strings.ReplaceAll(header, "errOut", "err"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := abiChanges(was, renamed); len(c) > 0 {
+		t.Errorf("a renamed parameter is a change: %v", c)
+	}
+	if r := renamedParams(was, renamed); !slices.Equal(r, []string{"croupier_open"}) {
+		t.Errorf("renamed: %v, want [croupier_open]", r)
+	}
+}
