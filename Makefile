@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY      := .venv/bin/python
 LIB     := python/croupier/libcroupier.so
 CHECKLIB := build/cgocheck2/libcroupier.so
-GO_SRC  := $(shell find core permutation loader cabi drivers internal -name '*.go' -not -name '*_test.go') go.mod go.sum
+GO_SRC  := $(shell find core permutation loader cabi drivers internal -name '*.go' -not -name '*_test.go') cabi/arrow_c.h go.mod go.sum
 GOFLAGS_SO := -buildmode=c-shared -trimpath -ldflags='-s -w'
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Azurite, the Azure Blob Storage emulator of the Go tests (internal/azurite):
@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 AZURITE_VERSION := 3.35.0
 AZURITE := build/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: dev build wheel test-wheel demo test test-go test-cgocheck test-py lint bench clean azurite
+.PHONY: dev build exports wheel test-wheel demo test test-go test-cgocheck test-py lint bench clean azurite
 
 # The virtual environment is rebuilt only when requirements-dev.txt changes:
 # torch from PyPI is large.
@@ -31,6 +31,12 @@ build: $(LIB)
 
 $(LIB): $(GO_SRC)
 	go build $(GOFLAGS_SO) -o $@ ./cabi
+
+# cabi/exports.json, the C signatures of the library's exports, rewritten from
+# the build; refused while abiVersion is the list's and the signatures changed
+# (cabi/ABI.md, "The list of exports").
+exports:
+	go generate ./cabi
 
 $(CHECKLIB): $(GO_SRC)
 	GOEXPERIMENT=cgocheck2 go build -buildmode=c-shared -o $@ ./cabi

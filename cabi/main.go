@@ -10,45 +10,7 @@ package main
 #include <stdint.h>
 #include <stdlib.h>
 
-#ifndef ARROW_C_DATA_INTERFACE
-#define ARROW_C_DATA_INTERFACE
-#define ARROW_FLAG_DICTIONARY_ORDERED 1
-#define ARROW_FLAG_NULLABLE 2
-#define ARROW_FLAG_MAP_KEYS_SORTED 4
-
-struct ArrowSchema {
-  const char* format;
-  const char* name;
-  const char* metadata;
-  int64_t flags;
-  int64_t n_children;
-  struct ArrowSchema** children;
-  struct ArrowSchema* dictionary;
-  void (*release)(struct ArrowSchema*);
-  void* private_data;
-};
-
-struct ArrowArray {
-  int64_t length;
-  int64_t null_count;
-  int64_t offset;
-  int64_t n_buffers;
-  int64_t n_children;
-  const void** buffers;
-  struct ArrowArray** children;
-  struct ArrowArray* dictionary;
-  void (*release)(struct ArrowArray*);
-  void* private_data;
-};
-
-struct ArrowArrayStream {
-  int (*get_schema)(struct ArrowArrayStream*, struct ArrowSchema* out);
-  int (*get_next)(struct ArrowArrayStream*, struct ArrowArray* out);
-  const char* (*get_last_error)(struct ArrowArrayStream*);
-  void (*release)(struct ArrowArrayStream*);
-  void* private_data;
-};
-#endif
+#include "arrow_c.h"
 
 typedef void (*croupier_progress)(const char* phase, int64_t done, int64_t total, int64_t kept, int64_t bytes);
 
@@ -97,7 +59,10 @@ import (
 // abiVersion numbers this C ABI: the functions, their signatures and the JSON
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
-// (python/croupier/_lib.py, ABI_VERSION).
+// (python/croupier/_lib.py, ABI_VERSION). exports.json lists the exports'
+// signatures at this number; TestExportList fails when they drift from it.
+//
+//go:generate go test -run TestExportList -update
 const abiVersion = 10
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
