@@ -23,6 +23,7 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
+from ._args import Format, ListFormat, OnExhausted, Oversize, Packing
 from ._lib import init
 from ._lib import version as _library_version
 from .errors import (
@@ -66,11 +67,16 @@ __all__ = [
     "Follow",
     "FollowingDataset",
     "ForkError",
+    "Format",
     "InternalError",
     "InvalidArgumentError",
     "LayoutWarning",
+    "ListFormat",
     "Mixture",
     "NotFoundError",
+    "OnExhausted",
+    "Oversize",
+    "Packing",
     "PermissionDeniedError",
     "Permutation",
     "PermutationBuilder",

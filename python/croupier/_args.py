@@ -13,9 +13,22 @@ import numbers
 import operator
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .errors import InvalidArgumentError
+
+# The names string options take, as types: a type checker flags a wrong one
+# before it runs; the functions that take them check them all the same.
+Format = Literal["torch", "numpy", "arrow", "python"]
+"""What a batch is: torch tensors, numpy arrays, a pyarrow RecordBatch, or Python lists."""
+ListFormat = Literal["packed", "padded"]
+"""How a list column is given: its values end to end with offsets, or padded rows."""
+Packing = Literal["packed", "padded"]
+"""How token-budget steps lay out their pack columns: end to end, or padded."""
+Oversize = Literal["error", "truncate"]
+"""What a row longer than the token budget is: an error, or a step of its own, cut."""
+OnExhausted = Literal["stop", "cycle", "renormalize"]
+"""What a mixture slot does when it draws a source whose epoch has no step left."""
 
 __all__ = [
     "INT64_MAX",

@@ -37,9 +37,15 @@ import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _torch
+from ._args import Format, ListFormat, Oversize, Packing
 from ._runs import PLACES, Outbox, Steps
 from .errors import InternalError, InvalidArgumentError, LayoutWarning
-from .formats import check_format, check_packing, check_step_size, convert_or_pack_steps
+from .formats import (
+    check_format,
+    check_packing,
+    check_step_size,
+    convert_or_pack_steps,
+)
 from .permutation import Permutation
 from .table import Table
 
@@ -360,6 +366,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
         self,
         source: Table | Permutation,
         global_batch_size: int | None = None,
+        *,
         num_splits: int | None = None,
         columns: Sequence[str] | None = None,
         shuffle_seed: int = 0,
@@ -367,16 +374,15 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool | None = None,
-        format: str = "torch",
+        format: Format = "torch",
         collate: Callable[[Any], Any] | None = None,
         read_ahead: int | None = None,
         memory_budget: int | None = None,
-        list_format: str = "packed",
+        list_format: ListFormat = "packed",
         max_reads: int | None = None,
-        *,
         tokens_per_step: int | None = None,
-        oversize: str = "error",
-        packing: str | None = None,
+        oversize: Oversize = "error",
+        packing: Packing | None = None,
         pack_columns: Sequence[str] | None = None,
         pad_value: float | Mapping[str, float] = 0,
     ) -> None:

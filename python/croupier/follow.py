@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import _args, _lib, _torch
+from ._args import Format, ListFormat, Oversize, Packing
 from .dataset import (
     _COALESCE_BYTES,
     LayoutHint,
@@ -239,20 +240,21 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
         table: Table | str | os.PathLike[str],
         follow: Follow,
         global_batch_size: int | None = None,
+        *,
         num_splits: int | None = None,
         columns: Sequence[str] | None = None,
         shuffle_seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        format: str = "torch",
+        format: Format = "torch",
         collate: Callable[[Any], Any] | None = None,
         read_ahead: int | None = None,
         memory_budget: int | None = None,
-        list_format: str = "packed",
+        list_format: ListFormat = "packed",
         max_reads: int | None = None,
         tokens_per_step: int | None = None,
-        oversize: str = "error",
-        packing: str | None = None,
+        oversize: Oversize = "error",
+        packing: Packing | None = None,
         pack_columns: Sequence[str] | None = None,
         pad_value: float | Mapping[str, float] = 0,
     ) -> None:

@@ -65,12 +65,13 @@ import contextlib
 import importlib.util
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
 import pyarrow as pa
 
 from . import _torch
+from ._args import Format, ListFormat, Packing
 from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -88,9 +89,9 @@ __all__ = [
     "pack",
 ]
 
-FORMATS = ("torch", "numpy", "arrow", "python")
-LIST_FORMATS = ("packed", "padded")
-PACKINGS = ("packed", "padded")
+FORMATS: tuple[Format, ...] = get_args(Format)
+LIST_FORMATS: tuple[ListFormat, ...] = get_args(ListFormat)
+PACKINGS: tuple[Packing, ...] = get_args(Packing)
 # The keys packing adds beside the packed columns, by packing.
 PACK_KEYS = {"packed": ("cu_seqlens", "position_ids"), "padded": ("attention_mask", "position_ids")}
 

@@ -29,18 +29,19 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _torch
+from ._args import OnExhausted
 from .dataset import StreamingDataset, refuse_batching
 from .errors import InvalidArgumentError
 
 __all__ = ["ON_EXHAUSTED", "STATE_FORMAT", "Mixture", "MixtureStep"]
 
-ON_EXHAUSTED = ("stop", "cycle", "renormalize")
+ON_EXHAUSTED: tuple[OnExhausted, ...] = get_args(OnExhausted)
 STATE_FORMAT = 1
 
 
@@ -95,7 +96,7 @@ class Mixture(_torch.IterableDataset, _lib.GoObject):
         *,
         seed: int,
         schedule: Sequence[tuple[int, Sequence[float]]] | None = None,
-        on_exhausted: str = "stop",
+        on_exhausted: OnExhausted = "stop",
         slots: int = 1,
     ) -> None:
         super().__init__()
