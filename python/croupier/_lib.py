@@ -729,28 +729,36 @@ def table_open(uri: str, options: dict[str, Any] | None = None) -> Handle:
     return _handle_out("croupier_table_open", _encode(uri), _encode(options or {}))
 
 
-def _export_stream(reader: pa.RecordBatchReader) -> ArrowArrayStream:
-    stream = ArrowArrayStream()
-    reader._export_to_c(ctypes.addressof(stream))
-    return stream
+class _ExportedStream:
+    """A reader's ArrowArrayStream, exported through the Arrow PyCapsule
+    interface: ``ref`` points at the stream the capsule holds, which lives as
+    long as this object. Where the core takes the stream over it marks it
+    released, and the capsule frees nothing twice; where it does not, the
+    capsule releases it."""
+
+    def __init__(self, reader: pa.RecordBatchReader) -> None:
+        self._capsule = reader.__arrow_c_stream__()
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        self.ref = ctypes.cast(
+            get(self._capsule, b"arrow_array_stream"), ctypes.POINTER(ArrowArrayStream)
+        )
 
 
 def table_create(uri: str, reader: pa.RecordBatchReader, options: dict[str, Any]) -> Handle:
     """Create a croupier table from ``reader``; returns the handle of version 1."""
-    stream = _export_stream(reader)
-    return _handle_out(
-        "croupier_table_create", _encode(uri), ctypes.byref(stream), _encode(options)
-    )
+    stream = _ExportedStream(reader)
+    return _handle_out("croupier_table_create", _encode(uri), stream.ref, _encode(options))
 
 
 def table_append(uri: str, reader: pa.RecordBatchReader, options: dict[str, Any]) -> int:
     """Append ``reader`` as a new version of the table at ``uri``; returns the version."""
-    stream = _export_stream(reader)
+    stream = _ExportedStream(reader)
     version = ctypes.c_int64()
     _call(
         _lib().croupier_table_append,
         _encode(uri),
-        ctypes.byref(stream),
+        stream.ref,
         _encode(options),
         ctypes.byref(version),
     )
@@ -902,10 +910,10 @@ def merge_shared(
     ``schema``, the merged batches' (the parts' without it), if known, spares
     exporting and importing it.
     """
-    stream = _export_stream(pa.RecordBatchReader.from_batches(parts[0].schema, parts))
+    stream = _ExportedStream(pa.RecordBatchReader.from_batches(parts[0].schema, parts))
     sizes = (ctypes.c_int64 * steps)()
     with _BatchOut(schema) as out:
-        _call(_lib().croupier_merge_shared, ctypes.byref(stream), steps, *out.args(), sizes)
+        _call(_lib().croupier_merge_shared, stream.ref, steps, *out.args(), sizes)
         return out.batch(), list(sizes)
 
 

@@ -9,7 +9,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,20 @@ from .errors import ClosedError, InternalError, InvalidArgumentError
 __all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
 
 
-TableData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+class ArrowStreamExportable(Protocol):
+    """Any object that exports its rows as an Arrow C stream: the Arrow
+    PyCapsule interface (polars and DuckDB frames, nanoarrow streams, …)."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+
+TableData: TypeAlias = (
+    ArrowStreamExportable
+    | pa.Table
+    | pa.RecordBatch
+    | pa.RecordBatchReader
+    | Iterable[pa.RecordBatch]
+)
 
 
 def _reader(data: TableData) -> pa.RecordBatchReader:
@@ -31,6 +44,8 @@ def _reader(data: TableData) -> pa.RecordBatchReader:
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
         return data.to_reader()
+    if hasattr(data, "__arrow_c_stream__"):  # polars, DuckDB, nanoarrow, …
+        return pa.RecordBatchReader.from_stream(data)
     batches: Iterator[pa.RecordBatch] = iter(data)
     try:
         first = next(batches)
@@ -117,15 +132,16 @@ def create_table(
 ) -> Table:
     """Create a croupier table at ``uri`` whose version 1 holds ``data``.
 
-    ``data`` is a pyarrow Table, RecordBatch, RecordBatchReader or an iterable of
-    record batches; its schema becomes the table's. Data files are Parquet with a
-    page index, in row groups of ``row_group_rows`` rows (default 4,096, chosen
-    for reads of single rows) and pages of ``page_bytes`` (default 16 KiB),
-    compressed with ``compression``: ``"lz4"`` (the default: pages that
-    decode several times faster than zstd's, which a shuffle of a table many
-    memory budgets large does many times an epoch; see docs/tuning.md),
-    ``"zstd"`` (files 1.3 to 1.6 times smaller, for tables read mostly in
-    order or kept for their size) or ``"none"``.
+    ``data`` is a pyarrow Table, RecordBatch, RecordBatchReader, an iterable of
+    record batches, or any object with ``__arrow_c_stream__`` (the Arrow PyCapsule
+    interface: polars and DuckDB frames, nanoarrow streams); its schema becomes the
+    table's. Data files are Parquet with a page index, in row groups of
+    ``row_group_rows`` rows (default 4,096, chosen for reads of single rows) and
+    pages of ``page_bytes`` (default 16 KiB), compressed with ``compression``:
+    ``"lz4"`` (the default: pages that decode several times faster than zstd's,
+    which a shuffle of a table many memory budgets large does many times an epoch;
+    see docs/tuning.md), ``"zstd"`` (files 1.3 to 1.6 times smaller, for tables read
+    mostly in order or kept for their size) or ``"none"``.
 
     Before a process's first commit to a store, croupier checks that the store
     honours conditional writes (a second exclusive create of one key must

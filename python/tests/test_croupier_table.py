@@ -50,6 +50,26 @@ def test_create_append_time_travel(tmp_path: Path) -> None:
     assert cr.open_table(uri).schema.names == ["id", "tokens"]
 
 
+class _CStreamOnly:
+    """Rows offered only through the Arrow PyCapsule interface, as polars and
+    DuckDB frames offer theirs."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self._table.__arrow_c_stream__(requested_schema)
+
+
+def test_create_and_append_from_arrow_c_streams(tmp_path: Path) -> None:
+    uri = f"file://{tmp_path}/t"
+    tbl = cr.create_table(uri, _CStreamOnly(rows(0, 30)))
+    assert tbl.num_rows == 30
+    assert tbl.append(_CStreamOnly(rows(30, 12))) == 2
+    assert ids_at(uri) == list(range(42))
+    assert cr.open_table(uri).schema == rows(0, 1).schema
+
+
 def test_history_and_empty_appends(tmp_path: Path) -> None:
     """Each version says when it was committed and its rows; an append of no
     rows makes no version and says so."""
