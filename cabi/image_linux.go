@@ -17,18 +17,18 @@ import (
 //
 // Loading libcroupier.so runs the init functions of every package it links
 // (storage SDKs, gRPC, protobuf registries: over 400 of them), which touch
-// code and read-only data all over its 70 MB; a kernel that keeps the file
-// in large page-cache folios maps each folio whole, 2 MiB at a time where
-// it can. A process that had loaded the library held 58 to 61 MiB of it
-// resident (40 when the file was read from disk afresh), most of which no
-// read touches again, and all of it counted against the memory bound of a
-// read in that process. So once those inits have run, the library drops
-// the resident pages of its read-only mappings that hold no private copies
-// (not those of relocated data), as the kernel drops clean file pages under
-// memory pressure, after asking that they not be mapped by huge pages: a
-// page is mapped again from the page cache when it is next used. A read of
-// wide rows in one process then held 13 MiB of the library's code where it
-// held 27 (docs/tuning.md, "memory_budget is a bound").
+// code and read-only data all over its 70 MB, and a kernel that keeps the
+// file in large page-cache folios maps a whole folio, up to 2 MiB, for each
+// page touched: a process that had loaded the library held 58 to 61 MiB of
+// it resident (40 when the file was read from disk afresh), all of it
+// counted against the memory bound of a read in that process. So once those
+// inits have run, the library drops the resident pages of its read-only
+// mappings that hold no private copies (not its relocated data), as the
+// kernel drops clean file pages under memory pressure, after asking that
+// they not be mapped by huge pages; a page is mapped again from the page
+// cache when it is next used. A full shuffle of wide rows in one process
+// then held 38 MiB of the library at its peak, where it held 60
+// (docs/tuning.md, "memory_budget is a bound").
 func init() { _, _ = releaseImage() }
 
 // imageMapping is one mapping of the library's file, from /proc/self/smaps.
