@@ -38,8 +38,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // LargeBytes is the smallest buffer mapped on its own.
@@ -88,7 +89,7 @@ func (a *Allocator) allocate(n int, zero bool) []byte {
 	}
 	m := a.reuse(n, zero)
 	if m == nil {
-		b, err := syscall.Mmap(-1, 0, mappedSize(n), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+		b, err := unix.Mmap(-1, 0, mappedSize(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
 		if err != nil {
 			panic("cmem: out of memory: " + err.Error())
 		}
@@ -138,13 +139,17 @@ func (a *Allocator) reuse(n int, zero bool) *mapping {
 // and frees b if it is not that buffer.
 func (a *Allocator) Reallocate(n int, b []byte) []byte {
 	if v, mapped := a.mappings.Load(address(b)); mapped {
-		if m := v.(*mapping); len(m.b) >= n {
+		m := v.(*mapping)
+		if len(m.b) >= n {
 			if end := min(n, m.used); end > len(b) {
 				clear(m.b[len(b):end]) // handed out before: grown bytes are zero
 			}
 			m.used = max(m.used, n)
 			a.allocated.Add(int64(n - len(b)))
 			return m.b[:n]
+		}
+		if grown := a.remap(m, b, n); grown != nil {
+			return grown
 		}
 	} else if n < LargeBytes || cap(b) >= n {
 		return a.small.Reallocate(n, b)
@@ -153,6 +158,28 @@ func (a *Allocator) Reallocate(n int, b []byte) []byte {
 	copy(out, b)
 	a.Free(b)
 	return out
+}
+
+// remap grows the mapping m of buffer b to hold n bytes where the kernel
+// can move it (Linux's mremap): its pages move rather than being copied, so
+// a buffer that grows by doubling, as a decoder's values do, never holds its
+// old and new bytes at once (a piece of wide rows growing from 32 to 64 MiB
+// held 64 MiB resident while it was copied, past what its rows were charged).
+// It returns the grown buffer, or nil where m cannot move.
+func (a *Allocator) remap(m *mapping, b []byte, n int) []byte {
+	moved, ok := remap(m.b, mappedSize(n))
+	if !ok {
+		return nil
+	}
+	a.mappings.Delete(address(b))
+	m.b = moved
+	if end := min(n, m.used); end > len(b) {
+		clear(m.b[len(b):end]) // handed out before: grown bytes are zero
+	}
+	m.used = max(m.used, n)
+	a.mappings.Store(address(m.b), m)
+	a.allocated.Add(int64(n - len(b)))
+	return m.b[:n]
 }
 
 // Mapped reports whether b is a buffer of LargeBytes or more that a handed
@@ -191,7 +218,7 @@ func (a *Allocator) Free(b []byte) {
 	}
 	a.mu.Unlock()
 	for _, m := range unmap {
-		if err := syscall.Munmap(m.b); err != nil {
+		if err := unix.Munmap(m.b); err != nil {
 			panic("cmem: unmap: " + err.Error())
 		}
 	}

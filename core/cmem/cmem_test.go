@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/croupier-data/croupier/core/cmem"
@@ -73,6 +74,25 @@ func TestLargeBuffersLeaveResidentMemory(t *testing.T) {
 	if left := rss(t) - before; left > 32<<20 {
 		t.Errorf("%d MiB still resident after every buffer was freed", left>>20)
 	}
+}
+
+// peakRSS is the process's peak resident memory (VmHWM).
+func peakRSS(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var n int64
+			if _, err := fmt.Sscan(kb, &n); err != nil {
+				t.Fatal(err)
+			}
+			return n << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc/self/status")
+	return 0
 }
 
 func rss(t *testing.T) int64 {
@@ -252,5 +272,45 @@ func BenchmarkPieces(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestGrowingMovesPages: a mapped buffer grown past its mapping keeps its
+// bytes and zeroes the rest without holding them twice: its pages move (Linux).
+func TestGrowingMovesPages(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("mremap and /proc/self/statm")
+	}
+	a := cmem.NewWithoutSpares()
+	const old, grown = 32 << 20, 64 << 20
+	b := a.Allocate(old)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = byte(i>>12) | 1
+	}
+	// The peak from here: VmHWM starts over at the resident memory now.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skip("cannot reset the peak resident memory: ", err)
+	}
+	before := peakRSS(t)
+	b = a.Reallocate(grown, b)
+	if added := peakRSS(t) - before; added > 8<<20 {
+		t.Errorf("growing a %d MiB buffer to %d MiB held %d MiB more at its peak: its bytes were copied", old>>20, grown>>20, added>>20)
+	}
+	if len(b) != grown || a.AllocatedBytes() != grown {
+		t.Fatalf("grown to %d bytes, %d allocated; want %d", len(b), a.AllocatedBytes(), grown)
+	}
+	for i := 0; i < old; i += 4096 {
+		if b[i] != byte(i>>12)|1 {
+			t.Fatalf("byte %d is %d after growing, was %d", i, b[i], byte(i>>12)|1)
+		}
+	}
+	for i := old; i < grown; i += 4096 {
+		if b[i] != 0 {
+			t.Fatalf("grown byte %d is %d, not zero", i, b[i])
+		}
+	}
+	a.Free(b)
+	if a.AllocatedBytes() != 0 {
+		t.Errorf("%d bytes allocated after freeing", a.AllocatedBytes())
 	}
 }

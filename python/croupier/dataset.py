@@ -41,10 +41,12 @@ from ._args import Format, ListFormat, Oversize, Packing
 from ._runs import PLACES, Outbox, Steps
 from .errors import InternalError, InvalidArgumentError, LayoutWarning
 from .formats import (
+    arrow_ints,
     check_format,
     check_packing,
     check_step_size,
     convert_or_pack_steps,
+    numpy_view,
 )
 from .permutation import Permutation
 from .table import Table
@@ -640,7 +642,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
             at = batch.num_columns - 1
             if batch.schema.names[at] != PLACES:
                 raise InternalError(f"a shared stream's batch has no {PLACES} column")
-            places = batch.column(at).to_numpy()
+            places = numpy_view(batch.column(at))
             cuts = np.searchsorted(places >> 32, np.arange(steps + 1))
             t = first
             while t < first + steps:
@@ -651,7 +653,7 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
                 part = batch.slice(lo, hi - lo)
                 if first != run_first:
                     moved = places[lo:hi] + ((first - run_first) << 32)
-                    part = part.set_column(at, batch.schema.field(at), pa.array(moved))
+                    part = part.set_column(at, batch.schema.field(at), arrow_ints(moved))
                 parts.append(part)
                 t += n
                 if t == run_end:

@@ -199,7 +199,7 @@ def pack(
                 f'pack column "{name}" is {column.type}, not a list of numbers'
             )
         _no_nulls(name, column, "a null list")
-        offsets = column.offsets.to_numpy().astype(np.int64)  # a sliced column's own
+        offsets = numpy_view(column.offsets).astype(np.int64)  # a sliced column's own
         start = int(offsets[0])
         row_values = column.values.slice(start, int(offsets[-1]) - start)
         _no_nulls(name, row_values, "a null inside a list")
@@ -223,8 +223,8 @@ def pack(
     if format == "arrow":
         out: dict[str, Any] = {name: batch.column(name) for name in others}
         out.update(values)
-        out["cu_seqlens"] = pa.array(np.append(starts, lengths.sum()).astype(np.int32))
-        out["position_ids"] = pa.array(_positions(lengths, starts))
+        out["cu_seqlens"] = arrow_ints(np.append(starts, lengths.sum()).astype(np.int32))
+        out["position_ids"] = arrow_ints(_positions(lengths, starts))
         return out
     rest = convert(batch.select(others), format, list_format)
     as_array = _number_tensor if format == "torch" else _numpy_column
@@ -466,8 +466,7 @@ def _numpy_column(name: str, column: pa.Array) -> np.ndarray:
         )
         mask = column.is_null().to_numpy(zero_copy_only=False)
         return np.ma.MaskedArray(data.to_numpy(zero_copy_only=False), mask=mask)
-    out: np.ndarray = column.to_numpy(zero_copy_only=False)
-    return out
+    return numpy_view(column)
 
 
 def _numpy_lists(name: str, column: pa.Array) -> np.ndarray:
@@ -477,12 +476,12 @@ def _numpy_lists(name: str, column: pa.Array) -> np.ndarray:
         size = type_.list_size
         starts = (np.arange(len(column) + 1) + column.offset) * size
     else:
-        starts = column.offsets.to_numpy(zero_copy_only=False)  # a sliced column's own
+        starts = numpy_view(column.offsets)  # a sliced column's own
     values = _numpy_column(name, column.values)
-    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False) if column.null_count else None
     out = np.empty(len(column), dtype=object)
     for i in range(len(column)):
-        out[i] = values[starts[i] : starts[i + 1]] if valid[i] else None
+        out[i] = values[starts[i] : starts[i + 1]] if valid is None or valid[i] else None
     return out
 
 
@@ -505,6 +504,42 @@ def _is_number_list(type_: pa.DataType) -> bool:
     return (pa.types.is_list(type_) or pa.types.is_large_list(type_)) and _is_number(
         type_.value_type
     )
+
+
+def numpy_view(array: pa.Array) -> np.ndarray:
+    """``array.to_numpy(zero_copy_only=False)`` of an integer or floating-point
+    array without nulls, read in place from its buffer (a sliced array's own
+    values).
+
+    pyarrow's conversion to numpy imports pandas where pandas is installed,
+    on its first use in a process: about 45 MiB of resident memory for a
+    process that had not imported it (pyarrow 26), which a batch's numbers and
+    its list columns' offsets have no use for. Other arrays go through
+    ``to_numpy``.
+    """
+    type_ = array.type
+    if array.null_count or not (pa.types.is_integer(type_) or pa.types.is_floating(type_)):
+        return array.to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(type_):
+        kind = "f"
+    elif pa.types.is_signed_integer(type_):
+        kind = "i"
+    else:
+        kind = "u"
+    dtype = np.dtype(f"<{kind}{type_.bit_width // 8}")
+    data = array.buffers()[1]
+    if data is None or len(array) == 0:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
+def arrow_ints(values: np.ndarray) -> pa.Array:
+    """A 1-D numpy array of int32 or int64 as an Arrow array sharing its memory:
+    ``pa.array`` of a numpy array imports pandas as ``to_numpy`` does (see
+    :func:`numpy_view`)."""
+    types = {np.dtype("int32"): pa.int32(), np.dtype("int64"): pa.int64()}
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(types[values.dtype], len(values), [None, pa.py_buffer(values)])
 
 
 def _torch_column(name: str, column: pa.Array, list_format: str) -> dict[str, Any]:
@@ -556,7 +591,7 @@ def _list_parts(name: str, column: pa.Array) -> tuple[torch.Tensor, torch.Tensor
     import torch
 
     _no_nulls(name, column, "a null list")
-    offsets = column.offsets.to_numpy()  # respects a sliced column's offset
+    offsets = numpy_view(column.offsets)  # respects a sliced column's offset
     start, stop = int(offsets[0]), int(offsets[-1])
     values = column.values.slice(start, stop - start)
     _no_nulls(name, values, "a null inside a list")

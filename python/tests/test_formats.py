@@ -5,7 +5,10 @@ from __future__ import annotations
 import decimal
 import importlib.util
 import itertools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import croupier as cr
-from croupier.formats import FORMATS, convert, convert_steps
+from croupier.formats import FORMATS, arrow_ints, convert, convert_steps, numpy_view
 
 
 def first_batch(tbl: cr.Table, **kwargs: object) -> object:
@@ -389,3 +392,78 @@ def test_go_reads_every_value(tmp_path: Path, name: str) -> None:
     if name == "date64":
         column = column.cast(pa.date32())
     assert _same(got, column), (got, column)
+
+
+NUMBER_TYPES = [
+    pa.int8(),
+    pa.int16(),
+    pa.int32(),
+    pa.int64(),
+    pa.uint8(),
+    pa.uint16(),
+    pa.uint32(),
+    pa.uint64(),
+    pa.float16(),
+    pa.float32(),
+    pa.float64(),
+]
+
+
+@pytest.mark.parametrize("type_", NUMBER_TYPES, ids=str)
+def test_numpy_view_reads_as_to_numpy(type_: pa.DataType) -> None:
+    values = np.arange(-5, 45).astype(type_.to_pandas_dtype())
+    array = pa.array(values, type=type_)
+    for part in (array, array.slice(7, 20), array.slice(50), array.slice(3, 0)):
+        view = numpy_view(part)
+        want = part.to_numpy(zero_copy_only=False)
+        assert view.dtype == want.dtype
+        np.testing.assert_array_equal(view, want)
+
+
+def test_numpy_view_falls_back_for_nulls_and_other_types() -> None:
+    with_null = pa.array([1, None, 3], type=pa.int32())
+    assert numpy_view(with_null).tolist()[::2] == [1.0, 3.0]
+    assert numpy_view(pa.array([True, False])).tolist() == [True, False]
+    offsets = pa.array([[1, 2], [], [3]], type=pa.large_list(pa.int32())).slice(1).offsets
+    assert numpy_view(offsets).tolist() == [2, 2, 3]
+
+
+def test_arrow_ints_shares_the_values() -> None:
+    for dtype in (np.int32, np.int64):
+        values = np.arange(6, dtype=dtype)[::2]
+        array = arrow_ints(values)
+        assert array.type == pa.from_numpy_dtype(dtype)
+        assert array.to_pylist() == [0, 2, 4]
+
+
+CONVERT_WITHOUT_PANDAS = """
+import sys
+import numpy as np
+import pyarrow as pa
+from croupier.formats import arrow_ints, convert, convert_steps, pack
+tokens = pa.ListArray.from_arrays(
+    arrow_ints(np.array([0, 2, 5, 9], dtype=np.int32)), arrow_ints(np.arange(9, dtype=np.int64))
+)
+ids = arrow_ints(np.arange(3, dtype=np.int64))
+batch = pa.RecordBatch.from_arrays([ids, tokens], names=["id", "tokens"])
+for fmt, lists in (("torch", "packed"), ("torch", "padded"), ("numpy", "packed")):
+    convert(batch, fmt, lists)
+    list(convert_steps(batch, [1, 2], fmt, lists))
+for fmt in ("arrow", "torch", "numpy"):
+    pack(batch, ["tokens"], "packed", fmt, "packed")
+print("pandas" in sys.modules)
+"""
+
+
+def test_conversions_leave_pandas_unimported() -> None:
+    """Converting numbers and lists imports no pandas (tens of MiB resident):
+    in a fresh process, as a training process that never imported it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", CONVERT_WITHOUT_PANDAS],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert out.stdout.strip() == "False", out.stderr
