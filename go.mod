@@ -25,7 +25,6 @@ require (
 	go.opentelemetry.io/otel v1.46.0
 	gocloud.dev v0.47.0
 	golang.org/x/sync v0.25.0
-	golang.org/x/sys v0.48.0 // mremap: core/cmem grows a mapped buffer by moving its pages
 )
 
 require (
@@ -108,6 +107,7 @@ require (
 	golang.org/x/crypto v0.56.0 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
 	golang.org/x/net v0.58.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/tools v0.48.0 // indirect

@@ -39,8 +39,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // LargeBytes is the smallest buffer mapped on its own.
@@ -89,7 +87,7 @@ func (a *Allocator) allocate(n int, zero bool) []byte {
 	}
 	m := a.reuse(n, zero)
 	if m == nil {
-		b, err := unix.Mmap(-1, 0, mappedSize(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+		b, err := mapAnon(mappedSize(n))
 		if err != nil {
 			panic("cmem: out of memory: " + err.Error())
 		}
@@ -218,7 +216,7 @@ func (a *Allocator) Free(b []byte) {
 	}
 	a.mu.Unlock()
 	for _, m := range unmap {
-		if err := unix.Munmap(m.b); err != nil {
+		if err := unmapBytes(m.b); err != nil {
 			panic("cmem: unmap: " + err.Error())
 		}
 	}

@@ -519,7 +519,8 @@ def numpy_view(array: pa.Array) -> np.ndarray:
     """
     type_ = array.type
     if array.null_count or not (pa.types.is_integer(type_) or pa.types.is_floating(type_)):
-        return array.to_numpy(zero_copy_only=False)
+        out: np.ndarray = array.to_numpy(zero_copy_only=False)
+        return out
     if pa.types.is_floating(type_):
         kind = "f"
     elif pa.types.is_signed_integer(type_):
