@@ -16,17 +16,19 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
 import torch.utils.data._utils.worker
 
 from . import _lib
-from ._runs import Steps, merge_runs
-from .dataset import StreamingDataset, merge_stats
+from .dataset import LoaderHooks
 from .errors import InternalError, InvalidArgumentError
-from .follow import FollowingDataset, FollowStep
-from .mixture import Mixture, MixtureStep
+
+if TYPE_CHECKING:
+    from .dataset import StreamingDataset
+    from .follow import FollowingDataset
+    from .mixture import Mixture
 
 __all__ = ["DataLoader"]
 
@@ -292,7 +294,7 @@ def _note_reads_in_process(num_workers: int) -> None:
 
 
 def _reads_in_process(
-    dataset: StreamingDataset | Mixture | FollowingDataset,
+    dataset: LoaderHooks,
     in_process: bool | None,
     kwargs: dict[str, Any],
 ) -> bool:
@@ -306,8 +308,7 @@ def _reads_in_process(
                 "croupier.DataLoader: in_process=True starts no workers to run worker_init_fn"
             )
         return True
-    sources = dataset.sources if isinstance(dataset, Mixture) else [dataset]
-    return all(source._collate is None for source in sources) and all(
+    return all(collate is None for collate in dataset._loader_collates()) and all(
         kwargs.get(name) is None
         for name in ("collate_fn", "worker_init_fn", "multiprocessing_context")
     )
@@ -400,7 +401,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         in_process: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(dataset, (StreamingDataset, Mixture, FollowingDataset)):
+        if not isinstance(dataset, LoaderHooks):
             raise TypeError(
                 f"croupier.DataLoader needs a croupier.StreamingDataset, Mixture or "
                 f"FollowingDataset, got {type(dataset).__name__}"
@@ -443,11 +444,7 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.num_workers == 0:
             return super().__iter__()  # the dataset counts what it yields in this process
-        if isinstance(self.dataset, Mixture):
-            return self._mixture_steps(self._from_workers())
-        if isinstance(self.dataset, FollowingDataset):
-            return self._follow_steps(self._from_workers())
-        return self._counted(self._from_workers())
+        return self.dataset._from_workers(self, self._from_workers())
 
     def _from_workers(self) -> Iterator[Any]:
         """torch's iterator over what the workers send.
@@ -473,129 +470,18 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             watch = "parent" if main else None
         _check_main_guarded(method)
         self.worker_init_fn = _WorkerStart(init_fn, os.getpid(), watch)
-        self._tell_workers(True)
+        self.dataset._tell_workers(self, True)
         try:
             return super().__iter__()  # starts the workers: they get the dataset now
         finally:
-            self._tell_workers(False)
+            self.dataset._tell_workers(self, False)
             self.worker_init_fn = init_fn
-
-    def _tell_workers(self, starting: bool) -> None:
-        """Set what the copies of the dataset that the workers get must know
-        while they start (``starting``), or take it back from the dataset here."""
-        ds = self.dataset
-        divide = starting and self.divide_budget
-        if isinstance(ds, Mixture):
-            ds._in_loader = starting
-            for source in ds.sources:
-                source._divide_budget = divide
-        elif isinstance(ds, FollowingDataset):
-            ds._in_loader, ds._divide_budget = starting, divide
-        else:
-            ds._send_runs = (
-                starting
-                and not ds.tokens_per_step  # runs are cut by a fixed number of rows a step
-                and ds._collate is None
-                and self.collate_fn is torch.utils.data.default_convert
-                and not self.pin_memory
-            )
-            ds._divide_budget = divide
-
-    def _mixture_steps(self, steps: Iterator[Any]) -> Iterator[Any]:
-        """A Mixture's steps from the workers, each taking the mixture to the
-        position after it as it is handed over."""
-        mix = self.dataset
-        assert isinstance(mix, Mixture)
-        for step in steps:
-            if not isinstance(step, MixtureStep) or step.step != mix.steps_consumed:
-                got = step.step if isinstance(step, MixtureStep) else type(step).__name__
-                raise InternalError(
-                    f"croupier.DataLoader: a worker sent mixture step {got} when step "
-                    f"{mix.steps_consumed} was next"
-                )
-            out = self.collate_fn(step.slots)
-            mix._position = step.next
-            yield out
-        mix._end()
-
-    def _follow_steps(self, steps: Iterator[Any]) -> Iterator[Any]:
-        """A FollowingDataset's steps from the workers, each taking the dataset past
-        it as it is handed over, up to the first that is not the next step.
-
-        torch takes one item from each worker in turn, and worker k of K sends
-        steps k, k + K, ...: they arrive in step order until a worker's wait for
-        versions times out before its next step while the others go on (they
-        wait on their own, and a version may land between their timeouts). The
-        iteration then ends at the last step delivered in order; the steps the
-        workers made after it are dropped, and dealt again by the next
-        iteration, which starts from the dataset's position.
-        """
-        ds = self.dataset
-        assert isinstance(ds, FollowingDataset)
-        workers: dict[int, dict[str, Any]] = {}  # each worker's counters, as last taken
-        for item in steps:
-            if not isinstance(item, FollowStep):
-                raise InternalError(
-                    f"croupier.DataLoader: a FollowingDataset's worker sent a "
-                    f"{type(item).__name__} when step {ds.steps_consumed} was next"
-                )
-            if item.step is not None and item.step != ds.steps_consumed:
-                return  # not counted: the next iteration deals it again
-            workers[item.worker] = item.stats
-            ds._stats = merge_stats(workers.values())
-            if item.step is None:
-                continue  # the worker's wait timed out: its last counters
-            assert item.round is not None
-            out = self.collate_fn(item.batch)
-            ds._deliver(item.step, item.round)
-            yield out
-
-    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
-        ds = self.dataset
-        workers: dict[int, dict[str, int]] = {}  # each worker's counters, as last sent
-        parts: list[Steps] = []  # of the run being gathered, from workers 0, 1, ...
-        slots: dict[tuple[int, int], torch.Tensor] = {}  # the workers' (see croupier._runs)
-        schema = None  # of the merged runs
-        for batch in batches:
-            if not isinstance(batch, Steps):
-                ds._count_delivered()
-                yield batch
-                continue
-            workers[batch.worker] = batch.stats
-            ds._stats = merge_stats(workers.values(), shared=True)
-            # torch takes one item from each worker in turn, and every worker
-            # sends its rows of every run: the parts of a run come one after
-            # the other, and each run begins at the next step.
-            if batch.first != ds.steps_consumed or batch.worker != len(parts):
-                raise InternalError(
-                    f"croupier.DataLoader: worker {batch.worker} sent steps {batch.first} to "
-                    f"{batch.first + batch.steps - 1} of epoch {ds.epoch} when worker "
-                    f"{len(parts)}'s rows of the run from step {ds.steps_consumed} were next"
-                )
-            parts.append(batch)
-            if len(parts) < self.num_workers:
-                continue
-            rows, sizes = merge_runs(parts, slots, schema)
-            parts, schema = [], rows.schema
-            for out in ds._convert(rows, sizes):
-                out = self.collate_fn(out)
-                ds._count_delivered()
-                yield out
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the steps left in the dataset's epoch
         (``len(dataset)``), also after a resume. A Mixture and a FollowingDataset
         have no length."""
-        if isinstance(self.dataset, Mixture):
-            raise TypeError(
-                "a croupier.Mixture has no length: its iterations end when a source does"
-            )
-        if isinstance(self.dataset, FollowingDataset):
-            raise TypeError(
-                "a croupier.FollowingDataset has no length: its iterations end when no "
-                "version completes the next round within wait_timeout"
-            )
-        return len(self.dataset)
+        return self.dataset._loader_length()
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's checkpoint (docs/concepts.md), exact after every delivered batch."""
@@ -607,11 +493,4 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
         ``table_moved`` is :meth:`StreamingDataset.load_state_dict`'s (a Mixture
         and a FollowingDataset take none).
         """
-        if isinstance(self.dataset, StreamingDataset):
-            self.dataset.load_state_dict(state_dict, table_moved=table_moved)
-            return
-        if table_moved:
-            raise InvalidArgumentError(
-                f"a {type(self.dataset).__name__}'s state dict takes no table_moved"
-            )
-        self.dataset.load_state_dict(state_dict)
+        self.dataset._loader_load(state_dict, table_moved)

@@ -22,6 +22,7 @@ a completed epoch moves it to ``(epoch + 1, 0)``. Who advances it:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import difflib
 import os
@@ -31,14 +32,14 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _torch
 from ._args import Format, ListFormat, Oversize, Packing
-from ._runs import PLACES, Outbox, Steps
+from ._runs import PLACES, Outbox, Steps, merge_runs
 from .errors import InternalError, InvalidArgumentError, LayoutWarning
 from .formats import (
     arrow_ints,
@@ -50,6 +51,11 @@ from .formats import (
 )
 from .permutation import Permutation
 from .table import Table
+
+if TYPE_CHECKING:
+    from .dataloader import DataLoader
+    from .follow import FollowingDataset
+    from .mixture import Mixture
 
 __all__ = ["STATE_FORMAT", "StreamingDataset"]
 
@@ -173,6 +179,51 @@ _MOST_STATS = frozenset(
         "waited_out",
     }
 )
+
+
+class LoaderHooks(abc.ABC):
+    """What croupier.DataLoader asks of a dataset it reads, each dataset
+    answering for itself (StreamingDataset, Mixture, FollowingDataset), so
+    that the loader never asks a dataset what class it is."""
+
+    _loader_counts = False  # set by croupier.DataLoader: it counts the delivered steps
+
+    @abc.abstractmethod
+    def _loader_collates(self) -> list[Callable[[Any], Any] | None]:
+        """The collate functions of the datasets whose batches it yields: any
+        that is not None runs the user's code, which needs worker processes."""
+
+    @abc.abstractmethod
+    def _tell_workers(self, loader: DataLoader, starting: bool) -> None:
+        """Set what the copies of the dataset that the loader's workers get must
+        know while they start (``starting``), or take it back here."""
+
+    @abc.abstractmethod
+    def _from_workers(self, loader: DataLoader, items: Iterator[Any]) -> Iterator[Any]:
+        """The batches the loader hands over, from what its workers send,
+        taking the dataset's position past each as it is handed over."""
+
+    @abc.abstractmethod
+    def _loader_length(self) -> int:
+        """The loader's ``len``: the batches its next iteration yields."""
+
+    @abc.abstractmethod
+    def _loader_load(self, state_dict: Mapping[str, Any], table_moved: bool) -> None:
+        """The loader's ``load_state_dict``."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's checkpoint."""
+
+
+def load_without_table_moved(
+    dataset: Mixture | FollowingDataset, state_dict: Mapping[str, Any], table_moved: bool
+) -> None:
+    """Load ``state_dict`` into a dataset whose state dict names no table to
+    move (croupier.DataLoader.load_state_dict's ``table_moved``)."""
+    if table_moved:
+        raise InvalidArgumentError(f"a {type(dataset).__name__}'s state dict takes no table_moved")
+    dataset.load_state_dict(state_dict)
 
 
 def merge_stats(streams: Iterable[Mapping[str, int]], shared: bool = False) -> dict[str, int]:
@@ -299,7 +350,9 @@ class _StepFormat:
         )
 
 
-class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat):
+class StreamingDataset(
+    _torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat, LoaderHooks
+):
     """Deals one rank's share of every global step of an epoch (docs/concepts.md).
 
     Args:
@@ -787,6 +840,63 @@ class StreamingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
             "steps_consumed": self._next_step,
             **({"worker_position": True} if self._worker_position else {}),
         }
+
+    # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
+
+    def _loader_collates(self) -> list[Callable[[Any], Any] | None]:
+        return [self._collate]
+
+    def _tell_workers(self, loader: DataLoader, starting: bool) -> None:
+        import torch.utils.data
+
+        self._send_runs = (
+            starting
+            and not self.tokens_per_step  # runs are cut by a fixed number of rows a step
+            and self._collate is None
+            and loader.collate_fn is torch.utils.data.default_convert
+            and not loader.pin_memory
+        )
+        self._divide_budget = starting and loader.divide_budget
+
+    def _from_workers(self, loader: DataLoader, items: Iterator[Any]) -> Iterator[Any]:
+        """The batches the workers send, counted as they are handed over: single
+        converted steps, or runs of steps whose parts every worker sends in turn,
+        merged and converted here (croupier._runs)."""
+        workers: dict[int, dict[str, int]] = {}  # each worker's counters, as last sent
+        parts: list[Steps] = []  # of the run being gathered, from workers 0, 1, ...
+        slots: dict[tuple[int, int], Any] = {}  # the workers' tensors (see croupier._runs)
+        schema = None  # of the merged runs
+        for batch in items:
+            if not isinstance(batch, Steps):
+                self._count_delivered()
+                yield batch
+                continue
+            workers[batch.worker] = batch.stats
+            self._stats = merge_stats(workers.values(), shared=True)
+            # torch takes one item from each worker in turn, and every worker
+            # sends its rows of every run: the parts of a run come one after
+            # the other, and each run begins at the next step.
+            if batch.first != self.steps_consumed or batch.worker != len(parts):
+                raise InternalError(
+                    f"croupier.DataLoader: worker {batch.worker} sent steps {batch.first} to "
+                    f"{batch.first + batch.steps - 1} of epoch {self.epoch} when worker "
+                    f"{len(parts)}'s rows of the run from step {self.steps_consumed} were next"
+                )
+            parts.append(batch)
+            if len(parts) < loader.num_workers:
+                continue
+            rows, sizes = merge_runs(parts, slots, schema)
+            parts, schema = [], rows.schema
+            for out in self._convert(rows, sizes):
+                out = loader.collate_fn(out)
+                self._count_delivered()
+                yield out
+
+    def _loader_length(self) -> int:
+        return len(self)
+
+    def _loader_load(self, state_dict: Mapping[str, Any], table_moved: bool) -> None:
+        self.load_state_dict(state_dict, table_moved=table_moved)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], *, table_moved: bool = False) -> None:
         """Continue from a checkpoint: the next iteration starts at its position.

@@ -19,7 +19,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,14 +28,20 @@ from ._args import Format, ListFormat, Oversize, Packing
 from .dataset import (
     _COALESCE_BYTES,
     LayoutHint,
+    LoaderHooks,
     _read,
     _StepFormat,
     _WorkerBudget,
+    load_without_table_moved,
+    merge_stats,
     refuse_batching,
 )
-from .errors import InvalidArgumentError
+from .errors import InternalError, InvalidArgumentError
 from .formats import check_format, check_step_size
 from .table import Table, open_table
+
+if TYPE_CHECKING:
+    from .dataloader import DataLoader
 
 __all__ = ["STATE_FORMAT", "Follow", "FollowStep", "FollowingDataset"]
 
@@ -185,7 +191,9 @@ class FollowStep:
         self.worker, self.stats = worker, stats
 
 
-class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat):
+class FollowingDataset(
+    _torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat, LoaderHooks
+):
     """Deals one rank's share of every global step of following a growing croupier table.
 
     Each batch is this rank's ``G / world_size`` rows of one global step (with
@@ -540,6 +548,53 @@ class FollowingDataset(_torch.IterableDataset, _lib.GoObject, _WorkerBudget, _St
             "position": dict(self._position),
             "steps_consumed": self._next_step,
         }
+
+    # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
+
+    def _loader_collates(self) -> list[Callable[[Any], Any] | None]:
+        return [self._collate]
+
+    def _tell_workers(self, loader: DataLoader, starting: bool) -> None:
+        self._in_loader, self._divide_budget = starting, starting and loader.divide_budget
+
+    def _from_workers(self, loader: DataLoader, items: Iterator[Any]) -> Iterator[Any]:
+        """The steps the workers send (FollowStep), each taking the dataset past
+        it as it is handed over, up to the first that is not the next step.
+
+        torch takes one item from each worker in turn, and worker k of K sends
+        steps k, k + K, ...: they arrive in step order until a worker's wait for
+        versions times out before its next step while the others go on (they
+        wait on their own, and a version may land between their timeouts). The
+        iteration then ends at the last step delivered in order; the steps the
+        workers made after it are dropped, and dealt again by the next
+        iteration, which starts from the dataset's position.
+        """
+        workers: dict[int, dict[str, Any]] = {}  # each worker's counters, as last taken
+        for item in items:
+            if not isinstance(item, FollowStep):
+                raise InternalError(
+                    f"croupier.DataLoader: a FollowingDataset's worker sent a "
+                    f"{type(item).__name__} when step {self.steps_consumed} was next"
+                )
+            if item.step is not None and item.step != self.steps_consumed:
+                return  # not counted: the next iteration deals it again
+            workers[item.worker] = item.stats
+            self._stats = merge_stats(workers.values())
+            if item.step is None:
+                continue  # the worker's wait timed out: its last counters
+            assert item.round is not None
+            out = loader.collate_fn(item.batch)
+            self._deliver(item.step, item.round)
+            yield out
+
+    def _loader_length(self) -> int:
+        raise TypeError(
+            "a croupier.FollowingDataset has no length: its iterations end when no "
+            "version completes the next round within wait_timeout"
+        )
+
+    def _loader_load(self, state_dict: Mapping[str, Any], table_moved: bool) -> None:
+        load_without_table_moved(self, state_dict, table_moved)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from a checkpoint of any world size: the next iteration deals

@@ -28,16 +28,19 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, get_args
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _torch
 from ._args import OnExhausted
-from .dataset import StreamingDataset, refuse_batching
-from .errors import InvalidArgumentError
+from .dataset import LoaderHooks, StreamingDataset, load_without_table_moved, refuse_batching
+from .errors import InternalError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .dataloader import DataLoader
 
 __all__ = ["ON_EXHAUSTED", "STATE_FORMAT", "Mixture", "MixtureStep"]
 
@@ -57,7 +60,7 @@ class MixtureStep:
         self.step, self.slots, self.next = step, slots, next
 
 
-class Mixture(_torch.IterableDataset, _lib.GoObject):
+class Mixture(_torch.IterableDataset, _lib.GoObject, LoaderHooks):
     """Interleaves the steps of several :class:`~croupier.StreamingDataset` by weight.
 
     Args:
@@ -263,6 +266,38 @@ class Mixture(_torch.IterableDataset, _lib.GoObject):
         """The mixture's position: its step, each source's identity and cursor, and
         the mixing parameters, as a JSON-serialisable dict."""
         return _lib.mixture_checkpoint(self._handle(), self._position)
+
+    # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
+
+    def _loader_collates(self) -> list[Callable[[Any], Any] | None]:
+        return [source._collate for source in self._sources]
+
+    def _tell_workers(self, loader: DataLoader, starting: bool) -> None:
+        self._in_loader = starting
+        for source in self._sources:
+            source._divide_budget = starting and loader.divide_budget
+
+    def _from_workers(self, loader: DataLoader, items: Iterator[Any]) -> Iterator[Any]:
+        """The steps the workers send, single converted steps with the mixture's
+        position after each (MixtureStep), each taking the mixture to that
+        position as it is handed over."""
+        for step in items:
+            if not isinstance(step, MixtureStep) or step.step != self.steps_consumed:
+                got = step.step if isinstance(step, MixtureStep) else type(step).__name__
+                raise InternalError(
+                    f"croupier.DataLoader: a worker sent mixture step {got} when step "
+                    f"{self.steps_consumed} was next"
+                )
+            out = loader.collate_fn(step.slots)
+            self._position = step.next
+            yield out
+        self._end()
+
+    def _loader_length(self) -> int:
+        raise TypeError("a croupier.Mixture has no length: its iterations end when a source does")
+
+    def _loader_load(self, state_dict: Mapping[str, Any], table_moved: bool) -> None:
+        load_without_table_moved(self, state_dict, table_moved)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from a :meth:`state_dict`, at any world size.
