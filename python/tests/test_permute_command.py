@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from conftest import uri
@@ -55,9 +56,7 @@ def write(folder: Path, files: int, rows: int, row_group: int) -> str:
     folder.mkdir()
     for f in range(files):
         ids = np.arange(f * rows, (f + 1) * rows, dtype=np.int64)
-        data = pa.table(
-            {"id": ids, "text": pa.array([f"row {i}" for i in ids.tolist()]), "n": ids % 11}
-        )
+        data = pa.table({"id": ids, "text": pc.cast(pa.array(ids), pa.string()), "n": ids % 11})
         pq.write_table(data, folder / f"part-{f:05d}.parquet", row_group_size=row_group)
     return uri(folder)
 
@@ -144,11 +143,12 @@ def start_ranks(table: str, at: Path, world: int) -> list[subprocess.Popen[str]]
 
 @pytest.mark.slow
 def test_killed_rank_fails_the_others(tmp_path: Path) -> None:
-    # Rank 1 is killed once it prints its first progress line, in its scan:
-    # the build then needs its scan, digest and write (the table's 400,000
-    # rows take it far longer than the kill takes to land), so rank 0 waits
-    # for it in an exchange, which gloo fails as the connection closes.
-    table = write(tmp_path / "table", 2, 200_000, 10_000)
+    # Rank 1 is killed once it prints its first progress line, in its scan
+    # or as it ends: the build then still needs it to order and write its
+    # share of the table's 2,000,000 rows, some 100 ms more, far longer than
+    # the kill takes to land; so rank 0 waits for it in an exchange, which
+    # gloo fails as the connection closes.
+    table = write(tmp_path / "table", 2, 1_000_000, 50_000)
     at = tmp_path / "perm"
     ranks = start_ranks(table, at, 2)
     assert ranks[1].stderr is not None
