@@ -349,7 +349,7 @@ def ranks(args: argparse.Namespace, tmp: str) -> None:
         rss = " / ".join(f"{m / 2**20:,.0f}" for m in r["rss"])
         rows.append(
             f"| {world} | {r['wall']:.1f} | {r['build']:.2f} | {args.rows / r['build']:,.0f}"
-            f" | {cpu} | {sum(r['cpu']):.1f} | {rss} |"
+            f" | {cpu} | {sum(r['cpu']):.1f} | {sum(r['cpu']) - world * base_cpu:.1f} | {rss} |"
         )
         print(rows[-1], flush=True)
     same = "the same permutation" if len(ids) == 1 else f"{len(ids)} different permutations"
@@ -366,13 +366,15 @@ def ranks(args: argparse.Namespace, tmp: str) -> None:
         " seconds (user and system) and peak RSS (VmHWM) come from `wait4` and include"
         f" the start-up: a process that only imports croupier and torch takes {base_cpu:.1f}"
         f" CPU s and {base_rss / 2**20:,.0f} MiB. Every W built {same}. The machine has"
-        f" {os.cpu_count()} cores, shared: W processes compete for them, so more ranks"
-        " cannot scan faster here; the figures show what the exchanges and the spill"
-        f" through the store cost. Run on {machine((load, os.getloadavg()[0]))}",
+        f" {os.cpu_count()} cores: W ranks share them, so the build's seconds say little of"
+        " how W hosts would scale (and on a loaded machine W processes get W shares of the"
+        " CPUs against others' one); the CPU seconds less the start-up's say what the"
+        " exchanges and the spill through the store add to the work."
+        f" Run on {machine((load, os.getloadavg()[0]))}",
         "",
         "| ranks | wall (s) | build (s) | rows/s | CPU s per rank | CPU s, all ranks"
-        " | peak RSS per rank (MiB) |",
-        "|---:|---:|---:|---:|---|---:|---|",
+        " | less start-up | peak RSS per rank (MiB) |",
+        "|---:|---:|---:|---:|---|---:|---:|---|",
         *rows,
     ]
     update_section(args.out, "Permutation builds on several processes", section)
