@@ -112,8 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser().parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on a bad flag, 0 on --help
         return exc.code if isinstance(exc.code, int) else 2
-    rank, world = _rank_world()
     try:
+        rank, world = _rank_world()
         calls = builder_calls(args, note=rank == 0)
     except UsageError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -262,8 +262,14 @@ def _ints(value: str, want: str) -> list[int]:
 
 def _rank_world() -> tuple[int, int]:
     """This process's rank and the number of ranks, from torchrun's environment."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    return (int(os.environ["RANK"]) if world > 1 else 0), world
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        return (int(os.environ["RANK"]) if world > 1 else 0), world
+    except (KeyError, ValueError):
+        raise UsageError(
+            "WORLD_SIZE and RANK, as torchrun sets them, must be integers "
+            f"(WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}, RANK={os.environ.get('RANK')!r})"
+        ) from None
 
 
 def _join(timeout: float | None) -> bool:

@@ -151,6 +151,18 @@ def test_killed_rank_fails_the_others(tmp_path: Path) -> None:
     table = write(tmp_path / "table", 2, 1_000_000, 50_000)
     at = tmp_path / "perm"
     ranks = start_ranks(table, at, 2)
+    try:
+        killed_rank_fails_the_others(table, at, ranks, tmp_path)
+    finally:
+        for r in ranks:
+            if r.poll() is None:
+                r.kill()
+                r.communicate()
+
+
+def killed_rank_fails_the_others(
+    table: str, at: Path, ranks: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
     assert ranks[1].stderr is not None
     seen = []
     for line in ranks[1].stderr:
@@ -172,7 +184,7 @@ def test_killed_rank_fails_the_others(tmp_path: Path) -> None:
 
     # the same ranks again, at the same place: the killed rank's spill, if
     # it wrote any, stays hidden under _spill/ beside the permutation
-    ranks = start_ranks(table, at, 2)
+    ranks[:] = start_ranks(table, at, 2)
     results = [r.communicate(timeout=120) for r in ranks]
     assert [r.returncode for r in ranks] == [0, 0], results
     one = single(table, tmp_path / "one")
@@ -215,3 +227,12 @@ def test_flags_become_builder_calls() -> None:
 def test_bad_flags_exit_2(flags: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert permute.main(["t", "p", *flags]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_rank_without_torchrun_environment_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("RANK", raising=False)
+    assert permute.main(["t", "p"]) == 2
+    assert "WORLD_SIZE and RANK" in capsys.readouterr().err
