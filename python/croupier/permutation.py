@@ -17,12 +17,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
 from . import _args, _lib, _progress, _torch
-from .errors import ClosedError, InvalidArgumentError, UnavailableError
+from .errors import ClosedError, CroupierError, InvalidArgumentError, UnavailableError
 from .table import Table, _cache_options
 
 # The clump size that has the builder choose one from the table's layout
@@ -238,7 +238,8 @@ class PermutationBuilder:
                 permutation, which is the one a single process builds, byte for byte.
                 Every process of the group calls ``persist`` with the same table
                 version, spec and ``uri``; each gets the permutation, or the same
-                error naming the rank that failed, and then nothing is committed.
+                error naming the rank that failed (one that cannot start the build
+                too), and then nothing is committed.
                 When a process dies, or hangs past the group's timeout, the others
                 raise ``UnavailableError`` at their next exchange, saying they lost
                 the group, with the collective's own error. ``group_by`` and random
@@ -298,7 +299,12 @@ def _persist_ranks(
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     if rank < 0:
         raise InvalidArgumentError("persist(group=...): this process is not in the group")
-    build = _lib.BuildRank(table, spec, uri, {**options, "rank": rank, "world": world}, report)
+    try:
+        build = _lib.BuildRank(table, spec, uri, {**options, "rank": rank, "world": world}, report)
+    except CroupierError as exc:
+        if world == 1:
+            raise
+        _refuse_first_step(exc, uri, rank, world, group)
     try:
         gathered: list[str] | None = None
         while True:
@@ -314,6 +320,21 @@ def _persist_ranks(
             gathered = [str(r) for r in reports]
     finally:
         build.close()
+
+
+def _refuse_first_step(exc: CroupierError, uri: str, rank: int, world: int, group: Any) -> NoReturn:
+    """Report ``exc``, this rank's failure to start the build, as its first
+    step's report, so that the others fail with it at their first exchange
+    instead of waiting for this rank; then raise it, naming the rank."""
+    import torch.distributed as dist
+
+    mine = json.dumps({"rank": rank, "step": 0, "error": str(exc), "code": int(exc.code)})
+    reports: list[Any] = [None] * world
+    try:
+        dist.all_gather_object(reports, mine, group=group)
+    except RuntimeError as lost:
+        raise UnavailableError(_lost(uri, rank, world, lost)) from exc
+    raise type(exc)(f"build permutation {uri}: rank {rank} of {world} failed: {exc}") from exc
 
 
 def _lost(uri: str, rank: int, world: int, exc: RuntimeError) -> str:

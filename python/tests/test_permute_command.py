@@ -119,13 +119,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_ranks(table: str, at: Path, world: int) -> list[subprocess.Popen[str]]:
-    """``world`` ranks of the command, with the environment torchrun gives its
-    workers (a gloo group through a TCP store on this host)."""
+def start_ranks(table: str, at: Path | list[str], world: int) -> list[subprocess.Popen[str]]:
+    """``world`` ranks of the command building at ``at`` (or each at its own
+    URI), with the environment torchrun gives its workers (a gloo group
+    through a TCP store on this host)."""
     port = str(free_port())
+    uris = at if isinstance(at, list) else [uri(at)] * world
     return [
         subprocess.Popen(
-            [sys.executable, *command(table, uri(at), *FLAGS, "--timeout", "60")],
+            [sys.executable, *command(table, uris[rank], *FLAGS, "--timeout", "60")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -191,6 +193,21 @@ def killed_rank_fails_the_others(
     assert f"permutation  {one.id}\n" in results[0][0]
     again = {k: v for k, v in stored(at).items() if not k.startswith("_spill/")}
     assert again == stored(tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_rank_that_cannot_start_fails_every_rank(table: str, tmp_path: Path) -> None:
+    # Rank 1 cannot create its permutation's folder: it reports that at the
+    # first exchange, so rank 0 does not wait for it, and both say why.
+    at = tmp_path / "perm"
+    ranks = start_ranks(table, [uri(at), "file:///proc/self/perm"], 2)
+    results = [r.communicate(timeout=120) for r in ranks]
+    for rank, (out, err) in enumerate(results):
+        assert ranks[rank].returncode == 1, err
+        assert f"rank {rank} of 2: InvalidArgumentError: " in err, err
+        assert "rank 1 of 2 failed: create folder file:///proc/self/perm" in err, err
+        assert out == ""
+    assert not (at / "permutation.json").exists()
 
 
 def test_flags_become_builder_calls() -> None:
