@@ -29,8 +29,8 @@ from datetime import timedelta
 from typing import Any
 
 from . import _progress
-from .errors import CroupierError, error_class
-from .permutation import PermutationBuilder, Permutations, _build_report
+from .errors import CroupierError, UnavailableError, error_class
+from .permutation import PermutationBuilder, Permutations, _build_report, _lost
 from .table import open_table
 
 __all__ = ["main"]
@@ -118,7 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    joined = world > 1 and _join(args.timeout)
+    try:
+        joined = world > 1 and _join(args.timeout)
+    except (RuntimeError, ValueError) as exc:  # torch's: a rendezvous timed out, no MASTER_ADDR
+        print(f"{PROG}: rank {rank} of {world} could not join the group: {exc}", file=sys.stderr)
+        return 1
     try:
         perms = _build(args, calls, rank, world)
     except CroupierError as exc:
@@ -294,7 +298,7 @@ def _build(args: argparse.Namespace, calls: Calls, rank: int, world: int) -> Per
         import torch.distributed as dist
 
         group = dist.group.WORLD
-    builder = _agree(lambda: _builder(args, calls), rank, world, group)
+    builder = _agree(lambda: _builder(args, calls), args.perm_uri, rank, world, group)
     display = None
     if not args.quiet:
         if world > 1:
@@ -325,7 +329,7 @@ def _builder(args: argparse.Namespace, calls: Calls) -> PermutationBuilder:
 
 
 def _agree(
-    make: Callable[[], PermutationBuilder], rank: int, world: int, group: Any
+    make: Callable[[], PermutationBuilder], uri: str, rank: int, world: int, group: Any
 ) -> PermutationBuilder:
     """``make()`` on every rank; once every rank made its builder, this
     rank's. When a rank fails, every rank raises its error's class, naming
@@ -343,7 +347,10 @@ def _agree(
 
     mine = None if error is None else [int(error.code), str(error)]
     every: list[Any] = [None] * world
-    dist.all_gather_object(every, mine, group=group)
+    try:
+        dist.all_gather_object(every, mine, group=group)
+    except RuntimeError as exc:
+        raise UnavailableError(_lost(uri, rank, world, exc)) from exc
     for r, failed in enumerate(every):
         if failed is not None:
             raise error_class(failed[0])(f"rank {r} of {world} failed: {failed[1]}")
