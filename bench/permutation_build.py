@@ -33,6 +33,19 @@ and per CPU second, the peak RSS (VmHWM) and what the build added to it, against
 ``build_memory``, in the "## Permutation builds in bounded memory" section::
 
     .venv/bin/python bench/permutation_build.py --bounded --rows 100_000_000
+
+``--ranks 1,2,4`` measures instead builds on several processes: a table of N
+rows of two int64 columns in 8 files of 8 row groups, built with a hash split
+and a shuffle by ``python -m croupier.permute`` on 1, 2 and 4 processes,
+started as torchrun starts its workers (a gloo group on this host). It reports
+each build's wall time (the processes' start to the last one's exit, imports
+and the group's start-up included), the build's own seconds (rank 0's
+``build_seconds``), each rank's CPU time and peak RSS (from ``wait4``), beside
+those of a process that only imports croupier and torch, and checks that every
+build gave the same permutation, in the "## Permutation builds on several
+processes" section::
+
+    .venv/bin/python bench/permutation_build.py --ranks 1,2,4 --rows 20_000_000
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -249,6 +263,124 @@ def bounded(args: argparse.Namespace, tmp: str) -> None:
     print(f"wrote {args.out}")
 
 
+# The build of --ranks: croupier.permute's flags.
+RANKS_FLAGS = ["--split-hash", "problem_id:9,1", "--split-names", "train,val"]
+RANKS_FLAGS += ["--shuffle-seed", "1234", "--quiet", "--json"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_rusage(p: subprocess.Popen[str]) -> tuple[int, float, int]:
+    """Reap ``p``: its exit status, CPU seconds (user and system) and peak RSS in bytes."""
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+
+
+def run_ranks(table_uri: str, perm_dir: Path, world: int) -> dict[str, Any]:
+    """Build with ``world`` processes of croupier.permute; the figures of the build."""
+    shutil.rmtree(perm_dir, ignore_errors=True)
+    port = str(free_port())
+    argv = [sys.executable, "-m", "croupier.permute", table_uri, str(perm_dir), *RANKS_FLAGS]
+    start = time.perf_counter()
+    procs = []
+    for rank in range(world):
+        env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
+        if world > 1:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank))
+            env.update(WORLD_SIZE=str(world), LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env))
+        # stdout is small (rank 0's JSON): read after the processes exit
+    reaped = [wait_rusage(p) for p in procs]
+    wall = time.perf_counter() - start
+    out = procs[0].stdout.read() if procs[0].stdout else ""
+    for p in procs:
+        if p.stdout:
+            p.stdout.close()
+    if any(code != 0 for code, _, _ in reaped):
+        raise RuntimeError(f"{world} ranks: exit statuses {[c for c, _, _ in reaped]}")
+    perm = json.loads(out)
+    shutil.rmtree(perm_dir, ignore_errors=True)
+    return {
+        "wall": wall,
+        "build": perm["build_seconds"],
+        "id": perm["id"],
+        "kept": perm["rows_kept"],
+        "cpu": [c for _, c, _ in reaped],
+        "rss": [r for _, _, r in reaped],
+    }
+
+
+def startup() -> tuple[float, int]:
+    """CPU seconds and peak RSS of a process that only imports croupier and torch."""
+    code = "import croupier, torch.distributed"
+    p = subprocess.Popen([sys.executable, "-c", code], text=True)
+    _, cpu, rss = wait_rusage(p)
+    return cpu, rss
+
+
+def ranks(args: argparse.Namespace, tmp: str) -> None:
+    """The --ranks benchmark: one build on 1, 2, 4... processes."""
+    load = os.getloadavg()[0]
+    worlds = [int(w) for w in args.ranks.split(",")]
+    folder = args.data or Path(tmp) / "ranks"
+    row_group = max(args.rows // 64, 1)
+    if folder.exists() and table_rows(folder) == args.rows:
+        written = "reused"
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+        secs = write_table(folder, args.rows, row_group, row_group * 8, int_columns)
+        written = f"written in {secs:.0f} s"
+    size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
+    files = len(list(folder.glob("*.parquet")))
+    print(f"table: {args.rows:,} rows in {files} files, {size / 2**20:,.0f} MiB ({written})")
+    table_uri = "file://" + str(folder.resolve())
+    base_cpu, base_rss = startup()
+    print(f"start-up alone: {base_cpu:.2f} CPU s, peak RSS {base_rss / 2**20:,.0f} MiB")
+    rows, ids = [], set()
+    for world in worlds:
+        r = run_ranks(table_uri, Path(tmp) / "perm", world)
+        ids.add(r["id"])
+        cpu = " / ".join(f"{c:.1f}" for c in r["cpu"])
+        rss = " / ".join(f"{m / 2**20:,.0f}" for m in r["rss"])
+        rows.append(
+            f"| {world} | {r['wall']:.1f} | {r['build']:.2f} | {args.rows / r['build']:,.0f}"
+            f" | {cpu} | {sum(r['cpu']):.1f} | {sum(r['cpu']) - world * base_cpu:.1f} | {rss} |"
+        )
+        print(rows[-1], flush=True)
+    same = "the same permutation" if len(ids) == 1 else f"{len(ids)} different permutations"
+    section = [
+        f"Generated by `bench/permutation_build.py --ranks {args.ranks} --rows {args.rows}`."
+        f" Table: {args.rows:,} rows of two int64 columns (id sorted, problem_id uniform in"
+        f" [0, 10⁶)), {size / 2**20:,.0f} MiB of zstd Parquet in {files} files, row groups of"
+        f" {row_group:,} rows, local files. Each build: `python -m croupier.permute"
+        f" {' '.join(RANKS_FLAGS)}` on W processes started as torchrun starts its workers"
+        " (a gloo group on this host; W = 1: one process, no group), persisting to a local"
+        ' folder. "wall": from starting the processes to the last one\'s exit, imports and'
+        " the group's start-up included; \"build\": rank 0's `build_seconds`, from the"
+        " build's start to its commit; rows/s: rows scanned over that. Each rank's CPU"
+        " seconds (user and system) and peak RSS (VmHWM) come from `wait4` and include"
+        f" the start-up: a process that only imports croupier and torch takes {base_cpu:.1f}"
+        f" CPU s and {base_rss / 2**20:,.0f} MiB. Every W built {same}. The machine has"
+        f" {os.cpu_count()} cores: W ranks share them, so the build's seconds say little of"
+        " how W hosts would scale (and on a loaded machine W processes get W shares of the"
+        " CPUs against others' one); the CPU seconds less the start-up's say what the"
+        " exchanges and the spill through the store add to the work."
+        f" Run on {machine((load, os.getloadavg()[0]))}",
+        "",
+        "| ranks | wall (s) | build (s) | rows/s | CPU s per rank | CPU s, all ranks"
+        " | less start-up | peak RSS per rank (MiB) |",
+        "|---:|---:|---:|---:|---|---:|---:|---|",
+        *rows,
+    ]
+    update_section(args.out, "Permutation builds on several processes", section)
+    print(f"wrote {args.out}")
+
+
 def build(table_uri: str, sql: str, perm_dir: Path) -> dict[str, object]:
     shutil.rmtree(perm_dir, ignore_errors=True)
     out = subprocess.run(
@@ -272,6 +404,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the table in --data")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     ap.add_argument("--bounded", action="store_true", help="build memory against build_memory")
+    ap.add_argument("--ranks", help="build on this many processes each: 1,2,4")
     ap.add_argument("--child", nargs=3, metavar=("TABLE", "SQL", "PERM"), help=argparse.SUPPRESS)
     ap.add_argument("--bounded-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -281,10 +414,10 @@ def main() -> None:
     if args.bounded_child:
         bounded_child(*args.bounded_child)
         return
-    if args.bounded:
+    if args.bounded or args.ranks:
         tmp = tempfile.mkdtemp(prefix="croupier-bench-")
         try:
-            bounded(args, tmp)
+            (ranks if args.ranks else bounded)(args, tmp)
         finally:
             if not (args.keep and args.data):
                 shutil.rmtree(tmp, ignore_errors=True)

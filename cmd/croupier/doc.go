@@ -60,7 +60,10 @@
 // --build-memory bounds the build's memory whatever the table's size (default
 // 1 GiB, at least 256 MiB; docs/spec.md, "Building in bounded memory"); it
 // never changes the permutation built. The progress on stderr says the rows
-// kept, the bytes read and the time left.
+// kept, the bytes read and the time left. permute builds in one process;
+// `torchrun --nproc-per-node N -m croupier.permute` builds the same
+// permutation on N processes, with the same flags (docs/tuning.md, "The
+// command: python -m croupier.permute").
 //
 // read reads rank R's steps of epoch E from step T on (--steps of them, or to
 // the epoch's end) as a training loop would, drops them, and prints what they

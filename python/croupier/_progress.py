@@ -45,10 +45,11 @@ def tqdm_bars() -> Display | None:
     return update, close
 
 
-def stderr_lines() -> Display:
+def stderr_lines(prefix: str = "") -> Display:
     """A line ``phase: done/total (pct%)`` on stderr per phase and per tenth of its work.
 
-    The notes follow, then the time left. The ``croupier`` command prints the
+    The notes follow, then the time left; ``prefix`` comes first (``rank 1 of 4: ``,
+    where several processes share stderr). The ``croupier`` command prints the
     same lines when stderr is not a terminal.
     """
     tenths: dict[str, int] = {}
@@ -63,7 +64,7 @@ def stderr_lines() -> Display:
             extra = "".join(f", {v} {k}" for k, v in (notes or {}).items())
             if 0 < done < total:
                 extra += f", {round((now - start) * (total - done) / done)}s left"
-            print(f"{phase}: {done}/{total} ({pct}%){extra}", file=sys.stderr, flush=True)
+            print(f"{prefix}{phase}: {done}/{total} ({pct}%){extra}", file=sys.stderr, flush=True)
 
     def close() -> None:
         pass

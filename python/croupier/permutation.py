@@ -17,12 +17,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, NoReturn, cast
 
 import numpy as np
 
 from . import _args, _lib, _progress, _torch
-from .errors import ClosedError, InvalidArgumentError
+from .errors import ClosedError, CroupierError, InvalidArgumentError, UnavailableError
 from .table import Table, _cache_options
 
 # The clump size that has the builder choose one from the table's layout
@@ -238,27 +238,43 @@ class PermutationBuilder:
                 permutation, which is the one a single process builds, byte for byte.
                 Every process of the group calls ``persist`` with the same table
                 version, spec and ``uri``; each gets the permutation, or the same
-                error naming the rank that failed, and then nothing is committed.
-                A process that dies leaves the others to the group's collectives'
-                timeout. ``group_by`` and random or sequential splits are built by
-                one process only (docs/spec.md, "Distributed builds").
+                error naming the rank that failed (one that cannot start the build
+                too), and then nothing is committed.
+                When a process dies, or hangs past the group's timeout, the others
+                raise ``UnavailableError`` at their next exchange, saying they lost
+                the group, with the collective's own error. ``group_by`` and random
+                or sequential splits are built by one process only (docs/spec.md,
+                "Distributed builds").
         """
         show = progress is True or (progress is None and sys.stderr.isatty())
         display = (_progress.tqdm_bars() or _progress.stderr_lines()) if show else None
-        report = _build_report(display[0] if display else None, progress)
-        options = {"memory": _args.optional_integer("build_memory", build_memory) or 0}
         try:
-            if group is not None:
-                handle = _persist_ranks(
-                    self._table._handle(), self._spec, _args.uri("uri", uri), options, report, group
-                )
-            else:
-                handle = _lib.permutation_build(
-                    self._table._handle(), self._spec, _args.uri("uri", uri), options, report
-                )
+            return self._persist(
+                uri,
+                _build_report(display[0] if display else None, progress),
+                build_memory=build_memory,
+                group=group,
+            )
         finally:
             if display:
                 display[1]()
+
+    def _persist(
+        self,
+        uri: _args.Where,
+        report: Callable[[str, int, int, int, int], None] | None,
+        *,
+        build_memory: int | None,
+        group: Any,
+    ) -> Permutations:
+        """:meth:`persist` with ``report`` called as the build goes (see
+        :func:`_build_report`)."""
+        options = {"memory": _args.optional_integer("build_memory", build_memory) or 0}
+        at = _args.uri("uri", uri)
+        if group is not None:
+            handle = _persist_ranks(self._table._handle(), self._spec, at, options, report, group)
+        else:
+            handle = _lib.permutation_build(self._table._handle(), self._spec, at, options, report)
         return Permutations._from_handle(handle, self._table._cache)
 
 
@@ -283,7 +299,12 @@ def _persist_ranks(
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     if rank < 0:
         raise InvalidArgumentError("persist(group=...): this process is not in the group")
-    build = _lib.BuildRank(table, spec, uri, {**options, "rank": rank, "world": world}, report)
+    try:
+        build = _lib.BuildRank(table, spec, uri, {**options, "rank": rank, "world": world}, report)
+    except CroupierError as exc:
+        if world == 1:
+            raise
+        _refuse_first_step(exc, uri, rank, world, group)
     try:
         gathered: list[str] | None = None
         while True:
@@ -292,10 +313,40 @@ def _persist_ranks(
                 assert perm is not None
                 return perm
             reports: list[Any] = [None] * world
-            dist.all_gather_object(reports, mine, group=group)
+            try:
+                dist.all_gather_object(reports, mine, group=group)
+            except RuntimeError as exc:
+                raise UnavailableError(_lost(uri, rank, world, exc)) from exc
             gathered = [str(r) for r in reports]
     finally:
         build.close()
+
+
+def _refuse_first_step(exc: CroupierError, uri: str, rank: int, world: int, group: Any) -> NoReturn:
+    """Report ``exc``, this rank's failure to start the build, as its first
+    step's report, so that the others fail with it at their first exchange
+    instead of waiting for this rank; then raise it, naming the rank."""
+    import torch.distributed as dist
+
+    mine = json.dumps({"rank": rank, "step": 0, "error": str(exc), "code": int(exc.code)})
+    reports: list[Any] = [None] * world
+    try:
+        dist.all_gather_object(reports, mine, group=group)
+    except RuntimeError as lost:
+        raise UnavailableError(_lost(uri, rank, world, lost)) from exc
+    raise type(exc)(f"build permutation {uri}: rank {rank} of {world} failed: {exc}") from exc
+
+
+def _lost(uri: str, rank: int, world: int, exc: RuntimeError) -> str:
+    """The message of a rank whose exchange with the others failed: one of
+    them died (gloo: "Connection closed by peer") or did not come within
+    the group's timeout ("Timed out waiting")."""
+    other = f"rank {1 - rank}" if world == 2 else "another rank"
+    return (
+        f"build permutation {uri}: rank {rank} of {world} lost the group: {other} "
+        f"stopped answering (its process died, or it did not reach the exchange within "
+        f"the group's timeout): {type(exc).__name__}: {exc}"
+    )
 
 
 def _build_report(
