@@ -705,18 +705,11 @@ func croupier_stream_stats(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 //export croupier_permutation_build
 func croupier_permutation_build(th C.uint64_t, specJSON, uri, optionsJSON *C.char, progress C.croupier_progress, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		t, err := lookup[*table.Table](uint64(th))
-		if err != nil {
-			return err
-		}
-		var spec permutation.Spec
-		if err := decodeJSON(specJSON, &spec, "permutation spec"); err != nil {
-			return err
-		}
 		var o struct {
 			Memory int64 `json:"memory"`
 		}
-		if err := decodeJSON(optionsJSON, &o, "build options"); err != nil {
+		t, spec, err := buildInput(th, specJSON, optionsJSON, &o)
+		if err != nil {
 			return err
 		}
 		opts := permutation.BuildOptions{Memory: o.Memory}
@@ -727,6 +720,23 @@ func croupier_permutation_build(th C.uint64_t, specJSON, uri, optionsJSON *C.cha
 		opts.Progress = buildProgress(progress)
 		return handleOut[*permutation.Permutations](out)(permutation.Build(callContext(), t, spec, C.GoString(uri), opts))
 	})
+}
+
+// buildInput returns what a build is asked for: the table of handle th, the
+// spec, and the options decoded into o, whose fields are the call's.
+func buildInput(th C.uint64_t, specJSON, optionsJSON *C.char, o any) (*table.Table, permutation.Spec, error) {
+	var spec permutation.Spec
+	t, err := lookup[*table.Table](uint64(th))
+	if err != nil {
+		return nil, spec, err
+	}
+	if err := decodeJSON(specJSON, &spec, "permutation spec"); err != nil {
+		return nil, spec, err
+	}
+	if err := decodeJSON(optionsJSON, o, "build options"); err != nil {
+		return nil, spec, err
+	}
+	return t, spec, nil
 }
 
 // buildProgress returns the Go callback that calls a build's C progress
@@ -758,20 +768,13 @@ func (r *buildRank) Close() error {
 //export croupier_permutation_rank_open
 func croupier_permutation_rank_open(th C.uint64_t, specJSON, uri, optionsJSON *C.char, progress C.croupier_progress, out *C.uint64_t, errOut **C.char) C.int {
 	return guard(errOut, func() error {
-		t, err := lookup[*table.Table](uint64(th))
-		if err != nil {
-			return err
-		}
-		var spec permutation.Spec
-		if err := decodeJSON(specJSON, &spec, "permutation spec"); err != nil {
-			return err
-		}
 		var o struct {
 			Memory int64 `json:"memory"`
 			Rank   int   `json:"rank"`
 			World  int   `json:"world"`
 		}
-		if err := decodeJSON(optionsJSON, &o, "build options"); err != nil {
+		t, spec, err := buildInput(th, specJSON, optionsJSON, &o)
+		if err != nil {
 			return err
 		}
 		opts := permutation.BuildOptions{Memory: o.Memory, Progress: buildProgress(progress)}
