@@ -138,16 +138,13 @@ func (a *Allocator) reuse(n int, zero bool) *mapping {
 func (a *Allocator) Reallocate(n int, b []byte) []byte {
 	if v, mapped := a.mappings.Load(address(b)); mapped {
 		m := v.(*mapping)
-		if len(m.b) >= n {
+		if len(m.b) >= n || a.move(m, b, n) {
 			if end := min(n, m.used); end > len(b) {
 				clear(m.b[len(b):end]) // handed out before: grown bytes are zero
 			}
 			m.used = max(m.used, n)
 			a.allocated.Add(int64(n - len(b)))
 			return m.b[:n]
-		}
-		if grown := a.remap(m, b, n); grown != nil {
-			return grown
 		}
 	} else if n < LargeBytes || cap(b) >= n {
 		return a.small.Reallocate(n, b)
@@ -158,26 +155,21 @@ func (a *Allocator) Reallocate(n int, b []byte) []byte {
 	return out
 }
 
-// remap grows the mapping m of buffer b to hold n bytes where the kernel
-// can move it (Linux's mremap): its pages move rather than being copied, so
-// a buffer that grows by doubling, as a decoder's values do, never holds its
-// old and new bytes at once (a piece of wide rows growing from 32 to 64 MiB
-// held 64 MiB resident while it was copied, past what its rows were charged).
-// It returns the grown buffer, or nil where m cannot move.
-func (a *Allocator) remap(m *mapping, b []byte, n int) []byte {
+// move grows the mapping m of buffer b to hold n bytes where the kernel can
+// move it (Linux's mremap), and reports whether it did: its pages move
+// rather than being copied, so a buffer that grows by doubling, as a
+// decoder's values do, never holds its old and new bytes at once (a piece
+// of wide rows growing from 32 to 64 MiB held 64 MiB resident while it was
+// copied, past what its rows were charged).
+func (a *Allocator) move(m *mapping, b []byte, n int) bool {
 	moved, ok := remap(m.b, mappedSize(n))
 	if !ok {
-		return nil
+		return false
 	}
 	a.mappings.Delete(address(b))
 	m.b = moved
-	if end := min(n, m.used); end > len(b) {
-		clear(m.b[len(b):end]) // handed out before: grown bytes are zero
-	}
-	m.used = max(m.used, n)
 	a.mappings.Store(address(m.b), m)
-	a.allocated.Add(int64(n - len(b)))
-	return m.b[:n]
+	return true
 }
 
 // Mapped reports whether b is a buffer of LargeBytes or more that a handed
