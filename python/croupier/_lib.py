@@ -729,6 +729,13 @@ def table_open(uri: str, options: dict[str, Any] | None = None) -> Handle:
     return _handle_out("croupier_table_open", _encode(uri), _encode(options or {}))
 
 
+# PyCapsule_GetPointer with its own prototype: setting argtypes on
+# ctypes.pythonapi's shared function object would change it for every user.
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+
 class _ExportedStream:
     """A reader's ArrowArrayStream, exported through the Arrow PyCapsule
     interface: ``ref`` points at the stream the capsule holds, which lives as
@@ -738,10 +745,8 @@ class _ExportedStream:
 
     def __init__(self, reader: pa.RecordBatchReader) -> None:
         self._capsule = reader.__arrow_c_stream__()
-        get = ctypes.pythonapi.PyCapsule_GetPointer
-        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
         self.ref = ctypes.cast(
-            get(self._capsule, b"arrow_array_stream"), ctypes.POINTER(ArrowArrayStream)
+            _capsule_pointer(self._capsule, b"arrow_array_stream"), ctypes.POINTER(ArrowArrayStream)
         )
 
 
