@@ -34,11 +34,12 @@ type Checkpoint struct {
 	TableVersion    Version `json:"table_version"`
 	NumSplits       int64   `json:"num_splits"`
 	GlobalBatchSize int64   `json:"global_batch_size"` // 0 for token-budget steps
+	ShuffleSeed     uint64  `json:"shuffle_seed"`
 	// TokensPerStep and Oversize are those of token-budget steps, absent
-	// (0 and "") for sample-count steps.
+	// (0 and "") for sample-count steps; after ShuffleSeed, where Python
+	// writes them.
 	TokensPerStep int64  `json:"tokens_per_step,omitempty"`
 	Oversize      string `json:"oversize,omitempty"`
-	ShuffleSeed   uint64 `json:"shuffle_seed"`
 	// PermutationURI is where the dealt permutation lives; nil (null) for a
 	// table dealt in row order, and in format 1.
 	PermutationURI *string `json:"permutation_uri"`
