@@ -131,7 +131,8 @@ class Follow:
         if isinstance(group_by, str):
             group_by = [group_by]
         # Set only when given, so that the state dicts of runs without them
-        # are unchanged.
+        # are unchanged; in the order of Go's FollowOptions, so that a state
+        # dict and Go's FollowCheckpoint are the same key for key.
         given: dict[str, Any] = {}
         if self.max_versions_behind_newest is not None:
             given["max_versions_behind_newest"] = _args.integer(
@@ -144,7 +145,6 @@ class Follow:
         if self.lengths is not None:
             given["lengths"] = _args.text("lengths", self.lengths)
         return {
-            **given,
             "rows_per_round": rows or 0,
             "group_by": None if group_by is None else _args.strings("group_by", group_by),
             "replay_count": _args.integer("replay", replay) if isinstance(replay, int) else 0,
@@ -154,6 +154,7 @@ class Follow:
             "max_versions_behind": _args.optional_integer(
                 "max_versions_behind", self.max_versions_behind, 0
             ),
+            **given,
             "start_version": _args.integer("start_version", self.start_version, 1),
             "wait_timeout_ns": -1
             if timeout is None
