@@ -72,6 +72,7 @@ var (
 		"streaming-table":   {"table", "", loader.Options{GlobalBatchSize: 8, NumSplits: 4, ShuffleSeed: 5, DropLast: true}},
 		"streaming-split":   {"split", "train", goldenSplitOpts},
 		"streaming-workers": {"split", "train", goldenSplitOpts},
+		"streaming-format1": {"split", "train", goldenSplitOpts},
 		"streaming-tokens":  {"tokens", "all", loader.Options{TokensPerStep: 40, Oversize: loader.OversizeError, ShuffleSeed: 2}},
 		"streaming-groups":  {"groups", "all", loader.Options{GlobalBatchSize: 8, NumSplits: 4, ShuffleSeed: 8, DropLast: true}},
 	}
@@ -81,10 +82,23 @@ var (
 	}
 	goldenMix = loader.MixtureOptions{Seed: 4, Weights: []float64{2, 1},
 		Schedule: []loader.MixturePoint{{Step: 12, Weights: []float64{1, 3}}}, OnExhausted: loader.ExhaustedCycle, Slots: 2}
-	goldenFollowOpts = loader.Options{GlobalBatchSize: 8, NumSplits: 4, ShuffleSeed: 6, DropLast: true}
-	goldenFollow     = loader.FollowOptions{RowsPerRound: 24, ReplayCount: 2, StartVersion: 1,
-		WaitTimeout: 50 * time.Millisecond, PollInterval: time.Millisecond}
+	goldenFollowers = map[string]goldenFollowCase{
+		"follow": {loader.Options{GlobalBatchSize: 8, NumSplits: 4, ShuffleSeed: 6, DropLast: true},
+			loader.FollowOptions{RowsPerRound: 24, ReplayCount: 2, StartVersion: 1}},
+		"follow-tokens": {loader.Options{TokensPerStep: 40, Oversize: loader.OversizeError, ShuffleSeed: 6},
+			loader.FollowOptions{RowsPerRound: 24, ReplayFraction: 0.25, GroupBy: []string{"prompt"}, Lengths: "tokens", StartVersion: 1}},
+	}
+	// goldenOthers are the golden files of loaders Go has no part in.
+	goldenOthers = map[string]string{
+		"streaming-stateful": "torchdata's StatefulDataLoader state dict; its workers' dicts are those of streaming-split",
+	}
 )
+
+// goldenFollowCase is how a Follower deals a golden file's run.
+type goldenFollowCase struct {
+	opts   loader.Options
+	follow loader.FollowOptions
+}
 
 // goldenFile is a golden checkpoint with the steps that follow it.
 type goldenFile struct {
@@ -223,11 +237,13 @@ func (f *goldenFixture) mixture(t *testing.T, rank, world int64) *loader.Mixture
 	return m
 }
 
-func (f *goldenFixture) follower(t *testing.T, rank, world int64) *loader.Follower {
+func (f *goldenFixture) follower(t *testing.T, c goldenFollowCase, rank, world int64) *loader.Follower {
 	t.Helper()
-	opts := goldenFollowOpts
+	opts := c.opts
 	opts.Rank, opts.WorldSize, opts.Columns = rank, world, []string{"id"}
-	return newFollower(t, f.follow, opts, goldenFollow)
+	fo := c.follow
+	fo.WaitTimeout, fo.PollInterval = 50*time.Millisecond, time.Millisecond
+	return newFollower(t, f.follow, opts, fo)
 }
 
 // TestGoldenCheckpoints: each golden checkpoint, moved onto a fixture
@@ -241,7 +257,7 @@ func TestGoldenCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(names) < len(goldenLoaders)+2 {
+	if len(names) < len(goldenLoaders)+len(goldenFollowers)+len(goldenOthers)+1 {
 		t.Fatalf("golden files in %s: %v", goldenDir, names)
 	}
 	f := writeGoldenFixture(t)
@@ -258,13 +274,18 @@ func TestGoldenCheckpoints(t *testing.T) {
 			}
 			var written any
 			var got []json.RawMessage
-			switch c, ok := goldenLoaders[name]; {
-			case ok:
+			if why, ok := goldenOthers[name]; ok {
+				t.Skip(why)
+			}
+			c, isLoader := goldenLoaders[name]
+			fc, isFollower := goldenFollowers[name]
+			switch {
+			case isLoader:
 				written, got = goldenLoader(t, f, c, &g)
 			case name == "mixture":
 				written, got = goldenMixture(t, f, &g)
-			case name == "follow":
-				written, got = goldenFollower(t, f, &g)
+			case isFollower:
+				written, got = goldenFollower(t, f, fc, &g)
 			default:
 				t.Fatalf("no Go run for the golden file %s", path)
 			}
@@ -407,9 +428,9 @@ func goldenMixture(t *testing.T, f *goldenFixture, g *goldenFile) (loader.Mixtur
 }
 
 // goldenFollower is goldenLoader for following.
-func goldenFollower(t *testing.T, f *goldenFixture, g *goldenFile) (loader.FollowCheckpoint, []json.RawMessage) {
+func goldenFollower(t *testing.T, f *goldenFixture, c goldenFollowCase, g *goldenFile) (loader.FollowCheckpoint, []json.RawMessage) {
 	ctx := context.Background()
-	fl := f.follower(t, 0, 1)
+	fl := f.follower(t, c, 0, 1)
 	dealt, err := fl.Steps(ctx, fl.Start(), g.StepsBefore-1, g.StepsBefore)
 	if err != nil {
 		t.Fatal(err)
@@ -427,7 +448,7 @@ func goldenFollower(t *testing.T, f *goldenFixture, g *goldenFile) (loader.Follo
 	steps := len(rawSteps(t, g))
 	var ranks [][][]uint64
 	for rank := range g.ResumeWorldSize {
-		fl := f.follower(t, rank, g.ResumeWorldSize)
+		fl := f.follower(t, c, rank, g.ResumeWorldSize)
 		pos, step, err := fl.Resume(cp)
 		if err != nil {
 			t.Fatal(err)

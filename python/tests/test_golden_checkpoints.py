@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import croupier as cr
 
@@ -42,8 +44,9 @@ ROW_GROUP = 16
 # are read once the others have landed.
 FOLLOW_ROWS, FOLLOW_BEFORE, FOLLOW_VERSIONS = 30, 3, 6
 # Fields whose values hash the fixture's files (or, for a plain table's
-# version, their modification times): taken from the fresh run's state dict.
-HASHED = frozenset({"table_id", "table_version", "head"})
+# version, their modification times), and torchdata's seed of a run: taken
+# from the fresh run's state dict.
+HASHED = frozenset({"table_id", "table_version", "head", "_base_seed"})
 
 
 def rows(start: int, n: int) -> pa.Table:
@@ -94,9 +97,7 @@ def build_fixture(root: Path, follow_versions: int = FOLLOW_VERSIONS) -> Fixture
         "tokens": cr.PermutationBuilder(table).lengths("tokens").shuffle(seed=7),
         "groups": cr.PermutationBuilder(table).group_by("prompt").shuffle(seed=9),
     }
-    perms = {
-        name: b.persist(root / f"perm-{name}", progress=False) for name, b in builders.items()
-    }
+    perms = {name: b.persist(root / f"perm-{name}", progress=False) for name, b in builders.items()}
     follow_uri = "file://" + str(root / "follow")
     cr.create_table(follow_uri, rows(0, FOLLOW_ROWS), row_group_rows=ROW_GROUP)
     append_versions(follow_uri, 2, follow_versions)
@@ -117,9 +118,7 @@ Make = Callable[[Fixture, int, int], Any]  # (fixture, rank, world size) -> data
 
 def streaming(source: Callable[[Fixture], Any], **kwargs: Any) -> Make:
     def make(f: Fixture, rank: int, world: int) -> cr.StreamingDataset:
-        return cr.StreamingDataset(
-            source(f), columns=["id"], rank=rank, world_size=world, **kwargs
-        )
+        return cr.StreamingDataset(source(f), columns=["id"], rank=rank, world_size=world, **kwargs)
 
     return make
 
@@ -136,20 +135,32 @@ def mixture(f: Fixture, rank: int, world: int) -> cr.Mixture:
     )
 
 
-def following(f: Fixture, rank: int, world: int) -> cr.FollowingDataset:
-    rule = cr.Follow(rows_per_round=24, replay=2, wait_timeout=0.05, poll_interval=0.001)
-    return cr.FollowingDataset(
-        f.follow_uri, rule, global_batch_size=8, num_splits=4, shuffle_seed=6,
-        columns=["id"], rank=rank, world_size=world,
-    )  # fmt: skip
+def following(rule: dict[str, Any], **kwargs: Any) -> Make:
+    def make(f: Fixture, rank: int, world: int) -> cr.FollowingDataset:
+        follow = cr.Follow(**rule, wait_timeout=0.05, poll_interval=0.001)
+        return cr.FollowingDataset(
+            f.follow_uri, follow, shuffle_seed=6, columns=["id"], rank=rank, world_size=world,
+            **kwargs,
+        )  # fmt: skip
+
+    make.follows = True  # type: ignore[attr-defined]
+    return make
+
+
+def format1(state: dict[str, Any]) -> dict[str, Any]:
+    """A StreamingDataset's state dict of format 1: no table_id, no permutation_uri."""
+    drop = ("table_id", "permutation_uri")
+    return {**{k: v for k, v in state.items() if k not in drop}, "format": 1}
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
     """A golden checkpoint: ``make``'s dataset at world size 1 after ``before``
-    steps (taken through ``croupier.DataLoader`` with ``workers`` workers when
-    not 0), and its next ``after`` steps, read again at world size
-    ``resume_world``."""
+    steps (taken through ``loader`` with ``workers`` worker processes when not
+    0: ``"croupier"``'s DataLoader or torchdata's ``"stateful"``
+    StatefulDataLoader, which reads it again), and its next ``after`` steps, read
+    again at world size ``resume_world``. ``legacy`` turns the state dict into
+    one of an older format, which loads but is no longer written."""
 
     about: str
     make: Make
@@ -157,6 +168,8 @@ class Case:
     after: int
     resume_world: int
     workers: int = 0
+    loader: str = "croupier"
+    legacy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 CASES = {
@@ -191,6 +204,20 @@ CASES = {
                   shuffle_seed=8),
         before=4, after=5, resume_world=2,
     ),
+    "streaming-stateful": Case(
+        "the dataset of streaming-split in torchdata's StatefulDataLoader with 2 worker "
+        "processes: its state dict holds each worker's (worker_position: true)",
+        streaming(lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4,
+                  shuffle_seed=3),
+        before=5, after=6, resume_world=2, workers=2, loader="stateful",
+    ),
+    "streaming-format1": Case(
+        "the state dict of streaming-split in format 1 (no table_id, no permutation_uri), "
+        "which binds its table by table_uri",
+        streaming(lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4,
+                  shuffle_seed=3),
+        before=5, after=6, resume_world=2, legacy=format1,
+    ),
     "mixture": Case(
         "Mixture of the table (weight 2) and split 'train' (weight 1), 2 slots, a "
         "schedule point at step 12, on_exhausted='cycle'",
@@ -200,7 +227,16 @@ CASES = {
         f"FollowingDataset (rows_per_round=24, replay=2) of a croupier table of "
         f"{FOLLOW_ROWS} rows a version, taken when versions 1 to {FOLLOW_BEFORE} were "
         f"committed; the steps after it read once versions up to {FOLLOW_VERSIONS} landed",
-        following, before=5, after=6, resume_world=2,
+        following({"rows_per_round": 24, "replay": 2}, global_batch_size=8, num_splits=4),
+        before=5, after=6, resume_world=2,
+    ),
+    "follow-tokens": Case(
+        "FollowingDataset of token-budget steps (tokens_per_step=40) of whole groups "
+        "(group_by='prompt', lengths='tokens', rows_per_round=24, replay=0.25), over "
+        "the appends of follow",
+        following({"rows_per_round": 24, "replay": 0.25, "group_by": "prompt",
+                   "lengths": "tokens"}, tokens_per_step=40),
+        before=6, after=6, resume_world=2,
     ),
 }  # fmt: skip
 
@@ -241,21 +277,34 @@ def steps(ds: Any, n: int) -> Iterator[Any]:
             raise AssertionError(f"the dataset ended after {taken} of {n} steps")
 
 
+def loader(case: Case, ds: Any) -> Any:
+    """The loader a case's state dict is taken through, or None."""
+    if not case.workers:
+        return None
+    if case.loader == "stateful":
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["torch", "croupier"])  # workers start in moments
+        return StatefulDataLoader(
+            ds, batch_size=None, num_workers=case.workers, multiprocessing_context=context
+        )
+    return cr.DataLoader(ds, num_workers=case.workers, in_process=False)
+
+
 def run(
     case: Case, f: Fixture, total: int, between: Callable[[], None] | None = None
 ) -> tuple[dict[str, Any], list[Any]]:
-    """One uninterrupted run at world size 1 (through ``croupier.DataLoader`` when
-    ``case.workers``): its state dict after ``case.before`` steps, where
-    ``between`` is called, and its first ``total`` steps."""
+    """One uninterrupted run at world size 1 (through the case's loader): its
+    state dict after ``case.before`` steps, where ``between`` is called, and its
+    first ``total`` steps."""
     ds = case.make(f, 0, 1)
-    loader = cr.DataLoader(ds, num_workers=case.workers, in_process=False) if case.workers else None
-    items = (step_rows(b) for b in loader) if loader is not None else steps(ds, total)
+    loader_ = loader(case, ds)
+    items = (step_rows(b) for b in loader_) if loader_ is not None else steps(ds, total)
     state: dict[str, Any] = {}
     taken: list[Any] = []
     for item in items:
         taken.append(item)
         if len(taken) == case.before:
-            state = json.loads(json.dumps((loader or ds).state_dict()))
+            state = json.loads(json.dumps((loader_ or ds).state_dict()))
             if between is not None:
                 between()
         if len(taken) == total:
@@ -270,6 +319,12 @@ def resumed_steps(case: Case, f: Fixture, state: dict[str, Any]) -> list[Any]:
     per_rank = []
     for rank in range(case.resume_world):
         ds = case.make(f, rank, case.resume_world)
+        if case.loader == "stateful":  # its state dict is torchdata's, read by torchdata
+            resumed = loader(case, ds)
+            resumed.load_state_dict(json.loads(json.dumps(state)))
+            items = (step_rows(b) for b in resumed)
+            per_rank.append(list(itertools.islice(items, case.after)))
+            continue
         ds.load_state_dict(json.loads(json.dumps(state)))
         per_rank.append(list(steps(ds, case.after)))
     return [merge(list(ranks)) for ranks in zip(*per_rank, strict=True)]
@@ -291,7 +346,9 @@ def relocate(value: Any, fresh: Any, was: dict[str, Any], now: dict[str, Any]) -
         out = {}
         for key, v in value.items():
             there = fresh.get(key) if isinstance(fresh, dict) else None
-            out[key] = there if key in HASHED and there is not None else relocate(v, there, was, now)
+            out[key] = (
+                there if key in HASHED and there is not None else relocate(v, there, was, now)
+            )
         return out
     if isinstance(value, list):
         theirs = fresh if isinstance(fresh, list) else []
@@ -331,7 +388,7 @@ def write_golden(path: Path, golden: dict[str, Any]) -> None:
 def regenerate(name: str, case: Case, tmp: Path) -> None:
     """Write the golden file of ``case`` from a run over a new fixture."""
     between = None
-    if case.make is following:  # the versions after the first FOLLOW_BEFORE land later
+    if getattr(case.make, "follows", False):  # versions after FOLLOW_BEFORE land later
         f = build_fixture(tmp / "fixture", FOLLOW_BEFORE)
         between = lambda: append_versions(f.follow_uri, FOLLOW_BEFORE + 1, FOLLOW_VERSIONS)  # noqa: E731
     else:
@@ -342,11 +399,11 @@ def regenerate(name: str, case: Case, tmp: Path) -> None:
         {
             "about": case.about,
             "written_by": cr.__version__,
-            "current": True,
+            "current": case.legacy is None,
             "fixture": fixture_record(f),
             "steps_before": case.before,
             "resume_world_size": case.resume_world,
-            "state_dict": state,
+            "state_dict": state if case.legacy is None else case.legacy(state),
             "next_steps": taken[case.before :],
         },
     )
