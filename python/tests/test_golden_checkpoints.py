@@ -386,7 +386,11 @@ def write_golden(path: Path, golden: dict[str, Any]) -> None:
 
 
 def regenerate(name: str, case: Case, tmp: Path) -> None:
-    """Write the golden file of ``case`` from a run over a new fixture."""
+    """Write the golden file of ``case`` from a run over a new fixture; a file
+    no longer ``current`` (of an older format) is kept as it is."""
+    path = GOLDEN / f"{name}.json"
+    if case.legacy is None and path.exists() and not json.loads(path.read_text())["current"]:
+        pytest.skip(f"{path.name} is of an older format: kept as it is")
     between = None
     if getattr(case.make, "follows", False):  # versions after FOLLOW_BEFORE land later
         f = build_fixture(tmp / "fixture", FOLLOW_BEFORE)
@@ -395,7 +399,7 @@ def regenerate(name: str, case: Case, tmp: Path) -> None:
         f = build_fixture(tmp / "fixture")
     state, taken = run(case, f, case.before + case.after, between)
     write_golden(
-        GOLDEN / f"{name}.json",
+        path,
         {
             "about": case.about,
             "written_by": cr.__version__,
