@@ -319,7 +319,19 @@ func TestGoldenCheckpoints(t *testing.T) {
 // steps dealt after it, each its sorted row ids.
 func goldenLoader(t *testing.T, f *goldenFixture, c goldenCase, g *goldenFile) (loader.Checkpoint, []json.RawMessage) {
 	ctx := context.Background()
-	written := f.loader(t, c, 0, 1).Checkpoint(0, g.StepsBefore)
+	l := f.loader(t, c, 0, 1)
+	epoch, step := int64(0), g.StepsBefore
+	for {
+		n, err := l.EpochSteps(ctx, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step < n {
+			break
+		}
+		epoch, step = epoch+1, step-n
+	}
+	written := l.Checkpoint(epoch, step)
 	cp, err := loader.ParseCheckpoint(relocated(t, f, g, mustJSON(t, written)), "golden")
 	if err != nil {
 		t.Fatal(err)

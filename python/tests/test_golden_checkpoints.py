@@ -180,10 +180,11 @@ CASES = {
         before=27, after=6, resume_world=2,
     ),
     "streaming-split": Case(
-        "StreamingDataset over split 'train' of a hash split, shuffled, G=8 S=4",
+        "StreamingDataset over split 'train' of a hash split, shuffled, G=8 S=4 (23 "
+        "steps an epoch); the steps after it cross into epoch 1, shuffled by shuffle_seed",
         streaming(lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4,
                   shuffle_seed=3),
-        before=5, after=6, resume_world=4,
+        before=20, after=6, resume_world=4,
     ),
     "streaming-workers": Case(
         "the dataset of streaming-split, its state dict taken from croupier.DataLoader "
@@ -194,15 +195,16 @@ CASES = {
     ),
     "streaming-tokens": Case(
         "StreamingDataset of token-budget steps (tokens_per_step=40) over a permutation "
-        "with lengths",
+        "with lengths, taken in epoch 1 (epoch 0 has 39 steps, epoch 1 40)",
         streaming(lambda f: f.perms["tokens"]["all"], tokens_per_step=40, shuffle_seed=2),
-        before=4, after=5, resume_world=3,
+        before=41, after=5, resume_world=3,
     ),
     "streaming-groups": Case(
-        "StreamingDataset over a permutation grouped by 'prompt' (groups of 4), G=8 S=4",
+        "StreamingDataset over a permutation grouped by 'prompt' (groups of 4), G=8 S=4 "
+        "(30 steps an epoch); the steps after it cross into epoch 1",
         streaming(lambda f: f.perms["groups"]["all"], global_batch_size=8, num_splits=4,
                   shuffle_seed=8),
-        before=4, after=5, resume_world=2,
+        before=28, after=5, resume_world=2,
     ),
     "streaming-stateful": Case(
         "the dataset of streaming-split in torchdata's StatefulDataLoader with 2 worker "
@@ -220,8 +222,8 @@ CASES = {
     ),
     "mixture": Case(
         "Mixture of the table (weight 2) and split 'train' (weight 1), 2 slots, a "
-        "schedule point at step 12, on_exhausted='cycle'",
-        mixture, before=9, after=6, resume_world=2,
+        "schedule point at step 12, on_exhausted='cycle': its sources in their epoch 1",
+        mixture, before=40, after=6, resume_world=2,
     ),
     "follow": Case(
         f"FollowingDataset (rows_per_round=24, replay=2) of a croupier table of "
@@ -438,13 +440,13 @@ def test_golden_checkpoint(name: str, tmp_path: Path, request: pytest.FixtureReq
     golden = json.loads((GOLDEN / f"{name}.json").read_text())
     fresh, _ = run(case, f, case.before)
     state = relocate(golden["state_dict"], fresh, golden["fixture"], fixture_record(f))
+    assert resumed_steps(case, f, state) == golden["next_steps"]
     if golden["current"]:
         # Key for key, in order: a change of the format needs new golden files.
         assert json.dumps(state) == json.dumps(fresh), (
             f"{name}: this croupier writes another state dict after "
             f"{case.before} steps than the golden file holds (see golden/README.md)"
         )
-    assert resumed_steps(case, f, state) == golden["next_steps"]
 
 
 def test_relocate_keeps_what_is_not_an_identity() -> None:
