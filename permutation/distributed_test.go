@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
@@ -240,4 +243,86 @@ func TestDistributedRefused(t *testing.T) {
 		gathered = reports
 	}
 	noSpill(t, dir)
+}
+
+// TestLeftRankSpill: a rank that leaves a build whose other rank died after
+// both spilled deletes the whole build's spill, the dead rank's too.
+func TestLeftRankSpill(t *testing.T) {
+	ctx := context.Background()
+	tb := distributedTable(t)
+	spec := permutation.Spec{Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5}}
+	dir := t.TempDir()
+	var ranks [2]*permutation.Rank
+	for i := range ranks {
+		r, err := permutation.NewRank(ctx, tb, spec, "file://"+dir, permutation.BuildOptions{}, permutation.RankOptions{Rank: i, World: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		ranks[i] = r
+	}
+	var gathered [][]byte
+	for range 2 { // hello, scan: every rank's spill is written out
+		reports := make([][]byte, 2)
+		for i, r := range ranks {
+			rep, err := r.Next(ctx, gathered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reports[i] = rep
+		}
+		gathered = reports
+	}
+	if len(storedFiles(filepath.Join(dir, "_spill"))) < 4 {
+		t.Fatalf("the ranks spilled %d objects and leases, want at least 4", len(storedFiles(filepath.Join(dir, "_spill"))))
+	}
+	ranks[0].Close() // rank 1 is gone: rank 0 lost the group
+	noSpill(t, dir)
+}
+
+// TestSpillSweep: a build that commits deletes the spill of every other
+// build at its location none of whose objects was written for an hour, and
+// keeps the others'.
+func TestSpillSweep(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 300)
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * time.Hour)
+	plant := func(key string, at time.Time) {
+		p := filepath.Join(dir, "_spill", key)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant("dead/0/0/0/00000000", old)
+	plant("dead/1-scanned/0/0/00000000", old)
+	plant("dead/lease-0", old)
+	plant("leased/0/0/0/00000000", old)
+	plant("leased/lease-0", time.Now())
+	plant("running/0/0/0/00000000", time.Now())
+	for w := range 3 {
+		if w > 0 {
+			dir = t.TempDir()
+			plant("dead/0/0/0/00000000", old)
+			plant("dead/lease-0", old)
+			plant("running/0/0/0/00000000", time.Now())
+		}
+		_, errs := buildRanks(t, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 1}}, "file://"+dir, w+1)
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		left := storedFiles(filepath.Join(dir, "_spill"))
+		want := []string{"/running/0/0/0/00000000"}
+		if w == 0 {
+			want = []string{"/leased/0/0/0/00000000", "/leased/lease-0", "/running/0/0/0/00000000"}
+		}
+		if got := slices.Sorted(maps.Keys(left)); !slices.Equal(got, want) {
+			t.Errorf("%d ranks: left %q, want %q", w+1, got, want)
+		}
+	}
 }
