@@ -76,11 +76,6 @@ func NewRank(ctx context.Context, t *table.Table, spec Spec, uri string, opts Bu
 	if err != nil {
 		return nil, err
 	}
-	if ro.World > 1 {
-		if err := distributable(b.spec); err != nil {
-			return nil, errcode.Wrap(err, errcode.InvalidArgument, op, uri)
-		}
-	}
 	b.rank, b.world = ro.Rank, ro.World
 	b.jobs, _ = rankJobs(t, ro.Rank, ro.World)
 	loc, err := store.OpenCreate(ctx, uri)
@@ -94,18 +89,6 @@ func NewRank(ctx context.Context, t *table.Table, spec Spec, uri string, opts Bu
 	}
 	r.steps = append(r.steps, r.digest, r.write, r.commit, r.open)
 	return r, nil
-}
-
-// distributable refuses what several ranks cannot build yet: what orders
-// every kept row at once.
-func distributable(spec Spec) error {
-	if len(spec.GroupBy) > 0 {
-		return fmt.Errorf("group_by cannot be built by several ranks yet: its groups are formed from every kept row at once; build it in one process")
-	}
-	if s := spec.Split; s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential) {
-		return fmt.Errorf("split_%s cannot be built by several ranks yet: its splits are cut from every kept row at once; build it in one process", s.Kind)
-	}
-	return nil
 }
 
 // reroutes reports whether the rank's rows reach their buckets only once
@@ -296,6 +279,9 @@ func (r *Rank) scan(ctx context.Context, reports []json.RawMessage) (any, error)
 	if !r.reroutes() {
 		r.sp, r.scanned = sp, nil
 	}
+	if err := r.shareKeys(ctx); err != nil {
+		return nil, err
+	}
 	return scanReport{Kept: b.stats.kept.Load(), Skipped: b.stats.skipped, Spill: sp.report()}, nil
 }
 
@@ -389,6 +375,9 @@ func (r *Rank) digest(ctx context.Context, reports []json.RawMessage) (any, erro
 	b.stats.rows, b.stats.groups, b.stats.skipped = b.t.NumRows(), groups, skipped
 	b.stats.kept.Store(kept)
 	r.all = newSpills(ranks)
+	if err := r.gatherKeys(ctx, scans); err != nil {
+		return nil, err
+	}
 	r.ord = newOrdering(b, r.all)
 	d, err := r.ord.digest(ctx)
 	return d, errcode.Wrap(err, errcode.Internal, "build permutation", r.uri)

@@ -193,22 +193,9 @@ func TestDistributedFailure(t *testing.T) {
 	}
 }
 
-// TestDistributedRefused: what several ranks cannot build is refused,
-// naming the option, and ranks that build different permutations fail.
-func TestDistributedRefused(t *testing.T) {
+// TestDistributedMismatch: ranks that build different permutations fail.
+func TestDistributedMismatch(t *testing.T) {
 	tb := openTable(t, t.TempDir(), 300)
-	for option, spec := range map[string]permutation.Spec{
-		"group_by":         {GroupBy: []string{"id"}},
-		"split_random":     {Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.5, 0.5}, Seed: 1}},
-		"split_sequential": {Split: &permutation.SplitSpec{Kind: "sequential", Counts: []int64{10}}},
-	} {
-		_, errs := buildRanks(t, tb, spec, "file://"+t.TempDir(), 2)
-		for i, err := range errs {
-			if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), option) {
-				t.Errorf("%s: rank %d: %v", option, i, err)
-			}
-		}
-	}
 	dir := t.TempDir()
 	ctx := context.Background()
 	var ranks [2]*permutation.Rank
@@ -323,6 +310,68 @@ func TestSpillSweep(t *testing.T) {
 		}
 		if got := slices.Sorted(maps.Keys(left)); !slices.Equal(got, want) {
 			t.Errorf("%d ranks: left %q, want %q", w+1, got, want)
+		}
+	}
+}
+
+// TestDistributedWhole: builds that order every kept row at once, groups
+// and random and sequential splits, are built by 1, 2 and 3 ranks into the
+// very objects of a single-process build, with its ID, and leave no spill.
+func TestDistributedWhole(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys := make([]int64, 20000)
+	for i := range keys {
+		keys[i] = int64((i*7919)%3001) / 3 // groups of scattered rows
+	}
+	tabletest.WriteGroups(t, dir, keys, 1500)
+	groups, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer groups.Close()
+	tb := distributedTable(t)
+	byKey := &permutation.SplitSpec{Kind: "hash", Columns: []string{"problem"}, Weights: []int64{3, 1, 1}}
+	for name, tc := range map[string]struct {
+		tb   *table.Table
+		spec permutation.Spec
+	}{
+		"group_by":          {groups, permutation.Spec{GroupBy: []string{"problem_id"}}},
+		"group_by shuffled": {groups, permutation.Spec{GroupBy: []string{"problem", "problem_id"}, Filter: "id % 5 != 2", Shuffle: &permutation.ShuffleSpec{Seed: 3}}},
+		"group_by split":    {groups, permutation.Spec{GroupBy: []string{"problem"}, Split: byKey, Shuffle: &permutation.ShuffleSpec{Seed: 4}}},
+		"random":            {tb, permutation.Spec{Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.8, 0.15}, Seed: 1}}},
+		"random clumps":     {tb, permutation.Spec{Filter: "id % 3 != 1", Lengths: "tokens", Split: &permutation.SplitSpec{Kind: "random", Counts: []int64{12000, 3000, 1}, Seed: 2, ClumpSize: 8}, Shuffle: &permutation.ShuffleSpec{Seed: 6, ClumpSize: 4}}},
+		"sequential":        {tb, permutation.Spec{Split: &permutation.SplitSpec{Kind: "sequential", Fixed: 30000}, Shuffle: &permutation.ShuffleSpec{Seed: 7}}},
+		"sequential window": {tb, permutation.Spec{Filter: "id % 4 != 0", Split: &permutation.SplitSpec{Kind: "sequential", Ratios: []float64{0.5, 0.5}}, Shuffle: &permutation.ShuffleSpec{Seed: 8, Window: 100}}},
+	} {
+		one := t.TempDir()
+		want, err := permutation.Build(ctx, tc.tb, tc.spec, "file://"+one, permutation.BuildOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		wantFiles := storedFiles(one)
+		want.Close()
+		for _, w := range []int{1, 2, 3} {
+			at := t.TempDir()
+			perms, errs := buildRanks(t, tc.tb, tc.spec, "file://"+at, w)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("%s, %d ranks: %v", name, w, err)
+			}
+			for i, p := range perms {
+				if p.ID() != want.ID() {
+					t.Errorf("%s, %d ranks: rank %d built %s, one process %s", name, w, i, p.ID(), want.ID())
+				}
+			}
+			got := storedFiles(at)
+			if len(got) != len(wantFiles) {
+				t.Errorf("%s, %d ranks: %d files, one process %d", name, w, len(got), len(wantFiles))
+			}
+			for key, data := range wantFiles {
+				if !bytes.Equal(got[key], data) {
+					t.Errorf("%s, %d ranks: %s differs from one process's", name, w, key)
+				}
+			}
+			noSpill(t, at)
 		}
 	}
 }
