@@ -375,3 +375,22 @@ func TestDistributedWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseLapsed: a rank that could not renew its spill's lease for half
+// the time after which a spill is taken for a dead build's fails the build
+// at its next step, and the build leaves no spill.
+func TestLeaseLapsed(t *testing.T) {
+	tb := distributedTable(t)
+	t.Cleanup(permutation.SetLease(time.Hour, time.Nanosecond)) // the leases are never renewed, and lapse at once
+	dir := t.TempDir()
+	_, errs := buildRanks(t, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 5}}, "file://"+dir, 2)
+	for i, err := range errs {
+		if errcode.Of(err) != errcode.Unavailable || !strings.Contains(err.Error(), "could not renew its spill's lease") {
+			t.Errorf("rank %d: %v", i, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "permutation.json")); !os.IsNotExist(err) {
+		t.Errorf("a manifest is committed (%v)", err)
+	}
+	noSpill(t, dir)
+}
