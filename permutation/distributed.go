@@ -30,8 +30,11 @@ import (
 //
 // A rank that fails reports its error in place of its step's report, so
 // that every rank learns it at the next step and fails with it, naming the
-// rank, removing its own spill; no rank waits for a report that never comes
-// but for one whose process dies, which the caller's collective detects.
+// rank; no rank waits for a report that never comes but for one whose
+// process dies, which the caller's collective detects. A rank whose build
+// ends without a permutation, failed or left, deletes the build's whole
+// spill, every rank's: no rank of a build that failed reads it again. The
+// spill of a build whose every process died is its leases' (see lease.go).
 
 // rankFault, when tests set it, is called before each step of each rank;
 // the step fails with its error.
@@ -54,6 +57,7 @@ type Rank struct {
 	token string // names the build's spill, rank 0's choice
 
 	scanned, sp *spill // this rank's spill as scanned, and as routed to buckets
+	lease       *lease // this rank's, while it has a spill
 	all         spills // every rank's spill
 	ord         ordering
 	m           Manifest
@@ -72,11 +76,6 @@ func NewRank(ctx context.Context, t *table.Table, spec Spec, uri string, opts Bu
 	if err != nil {
 		return nil, err
 	}
-	if ro.World > 1 {
-		if err := distributable(b.spec); err != nil {
-			return nil, errcode.Wrap(err, errcode.InvalidArgument, op, uri)
-		}
-	}
 	b.rank, b.world = ro.Rank, ro.World
 	b.jobs, _ = rankJobs(t, ro.Rank, ro.World)
 	loc, err := store.OpenCreate(ctx, uri)
@@ -90,18 +89,6 @@ func NewRank(ctx context.Context, t *table.Table, spec Spec, uri string, opts Bu
 	}
 	r.steps = append(r.steps, r.digest, r.write, r.commit, r.open)
 	return r, nil
-}
-
-// distributable refuses what several ranks cannot build yet: what orders
-// every kept row at once.
-func distributable(spec Spec) error {
-	if len(spec.GroupBy) > 0 {
-		return fmt.Errorf("group_by cannot be built by several ranks yet: its groups are formed from every kept row at once; build it in one process")
-	}
-	if s := spec.Split; s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential) {
-		return fmt.Errorf("split_%s cannot be built by several ranks yet: its splits are cut from every kept row at once; build it in one process", s.Kind)
-	}
-	return nil
 }
 
 // reroutes reports whether the rank's rows reach their buckets only once
@@ -149,6 +136,9 @@ func (r *Rank) Next(ctx context.Context, gathered [][]byte) ([]byte, error) {
 		err = rankFault(r.b.rank, step)
 	}
 	if err == nil {
+		err = r.lease.check()
+	}
+	if err == nil {
 		data, err = r.steps[step](ctx, reports)
 	}
 	if err == nil {
@@ -192,11 +182,18 @@ func (r *Rank) check(gathered [][]byte) ([]json.RawMessage, error) {
 	return out, nil
 }
 
-// abandon removes this rank's spill: the build failed.
+// abandon ends the build: it removes this rank's spill and, unless the
+// build committed, every rank's, which no rank reads any more: each rank
+// that learns of a failure, or leaves, deletes the spill that the ranks
+// still alive wrote, once its own writes have ended.
 func (r *Rank) abandon(ctx context.Context) {
+	r.lease.end(ctx)
 	r.scanned.remove(ctx)
 	r.sp.remove(ctx)
-	r.scanned, r.sp = nil, nil
+	r.lease, r.scanned, r.sp = nil, nil, nil
+	if r.token != "" && r.p == nil && r.loc != nil {
+		removePrefix(ctx, r.loc, path.Join(r.loc.Key, spillDir, r.token)+"/")
+	}
 	r.next = len(r.steps)
 }
 
@@ -271,6 +268,7 @@ func (r *Rank) scan(ctx context.Context, reports []json.RawMessage) (any, error)
 		buckets, stage = 1, "-scanned"
 	}
 	sp := newSpill(ctx, r.loc, r.spillPrefix(stage), b.numParts(), buckets, width, b.spec.Lengths != "", b.opts.Memory)
+	sp.claim = func() error { return r.claim(ctx) }
 	r.scanned = sp
 	if err := b.scan(ctx, newRouter(b, sp, nil)); err != nil {
 		return nil, err
@@ -281,7 +279,21 @@ func (r *Rank) scan(ctx context.Context, reports []json.RawMessage) (any, error)
 	if !r.reroutes() {
 		r.sp, r.scanned = sp, nil
 	}
+	if err := r.shareKeys(ctx); err != nil {
+		return nil, err
+	}
 	return scanReport{Kept: b.stats.kept.Load(), Skipped: b.stats.skipped, Spill: sp.report()}, nil
+}
+
+// claim takes this rank's lease on the build's spill, before its first
+// spill object is written: a build that spills nothing writes no lease.
+func (r *Rank) claim(ctx context.Context) error {
+	if r.lease != nil {
+		return nil
+	}
+	l, err := startLease(ctx, r.loc, leaseKey(r.loc, r.token, r.b.rank))
+	r.lease = l
+	return err
 }
 
 // route sends this rank's rows to their buckets, knowing from the others'
@@ -299,6 +311,7 @@ func (r *Rank) route(ctx context.Context, reports []json.RawMessage) (any, error
 		}
 	}
 	r.sp = newSpill(ctx, r.loc, r.spillPrefix(""), b.numParts(), b.numBuckets(), from.width, from.record > from.width, b.opts.Memory)
+	r.sp.claim = func() error { return r.claim(ctx) }
 	rt := newRouter(b, r.sp, at)
 	for p := range at {
 		err := from.read(ctx, p, 0, func(records []byte) error {
@@ -362,6 +375,9 @@ func (r *Rank) digest(ctx context.Context, reports []json.RawMessage) (any, erro
 	b.stats.rows, b.stats.groups, b.stats.skipped = b.t.NumRows(), groups, skipped
 	b.stats.kept.Store(kept)
 	r.all = newSpills(ranks)
+	if err := r.gatherKeys(ctx, scans); err != nil {
+		return nil, err
+	}
 	r.ord = newOrdering(b, r.all)
 	d, err := r.ord.digest(ctx)
 	return d, errcode.Wrap(err, errcode.Internal, "build permutation", r.uri)
@@ -380,11 +396,14 @@ func (r *Rank) write(ctx context.Context, reports []json.RawMessage) (any, error
 	return struct{}{}, errcode.Wrap(r.ord.write(ctx, r.loc, r.m), errcode.Internal, "build permutation", r.uri)
 }
 
-// commit removes the spill, which every rank has read, and has rank 0 write
-// the manifest: the permutation exists once every rank wrote its chunks.
+// commit removes the spill, which every rank has read, and its lease, and
+// has rank 0 write the manifest: the permutation exists once every rank
+// wrote its chunks. Rank 0 then deletes the spills that builds at the
+// location left when all their processes died (see sweepSpills).
 func (r *Rank) commit(ctx context.Context, _ []json.RawMessage) (any, error) {
 	r.sp.remove(ctx)
-	r.sp = nil
+	r.lease.end(ctx)
+	r.sp, r.lease = nil, nil
 	if r.b.rank != 0 {
 		return struct{}{}, nil
 	}
@@ -395,7 +414,20 @@ func (r *Rank) commit(ctx context.Context, _ []json.RawMessage) (any, error) {
 	r.loc = nil // commit closes it, or the permutation holds it
 	p, err := r.b.commit(ctx, loc, r.m, r.start)
 	r.p = p
+	if err == nil {
+		r.sweep(ctx, loc)
+	}
 	return struct{}{}, err
+}
+
+// sweep deletes the spills of dead builds at loc, measuring their age
+// against the build record just written; a failure leaves them for the
+// next build, and does not fail this one.
+func (r *Rank) sweep(ctx context.Context, loc *store.Location) {
+	rec, err := loc.Stat(ctx, path.Join(loc.Key, buildKey))
+	if err == nil && !rec.ModTime.IsZero() {
+		sweepSpills(ctx, loc, r.token, rec.ModTime)
+	}
 }
 
 // open opens the permutation rank 0 committed, on the other ranks.

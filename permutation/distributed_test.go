@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
@@ -190,22 +193,9 @@ func TestDistributedFailure(t *testing.T) {
 	}
 }
 
-// TestDistributedRefused: what several ranks cannot build is refused,
-// naming the option, and ranks that build different permutations fail.
-func TestDistributedRefused(t *testing.T) {
+// TestDistributedMismatch: ranks that build different permutations fail.
+func TestDistributedMismatch(t *testing.T) {
 	tb := openTable(t, t.TempDir(), 300)
-	for option, spec := range map[string]permutation.Spec{
-		"group_by":         {GroupBy: []string{"id"}},
-		"split_random":     {Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.5, 0.5}, Seed: 1}},
-		"split_sequential": {Split: &permutation.SplitSpec{Kind: "sequential", Counts: []int64{10}}},
-	} {
-		_, errs := buildRanks(t, tb, spec, "file://"+t.TempDir(), 2)
-		for i, err := range errs {
-			if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), option) {
-				t.Errorf("%s: rank %d: %v", option, i, err)
-			}
-		}
-	}
 	dir := t.TempDir()
 	ctx := context.Background()
 	var ranks [2]*permutation.Rank
@@ -238,6 +228,169 @@ func TestDistributedRefused(t *testing.T) {
 			t.Fatal("ranks of different seeds built a permutation")
 		}
 		gathered = reports
+	}
+	noSpill(t, dir)
+}
+
+// TestLeftRankSpill: a rank that leaves a build whose other rank died after
+// both spilled deletes the whole build's spill, the dead rank's too.
+func TestLeftRankSpill(t *testing.T) {
+	ctx := context.Background()
+	tb := distributedTable(t)
+	spec := permutation.Spec{Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5}}
+	dir := t.TempDir()
+	var ranks [2]*permutation.Rank
+	for i := range ranks {
+		r, err := permutation.NewRank(ctx, tb, spec, "file://"+dir, permutation.BuildOptions{}, permutation.RankOptions{Rank: i, World: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		ranks[i] = r
+	}
+	var gathered [][]byte
+	for range 2 { // hello, scan: every rank's spill is written out
+		reports := make([][]byte, 2)
+		for i, r := range ranks {
+			rep, err := r.Next(ctx, gathered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reports[i] = rep
+		}
+		gathered = reports
+	}
+	if len(storedFiles(filepath.Join(dir, "_spill"))) < 4 {
+		t.Fatalf("the ranks spilled %d objects and leases, want at least 4", len(storedFiles(filepath.Join(dir, "_spill"))))
+	}
+	ranks[0].Close() // rank 1 is gone: rank 0 lost the group
+	noSpill(t, dir)
+}
+
+// TestSpillSweep: a build that commits deletes the spill of every other
+// build at its location none of whose objects was written for an hour, and
+// keeps the others'.
+func TestSpillSweep(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 300)
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * time.Hour)
+	plant := func(key string, at time.Time) {
+		p := filepath.Join(dir, "_spill", key)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant("dead/0/0/0/00000000", old)
+	plant("dead/1-scanned/0/0/00000000", old)
+	plant("dead/lease-0", old)
+	plant("leased/0/0/0/00000000", old)
+	plant("leased/lease-0", time.Now())
+	plant("running/0/0/0/00000000", time.Now())
+	for w := range 3 {
+		if w > 0 {
+			dir = t.TempDir()
+			plant("dead/0/0/0/00000000", old)
+			plant("dead/lease-0", old)
+			plant("running/0/0/0/00000000", time.Now())
+		}
+		_, errs := buildRanks(t, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 1}}, "file://"+dir, w+1)
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		left := storedFiles(filepath.Join(dir, "_spill"))
+		want := []string{"/running/0/0/0/00000000"}
+		if w == 0 {
+			want = []string{"/leased/0/0/0/00000000", "/leased/lease-0", "/running/0/0/0/00000000"}
+		}
+		if got := slices.Sorted(maps.Keys(left)); !slices.Equal(got, want) {
+			t.Errorf("%d ranks: left %q, want %q", w+1, got, want)
+		}
+	}
+}
+
+// TestDistributedWhole: builds that order every kept row at once, groups
+// and random and sequential splits, are built by 1, 2 and 3 ranks into the
+// very objects of a single-process build, with its ID, and leave no spill.
+func TestDistributedWhole(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys := make([]int64, 20000)
+	for i := range keys {
+		keys[i] = int64((i*7919)%3001) / 3 // groups of scattered rows
+	}
+	tabletest.WriteGroups(t, dir, keys, 1500)
+	groups, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer groups.Close()
+	tb := distributedTable(t)
+	byKey := &permutation.SplitSpec{Kind: "hash", Columns: []string{"problem"}, Weights: []int64{3, 1, 1}}
+	for name, tc := range map[string]struct {
+		tb   *table.Table
+		spec permutation.Spec
+	}{
+		"group_by":          {groups, permutation.Spec{GroupBy: []string{"problem_id"}}},
+		"group_by shuffled": {groups, permutation.Spec{GroupBy: []string{"problem", "problem_id"}, Filter: "id % 5 != 2", Shuffle: &permutation.ShuffleSpec{Seed: 3}}},
+		"group_by split":    {groups, permutation.Spec{GroupBy: []string{"problem"}, Split: byKey, Shuffle: &permutation.ShuffleSpec{Seed: 4}}},
+		"random":            {tb, permutation.Spec{Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.8, 0.15}, Seed: 1}}},
+		"random clumps":     {tb, permutation.Spec{Filter: "id % 3 != 1", Lengths: "tokens", Split: &permutation.SplitSpec{Kind: "random", Counts: []int64{12000, 3000, 1}, Seed: 2, ClumpSize: 8}, Shuffle: &permutation.ShuffleSpec{Seed: 6, ClumpSize: 4}}},
+		"sequential":        {tb, permutation.Spec{Split: &permutation.SplitSpec{Kind: "sequential", Fixed: 30000}, Shuffle: &permutation.ShuffleSpec{Seed: 7}}},
+		"sequential window": {tb, permutation.Spec{Filter: "id % 4 != 0", Split: &permutation.SplitSpec{Kind: "sequential", Ratios: []float64{0.5, 0.5}}, Shuffle: &permutation.ShuffleSpec{Seed: 8, Window: 100}}},
+	} {
+		one := t.TempDir()
+		want, err := permutation.Build(ctx, tc.tb, tc.spec, "file://"+one, permutation.BuildOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		wantFiles := storedFiles(one)
+		want.Close()
+		for _, w := range []int{1, 2, 3} {
+			at := t.TempDir()
+			perms, errs := buildRanks(t, tc.tb, tc.spec, "file://"+at, w)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("%s, %d ranks: %v", name, w, err)
+			}
+			for i, p := range perms {
+				if p.ID() != want.ID() {
+					t.Errorf("%s, %d ranks: rank %d built %s, one process %s", name, w, i, p.ID(), want.ID())
+				}
+			}
+			got := storedFiles(at)
+			if len(got) != len(wantFiles) {
+				t.Errorf("%s, %d ranks: %d files, one process %d", name, w, len(got), len(wantFiles))
+			}
+			for key, data := range wantFiles {
+				if !bytes.Equal(got[key], data) {
+					t.Errorf("%s, %d ranks: %s differs from one process's", name, w, key)
+				}
+			}
+			noSpill(t, at)
+		}
+	}
+}
+
+// TestLeaseLapsed: a rank that could not renew its spill's lease for half
+// the time after which a spill is taken for a dead build's fails the build
+// at its next step, and the build leaves no spill.
+func TestLeaseLapsed(t *testing.T) {
+	tb := distributedTable(t)
+	t.Cleanup(permutation.SetLease(time.Hour, time.Nanosecond)) // the leases are never renewed, and lapse at once
+	dir := t.TempDir()
+	_, errs := buildRanks(t, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 5}}, "file://"+dir, 2)
+	for i, err := range errs {
+		if errcode.Of(err) != errcode.Unavailable || !strings.Contains(err.Error(), "could not renew its spill's lease") {
+			t.Errorf("rank %d: %v", i, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "permutation.json")); !os.IsNotExist(err) {
+		t.Errorf("a manifest is committed (%v)", err)
 	}
 	noSpill(t, dir)
 }

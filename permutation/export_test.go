@@ -1,5 +1,7 @@
 package permutation
 
+import "time"
+
 // SetBuckets makes buckets of at most ids row ids and spill objects of at
 // most objectBytes bytes, and calls held with the most records a build's
 // ordering holds in one slice, until the returned function restores them.
@@ -27,4 +29,13 @@ func SetRankFault(rank, step int, err error) (restore func()) {
 		return nil
 	}
 	return func() { rankFault = nil }
+}
+
+// SetLease makes ranks renew their spill leases every renew and builds take
+// a spill none of whose objects was written for stale for a dead build's,
+// until the returned function restores them.
+func SetLease(renew, stale time.Duration) (restore func()) {
+	r, s := leaseRenew, spillStale
+	leaseRenew, spillStale = renew, stale
+	return func() { leaseRenew, spillStale = r, s }
 }

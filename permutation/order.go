@@ -152,21 +152,18 @@ type orderer[T any] struct {
 
 // run gives sink every split's records in their final order.
 func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
-	if s := o.b.spec.Split; s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential) {
+	if o.b.assigned() {
 		return o.assigned(ctx, sink)
 	}
 	for p := range o.b.numParts() {
 		var err error
 		switch {
-		case len(o.b.spec.GroupBy) > 0:
+		case len(o.b.spec.GroupBy) > 0 && o.need(p, 0, o.sp.count(p, 0)):
 			err = o.grouped(ctx, p, sink)
-		case o.b.spec.Shuffle != nil && o.b.spec.Shuffle.Window == 0:
+		case len(o.b.spec.GroupBy) == 0 && o.b.spec.Shuffle != nil && o.b.spec.Shuffle.Window == 0:
 			err = o.shuffled(ctx, p, sink)
 		case !o.need(p, 0, o.sp.count(p, 0)):
-			err = sink.skip(o.sp.count(p, 0))
-			if err == nil {
-				err = sink.end(nil)
-			}
+			err = skipSplit(sink, o.sp.count(p, 0))
 		case o.b.spec.Shuffle == nil:
 			err = o.stored(ctx, p, sink)
 		default:
@@ -177,6 +174,14 @@ func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
 		}
 	}
 	return nil
+}
+
+// skipSplit passes over a split of n records none of which this rank orders.
+func skipSplit[T any](sink splitSink[T], n int64) error {
+	if err := sink.skip(n); err != nil {
+		return err
+	}
+	return sink.end(nil)
 }
 
 // load returns the records of bucket bk of part p, in the order added.
@@ -349,9 +354,13 @@ func (o *orderer[T]) need(p int, from, n int64) bool {
 
 // owns reports whether chunk c of part p is this rank's to digest and
 // write: whether it orders the segment that holds the chunk's first record.
+// Split i of a random or sequential split is rank i mod W's, whole.
 func (o *orderer[T]) owns(p int, c int64) bool {
 	if o.b.world == 1 {
 		return true
+	}
+	if o.b.assigned() {
+		return p%o.b.world == o.b.rank
 	}
 	if o.segs == nil {
 		o.segs = map[int]segments{}
@@ -388,9 +397,32 @@ func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) erro
 	return sink.end(starts)
 }
 
+// assigned reports whether the spec's split is random or sequential.
+func (b *builder) assigned() bool {
+	s := b.spec.Split
+	return s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential)
+}
+
 // assigned gives the splits of a random or sequential split, which are
-// drawn from all the kept rows at once.
+// drawn from all the kept rows at once: a rank that orders any of them
+// draws them all, and one that orders none skips them unread.
 func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
+	rows, err := o.b.spec.Split.splitRows(o.sp.count(0, 0))
+	if err != nil {
+		return err
+	}
+	mine := false
+	for i := range rows {
+		mine = mine || o.need(i, 0, rows[i])
+	}
+	if !mine {
+		for _, n := range rows {
+			if err := skipSplit(sink, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	kept, err := o.load(ctx, 0, 0)
 	if err != nil {
 		return err
@@ -400,6 +432,12 @@ func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 		return err
 	}
 	for i, recs := range splits {
+		if !o.need(i, 0, int64(len(recs))) {
+			if err := skipSplit(sink, int64(len(recs))); err != nil {
+				return err
+			}
+			continue
+		}
 		if sh := o.b.spec.Shuffle; sh != nil {
 			shuffle(recs, *sh, NewRand(shuffleKey(sh.Seed, i, 0)))
 		}
@@ -411,6 +449,23 @@ func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 		}
 	}
 	return nil
+}
+
+// splitRows returns the rows of each split of a random or sequential split
+// of kept rows, as assign cuts them.
+func (s *SplitSpec) splitRows(kept int64) ([]int64, error) {
+	c := max(s.ClumpSize, 1)
+	sizes, err := s.unitSizes(kept)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]int64, len(sizes))
+	var at int64
+	for i, n := range sizes {
+		rows[i] = min((at+n)*c, kept) - min(at*c, kept)
+		at += n
+	}
+	return rows, nil
 }
 
 // assign cuts the kept rows, in row id order, into the splits of a random or

@@ -37,7 +37,8 @@ type spill struct {
 
 	writes  *errgroup.Group
 	wctx    context.Context
-	written bool // whether any object was written
+	written bool         // whether any object was written
+	claim   func() error // called before the first object is written: takes the lease (see lease.go)
 }
 
 // spillDir is the folder, under a permutation's location, of the spills of
@@ -101,6 +102,11 @@ func (s *spill) flush(i int) error {
 			return werr // the write that failed says why
 		}
 		return err
+	}
+	if !s.written && s.claim != nil {
+		if err := s.claim(); err != nil {
+			return err
+		}
 	}
 	data, key := s.bufs[i], s.key(i, s.objects[i])
 	s.bufs[i], s.written = nil, true
@@ -180,20 +186,7 @@ func (s *spill) remove(ctx context.Context) error {
 	if !s.written {
 		return nil
 	}
-	ctx = context.WithoutCancel(ctx)
-	objs, err := s.loc.List(ctx, s.prefix+"/", 0)
-	if err != nil {
-		return err
-	}
-	var g errgroup.Group
-	g.SetLimit(8)
-	for _, o := range objs {
-		g.Go(func() (err error) {
-			defer errcode.Recover(&err, errcode.Internal, "spill", s.loc.ObjectURI(o.Key))
-			return s.loc.Delete(ctx, o.Key)
-		})
-	}
-	return g.Wait()
+	return removePrefix(ctx, s.loc, s.prefix+"/")
 }
 
 // spills are the spills of every rank of a build, in rank order (see

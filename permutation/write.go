@@ -65,7 +65,8 @@ func write[T any](ctx context.Context, b *builder, loc *store.Location, o *order
 }
 
 // digests are the digests of the chunks a rank orders, and what every rank
-// counts alike: the rows, and with GroupBy the groups, of each split.
+// counts alike, the rows of each split, and with GroupBy the groups of each
+// split it orders (none of the others').
 type digests struct {
 	Sums   []chunkSum `json:"sums"`
 	Rows   []int64    `json:"rows"`
@@ -118,7 +119,10 @@ func (b *builder) manifest(sp spills, all []digests) (Manifest, error) {
 	for i, name := range names {
 		s := SplitInfo{Name: name, ChunkSHA256: []string{}, NumRows: all[0].Rows[i]}
 		if grouped {
-			s.GroupSHA256, s.NumGroups = []string{}, all[0].Groups[i]
+			s.GroupSHA256 = []string{}
+			for _, d := range all { // only the rank that orders a split counts its groups
+				s.NumGroups += d.Groups[i]
+			}
 		}
 		m.Splits = append(m.Splits, s)
 	}

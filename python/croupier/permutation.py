@@ -242,9 +242,10 @@ class PermutationBuilder:
                 too), and then nothing is committed.
                 When a process dies, or hangs past the group's timeout, the others
                 raise ``UnavailableError`` at their next exchange, saying they lost
-                the group, with the collective's own error. ``group_by`` and random
-                or sequential splits are built by one process only (docs/spec.md,
-                "Distributed builds").
+                the group, with the collective's own error. Every spec can be
+                built so, ``group_by`` and random and sequential splits too, whose
+                splits are each ordered by one process (docs/spec.md, "Distributed
+                builds").
         """
         show = progress is True or (progress is None and sys.stderr.isatty())
         display = (_progress.tqdm_bars() or _progress.stderr_lines()) if show else None

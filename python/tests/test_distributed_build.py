@@ -97,6 +97,17 @@ SPECS: dict[str, Calls] = {
         ["shuffle", [], {"seed": 2, "clump_size": 4}],
         ["lengths", ["n"], {}],
     ],
+    "groups": [
+        ["filter", ["n IS NOT NULL"], {}],
+        ["group_by", ["n"], {}],
+        ["split_hash", [["n"]], {"weights": [1, 1, 1]}],
+        ["shuffle", [], {"seed": 3}],
+    ],
+    "random": [
+        ["split_random", [], {"ratios": [0.7, 0.2], "seed": 3, "clump_size": 4}],
+        ["shuffle", [], {"seed": 4}],
+    ],
+    "sequential": [["split_sequential", [], {"fixed": 700}], ["lengths", ["id"], {}]],
 }
 
 
@@ -115,14 +126,15 @@ def test_ranks_build_one_process_permutation(table: str, tmp_path: Path) -> None
 
 def test_failing_rank_commits_nothing(table: str, tmp_path: Path) -> None:
     # The null length is in the last row group, which the last rank scans; the
-    # same processes then build again at the same place, and a refused spec.
+    # same processes then build again at the same place, and a refused spec, with its own error
+    # on every rank.
     at = tmp_path / "p"
     failing: Calls = [["shuffle", [], {"seed": 1}], ["lengths", ["n"], {}]]
     fixed: Calls = [["filter", ["n IS NOT NULL"], {}], *failing]
     with pytest.raises(cr.InvalidArgumentError, match="null"):
         build(table, failing).persist(uri(tmp_path / "one"))
     single = build(table, fixed).persist(uri(tmp_path / "one"))
-    grouped: Calls = [["group_by", ["text"], {}]]
+    grouped: Calls = [["group_by", ["text"], {}], ["shuffle", [], {"seed": 1, "clump_size": 4}]]
     builds = [(uri(at), failing), (uri(at), fixed), (uri(tmp_path / "g"), grouped)]
     failed, again, refused = run_ranks(tmp_path, table, builds, 2)
 
@@ -135,5 +147,5 @@ def test_failing_rank_commits_nothing(table: str, tmp_path: Path) -> None:
     assert not [p for p in (at / "_spill").rglob("*") if p.is_file()]
     for r in refused:
         assert r.get("type") == "InvalidArgumentError", r
-        assert "group_by" in r["error"], r
+        assert "clump_size and window do not apply" in r["error"], r
     assert not (tmp_path / "g" / "permutation.json").exists()

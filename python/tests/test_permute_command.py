@@ -12,6 +12,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -183,16 +185,76 @@ def killed_rank_fails_the_others(
     assert re.search(r"Connection (closed|reset) by peer", err), err  # gloo's own words
     assert out == ""
     assert not (at / "permutation.json").exists()
+    # rank 0, failing, deleted the build's spill, the killed rank's too
+    assert spilled(at) == [], spilled(at)
 
-    # the same ranks again, at the same place: the killed rank's spill, if
-    # it wrote any, stays hidden under _spill/ beside the permutation
+    # the same ranks again, at the same place
     ranks[:] = start_ranks(table, at, 2)
     results = [r.communicate(timeout=120) for r in ranks]
     assert [r.returncode for r in ranks] == [0, 0], results
     one = single(table, tmp_path / "one")
     assert f"permutation  {one.id}\n" in results[0][0]
-    again = {k: v for k, v in stored(at).items() if not k.startswith("_spill/")}
-    assert again == stored(tmp_path / "one")
+    assert stored(at) == stored(tmp_path / "one")
+
+
+def spilled(at: Path) -> list[str]:
+    """The objects under the spill folder of the permutation at ``at``."""
+    return sorted(str(p.relative_to(at)) for p in (at / "_spill").rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_killed_build_spill_is_swept(tmp_path: Path) -> None:
+    # Both ranks are killed at once as the first of them starts ordering, so
+    # that neither deletes the spill: the first wrote its own out as its
+    # scan ended. An hour on (the objects' times set back), a build that
+    # commits at the same place deletes it; before, it is kept, as the
+    # spill of a build that may still run.
+    table = write(tmp_path / "table", 2, 1_000_000, 50_000)
+    at = tmp_path / "perm"
+    ranks = start_ranks(table, at, 2)
+    try:
+        kill_at_order(ranks)
+    finally:
+        for r in ranks:
+            if r.poll() is None:
+                r.kill()
+            r.communicate()
+    assert [r.returncode for r in ranks] == [-signal.SIGKILL] * 2
+    assert not (at / "permutation.json").exists()
+    left = spilled(at)
+    assert any(re.fullmatch(r"_spill/[0-9a-f]{16}/[01]/\d+/\d+/\d{8}", k) for k in left), left
+    assert any(re.fullmatch(r"_spill/[0-9a-f]{16}/lease-[01]", k) for k in left), left
+
+    hour_ago = time.time() - 3700
+    for p in (at / "_spill").rglob("*"):
+        os.utime(p, (hour_ago, hour_ago))
+    ranks[:] = start_ranks(table, at, 2)
+    results = [r.communicate(timeout=120) for r in ranks]
+    assert [r.returncode for r in ranks] == [0, 0], results
+    assert spilled(at) == []
+    single(table, tmp_path / "one")
+    assert stored(at) == stored(tmp_path / "one")
+
+
+def kill_at_order(ranks: list[subprocess.Popen[str]]) -> None:
+    """Kill every rank as soon as one of them prints its first progress line
+    of ordering."""
+    ordering = threading.Event()
+
+    def watch(r: subprocess.Popen[str]) -> None:
+        assert r.stderr is not None
+        for line in r.stderr:
+            if re.match(r"rank \d of 2: order: ", line):
+                ordering.set()
+
+    watchers = [threading.Thread(target=watch, args=(r,), daemon=True) for r in ranks]
+    for w in watchers:
+        w.start()
+    assert ordering.wait(timeout=120), "no rank started ordering"
+    for r in ranks:
+        r.send_signal(signal.SIGKILL)
+    for w in watchers:
+        w.join(timeout=60)
 
 
 @pytest.mark.slow
