@@ -3,6 +3,7 @@ package table
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -597,7 +598,6 @@ func (p *pagePlan) sections(dict int64) []byteRange {
 // pages read in one request goes into a buffer of bufs.
 func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkMetaData, mem memory.Allocator, bufs *bufferList) *plannedPages {
 	props := parquet.NewReaderProperties(mem)
-	props.BufferedStreamEnabled = true
 	props.BufferSize = streamBufferSize(src)
 	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), bufs: bufs, open: func(s byteRange) (*sectionPages, []byte, error) {
 		var (
@@ -619,10 +619,7 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 			}
 			stream = &memStream{b: held}
 		} else {
-			var err error
-			if stream, err = props.GetStream(src, s.off, s.n); err != nil {
-				return nil, nil, err
-			}
+			stream = newReaderStream(src, s, props.BufferSize, bufs)
 		}
 		r, err := newSectionPages(stream, s.n, chunk)
 		if err != nil {
@@ -772,6 +769,123 @@ func (t *Table) PageLayout(ctx context.Context) (PageLayout, error) {
 	pages := max(1, (size+defaultPageBytes-1)/defaultPageBytes)
 	l.Rows = max(1, rows/pages)
 	return l, nil
+}
+
+// readerStream is a pageStream over the bytes [off, end) of src, read a
+// window at a time into a buffer of bufs (the decoders' section buffers),
+// given back by Close. arrow-go's buffered stream allocated a window's
+// buffer for each section it streamed, a quarter of the bytes a full
+// shuffle allocated on the Go heap (the collector, held to the budget's
+// share by the memory limit, then ran several times a second), and copied
+// each page out of it. Peek grows the buffer to hold a whole page, so a
+// compressed page is decompressed from where it lies.
+type readerStream struct {
+	src      io.ReaderAt
+	off, end int64  // the next byte of src to read into buf, and the section's end
+	buf      []byte // buf[r:w] is read and not consumed
+	r, w     int
+	window   int
+	bufs     *bufferList
+}
+
+func newReaderStream(src io.ReaderAt, s byteRange, window int64, bufs *bufferList) *readerStream {
+	return &readerStream{src: src, off: s.off, end: s.off + s.n, window: int(max(min(window, s.n), 1)), bufs: bufs}
+}
+
+// fill reads until n bytes are buffered or the section ends.
+func (s *readerStream) fill(n int) error {
+	if s.w-s.r >= n {
+		return nil
+	}
+	if len(s.buf) < n {
+		grown := s.bufs.get(max(n, s.window))
+		grown = grown[:cap(grown)]
+		s.w = copy(grown, s.buf[s.r:s.w])
+		s.r = 0
+		if s.buf != nil {
+			s.bufs.put(s.buf)
+		}
+		s.buf = grown
+	} else if s.r > 0 && s.r+n > len(s.buf) { // the unread bytes to the front
+		s.w = copy(s.buf, s.buf[s.r:s.w])
+		s.r = 0
+	}
+	for s.w-s.r < n && s.off < s.end {
+		k := int(min(int64(len(s.buf)-s.w), s.end-s.off))
+		m, err := s.src.ReadAt(s.buf[s.w:s.w+k], s.off)
+		s.w += m
+		s.off += int64(m)
+		if m < k {
+			return cmp.Or(err, io.ErrUnexpectedEOF)
+		}
+	}
+	if s.w-s.r < n {
+		return io.EOF
+	}
+	return nil
+}
+
+// Peek returns the next n bytes, or what is left and io.EOF.
+func (s *readerStream) Peek(n int) ([]byte, error) {
+	if n < 0 {
+		return nil, bufio.ErrNegativeCount
+	}
+	err := s.fill(n)
+	return s.buf[s.r:min(s.r+n, s.w)], err
+}
+
+// Discard skips the next n bytes.
+func (s *readerStream) Discard(n int) (int, error) {
+	if n < 0 {
+		return 0, bufio.ErrNegativeCount
+	}
+	if n <= s.w-s.r {
+		s.r += n
+		return n, nil
+	}
+	skip := int64(n - (s.w - s.r))
+	s.r, s.w = 0, 0
+	if skip > s.end-s.off {
+		done := n - int(skip-(s.end-s.off))
+		s.off = s.end
+		return done, io.EOF
+	}
+	s.off += skip
+	return n, nil
+}
+
+// Read copies the next bytes into p; a read of a window or more with none
+// buffered goes straight into p.
+func (s *readerStream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if s.r == s.w && len(p) >= s.window {
+		k := int(min(int64(len(p)), s.end-s.off))
+		if k == 0 {
+			return 0, io.EOF
+		}
+		m, err := s.src.ReadAt(p[:k], s.off)
+		s.off += int64(m)
+		if m < k {
+			return m, cmp.Or(err, io.ErrUnexpectedEOF)
+		}
+		return m, nil
+	}
+	if err := s.fill(1); err != nil && s.r == s.w {
+		return 0, err
+	}
+	n := copy(p, s.buf[s.r:s.w])
+	s.r += n
+	return n, nil
+}
+
+// Close gives the buffer back.
+func (s *readerStream) Close() {
+	if s.buf != nil {
+		s.bufs.put(s.buf)
+		s.buf, s.r, s.w = nil, 0, 0
+	}
 }
 
 // memStream is a pageStream over a section of pages already in memory, a

@@ -139,6 +139,9 @@ func (s *sectionPages) Err() error { return s.err }
 
 // Close frees the reader's buffers.
 func (s *sectionPages) Close() {
+	if rs, ok := s.r.(*readerStream); ok {
+		rs.Close()
+	}
 	freePage(s.stored)
 	freePage(s.page)
 	s.stored, s.page, s.cur = nil, nil, nil
@@ -268,12 +271,19 @@ func (s *sectionPages) header() (*tStruct, error) {
 }
 
 // body reads the n bytes of a page as stored: where they lie, when the
-// section is in memory.
+// section is in memory or the page is compressed and streamed.
 func (s *sectionPages) body(n int) ([]byte, error) {
-	if m, ok := s.r.(*memStream); ok {
-		b, err := m.Peek(n)
+	_, inMemory := s.r.(*memStream)
+	rs, streamed := s.r.(*readerStream)
+	// A streamed page no larger than the stream's window is decompressed
+	// into s.page before the stream moves on. (The bytes of an uncompressed
+	// chunk's pages are the pages', and a dictionary's outlive the next
+	// page: those are copied out, as larger pages are read, into pages
+	// mapped off Go's heap.)
+	if inMemory || streamed && !s.none && n <= rs.window {
+		b, err := s.r.Peek(n)
 		if err == nil {
-			_, err = m.Discard(n)
+			_, err = s.r.Discard(n)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("a page of %d bytes cut short: %w", n, err)

@@ -2,6 +2,8 @@ package table
 
 import (
 	"bytes"
+	"io"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -77,6 +79,61 @@ func TestSectionPagesBoundPages(t *testing.T) {
 		}
 		if a := after.TotalAlloc - before.TotalAlloc; a > 1<<20 {
 			t.Errorf("field %d = %d: %d bytes allocated", tc.field, tc.value, a)
+		}
+	}
+}
+
+// TestReaderStreamReadsAsMemory applies random runs of Peek, Discard and
+// Read to a section streamed from a store (readerStream, with windows far
+// smaller than the section, and peeks larger than a window) and to the same
+// bytes in memory (memStream): each answers the same bytes, and each reaches
+// the section's end at the same call, whatever the offset of the section in
+// its object. Its buffer goes back to the list once closed.
+func TestReaderStreamReadsAsMemory(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	object := make([]byte, 1<<16)
+	for i := range object {
+		object[i] = byte(rng.Uint32())
+	}
+	for trial := range 200 {
+		off := rng.Int64N(1 << 10)
+		n := rng.Int64N(int64(len(object))-off) + 1
+		window := rng.Int64N(512) + 1
+		var bufs bufferList
+		bufs.max = 1
+		rs := newReaderStream(bytes.NewReader(object), byteRange{off, n}, window, &bufs)
+		ms := &memStream{b: object[off : off+n]}
+		for step := 0; ; step++ {
+			k := rng.IntN(int(2*window)) + rng.IntN(2)*rng.IntN(4096)
+			var got, want []byte
+			var gotErr, wantErr error
+			switch rng.IntN(3) {
+			case 0:
+				got, gotErr = rs.Peek(k)
+				want, wantErr = ms.Peek(k)
+			case 1:
+				var g, w int
+				g, gotErr = rs.Discard(k)
+				w, wantErr = ms.Discard(k)
+				got, want = []byte{byte(g), byte(g >> 8)}, []byte{byte(w), byte(w >> 8)}
+			default:
+				gb, wb := make([]byte, k), make([]byte, k)
+				g, ge := io.ReadFull(rs, gb)
+				w, we := io.ReadFull(ms, wb)
+				got, want, gotErr, wantErr = gb[:g], wb[:w], ge, we
+			}
+			if !bytes.Equal(got, want) || (gotErr == nil) != (wantErr == nil) {
+				t.Fatalf("trial %d (section [%d, +%d), window %d), call %d of %d bytes: got %d bytes, %v; in memory %d bytes, %v",
+					trial, off, n, window, step, k, len(got), gotErr, len(want), wantErr)
+			}
+			if len(ms.b) == 0 {
+				break
+			}
+		}
+		had := rs.buf != nil
+		rs.Close()
+		if had && len(bufs.free) != 1 || rs.buf != nil {
+			t.Fatalf("trial %d: the stream's buffer was not given back", trial)
 		}
 	}
 }
