@@ -20,9 +20,9 @@ import (
 // with a 121 MiB budget: 266 MiB resident above imports, 203 MiB with this).
 // The library owns the Go runtime of the process it is loaded in, so it sets
 // the runtime's soft memory limit (debug.SetMemoryLimit) to what the open
-// datasets let the Go heap hold: 32 MiB, plus a quarter of the budget of
-// each open dataset and follower (the fetch and decoding shares, see
-// loader/budget.go), plus the build_memory of each permutation build
+// datasets let the Go heap hold: loader.GoHeapBase, plus loader.GoHeap of
+// each open dataset and follower (a quarter of its budget: the fetch and
+// decoding shares), plus the build_memory of each permutation build
 // running, whose memory is all Go heap. The collector then runs more often only when the heap nears that, never
 // while it is well below it. An application that sets GOMEMLIMIT keeps its
 // own limit. The Go packages set none: a Go service decides its own.
@@ -33,10 +33,6 @@ var goHeap struct {
 }
 
 func init() { _, goHeap.user = os.LookupEnv("GOMEMLIMIT") }
-
-// goHeapBase is the Go heap allowed beside the datasets' shares: footers,
-// page indexes, permutations, goroutines.
-const goHeapBase = 32 << 20
 
 // holdHeap adds n bytes that a dataset or follower opened (a quarter of its
 // budget) or a build started (its memory) may hold on the Go heap, or,
@@ -51,25 +47,19 @@ func holdHeap(n int64) {
 	goHeap.held += n
 	limit := int64(math.MaxInt64) // nothing open: no limit
 	if goHeap.held > 0 {
-		limit = goHeapBase + goHeap.held
+		limit = loader.GoHeapBase + goHeap.held
 	}
 	debug.SetMemoryLimit(limit)
 }
 
-// heapOf is what an open dataset or follower may hold on the Go heap, a
-// quarter of the memory budget it gives its streams; 0 for other objects.
+// heapOf is what an open dataset or follower may hold on the Go heap
+// (loader.GoHeap); 0 for other objects.
 func heapOf(v any) int64 {
-	var b int64
 	switch o := v.(type) {
 	case *loader.Loader:
-		b = o.Options().MemoryBudget
+		return loader.GoHeap(o.Options().MemoryBudget)
 	case *loader.Follower:
-		b = o.Options().MemoryBudget
-	default:
-		return 0
+		return loader.GoHeap(o.Options().MemoryBudget)
 	}
-	if b <= 0 {
-		b = loader.DefaultMemoryBudget
-	}
-	return b / 4
+	return 0
 }

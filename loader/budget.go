@@ -39,6 +39,27 @@ import (
 // it holds itself. A budget that cannot hold one step after the other parts
 // is an error that gives the numbers.
 
+// GoHeapBase is the Go heap a process reading tables holds beside what its
+// streams hold there (GoHeap): footers, page indexes, permutations,
+// goroutines.
+const GoHeapBase = 32 << 20
+
+// GoHeap is what the streams of a loader or follower whose memory budget
+// is budget bytes (0: DefaultMemoryBudget) may hold on the Go heap: a
+// quarter of the budget, for the compressed pages fetched and the pages
+// being decoded (rows kept and batches read ahead are C memory). Between
+// two collections the Go heap also holds garbage, about as much again as
+// what is live with Go's default GOGC, so a program that owns its runtime
+// sets the runtime's soft memory limit (debug.SetMemoryLimit) to
+// GoHeapBase plus GoHeap of each loader open: the collector then runs more
+// often only as the heap nears what the budgets allow.
+func GoHeap(budget int64) int64 {
+	if budget <= 0 {
+		budget = DefaultMemoryBudget
+	}
+	return budget / 4
+}
+
 // budgetShares is how a stream divides its budget; the sizes are guesses made from
 // the footer of the row group that holds the stream's first row.
 type budgetShares struct {

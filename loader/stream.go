@@ -108,6 +108,7 @@ type Stream struct {
 	slots    chan struct{}    // read-ahead: one per batch in pending or being taken by Next
 	ahead    *aheadBudget     // read-ahead: the bytes of the batches read and not taken by Next
 	step     int64            // the guessed bytes of one step of this rank's rows (budgetShares.StepBytes)
+	fetch    int64            // the share of the budget for bytes fetched and not yet decoded
 	decoded  chan struct{}    // closed once the reader has nothing more to fetch or decode
 	finished chan struct{}    // closed once decoded and every read has started
 	horizons chan *horizon    // planned, in step order
@@ -140,6 +141,7 @@ type Stats struct {
 	AheadBytes   int64         `json:"ahead_bytes"`           // bytes of the batches read ahead now
 	AheadPeak    int64         `json:"ahead_peak"`            // the most bytes of batches read ahead at any time
 	AheadLimit   int64         `json:"ahead_limit"`           // the share of the memory budget for them
+	FetchLimit   int64         `json:"fetch_limit"`           // the share of the memory budget for bytes fetched and not yet decoded (FetchedBytes)
 	StepBytes    int64         `json:"step_bytes"`            // the guessed bytes of one step of this rank's rows, as the budget is divided
 	HorizonSteps int64         `json:"horizon_steps"`         // steps in the horizon planned last
 	Horizons     int64         `json:"horizons"`              // horizons planned so far
@@ -153,7 +155,7 @@ func (s *Stream) Stats() Stats {
 	ahead, aheadPeak := s.ahead.Used()
 	st := Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
 		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak, HeldLimit: s.budget.Limit(),
-		AheadBytes: ahead, AheadPeak: aheadPeak, AheadLimit: s.ahead.limit, StepBytes: s.step,
+		AheadBytes: ahead, AheadPeak: aheadPeak, AheadLimit: s.ahead.limit, FetchLimit: s.fetch, StepBytes: s.step,
 		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load()}
 	st.LayoutHint = layoutHint(s.uri, s.layout, st)
 	return st
@@ -285,7 +287,7 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 		budget, slots, ahead = prev.budget, prev.slots, prev.ahead
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stream{cancel: cancel, uri: l.table.URI(), layout: layout, reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes,
+	s := &Stream{cancel: cancel, uri: l.table.URI(), layout: layout, reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes, fetch: m.Fetch,
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)

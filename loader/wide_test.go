@@ -35,7 +35,7 @@ func TestWideRowsWithinTheBudget(t *testing.T) {
 		t.Skip("reads /proc/self/status")
 	}
 	ctx := context.Background()
-	tb := wideTable(t, rows)
+	tb := wideTable(t, rows, table.WriteOptions{})
 	l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 64, NumSplits: 1,
 		MemoryBudget: budget, ShuffleSeed: 7})
 	if err != nil {
@@ -47,7 +47,7 @@ func TestWideRowsWithinTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(32<<20 + budget/4)) // cabi/memlimit.go
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(loader.GoHeapBase + loader.GoHeap(budget))) // as the C ABI sets it
 	runtime.GC()
 	debug.FreeOSMemory()
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
@@ -73,9 +73,50 @@ func TestWideRowsWithinTheBudget(t *testing.T) {
 	}
 }
 
+// TestFetchedWithinItsShare deals a full shuffle of a table whose row groups
+// are each larger than a decoder's part of the fetch share, so that every
+// one is streamed in windows: the bytes fetched and not yet decoded never
+// pass the share, though every row group of a horizon is wanted at once
+// (each used to start fetching its windows before its part had room), and
+// none are left once the stream has ended.
+func TestFetchedWithinItsShare(t *testing.T) {
+	ctx := context.Background()
+	tb := wideTable(t, 512, table.WriteOptions{RowGroupRows: 32})
+	l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, NumSplits: 1,
+		MemoryBudget: 16 << 20, ShuffleSeed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := l.Stream(ctx, loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n := 0
+	for {
+		b, err := s.Next(ctx)
+		if err != nil {
+			break
+		}
+		n += int(b.Record.NumRows())
+		b.Record.Release()
+	}
+	st := s.Stats()
+	if n != 512 || st.RowGroups < 16 {
+		t.Fatalf("dealt %d rows of 512, decoding %d row groups", n, st.RowGroups)
+	}
+	if st.FetchedPeak == 0 || st.FetchedPeak > st.FetchLimit {
+		t.Errorf("%d bytes fetched and not yet decoded at once; the share is %d", st.FetchedPeak, st.FetchLimit)
+	}
+	if st.FetchedBytes != 0 {
+		t.Errorf("%d bytes fetched still held after the last step", st.FetchedBytes)
+	}
+}
+
 // wideTable creates a croupier table of rows rows of an id and a list of
 // 2,000 to 20,000 int32 values.
-func wideTable(t *testing.T, rows int) *table.Table {
+func wideTable(t *testing.T, rows int, opts table.WriteOptions) *table.Table {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	schema := arrow.NewSchema([]arrow.Field{
@@ -99,7 +140,7 @@ func wideTable(t *testing.T, rows int) *table.Table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := table.Create(context.Background(), "file://"+filepath.Join(t.TempDir(), "wide"), r, table.WriteOptions{})
+	tb, err := table.Create(context.Background(), "file://"+filepath.Join(t.TempDir(), "wide"), r, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,9 @@
 // requests made (per 1,000 rows, and how many were hedged), the bytes fetched
 // from the store and decoded for each byte of Arrow delivered, and the
 // horizons the stream planned (docs/tuning.md). --json prints these with the
-// stream's counters (its stats).
+// stream's counters (its stats). Unless GOMEMLIMIT is set, it holds Go's heap
+// to what the stream's budget lets it hold, as the Python library does, so
+// that its rates and memory are those a training process sees.
 //
 // rewrite copies the rows of SRC, a plain Parquet dataset (an export written
 // by pyarrow or Spark in large row groups, say) or a croupier table, in row id

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -231,4 +232,14 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// limitHeap sets the Go runtime's soft memory limit to n bytes, unless
+// GOMEMLIMIT is set. The command owns its runtime, and between collections
+// the Go heap grows to about twice what is live: with the limit the
+// collector runs as the heap nears what the command's budget lets it hold.
+func limitHeap(n int64) {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(n)
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -72,13 +70,9 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	}
 	defer t.Close()
 	opts := permutation.BuildOptions{Memory: *buildMemory}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		// A build's memory is Go heap, which grows to twice what is live
-		// between collections; the command owns its runtime, so it has the
-		// collector run as the heap nears the build's memory (and 64 MiB
-		// for the rest: footers, the table's pin) instead.
-		debug.SetMemoryLimit(64<<20 + cmp.Or(*buildMemory, permutation.DefaultBuildMemory))
-	}
+	// A build's memory is all Go heap; 64 MiB for the rest: footers, the
+	// table's pin.
+	limitHeap(64<<20 + cmp.Or(*buildMemory, permutation.DefaultBuildMemory))
 	var pr *progress
 	if !*quiet {
 		pr = newProgress(e.stderr)

@@ -75,6 +75,7 @@ func readCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer l.Close()
+	limitHeap(loader.GoHeapBase + loader.GoHeap(*budget))
 	out := readOutput{TableURI: t.URI(), Epoch: *epoch, FirstStep: *first, Rank: *rank, WorldSize: *w}
 	if err := readSteps(ctx, l, *epoch, *first, *steps, &out); err != nil {
 		return err

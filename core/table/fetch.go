@@ -124,6 +124,7 @@ type fetched struct {
 	*store.ReaderAt
 	ranges []byteRange
 	data   [][]byte
+	stats  *readerStats // counts data's bytes held
 	// ahead, when not nil, serves the reads of a row group larger than a
 	// decoder's part of the reader's fetch share, which is streamed, not
 	// fetched: its sections are fetched in windows ahead of the reads
@@ -214,23 +215,26 @@ func fetchedBytes(src io.ReaderAt, r byteRange) []byte {
 func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots *slots, prio int64, stats *readerStats, where string) (*fetched, error) {
 	start := time.Now()
 	defer func() { stats.fetchNanos.Add(int64(time.Since(start))) }()
-	f := &fetched{ReaderAt: ra, ranges: ranges, data: make([][]byte, len(ranges))}
+	f := &fetched{ReaderAt: ra, ranges: ranges, data: make([][]byte, len(ranges)), stats: stats}
 	g, gctx := errgroup.WithContext(ctx)
 	for i, r := range ranges {
 		if _, err := slots.acquire(gctx, prio, 0); err != nil {
 			g.Wait()
+			f.release()
 			return nil, errcode.Wrap(context.Cause(gctx), errcode.Canceled, "read", where)
 		}
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "read", where)
 			defer slots.release(0)
 			buf := scratch{}.Allocate(int(r.n))
+			stats.holdFetched(r.n)
 			_, err = ra.ReadAt(buf, r.off)
 			f.data[i] = buf
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
+		f.release()
 		return nil, err
 	}
 	return f, nil
@@ -239,7 +243,10 @@ func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots *s
 // release recycles f's buffers; f serves no read after it.
 func (f *fetched) release() {
 	for _, b := range f.data {
-		scratch{}.Free(b)
+		if b != nil {
+			f.stats.holdFetched(-int64(len(b)))
+			scratch{}.Free(b)
+		}
 	}
 	if f.ahead != nil {
 		f.ahead.close()
@@ -258,6 +265,8 @@ type ReaderStats struct {
 	KeptRows     int64         `json:"kept_rows"`     // rows copied out of decoded row groups to be read
 	KeptBytes    int64         `json:"kept_bytes"`    // their bytes
 	Hedged       int64         `json:"hedged"`        // range requests sent again because the first answer was late
+	FetchedBytes int64         `json:"fetched_bytes"` // bytes fetched and not yet decoded, now
+	FetchedPeak  int64         `json:"fetched_peak"`  // the most of them held at any time
 	// What the disk cache (OpenOptions.BlockCache) served instead of the
 	// store: blocks, and the bytes of reads they held; and the blocks
 	// fetched that it could not keep (its disk full or unwritable).
@@ -270,4 +279,13 @@ type ReaderStats struct {
 type readerStats struct {
 	reads                                                         store.ReadCounts // of the data files' ReaderAts
 	groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
+	fetched, fetchedPeak                                          atomic.Int64 // bytes fetched and not yet decoded: now, and the most
+}
+
+// holdFetched counts n more bytes fetched and held until decoded (fewer,
+// negative).
+func (st *readerStats) holdFetched(n int64) {
+	now := st.fetched.Add(n)
+	for peak := st.fetchedPeak.Load(); now > peak && !st.fetchedPeak.CompareAndSwap(peak, now); peak = st.fetchedPeak.Load() {
+	}
 }

@@ -32,6 +32,7 @@ type prefetch struct {
 	ctx    context.Context // of the fetches and of reads' waits; ends with close
 	where  string          // the object, for errors
 	ra     *store.ReaderAt
+	stats  *readerStats // counts the windows' bytes held
 	cancel context.CancelFunc
 	wins   []byteRange // in ascending offsets, not overlapping
 	wg     sync.WaitGroup
@@ -61,8 +62,8 @@ func prefetchWindow(part int64) int64 {
 // context (which close ends): in windows of win bytes, at most limit bytes
 // of them held at once (the windows a read waits for are fetched whatever
 // the limit), each request granted a slot of reads at priority prio.
-func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt, where string, ranges []byteRange, win, limit int64, reads *slots, prio int64) *prefetch {
-	p := &prefetch{where: where, changed: make(chan struct{})}
+func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt, where string, ranges []byteRange, win, limit int64, reads *slots, prio int64, stats *readerStats) *prefetch {
+	p := &prefetch{where: where, stats: stats, changed: make(chan struct{})}
 	for _, r := range ranges {
 		for off := r.off; off < r.off+r.n; off += win {
 			p.wins = append(p.wins, byteRange{off, min(win, r.off+r.n-off)})
@@ -131,6 +132,7 @@ func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int
 					defer func() { p.end(i, buf, err) }()
 					defer recoverTo(&err, "read", p.where)
 					buf = scratch{}.Allocate(int(w.n))
+					p.stats.holdFetched(w.n)
 					_, err = p.ra.ReadAt(buf, w.off)
 					return buf, err
 				}()
@@ -153,12 +155,12 @@ func (p *prefetch) end(i int, buf []byte, err error) {
 	p.mu.Lock()
 	if p.ended[i] {
 		p.mu.Unlock()
-		scratch{}.Free(buf)
+		p.free(buf)
 		return
 	}
 	p.ended[i] = true
 	if p.freed[i] || err != nil {
-		scratch{}.Free(buf)
+		p.free(buf)
 		buf = nil
 		if p.started[i] {
 			p.held -= p.wins[i].n
@@ -226,9 +228,17 @@ func (p *prefetch) freeLocked(j int) {
 	}
 	p.freed[j] = true
 	if p.data[j] != nil {
-		scratch{}.Free(p.data[j])
+		p.free(p.data[j])
 		p.data[j] = nil
 		p.held -= p.wins[j].n
+	}
+}
+
+// free recycles the buffer of a window, if any.
+func (p *prefetch) free(buf []byte) {
+	if buf != nil {
+		p.stats.holdFetched(-int64(len(buf)))
+		scratch{}.Free(buf)
 	}
 }
 

@@ -754,7 +754,9 @@ class StreamingDataset(
         ``memory_budget`` for them, ``horizon_steps``, the steps of the last
         horizon, and ``horizons``, the horizons planned; ``ahead_bytes``, the
         bytes of the batches read ahead, ``ahead_peak`` the most at once,
-        ``ahead_limit`` their share, and ``step_bytes``, the guessed bytes of
+        ``ahead_limit`` their share; ``fetched_bytes``, the bytes fetched from
+        the store and not yet decoded, ``fetched_peak`` the most at once,
+        ``fetch_limit`` their share; and ``step_bytes``, the guessed bytes of
         one step as the budget is divided; ``bytes_read`` and ``requests`` made
         to the store, and ``hedged``, requests sent again because the first
         answer was late; ``row_groups`` decoded and ``decoded_bytes``, the bytes
