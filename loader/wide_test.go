@@ -2,7 +2,9 @@ package loader_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -34,19 +36,7 @@ func TestWideRowsWithinTheBudget(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc/self/status")
 	}
-	ctx := context.Background()
-	tb := wideTable(t, rows, table.WriteOptions{})
-	l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 64, NumSplits: 1,
-		MemoryBudget: budget, ShuffleSeed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	s, err := l.Stream(ctx, loader.StreamOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := shuffledStream(t, wideTable(t, rows, table.WriteOptions{}), loader.Options{GlobalBatchSize: 64, MemoryBudget: budget, ShuffleSeed: 7})
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(loader.GoHeapBase + loader.GoHeap(budget))) // as the C ABI sets it
 	runtime.GC()
 	debug.FreeOSMemory()
@@ -54,16 +44,7 @@ func TestWideRowsWithinTheBudget(t *testing.T) {
 		t.Skip("cannot reset the peak resident memory: ", err)
 	}
 	before := statusBytes(t, "VmHWM")
-	n := 0
-	for {
-		b, err := s.Next(ctx)
-		if err != nil {
-			break
-		}
-		n += int(b.Record.NumRows())
-		b.Record.Release()
-	}
-	if n != rows {
+	if n := dealtRows(t, s); n != rows {
 		t.Fatalf("dealt %d rows of %d", n, rows)
 	}
 	added := statusBytes(t, "VmHWM") - before
@@ -80,28 +61,8 @@ func TestWideRowsWithinTheBudget(t *testing.T) {
 // (each used to start fetching its windows before its part had room), and
 // none are left once the stream has ended.
 func TestFetchedWithinItsShare(t *testing.T) {
-	ctx := context.Background()
-	tb := wideTable(t, 512, table.WriteOptions{RowGroupRows: 32})
-	l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, NumSplits: 1,
-		MemoryBudget: 16 << 20, ShuffleSeed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	s, err := l.Stream(ctx, loader.StreamOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	n := 0
-	for {
-		b, err := s.Next(ctx)
-		if err != nil {
-			break
-		}
-		n += int(b.Record.NumRows())
-		b.Record.Release()
-	}
+	s := shuffledStream(t, wideTable(t, 512, table.WriteOptions{RowGroupRows: 32}), loader.Options{GlobalBatchSize: 8, MemoryBudget: 16 << 20, ShuffleSeed: 3})
+	n := dealtRows(t, s)
 	st := s.Stats()
 	if n != 512 || st.RowGroups < 16 {
 		t.Fatalf("dealt %d rows of 512, decoding %d row groups", n, st.RowGroups)
@@ -111,6 +72,41 @@ func TestFetchedWithinItsShare(t *testing.T) {
 	}
 	if st.FetchedBytes != 0 {
 		t.Errorf("%d bytes fetched still held after the last step", st.FetchedBytes)
+	}
+}
+
+// shuffledStream opens a stream of epoch 0 of tb, in one split shuffled by
+// opts.ShuffleSeed, closed when the test ends.
+func shuffledStream(t *testing.T, tb *table.Table, opts loader.Options) *loader.Stream {
+	t.Helper()
+	opts.NumSplits = 1
+	l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	s, err := l.Stream(context.Background(), loader.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// dealtRows reads s to its end and returns the rows it dealt.
+func dealtRows(t *testing.T, s *loader.Stream) int {
+	t.Helper()
+	n := 0
+	for {
+		b, err := s.Next(context.Background())
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			return n
+		}
+		n += int(b.Record.NumRows())
+		b.Record.Release()
 	}
 }
 
