@@ -54,24 +54,36 @@ func TestWideRowsWithinTheBudget(t *testing.T) {
 	}
 }
 
-// TestFetchedWithinItsShare deals a full shuffle of a table whose row groups
+// TestFetchedWithinItsShare deals full shuffles of a table whose row groups
 // are each larger than a decoder's part of the fetch share, so that every
-// one is streamed in windows: the bytes fetched and not yet decoded never
-// pass the share, though every row group of a horizon is wanted at once
-// (each used to start fetching its windows before its part had room), and
-// none are left once the stream has ended.
+// one is streamed in windows, and of one whose row groups are fetched whole,
+// with one range request in flight, the default and the most allowed: the
+// bytes fetched and not yet decoded never pass the share, though every row
+// group of a horizon is wanted at once (streamed ones used to start
+// fetching their windows before their part had room), and none are left
+// once the stream has ended.
 func TestFetchedWithinItsShare(t *testing.T) {
-	s := shuffledStream(t, wideTable(t, 512, table.WriteOptions{RowGroupRows: 32}), loader.Options{GlobalBatchSize: 8, MemoryBudget: 16 << 20, ShuffleSeed: 3})
-	n := dealtRows(t, s)
-	st := s.Stats()
-	if n != 512 || st.RowGroups < 16 {
-		t.Fatalf("dealt %d rows of 512, decoding %d row groups", n, st.RowGroups)
+	tables := map[string]*table.Table{
+		"streamed": wideTable(t, 512, table.WriteOptions{RowGroupRows: 32}),
+		"whole":    wideTable(t, 512, table.WriteOptions{RowGroupRows: 4}),
 	}
-	if st.FetchedPeak == 0 || st.FetchedPeak > st.FetchLimit {
-		t.Errorf("%d bytes fetched and not yet decoded at once; the share is %d", st.FetchedPeak, st.FetchLimit)
-	}
-	if st.FetchedBytes != 0 {
-		t.Errorf("%d bytes fetched still held after the last step", st.FetchedBytes)
+	for name, tb := range tables {
+		for _, reads := range []int{1, 0, loader.MaxReadsLimit} {
+			t.Run(fmt.Sprintf("%s, max_reads %d", name, reads), func(t *testing.T) {
+				s := shuffledStream(t, tb, loader.Options{GlobalBatchSize: 8, MemoryBudget: 16 << 20, ShuffleSeed: 3, MaxReads: reads})
+				n := dealtRows(t, s)
+				st := s.Stats()
+				if n != 512 || st.RowGroups < 16 {
+					t.Fatalf("dealt %d rows of 512, decoding %d row groups", n, st.RowGroups)
+				}
+				if st.FetchedPeak == 0 || st.FetchedPeak > st.FetchLimit {
+					t.Errorf("%d bytes fetched and not yet decoded at once; the share is %d", st.FetchedPeak, st.FetchLimit)
+				}
+				if st.FetchedBytes != 0 {
+					t.Errorf("%d bytes fetched still held after the last step", st.FetchedBytes)
+				}
+			})
+		}
 	}
 }
 
