@@ -139,9 +139,10 @@ type fetched struct {
 // time.
 const minWindow = 64 << 10
 
-// streamBufferSize is the buffer of arrow-go's streams over sections of
-// src: a window of a src that streams them, else arrow-go's default
-// (sections fetched are read from memory).
+// streamBufferSize is the buffer of the streams over sections of src
+// (readerStream, and arrow-go's for the columns pqarrow decodes): a window
+// of a src that streams them, else arrow-go's default (sections fetched are
+// read from memory).
 func streamBufferSize(src io.ReaderAt) int64 {
 	if f, ok := src.(*fetched); ok && f.ahead != nil {
 		return f.ahead.window()

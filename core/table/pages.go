@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
@@ -596,9 +595,8 @@ func (p *pagePlan) sections(dict int64) []byteRange {
 
 // read returns the planned pages of chunk, read from src; a section of
 // pages read in one request goes into a buffer of bufs.
-func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkMetaData, mem memory.Allocator, bufs *bufferList) *plannedPages {
-	props := parquet.NewReaderProperties(mem)
-	props.BufferSize = streamBufferSize(src)
+func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkMetaData, bufs *bufferList) *plannedPages {
+	window := streamBufferSize(src)
 	return &plannedPages{sections: p.sections(dictionaryOffset(chunk)), bufs: bufs, open: func(s byteRange) (*sectionPages, []byte, error) {
 		var (
 			stream pageStream
@@ -606,7 +604,7 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 		)
 		if b := fetchedBytes(src, s); b != nil {
 			stream = &memStream{b: b}
-		} else if s.n <= props.BufferSize {
+		} else if s.n <= window {
 			// A section no larger than a stream's buffer is read in one
 			// request: a stream would size its buffer to the section,
 			// then grow it to peek at each page header. The page reader
@@ -619,7 +617,7 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 			}
 			stream = &memStream{b: held}
 		} else {
-			stream = newReaderStream(src, s, props.BufferSize, bufs)
+			stream = newReaderStream(src, s, window, bufs)
 		}
 		r, err := newSectionPages(stream, s.n, chunk)
 		if err != nil {

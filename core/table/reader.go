@@ -772,7 +772,7 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 		if plan.tail {
 			n = openRows
 		}
-		pages := plan.read(src, chunk, scratch{}, &r.sectionBufs)
+		pages := plan.read(src, chunk, &r.sectionBufs)
 		defer pages.Close()
 		arr, did, err := decodeColumn(r.mem, field, col, kind, chunk, pages, n, keep)
 		if err != nil || !plan.tail {
