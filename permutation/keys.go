@@ -76,10 +76,8 @@ func (r *Rank) gatherKeys(ctx context.Context, scans []scanReport) error {
 // writeKeys writes keys as the keys object of part p: each key's length,
 // a uvarint, then its bytes.
 func (s *spill) writeKeys(ctx context.Context, p int, keys []string) error {
-	if !s.written && s.claim != nil {
-		if err := s.claim(); err != nil {
-			return err
-		}
+	if err := s.claimFirst(); err != nil {
+		return err
 	}
 	var n int
 	for _, k := range keys {

@@ -103,10 +103,8 @@ func (s *spill) flush(i int) error {
 		}
 		return err
 	}
-	if !s.written && s.claim != nil {
-		if err := s.claim(); err != nil {
-			return err
-		}
+	if err := s.claimFirst(); err != nil {
+		return err
 	}
 	data, key := s.bufs[i], s.key(i, s.objects[i])
 	s.bufs[i], s.written = nil, true
@@ -174,6 +172,14 @@ func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func
 		return fn(s.bufs[i][max(from-start, 0)*int64(s.record) : (to-start)*int64(s.record)])
 	}
 	return nil
+}
+
+// claimFirst calls claim before the spill's first object is written.
+func (s *spill) claimFirst() error {
+	if s.written || s.claim == nil {
+		return nil
+	}
+	return s.claim()
 }
 
 // remove deletes the spill's objects, whatever ctx's state: it runs when the
