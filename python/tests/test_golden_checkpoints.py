@@ -123,6 +123,12 @@ def streaming(source: Callable[[Fixture], Any], **kwargs: Any) -> Make:
     return make
 
 
+# split 'train' of the hash split, shuffled, G=8 S=4: the dataset of several cases
+SPLIT = streaming(
+    lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4, shuffle_seed=3
+)
+
+
 def mixture(f: Fixture, rank: int, world: int) -> cr.Mixture:
     web = streaming(lambda f: f.table, global_batch_size=8, num_splits=4, shuffle_seed=1)
     code = streaming(lambda f: f.perms["split"]["train"], global_batch_size=4, shuffle_seed=2)
@@ -182,15 +188,13 @@ CASES = {
     "streaming-split": Case(
         "StreamingDataset over split 'train' of a hash split, shuffled, G=8 S=4 (23 "
         "steps an epoch); the steps after it cross into epoch 1, shuffled by shuffle_seed",
-        streaming(lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4,
-                  shuffle_seed=3),
+        SPLIT,
         before=20, after=6, resume_world=4,
     ),
     "streaming-workers": Case(
         "the dataset of streaming-split, its state dict taken from croupier.DataLoader "
         "with 2 worker processes (in_process=False)",
-        streaming(lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4,
-                  shuffle_seed=3),
+        SPLIT,
         before=5, after=6, resume_world=2, workers=2,
     ),
     "streaming-tokens": Case(
@@ -209,15 +213,13 @@ CASES = {
     "streaming-stateful": Case(
         "the dataset of streaming-split in torchdata's StatefulDataLoader with 2 worker "
         "processes: its state dict holds each worker's (worker_position: true)",
-        streaming(lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4,
-                  shuffle_seed=3),
+        SPLIT,
         before=5, after=6, resume_world=2, workers=2, loader="stateful",
     ),
     "streaming-format1": Case(
         "the state dict of streaming-split in format 1 (no table_id, no permutation_uri), "
         "which binds its table by table_uri",
-        streaming(lambda f: f.perms["split"]["train"], global_batch_size=8, num_splits=4,
-                  shuffle_seed=3),
+        SPLIT,
         before=5, after=6, resume_world=2, legacy=format1,
     ),
     "mixture": Case(
