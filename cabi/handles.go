@@ -67,6 +67,8 @@ func kindName[T any]() string {
 		return "mixture stream"
 	case **loader.Follower:
 		return "follower"
+	case *loader.Source:
+		return "dataset or follower"
 	}
 	return "object"
 }

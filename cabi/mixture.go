@@ -25,13 +25,13 @@ func croupier_mixture_open(datasets *C.uint64_t, n C.int64_t, optionsJSON *C.cha
 		if n < 0 || (n > 0 && datasets == nil) {
 			return errcode.New(errcode.InvalidArgument, "open mixture", "", "%d datasets at %p", n, datasets)
 		}
-		var sources []*loader.Loader
+		var sources []loader.Source
 		for _, h := range unsafe.Slice(datasets, int(n)) {
-			l, err := lookup[*loader.Loader](uint64(h))
+			src, err := lookup[loader.Source](uint64(h))
 			if err != nil {
 				return err
 			}
-			sources = append(sources, l)
+			sources = append(sources, src)
 		}
 		var opts loader.MixtureOptions
 		if err := decodeJSON(optionsJSON, &opts, "mixture options"); err != nil {
@@ -108,7 +108,11 @@ func croupier_mixture_checkpoint(h C.uint64_t, positionJSON *C.char, out **C.cha
 		if err != nil {
 			return err
 		}
-		return encodeJSON(m.Checkpoint(pos), out)
+		c, err := m.Checkpoint(pos)
+		if err != nil {
+			return err
+		}
+		return encodeJSON(c, out)
 	})
 }
 

@@ -140,7 +140,7 @@ func ExampleOpen() {
 // after step 2 resumes with the same steps.
 func ExampleMixture() {
 	ctx := context.Background()
-	var sources []*loader.Loader
+	var sources []loader.Source
 	for _, name := range []string{"web", "code"} {
 		t := exampleTable(ctx, "mem://example-mixture/"+name, 8)
 		l, err := loader.New(t, permutation.Identity{N: t.NumRows()}, loader.Options{GlobalBatchSize: 2, DropLast: true})
@@ -175,7 +175,10 @@ func ExampleMixture() {
 		return pos
 	}
 	after := deal(m.Start(), 3)
-	c := m.Checkpoint(after) // json.Marshal(c) is what Python's mix.state_dict() holds
+	c, err := m.Checkpoint(after) // json.Marshal(c) is what Python's mix.state_dict() holds
+	if err != nil {
+		log.Fatal(err)
+	}
 	pos, err := m.Resume(ctx, c)
 	if err != nil {
 		log.Fatal(err)

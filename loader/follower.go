@@ -980,7 +980,7 @@ func (s *FollowStream) Next(ctx context.Context) (Batch, error) {
 			return Batch{}, err
 		}
 		s.readAhead()
-		rec, err := s.withVersions(b)
+		rec, err := s.f.withVersions(b, s.round.Step)
 		b.Record.Release()
 		if err != nil {
 			s.err = err
@@ -992,16 +992,17 @@ func (s *FollowStream) Next(ctx context.Context) (Batch, error) {
 	return Batch{}, s.err
 }
 
-// withVersions returns b's record with the VersionColumn added.
-func (s *FollowStream) withVersions(b Batch) (arrow.RecordBatch, error) {
+// withVersions returns b's record, a batch of the round whose first step is
+// first, with the VersionColumn added.
+func (f *Follower) withVersions(b Batch, first int64) (arrow.RecordBatch, error) {
 	if int64(len(b.RowIDs)) != b.Record.NumRows() {
-		return nil, errcode.New(errcode.Internal, "follow", s.f.table.URI(),
-			"step %d: %d rows, %d row ids", s.round.Step+b.Step, b.Record.NumRows(), len(b.RowIDs))
+		return nil, errcode.New(errcode.Internal, "follow", f.table.URI(),
+			"step %d: %d rows, %d row ids", first+b.Step, b.Record.NumRows(), len(b.RowIDs))
 	}
-	bld := array.NewInt64Builder(s.f.opts.Allocator)
+	bld := array.NewInt64Builder(f.opts.Allocator)
 	defer bld.Release()
 	bld.Reserve(len(b.RowIDs))
-	log := s.f.snapshot()
+	log := f.snapshot()
 	for _, id := range b.RowIDs {
 		bld.UnsafeAppend(log.versionOf(id))
 	}

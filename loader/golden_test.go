@@ -226,7 +226,7 @@ func (f *goldenFixture) loader(t *testing.T, c goldenCase, rank, world int64) *l
 
 func (f *goldenFixture) mixture(t *testing.T, rank, world int64) *loader.Mixture {
 	t.Helper()
-	var sources []*loader.Loader
+	var sources []loader.Source
 	for _, c := range goldenMixSources {
 		sources = append(sources, f.loader(t, c, rank, world))
 	}
@@ -387,7 +387,7 @@ func goldenMixture(t *testing.T, f *goldenFixture, g *goldenFile) (loader.Mixtur
 			t.Fatal(err)
 		}
 	}
-	written := m.Checkpoint(pos)
+	written := mustCheckpoint(t, m, pos)
 	cp, err := loader.ParseMixtureCheckpoint(relocated(t, f, g, mustJSON(t, written)), "golden")
 	if err != nil {
 		t.Fatal(err)

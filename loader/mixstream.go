@@ -59,8 +59,8 @@ type MixtureStream struct {
 	// steps are the worker's planned steps not returned yet; the first may
 	// hold the records of its first slots, read by a Next that ctx interrupted.
 	steps   []MixtureBatch
-	streams map[[2]int64]*Stream // of the window, by source and epoch
-	err     error                // sticky: after an error or the end, Next keeps returning it
+	streams map[[2]int64]StepReader // of the window, by source and epoch (round)
+	err     error                   // sticky: after an error or the end, Next keeps returning it
 }
 
 // Stream starts dealing worker so.Worker's mixture steps from pos, until the
@@ -109,7 +109,7 @@ func (s *MixtureStream) Next(ctx context.Context) (MixtureBatch, error) {
 		}
 		if err == nil && part.Step != slot.Step {
 			part.Record.Release()
-			err = errcode.New(errcode.Internal, "mixture", s.m.sources[slot.Source].table.URI(),
+			err = errcode.New(errcode.Internal, "mixture", s.m.sources[slot.Source].Describe().TableURI,
 				"source %d gave step %d of epoch %d where step %d was due", slot.Source, part.Step, slot.Epoch, slot.Step)
 		}
 		if err != nil {
@@ -131,18 +131,24 @@ func (s *MixtureStream) fail(err error) error {
 
 // plan lays out the next window of mixture steps and opens a stream for
 // each source and epoch the worker's steps draw from. A window holds one
-// epoch of each source (but where one step's slots cross into the next), so
-// that it holds no more than one stream, and one memory budget, per source
-// while a small source cycles through many epochs.
+// epoch (round) of each source (but where one step's slots cross into the
+// next), so that it holds no more than one stream, and one memory budget,
+// per source while a small source cycles through many epochs. It ends
+// before a step that would wait for a followed source's rows, unless it
+// holds none of the worker's steps yet: steps are dealt as soon as their
+// rows are committed, as a FollowStream deals them.
 func (s *MixtureStream) plan(ctx context.Context) error {
-	wanted := map[[2]int64][]int64{}
+	wanted := map[[2]int64][]SourceStep{}
 	epochs := map[int]int64{} // of each source in the window
 	var order [][2]int64
 	for range mixtureWindow {
 		if err := ctx.Err(); err != nil {
 			return errcode.Wrap(err, errcode.Canceled, "mixture", "")
 		}
-		slots, next, ok, err := s.m.Next(ctx, s.pos)
+		slots, next, ok, err := s.m.next(ctx, s.pos, len(s.steps) == 0)
+		if err == ErrNotReady {
+			break
+		}
 		if err != nil {
 			return err
 		}
@@ -151,34 +157,31 @@ func (s *MixtureStream) plan(ctx context.Context) error {
 			break
 		}
 		if (s.pos.Step-s.start)%s.k == s.worker {
-			if len(s.steps) > 0 && slices.ContainsFunc(slots, func(sl MixtureSlot) bool {
-				e, ok := epochs[sl.Source]
-				return ok && e != sl.Epoch
+			if len(s.steps) > 0 && slices.ContainsFunc(slots, func(d drawn) bool {
+				e, ok := epochs[d.source]
+				return ok && e != d.step.Epoch
 			}) {
 				break // the step opens a source's next epoch: it begins the next window
 			}
-			s.steps = append(s.steps, MixtureBatch{Step: s.pos.Step, Slots: slots, Next: next})
-			for _, slot := range slots {
-				epochs[slot.Source] = slot.Epoch
-				key := [2]int64{int64(slot.Source), slot.Epoch}
+			b := MixtureBatch{Step: s.pos.Step, Next: next}
+			for _, d := range slots {
+				b.Slots = append(b.Slots, MixtureSlot{Source: d.source, Epoch: d.step.Epoch, Step: d.step.Step})
+				epochs[d.source] = d.step.Epoch
+				key := [2]int64{int64(d.source), d.step.Epoch}
 				if _, ok := wanted[key]; !ok {
 					order = append(order, key)
 				}
-				wanted[key] = append(wanted[key], slot.Step)
+				wanted[key] = append(wanted[key], d.step)
 			}
+			s.steps = append(s.steps, b)
 		}
 		s.pos = next
 	}
-	s.streams = map[[2]int64]*Stream{}
+	s.streams = map[[2]int64]StepReader{}
 	for _, key := range order {
-		l := s.m.sources[key[0]]
-		d, err := l.dealer(s.ctx, key[1])
+		st, err := s.m.sources[key[0]].OpenSteps(s.ctx, wanted[key])
 		if err != nil {
-			return err
-		}
-		st, err := l.stepStream(s.ctx, key[1], d, wanted[key], 0, nil, nil)
-		if err != nil {
-			return err
+			return sourceError(err, int(key[0]))
 		}
 		s.streams[key] = st
 	}

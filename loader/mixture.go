@@ -41,7 +41,7 @@ import (
 // OnExhausted says what happens then. A Mixture holds no position: the
 // caller keeps a MixturePosition and passes it (Next, Stream, Checkpoint).
 type Mixture struct {
-	sources []*Loader
+	sources []Source
 	opts    MixtureOptions
 	points  []MixturePoint // the weights at step 0, then the schedule
 }
@@ -107,34 +107,28 @@ type MixturePosition struct {
 	OutOfDraw []bool `json:"out_of_draw"`
 }
 
-// SourcePosition is a source's cursor: StepsConsumed steps of Epoch are
-// dealt. It may equal the epoch's steps: the source is exhausted until it
-// cycles or the iteration ends.
-type SourcePosition struct {
-	Epoch         int64 `json:"epoch"`
-	StepsConsumed int64 `json:"steps_consumed"`
-}
-
-// MixtureSlot is what fills a slot: step Step of epoch Epoch of source
-// Source.
+// MixtureSlot is what fills a slot: source Source's step (see SourceStep):
+// step Step of epoch Epoch of a Loader, global step Step of a Follower in
+// its round Epoch.
 type MixtureSlot struct {
 	Source int   `json:"source"`
 	Epoch  int64 `json:"epoch"`
 	Step   int64 `json:"step"`
 }
 
-// NewMixture returns the mixture of sources, loaders of one rank (the same
-// Rank and WorldSize). It does not own them: close them after the mixture's
-// streams. Bad options are InvalidArgument naming the option and the value.
-func NewMixture(sources []*Loader, opts MixtureOptions) (*Mixture, error) {
+// NewMixture returns the mixture of sources (loaders, followers, in any
+// mix) of one rank: the same Rank and WorldSize. It does not own them:
+// close them after the mixture's streams. Bad options are InvalidArgument
+// naming the option and the value.
+func NewMixture(sources []Source, opts MixtureOptions) (*Mixture, error) {
 	const op = "new mixture"
 	if len(sources) == 0 {
 		return nil, errcode.New(errcode.InvalidArgument, op, "", "a mixture needs at least one source")
 	}
-	for i, l := range sources {
-		a, b := l.opts, sources[0].opts
+	for i, src := range sources {
+		a, b := src.Describe(), sources[0].Describe()
 		if a.Rank != b.Rank || a.WorldSize != b.WorldSize {
-			return nil, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			return nil, errcode.New(errcode.InvalidArgument, op, a.TableURI,
 				"source %d is rank %d of %d, source 0 rank %d of %d: a mixture deals one rank", i, a.Rank, a.WorldSize, b.Rank, b.WorldSize)
 		}
 	}
@@ -183,13 +177,17 @@ func NewMixture(sources []*Loader, opts MixtureOptions) (*Mixture, error) {
 // Options returns the options with defaults filled in.
 func (m *Mixture) Options() MixtureOptions { return m.opts }
 
-// Sources returns the mixture's loaders, in the order of the weights.
-func (m *Mixture) Sources() []*Loader { return slices.Clone(m.sources) }
+// Sources returns the mixture's sources, in the order of the weights.
+func (m *Mixture) Sources() []Source { return slices.Clone(m.sources) }
 
-// Start returns the position before the first step, every source at step 0
-// of epoch 0.
+// Start returns the position before the first step, every source at its
+// beginning (Source.Begin).
 func (m *Mixture) Start() MixturePosition {
-	return MixturePosition{Sources: make([]SourcePosition, len(m.sources)), OutOfDraw: make([]bool, len(m.sources))}
+	pos := MixturePosition{OutOfDraw: make([]bool, len(m.sources))}
+	for _, src := range m.sources {
+		pos.Sources = append(pos.Sources, src.Begin())
+	}
+	return pos
 }
 
 // WeightsAt returns the schedule's weights at step.
@@ -257,12 +255,28 @@ func pickSource(u float64, weights []float64) (int, bool) {
 // iteration starts: each source whose epoch ended moves to step 0 of its
 // next epoch, and every source is back in the draw.
 func (m *Mixture) Next(ctx context.Context, pos MixturePosition) (slots []MixtureSlot, next MixturePosition, ok bool, err error) {
+	steps, next, ok, err := m.next(ctx, pos, true)
+	for _, d := range steps {
+		slots = append(slots, MixtureSlot{Source: d.source, Epoch: d.step.Epoch, Step: d.step.Step})
+	}
+	return slots, next, ok, err
+}
+
+// drawn is a slot's source and the source's step that fills it.
+type drawn struct {
+	source int
+	step   SourceStep
+}
+
+// next is Next, its slots with each source's step; with wait false, a step
+// that would wait for a source's rows is ErrNotReady (Source.StepAt).
+func (m *Mixture) next(ctx context.Context, pos MixturePosition, wait bool) (slots []drawn, next MixturePosition, ok bool, err error) {
 	if err := m.checkPosition(pos); err != nil {
 		return nil, pos, false, err
 	}
 	next = MixturePosition{Step: pos.Step, Sources: slices.Clone(pos.Sources), OutOfDraw: slices.Clone(pos.OutOfDraw)}
 	for j := range m.opts.Slots {
-		i, ok, err := m.choose(ctx, &next, pos.Step, j)
+		d, ok, err := m.choose(ctx, &next, pos.Step, j, wait)
 		if err != nil {
 			return nil, pos, false, err
 		}
@@ -270,18 +284,16 @@ func (m *Mixture) Next(ctx context.Context, pos MixturePosition) (slots []Mixtur
 			end, err := m.end(ctx, pos)
 			return nil, end, false, err
 		}
-		c := &next.Sources[i]
-		slots = append(slots, MixtureSlot{Source: i, Epoch: c.Epoch, Step: c.StepsConsumed})
-		c.StepsConsumed++
+		slots = append(slots, d)
 	}
 	next.Step++
 	return slots, next, true, nil
 }
 
-// choose returns the source that fills slot j of step now, moving a cycled
-// source to its next epoch and taking exhausted ones out of the draw, or
-// false when the iteration ends.
-func (m *Mixture) choose(ctx context.Context, pos *MixturePosition, step, j int64) (int, bool, error) {
+// choose returns the source that fills slot j of step now and its step,
+// moving pos past it, a cycled source to its next epoch and taking
+// exhausted ones out of the draw, or false when the iteration ends.
+func (m *Mixture) choose(ctx context.Context, pos *MixturePosition, step, j int64, wait bool) (drawn, bool, error) {
 	u := mixtureDraw(m.opts.Seed, step, j)
 	for {
 		weights := m.WeightsAt(step)
@@ -292,41 +304,54 @@ func (m *Mixture) choose(ctx context.Context, pos *MixturePosition, step, j int6
 		}
 		i, ok := pickSource(u, weights)
 		if !ok {
-			return 0, false, nil
+			return drawn{}, false, nil
 		}
-		c := &pos.Sources[i]
-		n, err := m.sources[i].EpochSteps(ctx, c.Epoch)
+		src, c := m.sources[i], &pos.Sources[i]
+		st, next, ok, err := src.StepAt(ctx, *c, wait)
 		if err != nil {
-			return 0, false, err
+			return drawn{}, false, sourceError(err, i)
 		}
-		if c.StepsConsumed < n {
-			return i, true, nil
+		if ok {
+			*c = next
+			return drawn{i, st}, true, nil
 		}
 		switch m.opts.OnExhausted {
 		case ExhaustedStop:
-			return 0, false, nil
+			return drawn{}, false, nil
 		case ExhaustedCycle:
-			if c.Epoch == math.MaxInt64 {
-				return 0, false, errcode.New(errcode.InvalidArgument, "mixture", m.sources[i].table.URI(),
-					"source %d ended epoch %d, the last there is", i, c.Epoch)
+			renewed, ok, err := src.Renew(ctx, *c)
+			if err != nil || !ok {
+				return drawn{}, false, sourceError(err, i)
 			}
-			*c = SourcePosition{Epoch: c.Epoch + 1}
-			return i, true, nil
+			if st, next, ok, err = src.StepAt(ctx, renewed, wait); err != nil || !ok {
+				return drawn{}, false, sourceError(err, i)
+			}
+			*c = next
+			return drawn{i, st}, true, nil
 		}
 		pos.OutOfDraw[i] = true
 	}
 }
 
-// end returns where the iteration after one that ended at pos starts.
+// sourceError names source i in err; nil stays nil.
+func sourceError(err error, i int) error {
+	if err == nil || err == ErrNotReady {
+		return err
+	}
+	return errcode.Wrap(err, errcode.Of(err), "mixture", fmt.Sprintf("source %d", i))
+}
+
+// end returns where the iteration after one that ended at pos starts: each
+// source with no step left renewed (Source.Renew).
 func (m *Mixture) end(ctx context.Context, pos MixturePosition) (MixturePosition, error) {
 	next := MixturePosition{Step: pos.Step, Sources: slices.Clone(pos.Sources), OutOfDraw: make([]bool, len(m.sources))}
 	for i, c := range next.Sources {
-		n, err := m.sources[i].EpochSteps(ctx, c.Epoch)
-		if err != nil {
-			return pos, err
+		renewed, ok, err := m.sources[i].Renew(ctx, c)
+		if err != nil && errcode.Of(err) != errcode.InvalidArgument {
+			return pos, sourceError(err, i)
 		}
-		if c.StepsConsumed >= n && c.Epoch < math.MaxInt64 {
-			next.Sources[i] = SourcePosition{Epoch: c.Epoch + 1}
+		if ok {
+			next.Sources[i] = renewed
 		}
 	}
 	return next, nil
@@ -344,7 +369,7 @@ func (m *Mixture) checkPosition(pos MixturePosition) error {
 	}
 	for i, c := range pos.Sources {
 		if c.Epoch < 0 || c.StepsConsumed < 0 {
-			return errcode.New(errcode.InvalidArgument, "mixture", m.sources[i].table.URI(),
+			return errcode.New(errcode.InvalidArgument, "mixture", m.sources[i].Describe().TableURI,
 				"source %d is at epoch %d, step %d: both must be >= 0", i, c.Epoch, c.StepsConsumed)
 		}
 	}
@@ -369,21 +394,26 @@ type MixtureCheckpoint struct {
 	Slots         int64          `json:"slots"`
 	StepsConsumed int64          `json:"steps_consumed"`
 	OutOfDraw     []bool         `json:"out_of_draw"`
-	Sources       []Checkpoint   `json:"sources"`
+	// Sources are the sources' checkpoints (Source.Save): a Checkpoint of
+	// a Loader, a FollowCheckpoint of a Follower.
+	Sources []json.RawMessage `json:"sources"`
 }
 
 // Checkpoint returns the checkpoint of a run at pos.
-func (m *Mixture) Checkpoint(pos MixturePosition) MixtureCheckpoint {
+func (m *Mixture) Checkpoint(pos MixturePosition) (MixtureCheckpoint, error) {
+	if err := m.checkPosition(pos); err != nil {
+		return MixtureCheckpoint{}, err
+	}
 	c := MixtureCheckpoint{Format: MixtureCheckpointFormat, Seed: m.opts.Seed, Schedule: m.points,
 		OnExhausted: m.opts.OnExhausted, Slots: m.opts.Slots, StepsConsumed: pos.Step, OutOfDraw: slices.Clone(pos.OutOfDraw)}
-	for i, l := range m.sources {
-		var sp SourcePosition
-		if i < len(pos.Sources) {
-			sp = pos.Sources[i]
+	for i, src := range m.sources {
+		saved, err := src.Save(pos.Sources[i])
+		if err != nil {
+			return MixtureCheckpoint{}, sourceError(err, i)
 		}
-		c.Sources = append(c.Sources, l.Checkpoint(sp.Epoch, sp.StepsConsumed))
+		c.Sources = append(c.Sources, saved)
 	}
-	return c
+	return c, nil
 }
 
 // ParseMixtureCheckpoint decodes a mixture checkpoint from JSON, as
@@ -409,7 +439,10 @@ func ParseMixtureCheckpoint(data []byte, where string) (MixtureCheckpoint, error
 // field and both values, and the source.
 func (m *Mixture) Resume(ctx context.Context, c MixtureCheckpoint) (MixturePosition, error) {
 	const op = "resume mixture"
-	mine := m.Checkpoint(m.Start())
+	mine, err := m.Checkpoint(m.Start())
+	if err != nil {
+		return MixturePosition{}, err
+	}
 	schedule := func(ps []MixturePoint) string {
 		b, _ := json.Marshal(ps)
 		return string(b)
@@ -430,23 +463,11 @@ func (m *Mixture) Resume(ctx context.Context, c MixtureCheckpoint) (MixturePosit
 	}
 	pos := MixturePosition{Step: c.StepsConsumed, OutOfDraw: slices.Clone(c.OutOfDraw)}
 	for i, sc := range c.Sources {
-		l := m.sources[i]
-		if err := l.checkDeals(sc); err != nil {
+		sp, err := m.sources[i].Restore(ctx, sc)
+		if err != nil {
 			return MixturePosition{}, errcode.Wrap(err, errcode.InvalidArgument, op, fmt.Sprintf("mixture source %d", i))
 		}
-		if sc.Epoch < 0 || sc.StepsConsumed < 0 {
-			return MixturePosition{}, errcode.New(errcode.InvalidArgument, op, fmt.Sprintf("mixture source %d", i),
-				"epoch %d, steps_consumed %d: both must be >= 0", sc.Epoch, sc.StepsConsumed)
-		}
-		n, err := l.EpochSteps(ctx, sc.Epoch)
-		if err != nil {
-			return MixturePosition{}, err
-		}
-		if sc.StepsConsumed > n {
-			return MixturePosition{}, errcode.New(errcode.InvalidArgument, op, fmt.Sprintf("mixture source %d", i),
-				"steps_consumed is %d, past the end of an epoch of %d steps", sc.StepsConsumed, n)
-		}
-		pos.Sources = append(pos.Sources, SourcePosition{Epoch: sc.Epoch, StepsConsumed: sc.StepsConsumed})
+		pos.Sources = append(pos.Sources, sp)
 	}
 	if c.StepsConsumed < 0 {
 		return MixturePosition{}, errcode.New(errcode.InvalidArgument, op, "", "mixture state dict steps_consumed %d is negative", c.StepsConsumed)

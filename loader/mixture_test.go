@@ -49,9 +49,9 @@ func openURI(t *testing.T, uri string) *table.Table {
 }
 
 // mixLoaders opens a loader of every table for rank r of w.
-func mixLoaders(t *testing.T, tables []*table.Table, g, w, r int64) []*loader.Loader {
+func mixLoaders(t *testing.T, tables []*table.Table, g, w, r int64) []loader.Source {
 	t.Helper()
-	var out []*loader.Loader
+	var out []loader.Source
 	for _, tb := range tables {
 		l := newLoader(t, tb, loader.Options{GlobalBatchSize: g, WorldSize: w, Rank: r, Columns: []string{"id"}, DropLast: true})
 		t.Cleanup(func() { l.Close() })
@@ -255,7 +255,7 @@ func TestMixtureProperties(t *testing.T) {
 			continue
 		}
 		c := rng.IntN(len(want.slots))
-		data, err := json.Marshal(mix(1)(0).Checkpoint(want.next[c]))
+		data, err := json.Marshal(mustCheckpoint(t, mix(1)(0), want.next[c]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -314,14 +314,14 @@ func TestMixtureRefusals(t *testing.T) {
 		}
 	}
 	other := mixLoaders(t, tables, 8, 2, 0)
-	if _, err := loader.NewMixture([]*loader.Loader{sources[0], other[1]}, good); err == nil || !strings.Contains(err.Error(), "one rank") {
+	if _, err := loader.NewMixture([]loader.Source{sources[0], other[1]}, good); err == nil || !strings.Contains(err.Error(), "one rank") {
 		t.Errorf("sources of two world sizes: %v", err)
 	}
 	m, err := loader.NewMixture(sources, good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ckpt := m.Checkpoint(m.Start())
+	ckpt := mustCheckpoint(t, m, m.Start())
 	for _, c := range []struct {
 		change func(o *loader.MixtureOptions)
 		want   string
@@ -341,7 +341,7 @@ func TestMixtureRefusals(t *testing.T) {
 			t.Errorf("resume with %s changed: %v", c.want, err)
 		}
 	}
-	swapped, err := loader.NewMixture([]*loader.Loader{sources[1], sources[0]}, good)
+	swapped, err := loader.NewMixture([]loader.Source{sources[1], sources[0]}, good)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func TestMixtureStreamAcrossWindows(t *testing.T) {
 			t.Fatalf("step %d: slots %v, plan %v (%v, %v)", i, slots, want, ok, err)
 		}
 		for j, sl := range slots {
-			ids, err := m.Sources()[sl.Source].RowIDs(ctx, sl.Epoch, sl.Step)
+			ids, err := m.Sources()[sl.Source].(*loader.Loader).RowIDs(ctx, sl.Epoch, sl.Step)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -406,4 +406,14 @@ func TestMixtureStreamAcrossWindows(t *testing.T) {
 	if len(seen) != 12000 {
 		t.Fatalf("%d rows dealt, want 12,000", len(seen))
 	}
+}
+
+// mustCheckpoint returns m's checkpoint at pos.
+func mustCheckpoint(t *testing.T, m *loader.Mixture, pos loader.MixturePosition) loader.MixtureCheckpoint {
+	t.Helper()
+	c, err := m.Checkpoint(pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -95,7 +95,7 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 	if err != nil {
 		return err
 	}
-	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
+	m, err := loader.NewMixture(asSources(sources), loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
 		Schedule: c.Schedule[1:], OnExhausted: c.OnExhausted, Slots: c.Slots})
 	if err != nil {
 		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
@@ -152,8 +152,13 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 // also with an error.
 func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string, f mixtureFlags) ([]*loader.Loader, error) {
 	var sources []*loader.Loader
-	for i, sc := range c.Sources {
-		permURI, split, tableURI, err := dealtBy(sc, fmt.Sprintf("%s (source %d)", path, i))
+	for i, raw := range c.Sources {
+		where := fmt.Sprintf("%s (source %d)", path, i)
+		sc, err := loader.ParseCheckpoint(raw, where)
+		if err != nil {
+			return sources, err
+		}
+		permURI, split, tableURI, err := dealtBy(sc, where)
 		if err != nil {
 			return sources, err
 		}
@@ -174,6 +179,15 @@ func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string
 		sources = append(sources, l)
 	}
 	return sources, nil
+}
+
+// asSources returns loaders as a mixture's sources.
+func asSources(loaders []*loader.Loader) []loader.Source {
+	out := make([]loader.Source, len(loaders))
+	for i, l := range loaders {
+		out[i] = l
+	}
+	return out
 }
 
 // print prints the mixture's steps for people: each slot, and its ranks'

@@ -38,7 +38,7 @@ func TestDealMixture(t *testing.T) {
 		defer l.Close()
 		sources = append(sources, l)
 	}
-	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: 4, Weights: []float64{1, 3},
+	m, err := loader.NewMixture(asSources(sources), loader.MixtureOptions{Seed: 4, Weights: []float64{1, 3},
 		Schedule: []loader.MixturePoint{{Step: 6, Weights: []float64{3, 1}}}, OnExhausted: loader.ExhaustedCycle, Slots: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,11 @@ func TestDealMixture(t *testing.T) {
 		}
 		plan, pos = append(plan, slots), next
 	}
-	data, err := json.Marshal(m.Checkpoint(at))
+	ckpt, err := m.Checkpoint(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(ckpt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +118,16 @@ func TestDealMixture(t *testing.T) {
 
 	// A checkpoint whose sources did not start at step 0 of epoch 0 cannot be
 	// replayed to an earlier step.
-	moved := m.Checkpoint(at)
-	moved.Sources[0].Epoch = 7
+	var moved0 loader.Checkpoint
+	if err := json.Unmarshal(ckpt.Sources[0], &moved0); err != nil {
+		t.Fatal(err)
+	}
+	moved0.Epoch = 7
+	moved := ckpt
+	moved.Sources = slices.Clone(ckpt.Sources)
+	if moved.Sources[0], err = json.Marshal(moved0); err != nil {
+		t.Fatal(err)
+	}
 	if data, err = json.Marshal(moved); err != nil {
 		t.Fatal(err)
 	}
