@@ -58,7 +58,7 @@ func TestExportList(t *testing.T) {
 	changes := abiChanges(listed, built)
 	if *update {
 		if listed.ABIVersion == abiVersion && len(changes) > 0 {
-			t.Fatalf("the C ABI changed, but abiVersion is still %d: bump it (cabi/main.go, and ABI_VERSION in python/croupier/_lib.py), then regenerate %s:\n%s",
+			t.Fatalf("the C ABI changed, but abiVersion is still %d: bump it (cabi/main.go, and ABI_VERSION in python/croupier/_native.py), then regenerate %s:\n%s",
 				abiVersion, exportList, strings.Join(changes, "\n"))
 		}
 		if err := writeABIList(exportList, built); err != nil {
@@ -71,7 +71,7 @@ func TestExportList(t *testing.T) {
 		t.Fatalf("%s was written at C ABI version %d, but abiVersion is %d: %s", exportList, listed.ABIVersion, abiVersion, regenerate)
 	}
 	if len(changes) > 0 {
-		t.Fatalf("the C ABI differs from %s at version %d; a change a caller could notice needs abiVersion bumped (cabi/main.go, and ABI_VERSION in python/croupier/_lib.py), then %s:\n%s",
+		t.Fatalf("the C ABI differs from %s at version %d; a change a caller could notice needs abiVersion bumped (cabi/main.go, and ABI_VERSION in python/croupier/_native.py), then %s:\n%s",
 			exportList, abiVersion, regenerate, strings.Join(changes, "\n"))
 	}
 	if renamed := renamedParams(listed, built); len(renamed) > 0 {

@@ -59,7 +59,7 @@ import (
 // abiVersion numbers this C ABI: the functions, their signatures and the JSON
 // they take and give. It grows by one with every change a caller could
 // notice, and callers refuse a library whose number is not theirs
-// (python/croupier/_lib.py, ABI_VERSION). exports.json lists the exports'
+// (python/croupier/_native.py, ABI_VERSION). exports.json lists the exports'
 // signatures at this number; TestExportList fails when they drift from it.
 //
 //go:generate go test -run TestExportList -update

@@ -24,8 +24,8 @@ from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from ._args import Format, ListFormat, OnExhausted, Oversize, Packing
-from ._lib import init
-from ._lib import version as _library_version
+from ._native import init
+from ._native import version as _library_version
 from .errors import (
     AlreadyExistsError,
     CanceledError,

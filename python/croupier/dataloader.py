@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch.utils.data
 import torch.utils.data._utils.worker
 
-from . import _lib
+from . import _native
 from .dataset import LoaderHooks
 from .errors import InternalError, InvalidArgumentError
 
@@ -62,7 +62,7 @@ class _WorkerStart:
     the trainer was still its parent once it asked, lest it died just before.
     Third, once the trainer sets the loop's ``done_event`` it gives the worker
     5 s to exit: a call waiting in Go (for versions of a followed table, a
-    stalled store) then ends at once (``_lib.stop_waiting_when``).
+    stalled store) then ends at once (``_native.stop_waiting_when``).
     """
 
     def __init__(
@@ -83,7 +83,7 @@ class _WorkerStart:
             _die_with_trainer(self.trainer)
         elif self.watch == "parent":
             _die_with_parent(self.trainer)
-        _lib.stop_waiting_when(done.is_set)
+        _native.stop_waiting_when(done.is_set)
         _share_cores()
         # The objects the worker has now (torch's, croupier's, the dataset's)
         # live as long as it does: frozen, the cyclic collector no longer
@@ -107,7 +107,7 @@ def _share_cores() -> None:
     if worker is None or "GOMAXPROCS" in os.environ:
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    _lib.init(gomaxprocs=max(1, (cores or 1) // worker.num_workers))
+    _native.init(gomaxprocs=max(1, (cores or 1) // worker.num_workers))
 
 
 def _loop_state(frame: Any) -> tuple[Any, Any]:

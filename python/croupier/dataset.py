@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from . import _args, _lib, _torch
+from . import _args, _lib, _native, _torch
 from ._args import Format, ListFormat, Oversize, Packing
 from ._runs import PLACES, Outbox, Steps, merge_runs
 from .errors import InternalError, InvalidArgumentError, LayoutWarning
@@ -117,7 +117,7 @@ def _in_main_process() -> bool:
     return _torch.worker_info() is None
 
 
-def _read(stream: _lib.Handle, hint: LayoutHint) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+def _read(stream: _native.Handle, hint: LayoutHint) -> Iterator[tuple[int, int, pa.RecordBatch]]:
     """A Go stream's batches: ``(first step, steps, record batch)``; ``hint``
     looks at the stream's layout hint as they come."""
     schema = None
@@ -144,7 +144,7 @@ class LayoutHint:
     def __init__(self) -> None:
         self.warned = False
 
-    def check(self, stream: _lib.Handle, batches: int) -> None:
+    def check(self, stream: _native.Handle, batches: int) -> None:
         """Ask ``stream``, after its ``batches``-th batch, and warn if it hints."""
         if self.warned or batches % self.every:
             return
@@ -351,7 +351,7 @@ class _StepFormat:
 
 
 class StreamingDataset(
-    _torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat, LoaderHooks
+    _torch.IterableDataset, _native.GoObject, _WorkerBudget, _StepFormat, LoaderHooks
 ):
     """Deals one rank's share of every global step of an epoch (docs/concepts.md).
 
@@ -483,7 +483,7 @@ class StreamingDataset(
         # Set by croupier.DataLoader on the copies its workers get: each of K
         # workers opens its Go dataset with the budget divided by K.
         self._divide_budget = False
-        self._go: _lib.Handle | None = self._open_go()
+        self._go: _native.Handle | None = self._open_go()
         self._closed = False
         self._info: dict[str, Any] = _lib.dataset_info(self._go.value)
         # Global steps of each epoch planned so far (token-budget steps vary by epoch).
@@ -503,13 +503,13 @@ class StreamingDataset(
         self._send_runs = False
         # The stream __iter__ reads now, weakly: the dataset must not keep a
         # stream alive that an interrupted iteration left behind.
-        self._stream: weakref.ref[_lib.Handle] | None = None
+        self._stream: weakref.ref[_native.Handle] | None = None
         self._stats: dict[str, int] = {}  # of the last stream, once it ended
         self._layout_hint = LayoutHint()
 
     # -- lifetime ------------------------------------------------------------------
 
-    def _open_go(self) -> _lib.Handle:
+    def _open_go(self) -> _native.Handle:
         """Open the Go dataset over the source, with this worker's share of the budget."""
         options = self._go_options()
         if isinstance(self._source, Permutation):
@@ -666,18 +666,18 @@ class StreamingDataset(
             finally:
                 stream.close()
 
-    def _open_stream(self, options: dict[str, Any]) -> _lib.Handle:
+    def _open_stream(self, options: dict[str, Any]) -> _native.Handle:
         """Open a Go stream; in a worker whose budget was divided, errors say so."""
         with self._budget_errors():
             return _lib.stream_open(self._handle(), options)
 
-    def _batches(self, stream: _lib.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+    def _batches(self, stream: _native.Handle) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         """The stream's batches (``_read``); in a worker whose budget was divided,
         a batch refused for the budget says how it was divided."""
         with self._budget_errors():
             yield from _read(stream, self._layout_hint)
 
-    def _runs(self, stream: _lib.Handle, start: int, worker: int) -> Iterator[Steps]:
+    def _runs(self, stream: _native.Handle, start: int, worker: int) -> Iterator[Steps]:
         """Worker ``worker``'s rows of each run of steps (``Outbox.run_steps``) from
         ``start``, from a stream that shares steps, one Steps each (see
         croupier._runs).

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _args, _lib, _torch
+from . import _args, _lib, _native, _torch
 from ._args import Format, ListFormat, Oversize, Packing
 from .dataset import (
     _COALESCE_BYTES,
@@ -193,7 +193,7 @@ class FollowStep:
 
 
 class FollowingDataset(
-    _torch.IterableDataset, _lib.GoObject, _WorkerBudget, _StepFormat, LoaderHooks
+    _torch.IterableDataset, _native.GoObject, _WorkerBudget, _StepFormat, LoaderHooks
 ):
     """Deals one rank's share of every global step of following a growing croupier table.
 
@@ -308,7 +308,7 @@ class FollowingDataset(
         # their steps as FollowStep, and hold their share of the budget.
         self._in_loader = False
         self._divide_budget = False
-        self._go: _lib.Handle | None = None
+        self._go: _native.Handle | None = None
         self._closed = False
         self._info: dict[str, Any] = _lib.follow_info(self._handle())
         self._set_packing(
@@ -317,13 +317,13 @@ class FollowingDataset(
         self._position: dict[str, Any] = self._info["start"]
         self._next_step = 0
         self._round: dict[str, Any] | None = None
-        self._stream: _lib.Handle | None = None
+        self._stream: _native.Handle | None = None
         self._stats: dict[str, Any] = {}
         self._layout_hint = LayoutHint()
 
     # -- lifetime ------------------------------------------------------------------
 
-    def _open_go(self) -> _lib.Handle:
+    def _open_go(self) -> _native.Handle:
         """Open the Go follower, with this worker's share of the budget."""
         return _lib.follow_open(self._table._handle(), self._go_options())
 
@@ -471,7 +471,7 @@ class FollowingDataset(
             stream.close()
             self._stream = None
 
-    def _batches(self, stream: _lib.Handle) -> Iterator[tuple[int, int, Any]]:
+    def _batches(self, stream: _native.Handle) -> Iterator[tuple[int, int, Any]]:
         """The stream's batches; in a worker whose budget was divided, errors say so."""
         with self._budget_errors():
             yield from _read(stream, self._layout_hint)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import numpy as np
 import pyarrow as pa
 
-from . import _args, _lib, _torch
+from . import _args, _lib, _native, _torch
 from ._args import OnExhausted
 from .dataset import LoaderHooks, StreamingDataset, load_without_table_moved, refuse_batching
 from .errors import InternalError, InvalidArgumentError
@@ -60,7 +60,7 @@ class MixtureStep:
         self.step, self.slots, self.next = step, slots, next
 
 
-class Mixture(_torch.IterableDataset, _lib.GoObject, LoaderHooks):
+class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
     """Interleaves the steps of several :class:`~croupier.StreamingDataset` by weight.
 
     Args:
@@ -122,7 +122,7 @@ class Mixture(_torch.IterableDataset, _lib.GoObject, LoaderHooks):
             "slots": self._slots,
         }
         self._closed = False
-        self._go: _lib.Handle | None = self._open_go()  # checks the options
+        self._go: _native.Handle | None = self._open_go()  # checks the options
         self._position: dict[str, Any] = {
             "steps_consumed": 0,
             "sources": [
@@ -136,7 +136,7 @@ class Mixture(_torch.IterableDataset, _lib.GoObject, LoaderHooks):
 
     # -- lifetime ------------------------------------------------------------------
 
-    def _open_go(self) -> _lib.Handle:
+    def _open_go(self) -> _native.Handle:
         return _lib.mixture_open([ds._handle() for ds in self._sources], self._options)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, Literal, NoReturn, cast
 
 import numpy as np
 
-from . import _args, _lib, _progress, _torch
+from . import _args, _lib, _native, _progress, _torch
 from .errors import ClosedError, CroupierError, InvalidArgumentError, UnavailableError
 from .table import Table, _cache_options
 
@@ -286,7 +286,7 @@ def _persist_ranks(
     options: dict[str, Any],
     report: Callable[[str, int, int, int, int], None] | None,
     group: Any,
-) -> _lib.Handle:
+) -> _native.Handle:
     """Build as one rank of ``group``: step the rank, gathering every rank's
     report of each step on the group, until the permutation is committed.
 
@@ -404,19 +404,19 @@ def open_permutations(
     return Permutations._from_handle(_lib.permutation_open(_args.uri("uri", uri), cache), cache)
 
 
-class Permutations(_lib.Closeable):
+class Permutations(_native.Closeable):
     """An opened permutation: its splits, by name or index (``perms["train"]``, ``perms[0]``).
 
     Picklable: a copy reopens the permutation from its URI on first use.
     """
 
-    _go: _lib.Handle | None
+    _go: _native.Handle | None
 
     def __init__(self) -> None:
         raise TypeError("use PermutationBuilder.persist() or croupier.open_permutations()")
 
     @classmethod
-    def _from_handle(cls, handle: _lib.Handle, cache: dict[str, Any]) -> Permutations:
+    def _from_handle(cls, handle: _native.Handle, cache: dict[str, Any]) -> Permutations:
         """The permutations of a Go handle whose table was opened with the
         disk cache options ``cache``."""
         self = cls.__new__(cls)
@@ -424,7 +424,7 @@ class Permutations(_lib.Closeable):
         return self
 
     def _setup(
-        self, handle: _lib.Handle | None, info: dict[str, Any], cache: dict[str, Any]
+        self, handle: _native.Handle | None, info: dict[str, Any], cache: dict[str, Any]
     ) -> None:
         self._go = handle
         self._info = info

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 import pyarrow as pa
 
-from . import _args, _lib, _progress
+from . import _args, _lib, _native, _progress
 from .errors import ClosedError, InternalError, InvalidArgumentError
 
 __all__ = ["Table", "cleanup", "create_table", "lookup", "open_table", "register", "rewrite"]
@@ -352,7 +352,7 @@ def lookup(name: str, *, catalog: str | os.PathLike[str] | None = None) -> str:
     return _lib.catalog_lookup(path, _args.text("name", name))
 
 
-class Table(_lib.Closeable):
+class Table(_native.Closeable):
     """One pinned version of a table. Create it with :func:`open_table`.
 
     A table is cheap to pickle: the pickle carries its pin (paths, sizes and
@@ -364,7 +364,7 @@ class Table(_lib.Closeable):
     garbage-collected. Datasets opened from a table stay usable after it closes.
     """
 
-    _handle_obj: _lib.Handle | None
+    _handle_obj: _native.Handle | None
     _pin: str | None
     _cache: dict[str, Any]  # the disk cache options it was opened with, for copies
     _info: dict[str, Any]
@@ -375,7 +375,7 @@ class Table(_lib.Closeable):
         raise TypeError("use croupier.open_table(uri) to open a table")
 
     @classmethod
-    def _from_handle(cls, handle: _lib.Handle, cache: dict[str, Any] | None = None) -> Table:
+    def _from_handle(cls, handle: _native.Handle, cache: dict[str, Any] | None = None) -> Table:
         """The table of a Go handle opened with the disk cache options ``cache``."""
         self = cls.__new__(cls)
         self._setup(handle, pin=None, info=_lib.table_info(handle.value), cache=cache or {})
@@ -391,7 +391,7 @@ class Table(_lib.Closeable):
 
     def _setup(
         self,
-        handle: _lib.Handle | None,
+        handle: _native.Handle | None,
         pin: str | None,
         info: dict[str, Any],
         cache: dict[str, Any],

@@ -3,8 +3,8 @@
 The list holds the C signature of every export of the library and of every
 callback type they take, as cgo writes them, at the ABI version it was written
 at (cabi/ABI.md, "The list of exports"); the Go test TestExportList keeps it
-true to the library. Here ``_lib._SIGNATURES``, ``_lib.PROGRESS``,
-``_lib.REWRITE_PROGRESS`` and ``_lib.ABI_VERSION`` are checked against it, so
+true to the library. Here ``_native._SIGNATURES``, ``_native.PROGRESS``,
+``_native.REWRITE_PROGRESS`` and ``_native.ABI_VERSION`` are checked against it, so
 that a signature restated wrongly in Python fails here, not as a crash in a call.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from croupier import _lib
+from croupier import _native
 
 LIST = Path(__file__).parents[2] / "cabi" / "exports.json"
 
@@ -32,11 +32,11 @@ C_TYPES: dict[Any, str] = {
     ctypes.c_uint64: "uint64_t",
     ctypes.c_char_p: "char*",
     ctypes.c_void_p: "void*",
-    _lib.ArrowSchema: "struct ArrowSchema",
-    _lib.ArrowArray: "struct ArrowArray",
-    _lib.ArrowArrayStream: "struct ArrowArrayStream",
-    _lib.PROGRESS: "croupier_progress",
-    _lib.REWRITE_PROGRESS: "croupier_rewrite_progress",
+    _native.ArrowSchema: "struct ArrowSchema",
+    _native.ArrowArray: "struct ArrowArray",
+    _native.ArrowArrayStream: "struct ArrowArrayStream",
+    _native.PROGRESS: "croupier_progress",
+    _native.REWRITE_PROGRESS: "croupier_rewrite_progress",
 }
 
 # The callback types of the binding, by the name of their C typedef.
@@ -46,7 +46,7 @@ CALLBACKS: dict[str, Any] = {
     if isinstance(t, type) and issubclass(t, ctypes._CFuncPtr)
 }
 
-Signature = tuple[list[Any], Any]  # (argtypes, restype), as in _lib._SIGNATURES
+Signature = tuple[list[Any], Any]  # (argtypes, restype), as in _native._SIGNATURES
 
 
 def exports_list() -> dict[str, Any]:
@@ -109,16 +109,16 @@ def differences(signatures: dict[str, Signature], abi: dict[str, Any]) -> list[s
 
 def test_abi_version_is_the_lists() -> None:
     listed = exports_list()["abi_version"]
-    assert listed == _lib.ABI_VERSION, (
-        f"{LIST} was written at C ABI version {listed}, but _lib.ABI_VERSION is "
-        f"{_lib.ABI_VERSION}: the two move together with cabi's abiVersion"
+    assert listed == _native.ABI_VERSION, (
+        f"{LIST} was written at C ABI version {listed}, but _native.ABI_VERSION is "
+        f"{_native.ABI_VERSION}: the two move together with cabi's abiVersion"
     )
 
 
 def test_declarations_are_the_lists() -> None:
     """Every export is declared, every declaration is an export, and each
     declares the listed result and parameter types; so are the callback types."""
-    found = differences(_lib._SIGNATURES, exports_list())
+    found = differences(_native._SIGNATURES, exports_list())
     assert not found, f"the binding differs from {LIST}:\n" + "\n".join(found)
 
 
@@ -159,5 +159,5 @@ OPEN = "croupier_table_open"
 )
 def test_a_drift_is_named(name: str, change: str, message: str) -> None:
     """Each way the list can differ from the binding is found, and named."""
-    found = differences(_lib._SIGNATURES, drift(exports_list(), name, change))
+    found = differences(_native._SIGNATURES, drift(exports_list(), name, change))
     assert message in found, found

@@ -32,7 +32,7 @@ import torch.utils.data
 from conftest import uri
 
 import croupier as cr
-from croupier import _lib
+from croupier import _native
 
 GENERATORS, VERSIONS = 4, 12  # each generator's versions: about 4 * 12 * 15 rows in all
 STEPS, KILL_AFTER = 50, 20  # global steps in all; the first run is killed past this many
@@ -435,17 +435,17 @@ def test_dataloader_workers_follow_while_versions_land(tmp_path: Path) -> None:
 STOP_CHILD = """
 import sys, threading
 import croupier as cr
-from croupier import _lib
+from croupier import _native
 follow = cr.Follow(wait_timeout=None, poll_interval=0.001)
 ds = cr.FollowingDataset(sys.argv[1], follow, global_batch_size=8, columns=["id"], format="numpy")
 stop = threading.Event()
-_lib.stop_waiting_when(stop.is_set)
+_native.stop_waiting_when(stop.is_set)
 steps = 0
 try:
     for batch in ds:
         steps += 1
         stop.set()
-except _lib.StopWaiting:
+except _native.StopWaiting:
     print("stopped", steps <= 18, flush=True)
 ds.close()
 """
@@ -463,7 +463,7 @@ def test_a_wait_in_go_ends_when_told_to_stop(growing: str) -> None:
 def record_stop_condition(folder: str, worker_id: int) -> None:
     """A worker_init_fn: write whether this worker's waits in Go end on a
     condition, and whether it holds yet."""
-    cond = _lib._stop_when
+    cond = _native._stop_when
     Path(folder, f"worker-{worker_id}").write_text(f"{cond is not None} {cond and cond()}")
 
 

@@ -25,7 +25,7 @@ import pytest
 from conftest import uri
 
 import croupier as cr
-from croupier import _lib
+from croupier import _lib, _native
 
 
 class Usage(NamedTuple):
@@ -37,7 +37,7 @@ class Usage(NamedTuple):
 
 
 def usage() -> Usage:
-    return Usage(_lib.allocated_bytes(), _lib.goroutines(), _open_files())
+    return Usage(_native.allocated_bytes(), _native.goroutines(), _open_files())
 
 
 def _open_files() -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import croupier as cr
-from croupier import _lib
+from croupier import _lib, _native
 
 
 def test_version_and_init() -> None:
@@ -19,7 +19,7 @@ def test_version_and_init() -> None:
     # metadata reads it.
     written = (Path(__file__).parents[2] / "VERSION").read_text().strip()
     assert cr.version() == cr.__version__ == written
-    assert _lib._lib().croupier_abi_version() == _lib.ABI_VERSION
+    assert _native._lib().croupier_abi_version() == _native.ABI_VERSION
     cr.init(gomaxprocs=2, memory_limit=1 << 30)
     cr.init()
     with pytest.raises(cr.InvalidArgumentError, match="gomaxprocs"):
@@ -41,19 +41,19 @@ def test_library_of_another_abi_is_refused(tmp_path: Path, source: str, found: s
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", library, tmp_path / "lib.c"], check=True)
     run = subprocess.run(
         [sys.executable, "-c", "import croupier; croupier.version()"],
-        env={**os.environ, _lib.LIBRARY_ENV: str(library)},
+        env={**os.environ, _native.LIBRARY_ENV: str(library)},
         capture_output=True,
         text=True,
     )
     assert run.returncode == 1
     assert f"speaks C ABI version {found}" in run.stderr, run.stderr
-    assert f"this croupier package speaks version {_lib.ABI_VERSION}" in run.stderr
+    assert f"this croupier package speaks version {_native.ABI_VERSION}" in run.stderr
 
 
 def test_fork_error_without_calling_go(monkeypatch: pytest.MonkeyPatch) -> None:
     """A different pid than the loading one is refused before any Go call."""
-    _lib._lib()
-    monkeypatch.setattr(_lib, "_load_pid", _lib._load_pid + 1)
+    _native._lib()
+    monkeypatch.setattr(_native, "_load_pid", _native._load_pid + 1)
     with pytest.raises(cr.ForkError, match="fork"):
         cr.version()
 

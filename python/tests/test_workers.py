@@ -22,7 +22,7 @@ import torch.utils.data
 from conftest import plain
 
 import croupier as cr
-from croupier import _lib
+from croupier import _lib, _native
 from croupier._runs import RUN_STEPS, Steps, merge_runs
 from croupier.dataloader import _note_reads_in_process
 from croupier.dataset import merge_stats
@@ -78,7 +78,7 @@ def test_croupier_dataloader_refuses_fork(table_uri: str) -> None:
 
 def record_gomaxprocs(folder: str, worker_id: int) -> None:
     """A worker_init_fn: write the worker's Go GOMAXPROCS to ``folder``."""
-    Path(folder, f"worker-{worker_id}").write_text(str(_lib.gomaxprocs()))
+    Path(folder, f"worker-{worker_id}").write_text(str(_native.gomaxprocs()))
 
 
 @pytest.mark.parametrize("env", [None, "3"])
@@ -93,13 +93,13 @@ def test_workers_share_the_cores(
     if env is not None:
         monkeypatch.setenv("GOMAXPROCS", env)
         options["multiprocessing_context"] = "spawn"
-    here = _lib.gomaxprocs()
+    here = _native.gomaxprocs()
     record = functools.partial(record_gomaxprocs, str(tmp_path))
     loader = cr.DataLoader(dataset(table_uri), num_workers=2, worker_init_fn=record, **options)
     assert ids(loader) == ids(dataset(table_uri))
     want = int(env) if env is not None else max(1, len(os.sched_getaffinity(0)) // 2)
     assert [int((tmp_path / f"worker-{k}").read_text()) for k in range(2)] == [want, want]
-    assert _lib.gomaxprocs() == here
+    assert _native.gomaxprocs() == here
 
 
 def test_workers_divide_the_memory_budget(table_uri: str) -> None:
