@@ -87,6 +87,21 @@ func croupier_mixture_plan(h C.uint64_t, positionJSON *C.char, steps C.int64_t, 
 	})
 }
 
+//export croupier_mixture_end
+func croupier_mixture_end(h C.uint64_t, positionJSON *C.char, out **C.char, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		m, pos, err := mixtureAt(h, positionJSON)
+		if err != nil {
+			return err
+		}
+		end, err := m.End(callContext(), pos)
+		if err != nil {
+			return err
+		}
+		return encodeJSON(end, out)
+	})
+}
+
 //export croupier_mixture_weights
 func croupier_mixture_weights(h C.uint64_t, step C.int64_t, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {

@@ -281,7 +281,7 @@ func (m *Mixture) next(ctx context.Context, pos MixturePosition, wait bool) (slo
 			return nil, pos, false, err
 		}
 		if !ok {
-			end, err := m.end(ctx, pos)
+			end, err := m.End(ctx, pos)
 			return nil, end, false, err
 		}
 		slots = append(slots, d)
@@ -341,9 +341,14 @@ func sourceError(err error, i int) error {
 	return errcode.Wrap(err, errcode.Of(err), "mixture", fmt.Sprintf("source %d", i))
 }
 
-// end returns where the iteration after one that ended at pos starts: each
-// source with no step left renewed (Source.Renew).
-func (m *Mixture) end(ctx context.Context, pos MixturePosition) (MixturePosition, error) {
+// End returns where the iteration after one that ended at pos starts: each
+// source with no step left renewed (Source.Renew), every source back in the
+// draw. It waits for nothing, so a caller whose iteration ended as a
+// followed source's wait timed out need not wait again to learn it.
+func (m *Mixture) End(ctx context.Context, pos MixturePosition) (MixturePosition, error) {
+	if err := m.checkPosition(pos); err != nil {
+		return pos, err
+	}
 	next := MixturePosition{Step: pos.Step, Sources: slices.Clone(pos.Sources), OutOfDraw: make([]bool, len(m.sources))}
 	for i, c := range next.Sources {
 		renewed, ok, err := m.sources[i].Renew(ctx, c)

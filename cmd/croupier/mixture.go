@@ -154,6 +154,10 @@ func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string
 	var sources []*loader.Loader
 	for i, raw := range c.Sources {
 		where := fmt.Sprintf("%s (source %d)", path, i)
+		if isFollow(raw) {
+			return sources, errcode.New(errcode.InvalidArgument, "deal", where,
+				"the source follows a growing table: deal answers mixtures of pinned datasets (ask the follow state dict itself with deal --checkpoint)")
+		}
 		sc, err := loader.ParseCheckpoint(raw, where)
 		if err != nil {
 			return sources, err

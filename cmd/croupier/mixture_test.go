@@ -137,4 +137,18 @@ func TestDealMixture(t *testing.T) {
 	if r := croupier(t, "deal", "--checkpoint", state, "--step", "1"); r.code != 1 || !strings.Contains(r.stderr, "cannot be replayed") {
 		t.Fatalf("moved sources: exit %d: %s", r.code, r.stderr)
 	}
+
+	// A followed source is named, not misread as a dataset's checkpoint.
+	followed := ckpt
+	followed.Sources = slices.Clone(ckpt.Sources)
+	followed.Sources[1] = json.RawMessage(`{"format": 1, "kind": "follow", "table_uri": "file:///rollouts"}`)
+	if data, err = json.Marshal(followed); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := croupier(t, "deal", "--checkpoint", state); r.code != 1 || !strings.Contains(r.stderr, "(source 1)") || !strings.Contains(r.stderr, "follows a growing table") {
+		t.Fatalf("a followed source: exit %d: %s", r.code, r.stderr)
+	}
 }

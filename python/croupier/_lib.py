@@ -409,6 +409,15 @@ def mixture_plan(mixture: int, position: dict[str, Any], steps: int) -> dict[str
     )
 
 
+def mixture_end(mixture: int, position: dict[str, Any]) -> dict[str, Any]:
+    """Where the iteration after one that ended at ``position`` starts: sources
+    whose epoch ended at their next one, none out of the draw
+    (``croupier_mixture_end``); it waits for no source."""
+    return cast(
+        "dict[str, Any]", json.loads(_str_out("croupier_mixture_end", mixture, _encode(position)))
+    )
+
+
 def mixture_weights(mixture: int, step: int) -> list[float]:
     """The weights of a mixture's sources at ``step``."""
     return cast("list[float]", json.loads(_str_out("croupier_mixture_weights", mixture, step)))

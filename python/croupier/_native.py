@@ -134,7 +134,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 10
+ABI_VERSION = 11
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -223,6 +223,7 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         _INT,
     ),
     "croupier_mixture_plan": ([_HANDLE, _STR, ctypes.c_int64, _STR_OUT, _ERR], _INT),
+    "croupier_mixture_end": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),
     "croupier_mixture_weights": ([_HANDLE, ctypes.c_int64, _STR_OUT, _ERR], _INT),
     "croupier_mixture_checkpoint": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),
     "croupier_mixture_resume": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),

@@ -744,6 +744,19 @@ class StreamingDataset(
         ranks = _lib.dataset_step(self._handle(), epoch, step)
         return np.array([row for rank in ranks for row in rank], dtype=np.uint64)
 
+    # -- as a source of a croupier.Mixture (the Go core's loader.Source) ----------------
+
+    def _source_position(self, start: bool) -> dict[str, Any]:
+        """This dataset's cursor in a mixture's position: at its start, or where
+        the dataset stands."""
+        if start:
+            return {"epoch": 0, "steps_consumed": 0}
+        return {"epoch": self.epoch, "steps_consumed": self.steps_consumed}
+
+    def _slot_rows(self, slot: Mapping[str, Any]) -> np.ndarray:
+        """The rows of the step that fills a mixture slot ``{"epoch", "step"}``."""
+        return self.rows_of_step(slot["step"], slot["epoch"])
+
     def stats(self) -> dict[str, int]:
         """Counters of the iteration running in this process, or of the last one.
 

@@ -415,6 +415,19 @@ class FollowingDataset(
         (dealt,) = _lib.follow_steps(self._handle(), self._position, step, step + 1)
         return np.array([row for rank in dealt["ranks"] for row in rank], dtype=np.uint64)
 
+    # -- as a source of a croupier.Mixture (the Go core's loader.Source) ----------------
+
+    def _source_position(self, start: bool) -> dict[str, Any]:
+        """This dataset's cursor in a mixture's position: the global step and the
+        position of the round holding it, at its start or where it stands."""
+        if start:
+            return {"epoch": 0, "steps_consumed": 0, "round": self._info["start"]}
+        return {"epoch": 0, "steps_consumed": self._next_step, "round": dict(self._position)}
+
+    def _slot_rows(self, slot: Mapping[str, Any]) -> np.ndarray:
+        """The rows of the global step that fills a mixture slot ``{"step"}``."""
+        return self.rows_of_step(slot["step"])
+
     # -- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:

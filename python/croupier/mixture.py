@@ -16,8 +16,9 @@ weights at that step (docs/concepts.md, "Mixtures"):
 - the slot goes to the first source i whose cumulative weight
   ``w_0 + ... + w_i`` exceeds ``u * (w_0 + ... + w_n)``;
 - it is filled with that source's next step, in the source's own dealing
-  order (each source is a :class:`~croupier.StreamingDataset`, so its steps are
-  the same at every world size).
+  order (each source is a :class:`~croupier.StreamingDataset` or a
+  :class:`~croupier.FollowingDataset`, whose steps are the same at every world
+  size).
 
 The rule, the reading of the sources' steps and the checks of state dicts are
 the Go core's (``loader.Mixture``), reached through the C ABI: this module
@@ -38,6 +39,7 @@ from . import _args, _lib, _native, _torch
 from ._args import OnExhausted
 from .dataset import LoaderHooks, StreamingDataset, load_without_table_moved, refuse_batching
 from .errors import InternalError, InvalidArgumentError
+from .follow import FollowingDataset
 
 if TYPE_CHECKING:
     from .dataloader import DataLoader
@@ -60,12 +62,22 @@ class MixtureStep:
         self.step, self.slots, self.next = step, slots, next
 
 
+Source = StreamingDataset | FollowingDataset
+"""What a :class:`Mixture` mixes: datasets of a pinned table, and growing tables
+followed."""
+
+
 class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
-    """Interleaves the steps of several :class:`~croupier.StreamingDataset` by weight.
+    """Interleaves the steps of several datasets by weight.
 
     Args:
         sources: ``(dataset, weight)`` pairs: the datasets of one rank (the same
-            ``rank`` and ``world_size``), and their weights at step 0.
+            ``rank`` and ``world_size``), and their weights at step 0. A dataset
+            is a :class:`~croupier.StreamingDataset` or a
+            :class:`~croupier.FollowingDataset`: a learner mixes the rollouts it
+            follows with a pinned replay or SFT table. A followed source's slot
+            waits for the versions of its round, as following does; when its
+            wait times out the iteration ends (it cannot cycle).
         seed: seeds which source fills each slot (an integer in [0, 2**64 - 1]).
         schedule: optional ``(step, weights)`` points after step 0, steps
             increasing, one weight per source: the weights move linearly from
@@ -105,11 +117,12 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         super().__init__()
         if not sources:
             raise InvalidArgumentError("a Mixture needs at least one source")
-        self._sources = [ds for ds, _ in sources]
+        self._sources: list[Source] = [ds for ds, _ in sources]
         for i, ds in enumerate(self._sources):
-            if not isinstance(ds, StreamingDataset):
+            if not isinstance(ds, (StreamingDataset, FollowingDataset)):
                 raise TypeError(
-                    f"source {i} must be a croupier.StreamingDataset, got {type(ds).__name__}"
+                    f"source {i} must be a croupier.StreamingDataset or FollowingDataset, "
+                    f"got {type(ds).__name__}"
                 )
         self._slots = _args.integer("slots", slots, 1)
         self._options: dict[str, Any] = {
@@ -125,9 +138,7 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         self._go: _native.Handle | None = self._open_go()  # checks the options
         self._position: dict[str, Any] = {
             "steps_consumed": 0,
-            "sources": [
-                {"epoch": ds.epoch, "steps_consumed": ds.steps_consumed} for ds in self._sources
-            ],
+            "sources": [ds._source_position(start=False) for ds in self._sources],
             "out_of_draw": [False] * len(self._sources),
         }
         # Set by croupier.DataLoader on the copies its workers get: it takes
@@ -147,7 +158,7 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
     # -- position --------------------------------------------------------------------
 
     @property
-    def sources(self) -> list[StreamingDataset]:
+    def sources(self) -> list[Source]:
         """The mixture's datasets, in the order of their weights."""
         return list(self._sources)
 
@@ -173,8 +184,10 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         """The rows of mixture step ``step``: for each slot, as iterating yields
         them, ``(source index, row ids)``, the row ids every rank's of the
         source's step that fills the slot (its
-        :meth:`~croupier.StreamingDataset.rows_of_step`): the samples the step
-        trains on, source by source.
+        :meth:`~croupier.StreamingDataset.rows_of_step`, or
+        :meth:`~croupier.FollowingDataset.rows_of_step` for the global step a
+        followed source deals): the samples the step trains on, source by
+        source.
 
         A step not before the mixture's position is planned from it; one before
         it by replaying the mixture from its start, every source at step 0 of
@@ -193,7 +206,7 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         if step < self.steps_consumed:
             position = {
                 "steps_consumed": 0,
-                "sources": [{"epoch": 0, "steps_consumed": 0} for _ in self._sources],
+                "sources": [ds._source_position(start=True) for ds in self._sources],
                 "out_of_draw": [False] * len(self._sources),
             }
         at = position["steps_consumed"]
@@ -209,14 +222,11 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
                 )
             empty = not plan["steps"]
             at, position = at + len(plan["steps"]), plan["position"]
-        return [
-            (s["source"], self._sources[s["source"]].rows_of_step(s["step"], s["epoch"]))
-            for s in slots
-        ]
+        return [(s["source"], self._sources[s["source"]]._slot_rows(s)) for s in slots]
 
     def _end(self) -> None:
         """The iteration ended: sources whose epoch ended move to their next one."""
-        self._position = _lib.mixture_plan(self._handle(), self._position, 1)["position"]
+        self._position = _lib.mixture_end(self._handle(), self._position)
 
     # -- iteration -------------------------------------------------------------------
 
@@ -280,8 +290,18 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
     def _from_workers(self, loader: DataLoader, items: Iterator[Any]) -> Iterator[Any]:
         """The steps the workers send, single converted steps with the mixture's
         position after each (MixtureStep), each taking the mixture to that
-        position as it is handed over."""
+        position as it is handed over, up to the first that is not the next.
+
+        Worker k of K sends steps k, k + K, ...: they arrive in step order
+        until a worker's followed source waits out its round before its next
+        step while the others go on (each worker waits on its own, and a
+        version may land between their timeouts). The iteration then ends at
+        the last step delivered in order, as it ends where a followed source's
+        wait times out without workers; the steps the workers made after it
+        are dealt again by the next iteration."""
         for step in items:
+            if isinstance(step, MixtureStep) and step.step > self.steps_consumed:
+                break  # a worker ended before this step: see above
             if not isinstance(step, MixtureStep) or step.step != self.steps_consumed:
                 got = step.step if isinstance(step, MixtureStep) else type(step).__name__
                 raise InternalError(

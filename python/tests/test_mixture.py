@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -547,3 +549,92 @@ def test_dataloader_workers_deal_a_mixture_and_resume(wide: list[cr.Table]) -> N
     assert [[(i, rows) for i, rows in step] for step in rest] == [
         [(i, sorted(rows)) for i, rows in step] for step in whole[7:]
     ]
+
+
+def followed_and_pinned(
+    table_uri: str, pinned: cr.Table, w: int, r: int, wait: float
+) -> cr.Mixture:
+    """A learner's mix: the rows appended to ``table_uri``, followed in rounds with
+    replay, 70/30 with a pinned table, two slots a step."""
+    follow = cr.Follow(rows_per_round=16, replay=0.25, wait_timeout=wait, poll_interval=0.001)
+    fresh = cr.FollowingDataset(table_uri, follow, global_batch_size=G, columns=["id"],
+                                format="numpy", shuffle_seed=3, rank=r, world_size=w)  # fmt: skip
+    return cr.Mixture([(fresh, 0.7), (source(pinned, rank=r, world_size=w, shuffle_seed=4), 0.3)],
+                      seed=11, on_exhausted="cycle", slots=2)  # fmt: skip
+
+
+def joined(ranks: list[list[list[tuple[int, list[int]]]]]) -> list[list[tuple[int, list[int]]]]:
+    """The steps every rank delivered, each slot's rows of all ranks together,
+    sorted: as far as the rank that delivered fewest steps."""
+    steps = min(len(steps) for steps in ranks)
+    return [
+        [
+            (slots[0][0], sorted(i for rank in slots for i in rank[1]))
+            for slots in zip(*per, strict=True)
+        ]
+        for per in zip(*(steps_[:steps] for steps_ in ranks), strict=True)
+    ]
+
+
+def test_a_learner_mixes_followed_rows_with_a_pinned_table(
+    tables: list[cr.Table], tmp_path: Any
+) -> None:
+    """A mixture of a FollowingDataset and a pinned table under croupier.DataLoader
+    with 2 workers, while a generator appends versions: the steps delivered are
+    the first of those of 0 workers once the appends are done, the followed
+    slots holding the follow stream's own steps; a state dict taken after step 5
+    resumes at world size 2 with 3 workers per rank, while versions land again,
+    with exactly the steps that follow."""
+    table_uri = "file://" + str((tmp_path / "rollouts").resolve())
+    table = cr.create_table(table_uri, pa.table({"id": np.arange(0, 30, dtype=np.int64)}))
+    table.append(pa.table({"id": np.arange(30, 60, dtype=np.int64)}))
+    pinned = tables[2]
+    before = len([ids(step) for step in followed_and_pinned(table_uri, pinned, 1, 0, 0.01)])
+    assert before > 0
+    versions = iter(range(2, 30))
+
+    def append(n: int) -> threading.Thread:
+        def run() -> None:
+            for v in itertools.islice(versions, n):
+                table.append(pa.table({"id": np.arange(30 * v, 30 * v + 30, dtype=np.int64)}))
+                time.sleep(0.01)
+
+        return threading.Thread(target=run)
+
+    appender = append(10)
+    loader = cr.DataLoader(followed_and_pinned(table_uri, pinned, 1, 0, 1.0), num_workers=2,
+                           in_process=False)  # fmt: skip
+    got, state = [], None
+    for step in loader:
+        got.append(ids(step))
+        if len(got) == 1:
+            appender.start()
+        if len(got) == 6:
+            state = json.loads(json.dumps(loader.state_dict()))
+    appender.join()
+    assert state is not None
+    assert len(got) >= before
+
+    appender = append(10)
+    appender.start()
+    resumed = []
+    for r in range(2):
+        mix = followed_and_pinned(table_uri, pinned, 2, r, 1.0)
+        loader = cr.DataLoader(mix, num_workers=3, in_process=False)
+        loader.load_state_dict(state)
+        resumed.append([ids(step) for step in loader])
+    appender.join()
+
+    want = [ids(step) for step in followed_and_pinned(table_uri, pinned, 1, 0, 0.01)]
+    assert got == want[: len(got)]
+    rest = joined(resumed)
+    assert len(rest) > 0
+    assert rest == [[(i, sorted(rows)) for i, rows in step] for step in want[6 : 6 + len(rest)]]
+    # The followed slots hold the follow stream's steps, in its order.
+    follow = cr.Follow(rows_per_round=16, replay=0.25, wait_timeout=0.01, poll_interval=0.001)
+    alone = cr.FollowingDataset(table_uri, follow, global_batch_size=G, columns=["id"],
+                                format="numpy", shuffle_seed=3)  # fmt: skip
+    followed = [batch["id"].tolist() for batch in alone]
+    fresh = [rows for step in want for i, rows in step if i == 0]
+    assert fresh == followed[: len(fresh)]
+    assert len(fresh) > 10
