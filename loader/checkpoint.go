@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -91,14 +92,27 @@ func ParseCheckpoint(data []byte, where string) (Checkpoint, error) {
 	if err := jsonargs.Decode(data, &c, true, op, where); err != nil {
 		return c, err
 	}
+	// A null would leave its field zero: only permutation_uri may be null.
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(data, &fields) == nil {
+		for _, key := range slices.Sorted(maps.Keys(fields)) {
+			if key != "permutation_uri" && string(fields[key]) == "null" {
+				return c, errcode.New(errcode.InvalidArgument, op, where, "%q is null, but it must be given", key)
+			}
+		}
+	}
 	if !slices.Contains(CheckpointFormats, c.Format) {
 		return c, errcode.New(errcode.InvalidArgument, op, where,
 			"state dict format is %d, this croupier reads formats %v", c.Format, CheckpointFormats)
 	}
-	if (c.GlobalBatchSize <= 0) == (c.TokensPerStep <= 0) || c.Epoch < 0 || c.StepsConsumed < 0 {
+	switch {
+	case c.Epoch < 0:
+		return c, errcode.New(errcode.InvalidArgument, op, where, "epoch must be an integer >= 0, got %d", c.Epoch)
+	case c.StepsConsumed < 0:
+		return c, errcode.New(errcode.InvalidArgument, op, where, "steps_consumed must be an integer >= 0, got %d", c.StepsConsumed)
+	case (c.GlobalBatchSize <= 0) == (c.TokensPerStep <= 0):
 		return c, errcode.New(errcode.InvalidArgument, op, where,
-			"global_batch_size %d, tokens_per_step %d, epoch %d, steps_consumed %d: want one positive batch size or token budget and a non-negative position",
-			c.GlobalBatchSize, c.TokensPerStep, c.Epoch, c.StepsConsumed)
+			"global_batch_size %d, tokens_per_step %d: want one positive batch size or token budget", c.GlobalBatchSize, c.TokensPerStep)
 	}
 	return c, nil
 }
@@ -112,7 +126,7 @@ func ParseCheckpoint(data []byte, where string) (Checkpoint, error) {
 // token-budget steps it plans the epoch's steps (see EpochSteps).
 func (l *Loader) Resume(ctx context.Context, c Checkpoint) (epoch, step int64, err error) {
 	const op = "resume"
-	if err := l.checkDeals(c); err != nil {
+	if err := l.checkDeals(c, false); err != nil {
 		return 0, 0, err
 	}
 	steps, err := l.EpochSteps(ctx, c.Epoch)
@@ -133,8 +147,9 @@ func (l *Loader) Resume(ctx context.Context, c Checkpoint) (epoch, step int64, e
 }
 
 // checkDeals checks that c was made by a run dealing what l deals (see
-// Resume), whatever its position.
-func (l *Loader) checkDeals(c Checkpoint) error {
+// Resume), whatever its position; with tableMoved, on a table moved or
+// copied on purpose, its table_uri and table_version are not compared.
+func (l *Loader) checkDeals(c Checkpoint, tableMoved bool) error {
 	const op = "resume"
 	mine := l.Checkpoint(0, 0)
 	if kinds := [2]string{"sample-count steps", "token-budget steps"}; (c.TokensPerStep != 0) != (mine.TokensPerStep != 0) {
@@ -151,18 +166,29 @@ func (l *Loader) checkDeals(c Checkpoint) error {
 	if c.Format == 1 {
 		table = checkpointField{"table_uri", c.TableURI, mine.TableURI}
 	}
+	version := checkpointField{"table_version", c.TableVersion, mine.TableVersion}
+	if tableMoved {
+		version.theirs = version.ours
+		if c.Format == 1 {
+			table.theirs = table.ours
+		}
+	}
 	if f, differ := mismatch(
 		checkpointField{"permutation_id", c.PermutationID, mine.PermutationID},
 		table,
-		checkpointField{"table_version", c.TableVersion, mine.TableVersion},
+		version,
 		checkpointField{"num_splits", c.NumSplits, mine.NumSplits},
 		checkpointField{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize},
 		checkpointField{"tokens_per_step", c.TokensPerStep, mine.TokensPerStep},
 		checkpointField{"oversize", c.Oversize, mine.Oversize},
 		checkpointField{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed},
 	); differ {
+		hint := ""
+		if f.name == "table_uri" || f.name == "table_version" {
+			hint = " (a table moved or copied on purpose: resume with table_moved)"
+		}
 		return errcode.New(errcode.InvalidArgument, op, l.table.URI(),
-			"checkpoint %s is %s but this loader's is %s", f.name, quote(f.theirs), quote(f.ours))
+			"checkpoint %s is %s but this loader's is %s%s", f.name, quote(f.theirs), quote(f.ours), hint)
 	}
 	return nil
 }
@@ -184,6 +210,9 @@ func mismatch(fields ...checkpointField) (checkpointField, bool) {
 	return checkpointField{}, false
 }
 
+// rawJSON is a checkpoint field's value as JSON text, written as it is.
+type rawJSON string
+
 // quote writes a string value as JSON does, other values as they are.
 func quote(v any) string {
 	switch v := v.(type) {
@@ -191,6 +220,8 @@ func quote(v any) string {
 		return fmt.Sprintf("%q", v)
 	case Version:
 		return fmt.Sprintf("%q", string(v))
+	case rawJSON:
+		return string(v)
 	}
 	return fmt.Sprint(v)
 }

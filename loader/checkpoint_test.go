@@ -161,7 +161,7 @@ func TestCheckpointResume(t *testing.T) {
 	}
 	for text, want := range map[string]string{
 		`{"format": 3}`: "state dict format is 3, this croupier reads formats [1 2]",
-		`{"format": 2, "global_batch_size": 8, "epoch": -1}`: "non-negative position",
+		`{"format": 2, "global_batch_size": 8, "epoch": -1}`: "epoch must be an integer >= 0, got -1",
 		`{"format": 2, "shuffle_seed": -1}`:                  `"shuffle_seed" is number -1`,
 		`[]`:                                                 "state.json",
 	} {
@@ -224,5 +224,39 @@ func TestCheckpointResumeTokens(t *testing.T) {
 	}
 	if _, err := loader.ParseCheckpoint([]byte(`{"format": 2, "global_batch_size": 8, "tokens_per_step": 40}`), "both.json"); errcode.Of(err) != errcode.InvalidArgument {
 		t.Errorf("a checkpoint with a batch size and a token budget: %v", err)
+	}
+}
+
+// TestCheckpointRefusesNull: a null where a value is due is refused, naming
+// the key, rather than read as zero.
+func TestCheckpointRefusesNull(t *testing.T) {
+	_, err := loader.ParseCheckpoint([]byte(`{"format": 2, "global_batch_size": 8, "steps_consumed": null}`), "state.json")
+	if errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), `"steps_consumed" is null`) {
+		t.Errorf("steps_consumed null: %v", err)
+	}
+	if _, err := loader.ParseCheckpoint([]byte(`{"format": 2, "global_batch_size": 8, "permutation_uri": null}`), "state.json"); err != nil {
+		t.Errorf("permutation_uri null: %v", err)
+	}
+}
+
+// TestCheckpointsRefuseUnknownKeys: following's and a mixture's checkpoints
+// refuse a key they do not have, naming the nearest, as a dataset's and
+// options do: a misspelt key would otherwise read as absent.
+func TestCheckpointsRefuseUnknownKeys(t *testing.T) {
+	for _, c := range []struct {
+		parse func([]byte, string) error
+		text  string
+		want  string
+	}{
+		{func(b []byte, w string) error { _, err := loader.ParseFollowCheckpoint(b, w); return err },
+			`{"format": 1, "kind": "follow", "stepz_consumed": 3}`, `unknown key "stepz_consumed" (did you mean "steps_consumed"?)`},
+		{func(b []byte, w string) error { _, err := loader.ParseFollowCheckpoint(b, w); return err },
+			`{"format": 1, "kind": "follow", "follow": {"rows_per_rond": 3}}`, `unknown key "follow.rows_per_rond"`},
+		{func(b []byte, w string) error { _, err := loader.ParseMixtureCheckpoint(b, w); return err },
+			`{"format": 1, "seeds": 3}`, `unknown key "seeds" (did you mean "seed"?)`},
+	} {
+		if err := c.parse([]byte(c.text), "state.json"); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %s", c.text, err, c.want)
+		}
 	}
 }

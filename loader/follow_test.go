@@ -623,7 +623,7 @@ func TestFollowCheckpointIsPythons(t *testing.T) {
 	if c, err = loader.ParseFollowCheckpoint([]byte(other), "state.json"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.Resume(c); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "checkpoint follow is") {
+	if _, _, err := f.Resume(c); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "checkpoint follow.replay_count is 5 but this follower's is 4") {
 		t.Errorf("a checkpoint of another replay: %v", err)
 	}
 	for _, bad := range []string{`{"format": 2, "kind": "follow"}`, `{"format": 1, "kind": "mixture"}`,

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -232,7 +234,7 @@ func (f *Follower) Checkpoint(pos FollowPosition, stepsConsumed int64) FollowChe
 func ParseFollowCheckpoint(data []byte, where string) (FollowCheckpoint, error) {
 	const op = "read follow checkpoint"
 	var c FollowCheckpoint
-	if err := jsonargs.Decode(data, &c, false, op, where); err != nil {
+	if err := jsonargs.Decode(data, &c, true, op, where); err != nil {
 		return c, err
 	}
 	if c.Format != FollowCheckpointFormat || c.Kind != "follow" {
@@ -252,10 +254,6 @@ func ParseFollowCheckpoint(data []byte, where string) (FollowCheckpoint, error) 
 // InvalidArgument and name the field and both values.
 func (f *Follower) Resume(c FollowCheckpoint) (FollowPosition, int64, error) {
 	mine := f.Checkpoint(f.Start(), 0)
-	rule := func(fo FollowOptions) string {
-		b, _ := json.Marshal(fo)
-		return string(b)
-	}
 	if x, differ := mismatch(
 		checkpointField{"table_uri", c.TableURI, mine.TableURI},
 		checkpointField{"global_batch_size", c.GlobalBatchSize, mine.GlobalBatchSize},
@@ -263,12 +261,27 @@ func (f *Follower) Resume(c FollowCheckpoint) (FollowPosition, int64, error) {
 		checkpointField{"tokens_per_step", c.TokensPerStep, mine.TokensPerStep},
 		checkpointField{"oversize", c.Oversize, mine.Oversize},
 		checkpointField{"shuffle_seed", c.ShuffleSeed, mine.ShuffleSeed},
-		checkpointField{"follow", rule(c.Follow), rule(mine.Follow)},
+		ruleField(c.Follow, mine.Follow),
 	); differ {
 		return FollowPosition{}, 0, errcode.New(errcode.InvalidArgument, "resume following", f.table.URI(),
 			"checkpoint %s is %s but this follower's is %s", x.name, quote(x.theirs), quote(x.ours))
 	}
 	return c.Position, c.StepsConsumed, nil
+}
+
+// ruleField is the first option of following's rule whose JSON differs
+// between theirs and ours, named follow.<key>; equal values when none does.
+func ruleField(theirs, ours FollowOptions) checkpointField {
+	a, b := reflect.ValueOf(theirs), reflect.ValueOf(ours)
+	for i := range a.NumField() {
+		key, _, _ := strings.Cut(a.Type().Field(i).Tag.Get("json"), ",")
+		x, errA := json.Marshal(a.Field(i).Interface())
+		y, errB := json.Marshal(b.Field(i).Interface())
+		if errA != nil || errB != nil || !bytes.Equal(x, y) {
+			return checkpointField{"follow." + key, rawJSON(x), rawJSON(y)}
+		}
+	}
+	return checkpointField{"follow", "", ""}
 }
 
 // VersionOf returns the version that added row id, when the follower has

@@ -428,7 +428,7 @@ func (m *Mixture) Checkpoint(pos MixturePosition) (MixtureCheckpoint, error) {
 func ParseMixtureCheckpoint(data []byte, where string) (MixtureCheckpoint, error) {
 	const op = "read mixture checkpoint"
 	var c MixtureCheckpoint
-	if err := jsonargs.Decode(data, &c, false, op, where); err != nil {
+	if err := jsonargs.Decode(data, &c, true, op, where); err != nil {
 		return c, err
 	}
 	if c.Format != MixtureCheckpointFormat {
@@ -468,7 +468,7 @@ func (m *Mixture) Resume(ctx context.Context, c MixtureCheckpoint) (MixturePosit
 	}
 	pos := MixturePosition{Step: c.StepsConsumed, OutOfDraw: slices.Clone(c.OutOfDraw)}
 	for i, sc := range c.Sources {
-		sp, err := m.sources[i].Restore(ctx, sc)
+		sp, err := m.sources[i].Restore(ctx, sc, RestoreOptions{})
 		if err != nil {
 			return MixturePosition{}, errcode.Wrap(err, errcode.InvalidArgument, op, fmt.Sprintf("mixture source %d", i))
 		}

@@ -45,7 +45,7 @@ type Source interface {
 	// Restore checks that data, a checkpoint Save wrote, was made by a run
 	// dealing what this source deals, and returns its position. Errors are
 	// InvalidArgument and name the field and both values.
-	Restore(ctx context.Context, data json.RawMessage) (SourcePosition, error)
+	Restore(ctx context.Context, data json.RawMessage, opts RestoreOptions) (SourcePosition, error)
 	// OpenSteps starts reading this rank's batches of steps, steps StepAt
 	// returned, of one epoch (one round), in order; Batch.Step is the
 	// step's SourceStep.Step.
@@ -69,6 +69,19 @@ const (
 	KindFollow = "follow" // a Follower
 )
 
+// RestoreOptions relax what Source.Restore checks, for a caller that knows
+// why.
+type RestoreOptions struct {
+	// TableMoved: the table was moved or copied on purpose: a Loader does
+	// not compare the checkpoint's table_uri and table_version (table_id,
+	// when the checkpoint has one, must still match).
+	TableMoved bool `json:"table_moved"`
+	// Workers is the number of DataLoader workers of a process restoring a
+	// worker's own position (SourcePosition.WorkerPosition), which may run
+	// up to Workers − 1 steps past the end of an epoch; 0 or 1 allows none.
+	Workers int64 `json:"workers"`
+}
+
 // SourceInfo describes a source: its kind, the table it deals, and the rank
 // it deals to.
 type SourceInfo struct {
@@ -84,10 +97,13 @@ type SourceInfo struct {
 // following are dealt, Round is the round holding the next one (its JSON
 // key "round"), and Epoch is 0. Loader positions write no "round", so a
 // mixture's positions over loaders are what they always were.
+// WorkerPosition marks a Loader position one DataLoader worker keeps (see
+// Checkpoint.WorkerPosition).
 type SourcePosition struct {
-	Epoch         int64           `json:"epoch"`
-	StepsConsumed int64           `json:"steps_consumed"`
-	Round         *FollowPosition `json:"round,omitempty"`
+	Epoch          int64           `json:"epoch"`
+	StepsConsumed  int64           `json:"steps_consumed"`
+	Round          *FollowPosition `json:"round,omitempty"`
+	WorkerPosition bool            `json:"worker_position,omitempty"`
 }
 
 // SourceStep names one step of a source: step Step of epoch Epoch of a
@@ -155,29 +171,55 @@ func roundNote(pos SourcePosition) string {
 
 // Save returns the Checkpoint at pos.
 func (l *Loader) Save(pos SourcePosition) (json.RawMessage, error) {
-	return json.Marshal(l.Checkpoint(pos.Epoch, pos.StepsConsumed))
+	if err := l.checkPosition(pos); err != nil {
+		return nil, err
+	}
+	c := l.Checkpoint(pos.Epoch, pos.StepsConsumed)
+	c.WorkerPosition = pos.WorkerPosition
+	return json.Marshal(c)
 }
 
 // Restore reads a Checkpoint of a run dealing what l deals. Unlike Resume,
 // a checkpoint at the end of an epoch stays there: the position of a source
 // exhausted until it is renewed.
-func (l *Loader) Restore(ctx context.Context, data json.RawMessage) (SourcePosition, error) {
-	c, err := ParseCheckpoint(data, "checkpoint")
+func (l *Loader) Restore(ctx context.Context, data json.RawMessage, opts RestoreOptions) (SourcePosition, error) {
+	const op = "resume"
+	if isFollowCheckpoint(data) {
+		return SourcePosition{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			"the checkpoint is following's (kind \"follow\"): resume a follower of the same table with it (Python: a croupier.FollowingDataset), not a dataset")
+	}
+	c, err := ParseCheckpoint(data, "")
 	if err != nil {
 		return SourcePosition{}, err
 	}
-	if err := l.checkDeals(c); err != nil {
+	if err := l.checkDeals(c, opts.TableMoved); err != nil {
 		return SourcePosition{}, err
 	}
 	n, err := l.EpochSteps(ctx, c.Epoch)
 	if err != nil {
 		return SourcePosition{}, err
 	}
-	if c.StepsConsumed > n {
-		return SourcePosition{}, errcode.New(errcode.InvalidArgument, "resume", l.table.URI(),
-			"steps_consumed is %d, past the end of an epoch of %d steps", c.StepsConsumed, n)
+	// A position past the end of the epoch is refused, not carried into the
+	// next one: it comes from another run or was edited. Only a worker's
+	// own position runs up to Workers − 1 steps past the end.
+	slack := int64(0)
+	if c.WorkerPosition {
+		slack = max(opts.Workers-1, 0)
 	}
-	return SourcePosition{Epoch: c.Epoch, StepsConsumed: c.StepsConsumed}, nil
+	if c.StepsConsumed > n+slack {
+		return SourcePosition{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			"checkpoint steps_consumed must be at most %d (of an epoch of %d steps), got %d", n+slack, n, c.StepsConsumed)
+	}
+	return SourcePosition{Epoch: c.Epoch, StepsConsumed: c.StepsConsumed, WorkerPosition: c.WorkerPosition}, nil
+}
+
+// isFollowCheckpoint reports whether data is following's checkpoint: its
+// kind says so.
+func isFollowCheckpoint(data []byte) bool {
+	var probe struct {
+		Kind string `json:"kind"`
+	}
+	return json.Unmarshal(data, &probe) == nil && probe.Kind == "follow"
 }
 
 // OpenSteps starts reading this rank's batches of steps, all of one epoch.
@@ -257,9 +299,10 @@ func (f *Follower) Save(pos SourcePosition) (json.RawMessage, error) {
 	return json.Marshal(f.Checkpoint(*pos.Round, pos.StepsConsumed))
 }
 
-// Restore reads a FollowCheckpoint of a run of this follower.
-func (f *Follower) Restore(_ context.Context, data json.RawMessage) (SourcePosition, error) {
-	c, err := ParseFollowCheckpoint(data, "checkpoint")
+// Restore reads a FollowCheckpoint of a run of this follower; opts do not
+// apply to following.
+func (f *Follower) Restore(_ context.Context, data json.RawMessage, _ RestoreOptions) (SourcePosition, error) {
+	c, err := ParseFollowCheckpoint(data, "")
 	if err != nil {
 		return SourcePosition{}, err
 	}

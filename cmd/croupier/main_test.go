@@ -420,7 +420,7 @@ func TestDeal(t *testing.T) {
 		"steps_consumed": {26, "steps_consumed is 26, past the end of an epoch of 25 steps"},
 		"table_id":       {"t0000000000000000", `checkpoint table_id is "t0000000000000000"`},
 		"table_version":  {"3", `checkpoint table_version is "3"`},
-		"epoch":          {-1, "non-negative position"},
+		"epoch":          {-1, "epoch must be an integer >= 0, got -1"},
 		"shuffle_seed":   {-1, `"shuffle_seed" is number -1, but it must be an integer in [0, 18446744073709551615]`},
 	} {
 		r := croupier(t, "deal", "--checkpoint", writeState(t, map[string]any{field: c.value}, travel))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import pyarrow as pa
@@ -35,6 +35,7 @@ from ._native import (
     _str_out,
     _take_string,
 )
+from .errors import InvalidArgumentError
 
 __all__ = [
     "dataset_info",
@@ -409,6 +410,45 @@ def mixture_plan(mixture: int, position: dict[str, Any], steps: int) -> dict[str
     )
 
 
+def source_checkpoint(source: int, position: dict[str, Any]) -> dict[str, Any]:
+    """The state dict of a dataset or follower at ``position`` (its cursor:
+    ``{"epoch", "steps_consumed"}``, with ``"worker_position"`` or a follower's
+    ``"round"``), as the Go core builds it (``croupier_source_checkpoint``)."""
+    return cast(
+        "dict[str, Any]",
+        json.loads(_str_out("croupier_source_checkpoint", source, _encode(position))),
+    )
+
+
+def source_restore(
+    source: int, state_dict: Mapping[str, Any], options: dict[str, Any]
+) -> dict[str, Any]:
+    """The position of ``state_dict`` in a dataset or follower, checked by the Go
+    core (``croupier_source_restore``); options: ``{"table_moved", "workers"}``."""
+    return cast(
+        "dict[str, Any]",
+        json.loads(
+            _str_out("croupier_source_restore", source, state_json(state_dict), _encode(options))
+        ),
+    )
+
+
+def state_json(state_dict: Mapping[str, Any]) -> bytes:
+    """The JSON of a state dict, for the Go core to check: what JSON cannot carry
+    (NaN, infinities, objects of other types) is refused naming its key."""
+    if not isinstance(state_dict, Mapping):
+        raise InvalidArgumentError(f"state dict must be a mapping, got {type(state_dict).__name__}")
+    for key, value in state_dict.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"state dict {key} is {value!r}, but it must be a JSON value (a number, "
+                "string, bool, null, list or dict)"
+            ) from None
+    return json.dumps(dict(state_dict), allow_nan=False).encode("utf-8")
+
+
 def mixture_end(mixture: int, position: dict[str, Any]) -> dict[str, Any]:
     """Where the iteration after one that ended at ``position`` starts: sources
     whose epoch ended at their next one, none out of the draw
@@ -431,10 +471,11 @@ def mixture_checkpoint(mixture: int, position: dict[str, Any]) -> dict[str, Any]
     )
 
 
-def mixture_resume(mixture: int, state: dict[str, Any]) -> dict[str, Any]:
+def mixture_resume(mixture: int, state: Mapping[str, Any]) -> dict[str, Any]:
     """The position a mixture state dict records, once checked against the mixture."""
     return cast(
-        "dict[str, Any]", json.loads(_str_out("croupier_mixture_resume", mixture, _encode(state)))
+        "dict[str, Any]",
+        json.loads(_str_out("croupier_mixture_resume", mixture, state_json(state))),
     )
 
 

@@ -134,7 +134,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 11
+ABI_VERSION = 12
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -224,6 +224,8 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     ),
     "croupier_mixture_plan": ([_HANDLE, _STR, ctypes.c_int64, _STR_OUT, _ERR], _INT),
     "croupier_mixture_end": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),
+    "croupier_source_checkpoint": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),
+    "croupier_source_restore": ([_HANDLE, _STR, _STR, _STR_OUT, _ERR], _INT),
     "croupier_mixture_weights": ([_HANDLE, ctypes.c_int64, _STR_OUT, _ERR], _INT),
     "croupier_mixture_checkpoint": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),
     "croupier_mixture_resume": ([_HANDLE, _STR, _STR_OUT, _ERR], _INT),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import difflib
 import os
 import sys
 import types
@@ -64,27 +63,6 @@ STATE_FORMAT = 2
 # each crossing and conversion costs tens of microseconds, however small the
 # step (see croupier.formats.convert_steps).
 _COALESCE_BYTES = 1 << 20
-# State dict formats load_state_dict reads: 1 has no table_id and no
-# permutation_uri, and binds its table by URI.
-_READ_FORMATS = (1, STATE_FORMAT)
-# The keys of a state dict, of every format it reads: any other is refused,
-# as a misspelt option is, rather than its field taken for absent.
-_STATE_KEYS = (
-    "format",
-    "permutation_id",
-    "table_id",
-    "table_uri",
-    "table_version",
-    "num_splits",
-    "global_batch_size",
-    "tokens_per_step",
-    "oversize",
-    "shuffle_seed",
-    "permutation_uri",
-    "epoch",
-    "steps_consumed",
-    "worker_position",
-)
 
 
 def refuse_batching(caller: types.FrameType | None, dataset: str) -> None:
@@ -804,30 +782,6 @@ class StreamingDataset(
 
     # -- checkpoints -----------------------------------------------------------------
 
-    def _identity(self) -> dict[str, Any]:
-        """The fields of a state dict that must match the dataset it is loaded into."""
-        info = self._info
-        return {
-            "permutation_id": info["permutation_id"],
-            "table_id": info["table_id"],
-            "table_uri": info["table_uri"],
-            "table_version": info["table_version"],
-            "num_splits": info["num_splits"],
-            "global_batch_size": info["global_batch_size"],
-            "shuffle_seed": self._options["shuffle_seed"],
-            **(
-                {"tokens_per_step": info["tokens_per_step"], "oversize": info["oversize"]}
-                if self.tokens_per_step
-                else {}
-            ),
-        }
-
-    def _permutation_uri(self) -> str | None:
-        """Where the dealt permutation lives; None for a table dealt directly."""
-        if isinstance(self._source, Permutation):
-            return self._source.permutations.uri
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint of docs/concepts.md ("Checkpoints"): a small JSON-serialisable dict.
 
@@ -847,14 +801,14 @@ class StreamingDataset(
                 "batch) or torchdata.stateful_dataloader.StatefulDataLoader (checkpoint with "
                 "loader.state_dict())."
             )
-        return {
-            "format": STATE_FORMAT,
-            **self._identity(),
-            "permutation_uri": self._permutation_uri(),
-            "epoch": self._epoch,
-            "steps_consumed": self._next_step,
-            **({"worker_position": True} if self._worker_position else {}),
-        }
+        return _lib.source_checkpoint(
+            self._handle(),
+            {
+                "epoch": self._epoch,
+                "steps_consumed": self._next_step,
+                "worker_position": self._worker_position,
+            },
+        )
 
     # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
 
@@ -938,68 +892,14 @@ class StreamingDataset(
                 field and both values), or its ``epoch`` is negative or its
                 ``steps_consumed`` outside ``[0, steps_per_epoch]``.
         """
-        if not isinstance(state_dict, Mapping):
-            raise InvalidArgumentError(
-                f"state dict must be a mapping, got {type(state_dict).__name__}"
-            )
-        if state_dict.get("kind") == "follow":
-            raise InvalidArgumentError(
-                "state dict is a FollowingDataset's (kind 'follow'): load it into a "
-                "croupier.FollowingDataset over the same table, not a StreamingDataset"
-            )
-        for key in state_dict:
-            if key not in _STATE_KEYS:
-                near = difflib.get_close_matches(str(key), _STATE_KEYS, n=1, cutoff=0)
-                raise InvalidArgumentError(
-                    f"state dict has an unknown key {key!r} (did you mean {near[0]!r}?); "
-                    f"the keys are: {', '.join(sorted(_STATE_KEYS))}"
-                )
-        if state_dict.get("format") not in _READ_FORMATS:
-            raise InvalidArgumentError(
-                f"state dict format is {state_dict.get('format')!r}, "
-                f"this version of croupier reads formats {', '.join(map(str, _READ_FORMATS))}"
-            )
-        if not self.tokens_per_step and state_dict.get("tokens_per_step"):
-            raise InvalidArgumentError(
-                f"state dict tokens_per_step is {state_dict['tokens_per_step']!r} but this "
-                "dataset deals sample-count steps"
-            )
-        skip = {"table_id"} if state_dict["format"] == 1 else {"table_uri"}
-        if table_moved:
-            skip |= {"table_uri", "table_version"}
-        for field, mine in self._identity().items():
-            if field in skip:
-                continue
-            if field not in state_dict:
-                raise InvalidArgumentError(f"state dict has no {field!r} field")
-            theirs = state_dict[field]
-            if field == "table_version":  # "3" and 3 name the same version
-                theirs, mine = str(theirs), str(mine)
-            if theirs != mine:
-                hint = ""
-                if field in ("table_uri", "table_version"):
-                    hint = " (a table moved or copied on purpose: pass table_moved=True)"
-                raise InvalidArgumentError(
-                    f"state dict {field} is {theirs!r} but this dataset's {field} is {mine!r}{hint}"
-                )
-        worker_position = bool(state_dict.get("worker_position", False))
-        # A position past the end of the epoch is refused, not carried into the
-        # next one: it comes from another dataset or was edited. Only a worker's
-        # own position (see __iter__) runs up to K - 1 steps past the end.
         worker = _torch.worker_info()
-        slack = worker.num_workers - 1 if worker_position and worker is not None else 0
-        epoch = _args.integer("state dict epoch", state_dict.get("epoch"))
-        spe = self._steps(epoch)
-        self._set_position(
-            epoch,
-            _args.integer(
-                f"state dict steps_consumed (of an epoch of {spe} steps)",
-                state_dict.get("steps_consumed"),
-                0,
-                spe + slack,
-            ),
+        position = _lib.source_restore(
+            self._handle(),
+            state_dict,
+            {"table_moved": table_moved, "workers": worker.num_workers if worker else 0},
         )
-        self._worker_position = worker_position
+        self._set_position(position["epoch"], position["steps_consumed"])
+        self._worker_position = bool(position.get("worker_position", False))
 
     def __repr__(self) -> str:
         steps = (

@@ -528,26 +528,6 @@ class FollowingDataset(
 
     # -- checkpoints -----------------------------------------------------------------
 
-    def _identity(self) -> dict[str, Any]:
-        """The fields of a state dict that must match the dataset it is loaded into."""
-        tokens = (
-            {"tokens_per_step": self.tokens_per_step, "oversize": self._info["oversize"]}
-            if self.tokens_per_step
-            else {}
-        )
-        return {
-            "table_uri": self._table.uri,
-            "global_batch_size": self.global_batch_size,
-            "num_splits": self.num_splits,
-            **tokens,
-            "shuffle_seed": self._options["shuffle_seed"],
-            "follow": {
-                key: value
-                for key, value in self._options["follow"].items()
-                if key not in ("wait_timeout_ns", "poll_interval_ns")
-            },
-        }
-
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-serialisable dict: the position and what the rounds depend on.
 
@@ -555,13 +535,9 @@ class FollowingDataset(
         "Following a growing table"), ``steps_consumed`` the global steps
         delivered. It is the same on every rank.
         """
-        return {
-            "format": STATE_FORMAT,
-            "kind": "follow",
-            **self._identity(),
-            "position": dict(self._position),
-            "steps_consumed": self._next_step,
-        }
+        return _lib.source_checkpoint(
+            self._handle(), {"epoch": 0, "steps_consumed": self._next_step, "round": self._position}
+        )
 
     # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
 
@@ -619,31 +595,12 @@ class FollowingDataset(
                 describes another table, ``global_batch_size``, ``num_splits``,
                 ``shuffle_seed`` or rule of rounds (named with both values).
         """
-        if not isinstance(state_dict, Mapping):
-            raise InvalidArgumentError(
-                f"state dict must be a mapping, got {type(state_dict).__name__}"
-            )
-        if state_dict.get("format") != STATE_FORMAT or state_dict.get("kind") != "follow":
-            raise InvalidArgumentError(
-                f"state dict format {state_dict.get('format')!r}, kind {state_dict.get('kind')!r}: "
-                f"a FollowingDataset reads format {STATE_FORMAT}, kind 'follow'"
-            )
-        for field, mine in self._identity().items():
-            theirs = state_dict.get(field)
-            if theirs != mine:
-                raise InvalidArgumentError(
-                    f"state dict {field} is {theirs!r} but this dataset's {field} is {mine!r}"
-                )
-        position = state_dict.get("position")
-        if not isinstance(position, Mapping):
-            raise InvalidArgumentError(f"state dict position must be a mapping, got {position!r}")
-        step = _args.integer("state dict steps_consumed", state_dict.get("steps_consumed"))
-        start = _args.integer("state dict position step", position.get("step"))
-        if step < start:
-            raise InvalidArgumentError(
-                f"state dict steps_consumed {step} is before its position's step {start}"
-            )
-        self._position, self._next_step, self._round = dict(position), step, None
+        position = _lib.source_restore(self._handle(), state_dict, {})
+        self._position, self._next_step, self._round = (
+            position["round"],
+            position["steps_consumed"],
+            None,
+        )
 
     def __repr__(self) -> str:
         return (

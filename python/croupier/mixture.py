@@ -328,11 +328,7 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
                 source another dataset would refuse (its permutation, table or
                 dealing parameters; the message names the source and the field).
         """
-        if not isinstance(state_dict, Mapping):
-            raise InvalidArgumentError(
-                f"mixture state dict must be a mapping, got {type(state_dict).__name__}"
-            )
-        self._position = _lib.mixture_resume(self._handle(), dict(state_dict))
+        self._position = _lib.mixture_resume(self._handle(), state_dict)
 
 
 def _weights(step: Any, weights: Sequence[Any]) -> list[float]:

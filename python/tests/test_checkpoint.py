@@ -152,7 +152,7 @@ def test_unknown_state_dict_key(table_uri: str) -> None:
     ds = dataset(cr.open_table(table_uri))
     state = ds.state_dict()
     steps = state.pop("steps_consumed")
-    want = re.escape("'stepz_consumed' (did you mean 'steps_consumed'?)")
+    want = re.escape('"stepz_consumed" (did you mean "steps_consumed"?)')
     with pytest.raises(cr.InvalidArgumentError, match=want):
         ds.load_state_dict({**state, "stepz_consumed": steps})
 
@@ -189,7 +189,7 @@ def test_checkpoints_travel(tmp_path: Path) -> None:
     old["format"] = 1
     assert resumes(tbl, old) == 4
     moved = cr.open_table(uri(tmp_path / "copy"))
-    with pytest.raises(cr.InvalidArgumentError, match=r"table_uri .*table_moved=True"):
+    with pytest.raises(cr.InvalidArgumentError, match=r"table_uri .*table_moved"):
         resumes(moved, old)
     assert resumes(moved, old, table_moved=True) == 4
     loader = cr.DataLoader(dataset(moved))  # passes the override on

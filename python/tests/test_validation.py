@@ -195,8 +195,14 @@ def test_checkpoint_fields(tbl: cr.Table) -> None:
     def check(value: Any) -> None:
         with pytest.raises(cr.InvalidArgumentError) as info:
             ds.load_state_dict({**good, "steps_consumed": value})
-        assert_names(info.value, "steps_consumed", value)
-        assert "of an epoch of 8 steps" in str(info.value)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 2**63:
+            assert_names(info.value, "steps_consumed", value)
+            if value > 0:
+                assert "of an epoch of 8 steps" in str(info.value)
+        else:  # named by its JSON type where JSON carries it
+            assert "steps_consumed" in str(info.value)
+            assert "must be" in str(info.value)
+            assert not GO_WORDS.search(str(info.value))
 
     check()
     with pytest.raises(cr.InvalidArgumentError, match="epoch must be an integer >= 0, got -1"):
@@ -353,5 +359,5 @@ def test_default_num_splits_and_world_size_say_where_they_came_from(tbl: cr.Tabl
 def test_a_following_state_is_not_a_streaming_one(tmp_path: Path, tbl: cr.Table) -> None:
     follow = cr.FollowingDataset(tbl, cr.Follow(wait_timeout=0.01), global_batch_size=8)
     ds = cr.StreamingDataset(tbl, global_batch_size=8)
-    with pytest.raises(cr.InvalidArgumentError, match=r"is a FollowingDataset's \(kind 'follow'\)"):
+    with pytest.raises(cr.InvalidArgumentError, match=r"following's \(kind \"follow\"\).*FollowingDataset"):
         ds.load_state_dict(follow.state_dict())
