@@ -34,6 +34,14 @@ and per CPU second, the peak RSS (VmHWM) and what the build added to it, against
 
     .venv/bin/python bench/permutation_build.py --bounded --rows 100_000_000
 
+``--runs`` picks other builds of ``BOUNDED_RUNS`` by key (a filter with a hash
+split, sequential and random splits, groups), ``--memories`` other
+``build_memory`` values (MiB), and ``--section`` the section they go to::
+
+    .venv/bin/python bench/permutation_build.py --bounded --rows 300_000_000 \\
+        --runs shuffle,filter,hash,filter-hash,lengths,sequential --memories 256 \\
+        --section "Permutation builds in bounded memory, 300M rows"
+
 ``--ranks 1,2,4`` measures instead builds on several processes: a table of N
 rows of two int64 columns in 8 files of 8 row groups, built with a hash split
 and a shuffle by ``python -m croupier.permute`` on 1, 2 and 4 processes,
@@ -152,17 +160,38 @@ def child(table_uri: str, sql: str, perm_uri: str) -> None:
     )
 
 
-# The builds of --bounded: name and builder steps.
-BOUNDED_RUNS: list[tuple[str, dict[str, object]]] = [
-    ("shuffle", {"shuffle": {"seed": 1}}),
-    ("filter ~30 %, shuffle", {"filter": "problem_id % 10 < 3", "shuffle": {"seed": 1}}),
-    ("hash split 9:1, shuffle", {"hash": True, "shuffle": {"seed": 1}}),
+# The builds of --bounded: key (for --runs), name and builder steps.
+BOUNDED_RUNS: list[tuple[str, str, dict[str, object]]] = [
+    ("shuffle", "shuffle", {"shuffle": {"seed": 1}}),
+    ("filter", "filter ~30 %, shuffle", {"filter": "problem_id % 10 < 3", "shuffle": {"seed": 1}}),
+    ("hash", "hash split 9:1, shuffle", {"hash": True, "shuffle": {"seed": 1}}),
     (
+        "filter-hash",
+        "filter ~30 %, hash split 9:1, shuffle",
+        {"filter": "problem_id % 10 < 3", "hash": True, "shuffle": {"seed": 1}},
+    ),
+    (
+        "lengths",
         "hash split 9:1, lengths, clumps of 64",
         {"hash": True, "lengths": "problem_id", "shuffle": {"seed": 1, "clump_size": 64}},
     ),
-    ("stored order", {}),
+    ("stored", "stored order", {}),
+    ("sequential", "sequential split 9:1, stored order", {"sequential": True}),
+    (
+        "sequential-window",
+        "sequential split 9:1, window shuffle",
+        {"sequential": True, "shuffle": {"seed": 1, "window": 65536}},
+    ),
+    ("random", "random split 9:1, shuffle", {"random": True, "shuffle": {"seed": 1}}),
+    ("groups", "group_by problem_id, shuffle", {"group_by": "problem_id", "shuffle": {"seed": 1}}),
 ]
+
+
+# The builds, the build memories (MiB) and the RESULTS.md section of --bounded
+# by default.
+BOUNDED_DEFAULT = "shuffle,filter,hash,lengths,stored"
+BOUNDED_MEMORIES = "256,1024"
+BOUNDED_SECTION = "Permutation builds in bounded memory"
 
 
 def bounded_child(table_uri: str, steps_json: str, perm_uri: str) -> None:
@@ -179,6 +208,12 @@ def bounded_child(table_uri: str, steps_json: str, perm_uri: str) -> None:
         builder.filter(steps["filter"])
     if steps.get("hash"):
         builder.split_hash(["problem_id"], [9, 1], split_names=["train", "val"])
+    if steps.get("sequential"):
+        builder.split_sequential(ratios=[0.9, 0.1], split_names=["train", "val"])
+    if steps.get("random"):
+        builder.split_random(ratios=[0.9, 0.1], seed=1, split_names=["train", "val"])
+    if "group_by" in steps:
+        builder.group_by(str(steps["group_by"]))
     if "lengths" in steps:
         builder.lengths(steps["lengths"])
     if "shuffle" in steps:
@@ -220,6 +255,11 @@ def run_child(args: list[str], perm_dir: Path) -> dict[str, Any]:
 def bounded(args: argparse.Namespace, tmp: str) -> None:
     """The --bounded benchmark: build memory against build_memory."""
     load = os.getloadavg()[0]
+    flags = f" --runs {args.runs}" if args.runs else ""
+    if args.memories != BOUNDED_MEMORIES:
+        flags += f" --memories {args.memories}"
+    if args.section != BOUNDED_SECTION:
+        flags += f' --section "{args.section}"'
     folder = args.data or Path(tmp) / "ints"
     if folder.exists() and table_rows(folder) == args.rows:
         written = "reused"
@@ -230,9 +270,13 @@ def bounded(args: argparse.Namespace, tmp: str) -> None:
     size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
     print(f"table: {args.rows:,} rows, {size / 2**20:,.0f} MiB of Parquet ({written})")
     table_uri = "file://" + str(folder.resolve())
+    keys = (args.runs or BOUNDED_DEFAULT).split(",")
+    memories = [int(m) << 20 for m in args.memories.split(",")]
     rows = []
-    for name, steps in BOUNDED_RUNS:
-        for memory in (256 << 20, 1 << 30):
+    for key, name, steps in BOUNDED_RUNS:
+        if key not in keys:
+            continue
+        for memory in memories:
             run = {**steps, "memory": memory}
             r = run_child(["--bounded-child", table_uri, json.dumps(run)], Path(tmp) / "perm")
             added, secs = int(r["hwm"]) - int(r["hwm_before"]), r["seconds"]
@@ -243,7 +287,7 @@ def bounded(args: argparse.Namespace, tmp: str) -> None:
             )
             print(rows[-1], flush=True)
     section = [
-        f"Generated by `bench/permutation_build.py --bounded --rows {args.rows}`. Table:"
+        f"Generated by `bench/permutation_build.py --bounded --rows {args.rows}{flags}`. Table:"
         f" {args.rows:,} rows of two int64 columns (id sorted, problem_id uniform in"
         f" [0, 10⁶)), {size / 2**20:,.0f} MiB of zstd Parquet, row groups of"
         f" {args.row_group:,} rows, local files. Each build runs in a child process that"
@@ -259,7 +303,7 @@ def bounded(args: argparse.Namespace, tmp: str) -> None:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
     ]
-    update_section(args.out, "Permutation builds in bounded memory", section)
+    update_section(args.out, args.section, section)
     print(f"wrote {args.out}")
 
 
@@ -404,6 +448,9 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the table in --data")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     ap.add_argument("--bounded", action="store_true", help="build memory against build_memory")
+    ap.add_argument("--runs", help="--bounded: the builds to run, by key: shuffle,groups")
+    ap.add_argument("--memories", default=BOUNDED_MEMORIES, help="--bounded: build_memory, MiB")
+    ap.add_argument("--section", default=BOUNDED_SECTION, help="--bounded: RESULTS.md section")
     ap.add_argument("--ranks", help="build on this many processes each: 1,2,4")
     ap.add_argument("--child", nargs=3, metavar=("TABLE", "SQL", "PERM"), help=argparse.SUPPRESS)
     ap.add_argument("--bounded-child", nargs=3, help=argparse.SUPPRESS)

@@ -303,3 +303,36 @@ func TestWideIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestSequentialSplitsFromSpill: a sequential split reads its runs back from
+// the spill, one spill object at a time in stored order, one window at a
+// time with a window shuffle, and one split at a time with a full shuffle,
+// never every kept row at once; and it builds the permutation it builds in
+// memory.
+func TestSequentialSplitsFromSpill(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333)
+	seq := func(ratios ...float64) *permutation.SplitSpec {
+		return &permutation.SplitSpec{Kind: "sequential", Ratios: ratios}
+	}
+	for name, tc := range map[string]struct {
+		spec permutation.Spec
+		most int64 // records held at once
+	}{
+		"stored":  {permutation.Spec{Filter: "id % 3 != 1", Split: seq(0.6, 0.3)}, 16},
+		"lengths": {permutation.Spec{Lengths: "tokens", Filter: "tokens IS NOT NULL", Split: seq(0.5, 0.5)}, 8},
+		"window":  {permutation.Spec{Split: seq(0.5, 0.5), Shuffle: &permutation.ShuffleSpec{Seed: 9, ClumpSize: 3, Window: 10}}, 30},
+		"shuffle": {permutation.Spec{Split: seq(0.2, 0.8), Shuffle: &permutation.ShuffleSpec{Seed: 10, ClumpSize: 6}}, 827}, // of 1,033 rows
+	} {
+		want := splitsDigest(t, build(t, tb, tc.spec))
+		var held int64
+		restore := permutation.SetBuckets(1<<22, 64, func(n int64) { held = n })
+		got := splitsDigest(t, build(t, tb, tc.spec))
+		restore()
+		if got != want {
+			t.Errorf("%s: splits digest %s from the spill, %s in memory", name, got, want)
+		}
+		if held > tc.most {
+			t.Errorf("%s: %d records held at once, more than %d", name, held, tc.most)
+		}
+	}
+}

@@ -71,9 +71,9 @@ const noSplit = -1
 // filter, the split, the groups and the lengths need, and skips row groups
 // whose statistics rule the filter out. Its memory is bounded by
 // BuildOptions.Memory whatever the table's size, but with Spec.GroupBy and
-// with random and sequential splits, which hold every kept row (see
-// docs/spec.md, "Building in bounded memory"). It is the distributed build
-// of one rank (see Rank).
+// with random splits, which hold every kept row, and with sequential splits
+// fully shuffled, which hold a split (see docs/spec.md, "Building in bounded
+// memory"). It is the distributed build of one rank (see Rank).
 func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
 	r, err := NewRank(ctx, t, spec, uri, opts, RankOptions{World: 1})
 	if err != nil {

@@ -165,9 +165,9 @@ func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
 		case !o.need(p, 0, o.sp.count(p, 0)):
 			err = skipSplit(sink, o.sp.count(p, 0))
 		case o.b.spec.Shuffle == nil:
-			err = o.stored(ctx, p, sink)
+			err = o.stored(ctx, o.whole(p), sink)
 		default:
-			err = o.windowed(ctx, p, sink)
+			err = o.windowed(ctx, o.whole(p), sink)
 		}
 		if err != nil {
 			return err
@@ -195,17 +195,29 @@ func (o *orderer[T]) load(ctx context.Context, p, bk int) ([]T, error) {
 	return out, err
 }
 
+// decode appends the records to out.
 func (o *orderer[T]) decode(out []T, records []byte) []T {
+	out = slices.Grow(out, len(records)/o.sp.record)
 	for i := 0; i < len(records); i += o.sp.record {
 		out = append(out, o.l.get(records[i:]))
 	}
 	return out
 }
 
-// stored gives part p's records in row id order, one spill object at a time.
-func (o *orderer[T]) stored(ctx context.Context, p int, sink splitSink[T]) error {
+// A run is the records from..from+n of part p's one bucket, ordered as
+// split i: a part, or one of the splits a sequential split cuts part 0 into.
+type run struct {
+	p, i    int
+	from, n int64
+}
+
+// whole returns the run of part p's every record.
+func (o *orderer[T]) whole(p int) run { return run{p, p, 0, o.sp.count(p, 0)} }
+
+// stored gives run r's records in row id order, one spill object at a time.
+func (o *orderer[T]) stored(ctx context.Context, r run, sink splitSink[T]) error {
 	var buf []T
-	err := o.sp.read(ctx, p, 0, func(records []byte) error {
+	err := o.sp.readRange(ctx, r.p, 0, r.from, r.from+r.n, func(records []byte) error {
 		buf = o.decode(buf[:0], records)
 		o.b.held = max(o.b.held, int64(cap(buf)))
 		return sink.add(buf)
@@ -216,15 +228,15 @@ func (o *orderer[T]) stored(ctx context.Context, p int, sink splitSink[T]) error
 	return sink.end(nil)
 }
 
-// windowed gives part p's windows in a random order, each with its clumps
+// windowed gives run r's windows in a random order, each with its clumps
 // permuted, as shuffle does (see ShuffleSpec), reading one window at a time.
-func (o *orderer[T]) windowed(ctx context.Context, p int, sink splitSink[T]) error {
+func (o *orderer[T]) windowed(ctx context.Context, r run, sink splitSink[T]) error {
 	sh := *o.b.spec.Shuffle
-	clump, n := max(sh.ClumpSize, 1), o.sp.count(p, 0)
+	clump, p, at, n := max(sh.ClumpSize, 1), r.p, r.from, r.n
 	units := n / clump
 	var recs, out []T
-	err := windowOrder(NewRand(shuffleKey(sh.Seed, p, 0)), units, sh.Window, func(lo, hi int64, order []int64) (err error) {
-		if recs, err = o.span(ctx, p, lo*clump, hi*clump, recs[:0]); err != nil {
+	err := windowOrder(NewRand(shuffleKey(sh.Seed, r.i, 0)), units, sh.Window, func(lo, hi int64, order []int64) (err error) {
+		if recs, err = o.span(ctx, p, at+lo*clump, at+hi*clump, recs[:0]); err != nil {
 			return err
 		}
 		out = out[:0]
@@ -236,7 +248,7 @@ func (o *orderer[T]) windowed(ctx context.Context, p int, sink splitSink[T]) err
 	if err != nil {
 		return err
 	}
-	if recs, err = o.span(ctx, p, units*clump, n, recs[:0]); err != nil {
+	if recs, err = o.span(ctx, p, at+units*clump, at+n, recs[:0]); err != nil {
 		return err
 	}
 	if err := sink.add(recs); err != nil {
@@ -403,9 +415,10 @@ func (b *builder) assigned() bool {
 	return s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential)
 }
 
-// assigned gives the splits of a random or sequential split, which are
-// drawn from all the kept rows at once: a rank that orders any of them
-// draws them all, and one that orders none skips them unread.
+// assigned gives the splits of a random or sequential split: a rank that
+// orders none of them skips them unread. A random split's are drawn from all
+// the kept rows at once, which a rank that orders any of them reads whole; a
+// sequential split's are runs of them, each read on its own (see sequential).
 func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 	rows, err := o.b.spec.Split.splitRows(o.sp.count(0, 0))
 	if err != nil {
@@ -422,6 +435,9 @@ func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 			}
 		}
 		return nil
+	}
+	if o.b.spec.Split.Kind == SplitSequential {
+		return o.sequential(ctx, rows, sink)
 	}
 	kept, err := o.load(ctx, 0, 0)
 	if err != nil {
@@ -451,6 +467,48 @@ func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 	return nil
 }
 
+// sequential gives the splits of a sequential split, each the run of kept
+// rows, in row id order, after the previous split's: read one spill object
+// at a time in stored order, one window at a time with a window shuffle, and
+// whole, the split alone, with a full shuffle. A split this rank does not
+// order is skipped unread.
+func (o *orderer[T]) sequential(ctx context.Context, rows []int64, sink splitSink[T]) error {
+	var at int64
+	for i, n := range rows {
+		r := run{0, i, at, n}
+		at += n
+		var err error
+		switch sh := o.b.spec.Shuffle; {
+		case !o.need(i, 0, n):
+			err = skipSplit(sink, n)
+		case sh == nil:
+			err = o.stored(ctx, r, sink)
+		case sh.Window > 0:
+			err = o.windowed(ctx, r, sink)
+		default:
+			err = o.shuffledRun(ctx, r, sink)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shuffledRun gives run r's records shuffled whole, as split i.
+func (o *orderer[T]) shuffledRun(ctx context.Context, r run, sink splitSink[T]) error {
+	recs, err := o.span(ctx, r.p, r.from, r.from+r.n, nil)
+	if err != nil {
+		return err
+	}
+	sh := *o.b.spec.Shuffle
+	shuffle(recs, sh, NewRand(shuffleKey(sh.Seed, r.i, 0)))
+	if err := sink.add(recs); err != nil {
+		return err
+	}
+	return sink.end(nil)
+}
+
 // splitRows returns the rows of each split of a random or sequential split
 // of kept rows, as assign cuts them.
 func (s *SplitSpec) splitRows(kept int64) ([]int64, error) {
@@ -468,20 +526,18 @@ func (s *SplitSpec) splitRows(kept int64) ([]int64, error) {
 	return rows, nil
 }
 
-// assign cuts the kept rows, in row id order, into the splits of a random or
-// sequential split, each in row id order.
+// assign draws the kept rows, in row id order, into the splits of a random
+// split, each in row id order.
 func assign[T any](s *SplitSpec, kept []T, id func(T) uint64) ([][]T, error) {
 	c := max(s.ClumpSize, 1)
 	sizes, err := s.unitSizes(int64(len(kept)))
 	if err != nil {
 		return nil, err
 	}
-	if s.Kind == SplitRandom {
-		if c == 1 {
-			Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept)
-		} else {
-			kept = permuteClumps(kept, c, NewRand(DeriveKey(s.Seed, "split_random")))
-		}
+	if c == 1 {
+		Permute(NewRand(DeriveKey(s.Seed, "split_random")), kept)
+	} else {
+		kept = permuteClumps(kept, c, NewRand(DeriveKey(s.Seed, "split_random")))
 	}
 	var out [][]T
 	var at int64
