@@ -179,10 +179,11 @@ class PermutationBuilder:
         """Shuffle each split with ``seed``.
 
         ``clump_size`` keeps runs of that many consecutive rows together;
-        ``"auto"`` chooses it from the table's layout when the permutation is
-        built: the largest power of two at most the rows a page of the widest
-        column holds, so that with several ranks each page is read by one rank
-        (the size chosen is recorded in the permutation's spec).
+        ``"auto"`` clumps by the table's pages instead: a clump is the kept
+        rows that lie in one page of each row group's widest column, however
+        many, so that clumps start and end on page boundaries and with several
+        ranks each such page is read by one rank (docs/spec.md, "Page-aligned
+        clumps"; the spec records ``clump_size`` -1).
         ``window`` (in clumps) makes an I/O-friendly window shuffle: the split is
         cut into windows of that many clumps in row id order, and the windows and
         the clumps inside each are permuted, so a reader touches each row group
