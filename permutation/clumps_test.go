@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/croupier-data/croupier/core/errcode"
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/permutation"
@@ -274,6 +277,34 @@ func TestRecordedClumpSize(t *testing.T) {
 		}
 		if got := fmt.Sprintf("%x", h.Sum(nil)); got != tc.want {
 			t.Errorf("%+v: epochs 0 to 2 digest to %s, want %s", *tc.spec.Shuffle, got, tc.want)
+		}
+	}
+}
+
+// TestPageClumpsFormat: page-aligned clumps are recorded in format 4
+// exactly: a manifest that records them in another format, or format 4
+// without them, is Corrupt, so that no reader deals them as fixed clumps.
+func TestPageClumpsFormat(t *testing.T) {
+	ctx := context.Background()
+	tb := pageTable(t, 2000)
+	for name, tc := range map[string]struct {
+		clump  int64
+		format int
+	}{
+		"auto in format 3":  {permutation.AutoClump, 3},
+		"auto in format 2":  {permutation.AutoClump, 2},
+		"fixed in format 4": {8, 4},
+	} {
+		dir := t.TempDir()
+		p, err := permutation.Build(ctx, tb, permutation.Spec{Shuffle: &permutation.ShuffleSpec{Seed: 1, ClumpSize: tc.clump}}, "file://"+dir, permutation.BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+		tabletest.EditJSON(t, filepath.Join(dir, "permutation.json"), func(m map[string]any) { m["format"] = tc.format })
+		_, err = permutation.Open(ctx, "file://"+dir)
+		if errcode.Of(err) != errcode.Corrupt || !strings.Contains(err.Error(), "page-aligned clumps") {
+			t.Errorf("%s: %v, want Corrupt naming the clumps", name, err)
 		}
 	}
 }

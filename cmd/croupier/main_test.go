@@ -586,7 +586,7 @@ func TestPermuteGroupBy(t *testing.T) {
 	var out permOutput
 	okJSON(t, &out, "permute", "file://"+dir, perm, "--quiet", "--group-by", "problem_id", "--shuffle-seed", "2",
 		"--split-hash", "problem_id:3,1", "--split-names", "train,val")
-	if out.Format != permutation.FormatVersion || !slices.Equal(out.Spec.GroupBy, []string{"problem_id"}) || out.Splits[0].NumGroups == 0 {
+	if out.Format != 3 || !slices.Equal(out.Spec.GroupBy, []string{"problem_id"}) || out.Splits[0].NumGroups == 0 {
 		t.Fatalf("permute --group-by: %+v", out)
 	}
 	d := dealRun(t, "--perm", perm, "--global-batch-size", "24", "--world-size", "3", "--step", "1", "--epoch", "1", "--shuffle-seed", "4")

@@ -14,6 +14,7 @@ derivation, XXH64 over a canonical encoding of the values).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import pickle
 import struct
 import subprocess
@@ -476,7 +477,7 @@ def test_auto_clump_size(tmp_path: Path, perm_uri: Callable[[str], str]) -> None
     order = perms[0].row_ids().tolist()
     assert sorted(order) == list(range(10000))
     runs = [[order[0]]]  # maximal runs of consecutive ids
-    for prev, r in zip(order, order[1:], strict=False):
+    for prev, r in itertools.pairwise(order):
         if r == prev + 1:
             runs[-1].append(r)
         else:
