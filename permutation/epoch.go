@@ -60,7 +60,7 @@ func (s *Split) ForEpoch(seed uint64, e int64) Order {
 		return s
 	}
 	if sh.ClumpSize == AutoClump {
-		return clumpedOrder{&groupedOrder{split: s, seed: seed, epoch: e, units: "clumps"}}
+		return clumpedOrder{s.groupedEpoch(seed, e)}
 	}
 	c := max(sh.ClumpSize, 1)
 	b := max(ChunkIDs/c*c, c)
@@ -171,12 +171,17 @@ type GroupedOrder interface {
 }
 
 // groupedEpoch returns the grouped order of epoch e (0: the stored order),
-// the one made last when it is the same: each holds its groups' places.
+// the one made last when it is the same: each holds its groups' places. A
+// split with page-aligned clumps has its clumps for groups.
 func (s *Split) groupedEpoch(seed uint64, e int64) *groupedOrder {
 	s.groupsMu.Lock()
 	defer s.groupsMu.Unlock()
 	if o := s.epoch; o == nil || o.seed != seed || o.epoch != e {
-		s.epoch = &groupedOrder{split: s, seed: seed, epoch: e, units: "groups"}
+		units := "groups"
+		if !s.Grouped() {
+			units = "clumps"
+		}
+		s.epoch = &groupedOrder{split: s, seed: seed, epoch: e, units: units}
 	}
 	return s.epoch
 }

@@ -154,7 +154,7 @@ type Split struct {
 
 	groupsMu sync.Mutex
 	starts   []int64       // GroupStarts, or where page-aligned clumps start, once read
-	epoch    *groupedOrder // the grouped order ForEpoch made last
+	epoch    *groupedOrder // the grouped or clumped order ForEpoch made last
 }
 
 // ID names the split for checkpoints: the permutation's UUID and the split name.
