@@ -727,9 +727,8 @@ func (l PageLayout) Coarse() bool {
 // page are the median over its pages, where the file has an offset index,
 // else the row group's rows over the pages its uncompressed size makes at
 // the writers' default page size. They are between 1 and that row group's
-// rows; the zero PageLayout is that of a table without rows. A shuffle whose
-// clumps hold about this many consecutive rows gives each page to one rank
-// (see permutation.AutoClump).
+// rows; the zero PageLayout is that of a table without rows. PageStarts gives
+// where every page of each row group's widest column starts.
 func (t *Table) PageLayout(ctx context.Context) (PageLayout, error) {
 	f := slices.IndexFunc(t.pin.Files, func(f File) bool { return len(f.RowGroups) > 0 && f.RowGroups[0] > 0 })
 	if f < 0 {
