@@ -25,8 +25,8 @@ from . import _args, _lib, _progress, _torch
 from .errors import ClosedError, CroupierError, InvalidArgumentError, UnavailableError
 from .table import Table, _cache_options
 
-# The clump size that has the builder choose one from the table's layout
-# (Go's permutation.AutoClump).
+# The clump size of page-aligned clumps, cut at the table's page boundaries
+# (Go's permutation.AutoClump); the persisted spec records it.
 AUTO_CLUMP = -1
 
 __all__ = ["Permutation", "PermutationBuilder", "Permutations", "open_permutations"]
