@@ -174,6 +174,7 @@ def permutations(
             clump=clumps[form],
             window=windows[form],
             small_window=args.small_window,
+            pow2_clump=getattr(args, "pow2_clump", 0),
         )
         for form, uri in uris.items()
     }
@@ -355,6 +356,12 @@ def order_text(args: argparse.Namespace, tables: Tables, forms: list[str]) -> st
         "clumped": f"clumped is `shuffle(seed, clump_size=C)` with C {per_form(tables.clumps)}"
         + (", so that no clump straddles a row group" if aligned else ""),
         "full": "full is `shuffle(seed)`",
+        "auto": 'page-aligned clumps is `shuffle(seed, clump_size="auto")`: each clump the'
+        " rows of one page of its row group's widest column",
+        "pow2": "power-of-two clumps is `shuffle(seed,"
+        f' clump_size={getattr(args, "pow2_clump", 0)})`, the size `clump_size="auto"` chose'
+        " (the largest power of two at most the median rows of a page of the widest column)"
+        " before clumps followed pages",
     }
     return (
         "Orders: "

@@ -65,6 +65,8 @@ ORDERS = ("sequential", "clumped", "window", "full")
 ORDER_LABELS = {
     "sequential": "sequential",
     "clumped": "clumped shuffle",
+    "auto": "page-aligned clumps (auto)",
+    "pow2": "power-of-two clumps",
     "window": "window shuffle",
     "window-small": "small-window shuffle",
     "full": "full shuffle",
@@ -323,12 +325,15 @@ def build_permutations(
     clump: int,
     window: int,
     small_window: int = 0,
+    pow2_clump: int = 0,
 ) -> dict[str, str]:
     """Persist the permutation of each shuffled order of a table; returns their URIs.
 
     clumped is ``shuffle(seed, clump_size=clump)``, window ``shuffle(seed,
     window=window)`` (clumps of one row), window-small the same with
-    ``small_window``, full ``shuffle(seed)``.
+    ``small_window``, full ``shuffle(seed)``, auto ``shuffle(seed,
+    clump_size="auto")`` (page-aligned clumps), pow2 ``shuffle(seed,
+    clump_size=pow2_clump)``.
     """
     import croupier as cr
 
@@ -342,6 +347,10 @@ def build_permutations(
         b = cr.PermutationBuilder(table)
         if order == "clumped":
             b.shuffle(seed=seed, clump_size=clump)
+        elif order == "auto":
+            b.shuffle(seed=seed, clump_size="auto")
+        elif order == "pow2":
+            b.shuffle(seed=seed, clump_size=pow2_clump)
         elif order in ("window", "window-small"):
             b.shuffle(seed=seed, window=window if order == "window" else small_window)
         else:

@@ -2,7 +2,9 @@
 larger-than-memory table of ``bench/beyond_memory.py`` together.
 
 For each shuffled order (window, clumped with clumps aligned to row groups,
-full), each world size W of ``--worlds`` and each ``--workers`` count K, W
+full; page-aligned clumps, ``clump_size="auto"``, and power-of-two clumps of
+``--pow2-clump`` rows when asked for), each world size W of ``--worlds`` and
+each ``--workers`` count K, W
 processes each build ``cr.StreamingDataset(rank=r, world_size=W)`` over the
 same persisted permutation, with a memory budget the projected columns are
 ``--ratio`` times, and read it through ``cr.DataLoader(ds, num_workers=K)``,
@@ -38,6 +40,10 @@ import measure
 import results
 
 ORDERS = ("window", "clumped", "full")
+# Orders measured when asked for (--orders): page-aligned clumps
+# (clump_size="auto") and the power-of-two clumps (--pow2-clump) that
+# clump_size="auto" chose before clumps followed pages.
+MORE_ORDERS = ("auto", "pow2")
 fmt = loader_throughput.fmt
 
 
@@ -230,7 +236,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=["0", "2", "2p"],
         help="DataLoader workers per rank: K (as asked for), or Kp (K worker processes)",
     )
-    ap.add_argument("--orders", type=beyond_memory.csv, default=list(ORDERS))
+    ap.add_argument(
+        "--orders",
+        type=beyond_memory.csv,
+        default=list(ORDERS),
+        help="of: " + ", ".join(ORDERS + MORE_ORDERS),
+    )
+    ap.add_argument("--pow2-clump", type=int, default=0, help="rows per clump of the pow2 order")
     ap.add_argument("--ratio", type=int, default=4, help="projected bytes ÷ memory budget")
     ap.add_argument("--form", choices=list(beyond_memory.FORMS), default="croupier")
     # A part of the matrix goes to bench/RESULTS.md only when asked (--out):
@@ -243,8 +255,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     if args.out is None and full:
         args.out = results_md
-    if unknown := set(args.orders) - set(ORDERS):
+    if unknown := set(args.orders) - set(ORDERS + MORE_ORDERS):
         ap.error(f"unknown orders: {', '.join(sorted(unknown))}")
+    if "pow2" in args.orders and args.pow2_clump <= 0:
+        ap.error("the pow2 order needs --pow2-clump")
     if bad := [w for w in args.workers if not w.removesuffix("p").isdigit()]:
         ap.error(f"--workers: {', '.join(bad)} is not a count, or a count and p")
     if bad := [w for w in args.worlds if args.num_splits % w]:

@@ -51,7 +51,9 @@ KINDS: dict[str, ReaderKind] = {
     k.name: k
     for k in (
         ReaderKind("pyarrow", "pyarrow iter_batches → torch", ("sequential",)),
-        ReaderKind("croupier", "croupier", ("sequential", "clumped", "window", "full")),
+        ReaderKind(
+            "croupier", "croupier", ("sequential", "clumped", "window", "full", "auto", "pow2")
+        ),
         ReaderKind(
             "lancedb",
             "LanceDB StreamingDataset",

@@ -105,17 +105,17 @@ func newBuilder(ctx context.Context, t *table.Table, spec Spec, opts BuildOption
 	}
 	if spec.Shuffle != nil {
 		sh := *spec.Shuffle
-		if sh.ClumpSize == AutoClump {
-			rows, err := t.RowsPerPage(ctx)
-			if err != nil {
-				return nil, err
-			}
-			sh.ClumpSize = 1 << (bits.Len64(uint64(max(rows, 1))) - 1)
-		}
 		if err := sh.validate(); err != nil {
 			return nil, err
 		}
 		spec.Shuffle = &sh
+	}
+	var spans *pageSpans
+	if sh := spec.Shuffle; sh != nil && sh.ClumpSize == AutoClump {
+		var err error
+		if spans, err = loadPageSpans(ctx, t); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case opts.Memory == 0:
@@ -127,7 +127,7 @@ func newBuilder(ctx context.Context, t *table.Table, spec Spec, opts BuildOption
 	if opts.Allocator == nil {
 		opts.Allocator = memory.DefaultAllocator
 	}
-	b := &builder{t: t, spec: spec, opts: opts, world: 1}
+	b := &builder{t: t, spec: spec, opts: opts, world: 1, spans: spans}
 	return b, b.prepare()
 }
 
@@ -159,8 +159,9 @@ type builder struct {
 	t           *table.Table
 	spec        Spec
 	opts        BuildOptions
-	rank, world int       // this build's rank of its ranks (see Rank)
-	jobs        []scanJob // the row groups this rank scans
+	rank, world int        // this build's rank of its ranks (see Rank)
+	spans       *pageSpans // with AutoClump: the table's page spans, else nil
+	jobs        []scanJob  // the row groups this rank scans
 
 	filter  *expr.Expr // nil: keep every row
 	calc    *expr.Expr // split_calculated's expression
@@ -725,9 +726,24 @@ func group[T any](ids []T, keys []string, r *Rand) []uint64 {
 }
 
 // shuffle orders ids by sh with the given key (see ShuffleSpec). Only whole
-// clumps move: a partial clump at the end stays last, so that clumps stay
-// aligned to multiples of the clump size in every epoch's order.
-func shuffle[T any](ids []T, sh ShuffleSpec, r *Rand) {
+// clumps move. With AutoClump, starts are where the clumps of ids start
+// (clumpStarts), each whole; else they are nil and clumps hold ClumpSize
+// rows: a partial clump at the end stays last, so that clumps stay aligned
+// to multiples of the clump size in every epoch's order.
+func shuffle[T any](ids []T, sh ShuffleSpec, r *Rand, starts []int64) {
+	if starts != nil {
+		order := unitOrder(r, int64(len(starts)), sh.Window)
+		src := slices.Clone(ids)
+		at := ids[:0]
+		for _, u := range order {
+			end := int64(len(src))
+			if u+1 < int64(len(starts)) {
+				end = starts[u+1]
+			}
+			at = append(at, src[starts[u]:end]...)
+		}
+		return
+	}
 	clump := max(sh.ClumpSize, 1)
 	if clump == 1 && sh.Window == 0 {
 		// The same swaps as permuting an index array, applied in place: the
@@ -736,23 +752,29 @@ func shuffle[T any](ids []T, sh ShuffleSpec, r *Rand) {
 		return
 	}
 	units := int64(len(ids)) / clump
-	var order []int64
-	if sh.Window > 0 {
-		order = make([]int64, 0, units)
-		windowOrder(r, units, sh.Window, func(lo, _ int64, win []int64) error {
-			for _, u := range win {
-				order = append(order, lo+u)
-			}
-			return nil
-		})
-	} else {
-		order = identity(units)
-		Permute(r, order)
-	}
+	order := unitOrder(r, units, sh.Window)
 	src := slices.Clone(ids[:units*clump])
 	for i, u := range order {
 		copy(ids[int64(i)*clump:], src[u*clump:(u+1)*clump])
 	}
+}
+
+// unitOrder returns the order of units units that a shuffle with window
+// window (0: none) draws from r.
+func unitOrder(r *Rand, units, window int64) []int64 {
+	if window == 0 {
+		order := identity(units)
+		Permute(r, order)
+		return order
+	}
+	order := make([]int64, 0, units)
+	windowOrder(r, units, window, func(lo, _ int64, win []int64) error {
+		for _, u := range win {
+			order = append(order, lo+u)
+		}
+		return nil
+	})
+	return order
 }
 
 // identity returns 0, 1, …, n−1.

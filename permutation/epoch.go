@@ -39,6 +39,15 @@ type EpochOrderer interface {
 // DeriveKey(seed, "epoch/<e>/groups")) gives: group i of the epoch is stored
 // group At(i), its rows in their stored order. Finding positions needs every
 // group's place, so the order holds 16 bytes a group once it is first read.
+//
+// A split shuffled with page-aligned clumps (ShuffleSpec.ClumpSize
+// AutoClump) deals, in epoch e > 0, its clumps in the order Bijection(n_clumps,
+// DeriveKey(seed, "epoch/<e>/clumps")) gives, as groups are dealt. Its clumps
+// are found in the stored order as groups would be: a clump starts at
+// position 0 and wherever a row lies in another page span than the row
+// before (docs/spec.md, "Page-aligned clumps"). Finding them reads the
+// split's row ids once and the table's page index, and the order holds 16
+// bytes a clump; it is an Order of rows, not a GroupedOrder.
 func (s *Split) ForEpoch(seed uint64, e int64) Order {
 	sh := s.p.m.Spec.Shuffle
 	if s.Grouped() && s.info.NumRows > 0 {
@@ -49,6 +58,9 @@ func (s *Split) ForEpoch(seed uint64, e int64) Order {
 	}
 	if e == 0 || sh == nil || s.info.NumRows == 0 {
 		return s
+	}
+	if sh.ClumpSize == AutoClump {
+		return clumpedOrder{s.groupedEpoch(seed, e)}
 	}
 	c := max(sh.ClumpSize, 1)
 	b := max(ChunkIDs/c*c, c)
@@ -159,12 +171,17 @@ type GroupedOrder interface {
 }
 
 // groupedEpoch returns the grouped order of epoch e (0: the stored order),
-// the one made last when it is the same: each holds its groups' places.
+// the one made last when it is the same: each holds its groups' places. A
+// split with page-aligned clumps has its clumps for groups.
 func (s *Split) groupedEpoch(seed uint64, e int64) *groupedOrder {
 	s.groupsMu.Lock()
 	defer s.groupsMu.Unlock()
 	if o := s.epoch; o == nil || o.seed != seed || o.epoch != e {
-		s.epoch = &groupedOrder{split: s, seed: seed, epoch: e}
+		units := "groups"
+		if !s.Grouped() {
+			units = "clumps"
+		}
+		s.epoch = &groupedOrder{split: s, seed: seed, epoch: e, units: units}
 	}
 	return s.epoch
 }
@@ -173,7 +190,8 @@ func (s *Split) groupedEpoch(seed uint64, e int64) *groupedOrder {
 type groupedOrder struct {
 	split *Split
 	seed  uint64
-	epoch int64 // 0: the stored order
+	epoch int64  // 0: the stored order
+	units string // "groups", or "clumps" for a clumpedOrder
 
 	mu     sync.Mutex
 	starts []int64 // where group i of this order starts in it, then Len; nil until loaded
@@ -194,7 +212,7 @@ func (o *groupedOrder) places(ctx context.Context) (starts, from []int64, err er
 	if o.starts != nil {
 		return o.starts, o.from, nil
 	}
-	stored, err := o.split.GroupStarts(ctx)
+	stored, err := o.split.unitStarts(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -203,7 +221,7 @@ func (o *groupedOrder) places(ctx context.Context) (starts, from []int64, err er
 		o.starts, o.from = stored, stored[:n]
 		return o.starts, o.from, nil
 	}
-	bij := NewBijection(uint64(n), DeriveKey(o.seed, fmt.Sprintf("epoch/%d/groups", o.epoch)))
+	bij := NewBijection(uint64(n), DeriveKey(o.seed, fmt.Sprintf("epoch/%d/%s", o.epoch, o.units)))
 	starts, from = make([]int64, n+1), make([]int64, n)
 	var at int64
 	for i := range n {
@@ -280,4 +298,28 @@ func (o *groupedOrder) read(ctx context.Context, p part, start, stop int64) ([]u
 		pos = end
 	}
 	return out, nil
+}
+
+// clumpedOrder is the order of a split with page-aligned clumps in an epoch
+// after the first: its clumps permuted as a groupedOrder permutes groups,
+// dealt as rows.
+type clumpedOrder struct{ o *groupedOrder }
+
+func (c clumpedOrder) ID() string            { return c.o.ID() }
+func (c clumpedOrder) Len() int64            { return c.o.Len() }
+func (c clumpedOrder) String() string        { return c.o.String() }
+func (c clumpedOrder) LengthsColumn() string { return c.o.LengthsColumn() }
+
+// RowIDs returns the row ids at positions [start, stop) of the epoch's order.
+func (c clumpedOrder) RowIDs(ctx context.Context, start, stop int64) ([]uint64, error) {
+	return c.o.RowIDs(ctx, start, stop)
+}
+
+// Lengths returns the lengths of the rows at positions [start, stop) of the
+// epoch's order.
+func (c clumpedOrder) Lengths(ctx context.Context, start, stop int64) ([]uint64, error) {
+	if c.LengthsColumn() == "" {
+		return c.o.split.Lengths(ctx, 0, 0) // the split's error
+	}
+	return c.o.Lengths(ctx, start, stop)
 }

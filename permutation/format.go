@@ -43,12 +43,34 @@ import (
 // version 2, byte for byte what this builder wrote before, so that its ID
 // stays; a reader that predates version 3 refuses it instead of dealing
 // groups apart or rows without their lengths.
-const FormatVersion = 3
+//
+// Version 4 is version 3's form for a shuffle whose ShuffleSpec.ClumpSize is
+// AutoClump: clumps cut at the pinned table's page boundaries, which a
+// reader recomputes from the table to keep them whole in later epochs (see
+// docs/spec.md, "Page-aligned clumps"). Only such permutations are written
+// as version 4; a reader that predates it refuses them instead of dealing
+// their later epochs without clumps. Earlier builds recorded the power of
+// two they chose for AutoClump, and those permutations open and deal as
+// before.
+const FormatVersion = 4
 
 const (
-	uncheckedFormat = 1 // the last format without digests
-	sealedFormat    = 2 // the format of permutations without optional parts
+	uncheckedFormat  = 1 // the last format without digests
+	sealedFormat     = 2 // the format of permutations without optional parts
+	partsFormat      = 3 // the format of permutations with groups or lengths
+	pageClumpsFormat = 4 // the format of permutations with page-aligned clumps
 )
+
+// formatOf returns the format a permutation of spec is written in.
+func formatOf(spec Spec) int {
+	switch {
+	case spec.Shuffle != nil && spec.Shuffle.ClumpSize == AutoClump:
+		return pageClumpsFormat
+	case len(spec.GroupBy) > 0 || spec.Lengths != "":
+		return partsFormat
+	}
+	return sealedFormat
+}
 
 // ChunkIDs is the number of row ids in each persisted chunk object.
 const ChunkIDs = 1 << 16
@@ -118,6 +140,14 @@ type SplitInfo struct {
 	// Spec.GroupBy only).
 	NumGroups   int64    `json:"num_groups,omitempty"`
 	GroupSHA256 []string `json:"group_sha256,omitempty"`
+}
+
+// clumpsOf describes the clumps of spec's shuffle, for errors.
+func clumpsOf(spec Spec) string {
+	if sh := spec.Shuffle; sh != nil && sh.ClumpSize == AutoClump {
+		return "page-aligned clumps"
+	}
+	return "no page-aligned clumps"
 }
 
 // numChunks is the number of chunks of a split of n rows.
@@ -238,10 +268,10 @@ func readManifest(ctx context.Context, loc *store.Location) (Manifest, error) {
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d without its %s seal at the end", m.Format, seal.Field)
 	case m.Format == uncheckedFormat && sealed:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "format %d with the seal of format %d", m.Format, sealedFormat)
-	case (m.Format == FormatVersion) != (grouped || withLengths):
+	case m.Format != formatOf(m.Spec) && (m.Format != uncheckedFormat || formatOf(m.Spec) != sealedFormat):
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where,
-			"format %d with group_by %q and lengths column %q: groups and lengths are recorded in format %d exactly",
-			m.Format, m.Spec.GroupBy, m.Spec.Lengths, FormatVersion)
+			"format %d with group_by %q, lengths column %q and %s: such a permutation is recorded in format %d",
+			m.Format, m.Spec.GroupBy, m.Spec.Lengths, clumpsOf(m.Spec), formatOf(m.Spec))
 	case m.IDWidth != 4 && m.IDWidth != 8:
 		return Manifest{}, errcode.New(errcode.Corrupt, op, where, "id_width %d is neither 4 nor 8", m.IDWidth)
 	case len(m.Splits) == 0:

@@ -24,6 +24,24 @@ type Permutations struct {
 	build  BuildRecord
 	table  *table.Table
 	splits []*Split
+
+	spansMu sync.Mutex
+	spans   *pageSpans // the table's page spans, once read
+}
+
+// pageSpans returns the page spans of the permutation's table, reading them
+// on the first call that succeeds.
+func (p *Permutations) pageSpans(ctx context.Context) (*pageSpans, error) {
+	p.spansMu.Lock()
+	defer p.spansMu.Unlock()
+	if p.spans == nil {
+		s, err := loadPageSpans(ctx, p.table)
+		if err != nil {
+			return nil, err
+		}
+		p.spans = s
+	}
+	return p.spans, nil
 }
 
 // Open opens the permutation persisted at uri and checks that the table
@@ -135,8 +153,8 @@ type Split struct {
 	once   rowsOnce
 
 	groupsMu sync.Mutex
-	starts   []int64       // GroupStarts, once read
-	epoch    *groupedOrder // the grouped order ForEpoch made last
+	starts   []int64       // GroupStarts, or where page-aligned clumps start, once read
+	epoch    *groupedOrder // the grouped or clumped order ForEpoch made last
 }
 
 // ID names the split for checkpoints: the permutation's UUID and the split name.
@@ -328,6 +346,35 @@ func (s *Split) GroupStarts(ctx context.Context) ([]int64, error) {
 		}
 	}
 	s.starts = append(starts, s.info.NumRows)
+	return s.starts, nil
+}
+
+// unitStarts returns where the split's groups start, or, with page-aligned
+// clumps, its clumps, followed by Len (see GroupStarts and ForEpoch).
+func (s *Split) unitStarts(ctx context.Context) ([]int64, error) {
+	if s.Grouped() {
+		return s.GroupStarts(ctx)
+	}
+	spans, err := s.p.pageSpans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.groupsMu.Lock()
+	defer s.groupsMu.Unlock()
+	if s.starts != nil {
+		return s.starts, nil
+	}
+	c := newClumpCutter(spans)
+	for at := int64(0); at < s.info.NumRows; at += ChunkIDs {
+		ids, err := s.RowIDs(ctx, at, min(at+ChunkIDs, s.info.NumRows))
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			c.add(id)
+		}
+	}
+	s.starts = append(c.starts, s.info.NumRows)
 	return s.starts, nil
 }
 

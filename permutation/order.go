@@ -61,15 +61,16 @@ func shuffleKey(seed uint64, i, bk int) uint64 {
 // router sends each kept row of the scan to its bucket of the spill.
 type router struct {
 	sp    *spill
-	keys  []uint64 // the bucket key of each part
-	clump int64    // rows per unit: the shuffle's clump size, or 1
-	pos   []int64  // the rows routed to each part so far, from the split's first
+	keys  []uint64   // the bucket key of each part
+	clump int64      // rows per unit: the shuffle's clump size, or 1
+	spans *pageSpans // with AutoClump: a unit is a page span
+	pos   []int64    // the rows routed to each part so far, from the split's first
 }
 
 // newRouter returns a router to sp of the rows of each part p from its
 // row at[p] on (nil: from its first).
 func newRouter(b *builder, sp *spill, at []int64) *router {
-	r := &router{sp: sp, clump: 1, pos: make([]int64, b.numParts())}
+	r := &router{sp: sp, clump: 1, spans: b.spans, pos: make([]int64, b.numParts())}
 	copy(r.pos, at)
 	if sh := b.spec.Shuffle; sh != nil {
 		r.clump = max(sh.ClumpSize, 1)
@@ -83,7 +84,10 @@ func newRouter(b *builder, sp *spill, at []int64) *router {
 // route adds a kept row, and its length, to part p.
 func (r *router) route(p int, id uint64, length uint32) error {
 	unit := id
-	if r.clump > 1 {
+	switch {
+	case r.spans != nil:
+		unit = uint64(r.spans.of(id))
+	case r.clump > 1:
 		unit = uint64(r.pos[p] / r.clump)
 	}
 	r.pos[p]++
@@ -232,29 +236,58 @@ func (o *orderer[T]) stored(ctx context.Context, r run, sink splitSink[T]) error
 // permuted, as shuffle does (see ShuffleSpec), reading one window at a time.
 func (o *orderer[T]) windowed(ctx context.Context, r run, sink splitSink[T]) error {
 	sh := *o.b.spec.Shuffle
-	clump, p, at, n := max(sh.ClumpSize, 1), r.p, r.from, r.n
+	clump, p, n := max(sh.ClumpSize, 1), r.p, r.n
 	units := n / clump
+	at := func(u int64) int64 { return r.from + u*clump } // where unit u starts
+	if o.b.spans != nil {
+		starts, err := o.clumpStarts(ctx, r)
+		if err != nil {
+			return err
+		}
+		units = int64(len(starts))
+		at = func(u int64) int64 {
+			if u == units {
+				return r.from + n
+			}
+			return r.from + starts[u]
+		}
+	}
 	var recs, out []T
 	err := windowOrder(NewRand(shuffleKey(sh.Seed, r.i, 0)), units, sh.Window, func(lo, hi int64, order []int64) (err error) {
-		if recs, err = o.span(ctx, p, at+lo*clump, at+hi*clump, recs[:0]); err != nil {
+		if recs, err = o.span(ctx, p, at(lo), at(hi), recs[:0]); err != nil {
 			return err
 		}
 		out = out[:0]
 		for _, u := range order {
-			out = append(out, recs[u*clump:(u+1)*clump]...)
+			out = append(out, recs[at(lo+u)-at(lo):at(lo+u+1)-at(lo)]...)
 		}
 		return sink.add(out)
 	})
 	if err != nil {
 		return err
 	}
-	if recs, err = o.span(ctx, p, at+units*clump, at+n, recs[:0]); err != nil {
+	if recs, err = o.span(ctx, p, at(units), r.from+n, recs[:0]); err != nil {
 		return err
 	}
 	if err := sink.add(recs); err != nil {
 		return err
 	}
 	return sink.end(nil)
+}
+
+// clumpStarts returns where the page-aligned clumps of run r start, from
+// the run's first record, reading it through once: 8 bytes a clump.
+func (o *orderer[T]) clumpStarts(ctx context.Context, r run) ([]int64, error) {
+	c := newClumpCutter(o.b.spans)
+	var buf []T
+	err := o.sp.readRange(ctx, r.p, 0, r.from, r.from+r.n, func(records []byte) error {
+		buf = o.decode(buf[:0], records)
+		for _, r := range buf {
+			c.add(o.l.id(r))
+		}
+		return nil
+	})
+	return c.starts, err
 }
 
 // span appends the records from..to of part p's one bucket to out.
@@ -289,7 +322,7 @@ func (o *orderer[T]) shuffled(ctx context.Context, p int, sink splitSink[T]) err
 		if err != nil {
 			return err
 		}
-		shuffle(recs, sh, NewRand(shuffleKey(sh.Seed, p, bk)))
+		shuffle(recs, sh, NewRand(shuffleKey(sh.Seed, p, bk)), clumpStarts(o.b.spans, recs, o.l.id))
 		if err := o.give(sink, p, whole, recs[:whole.n]); err != nil {
 			return err
 		}
@@ -455,7 +488,7 @@ func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 			continue
 		}
 		if sh := o.b.spec.Shuffle; sh != nil {
-			shuffle(recs, *sh, NewRand(shuffleKey(sh.Seed, i, 0)))
+			shuffle(recs, *sh, NewRand(shuffleKey(sh.Seed, i, 0)), clumpStarts(o.b.spans, recs, o.l.id))
 		}
 		if err := sink.add(recs); err != nil {
 			return err
@@ -502,7 +535,7 @@ func (o *orderer[T]) shuffledRun(ctx context.Context, r run, sink splitSink[T]) 
 		return err
 	}
 	sh := *o.b.spec.Shuffle
-	shuffle(recs, sh, NewRand(shuffleKey(sh.Seed, r.i, 0)))
+	shuffle(recs, sh, NewRand(shuffleKey(sh.Seed, r.i, 0)), clumpStarts(o.b.spans, recs, o.l.id))
 	if err := sink.add(recs); err != nil {
 		return err
 	}

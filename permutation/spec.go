@@ -92,20 +92,27 @@ type SplitSpec struct {
 // window instead of once per row, at the price of a local randomness (rows far
 // apart in the table never meet within a window's span).
 //
-// ClumpSize AutoClump asks Build to choose the clump size from the table's
-// layout: the largest power of two at most the rows a page of its widest
-// column holds (table.Table.RowsPerPage). With clumps that size, the rows a
-// stream deals from one page come together, so that with several ranks a
-// page is read by one rank, not by all; a power of two divides row groups of
-// power-of-two sizes, so clumps do not straddle them either. The persisted
-// spec records the size chosen.
+// ClumpSize AutoClump clumps rows by the pages they lie in, not by a
+// count: the table's row ids are cut at the first row of every row group and
+// of every data page of the row group's widest column (the leaf column with
+// the most bytes before compression; table.Table.PageStarts), and a clump is
+// the kept rows of the split between two cuts, however many (see
+// docs/spec.md, "Page-aligned clumps"). The clumps then start and end on
+// page boundaries: a page of the widest column is dealt by one stream, so
+// read by one rank of several, and no clump straddles a row group. The cuts
+// depend on the table version only, so the persisted spec records
+// AutoClump and a reader recomputes them from the pinned table. Every clump
+// is whole: a full shuffle permutes them all, a window shuffle cuts windows
+// of Window of them. Permutations persisted before (format 3 and earlier)
+// recorded a power of two instead, and keep dealing fixed clumps of it.
 type ShuffleSpec struct {
 	Seed      uint64 `json:"seed"`
 	ClumpSize int64  `json:"clump_size,omitempty"`
 	Window    int64  `json:"window,omitempty"`
 }
 
-// AutoClump is the ClumpSize that has Build derive it from the table's layout.
+// AutoClump is the ClumpSize of page-aligned clumps, cut at the table's
+// page boundaries (see ShuffleSpec).
 const AutoClump = -1
 
 // MaxSplits bounds the number of splits a permutation has: each is named
@@ -296,7 +303,7 @@ func (s *Spec) validateGroups() error {
 }
 
 func (sh *ShuffleSpec) validate() error {
-	if sh.ClumpSize < 0 {
+	if sh.ClumpSize < 0 && sh.ClumpSize != AutoClump {
 		return badSpec("clump_size is negative (%d)", sh.ClumpSize)
 	}
 	if sh.Window < 0 {

@@ -103,12 +103,9 @@ func (b *builder) manifest(sp spills, all []digests) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, err
 	}
-	m := Manifest{Format: sealedFormat, Table: b.t.Pin(), Spec: b.spec, IDWidth: sp.width,
+	m := Manifest{Format: formatOf(b.spec), Table: b.t.Pin(), Spec: b.spec, IDWidth: sp.width,
 		RowsScanned: b.stats.rows, RowsKept: b.stats.kept.Load(), RowGroups: b.stats.groups, RowGroupsSkipped: b.stats.skipped}
 	grouped := len(b.spec.GroupBy) > 0
-	if grouped || b.spec.Lengths != "" {
-		m.Format = FormatVersion
-	}
 	var sums []chunkSum
 	for _, d := range all {
 		sums = append(sums, d.Sums...)

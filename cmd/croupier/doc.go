@@ -52,8 +52,9 @@
 // been meant as percentages, permute says on stderr when it reads integers as
 // row counts, and prints the sizes of the splits it built.
 // --shuffle-seed, --clump or --window turns on the shuffle; --clump auto
-// clumps as many rows as a page of the table's widest column holds (a power
-// of two), and the permutation's spec records the number. --group-by keeps
+// clumps the rows of each page of the table's widest column, so that clumps
+// start and end on page boundaries (docs/spec.md, "Page-aligned clumps"),
+// and the permutation's spec records clump size -1. --group-by keeps
 // the rows sharing those columns' values together as one group, dealt whole
 // in one step to one rank (docs/concepts.md, "Groups"); it takes no --clump
 // or --window, and only a --split-hash on columns of the group key.

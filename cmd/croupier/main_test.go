@@ -247,11 +247,11 @@ func TestPermute(t *testing.T) {
 	if r := croupier(t, "permute", uri, perm, "--quiet"); r.code != 1 || !strings.Contains(r.stderr, "croupier: ") {
 		t.Fatalf("permute over an existing permutation: exit %d: %s", r.code, r.stderr)
 	}
-	// --clump auto records the size it chose; anything else but a count is refused.
+	// --clump auto records page-aligned clumps; anything else but a count is refused.
 	var auto permOutput
 	okJSON(t, &auto, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p4"), "--quiet", "--shuffle-seed", "1", "--clump", "auto")
-	if c := auto.Spec.Shuffle.ClumpSize; c < 1 || c&(c-1) != 0 {
-		t.Fatalf("--clump auto chose %d, want a power of two", c)
+	if c := auto.Spec.Shuffle.ClumpSize; c != permutation.AutoClump {
+		t.Fatalf("--clump auto recorded clump size %d, want %d", c, permutation.AutoClump)
 	}
 	if r := croupier(t, "permute", uri, "file://"+filepath.Join(t.TempDir(), "p5"), "--clump", "many"); r.code != 2 ||
 		!strings.Contains(r.stderr, `--clump "many"`) {
@@ -586,7 +586,7 @@ func TestPermuteGroupBy(t *testing.T) {
 	var out permOutput
 	okJSON(t, &out, "permute", "file://"+dir, perm, "--quiet", "--group-by", "problem_id", "--shuffle-seed", "2",
 		"--split-hash", "problem_id:3,1", "--split-names", "train,val")
-	if out.Format != permutation.FormatVersion || !slices.Equal(out.Spec.GroupBy, []string{"problem_id"}) || out.Splits[0].NumGroups == 0 {
+	if out.Format != 3 || !slices.Equal(out.Spec.GroupBy, []string{"problem_id"}) || out.Splits[0].NumGroups == 0 {
 		t.Fatalf("permute --group-by: %+v", out)
 	}
 	d := dealRun(t, "--perm", perm, "--global-batch-size", "24", "--world-size", "3", "--step", "1", "--epoch", "1", "--shuffle-seed", "4")

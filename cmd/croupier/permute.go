@@ -28,7 +28,7 @@ func permuteCmd(ctx context.Context, e *env, args []string) error {
 	names := fs.String("split-names", "", "names of the splits, comma-separated")
 	seed := fs.Uint64("seed", 0, "seed of a random split")
 	shuffleSeed := fs.Uint64("shuffle-seed", 0, "shuffle every split with this seed")
-	clump := fs.String("clump", "", "shuffle clumps of N consecutive rows, or auto: as many as a page of the widest column holds")
+	clump := fs.String("clump", "", "shuffle clumps of N consecutive rows, or auto: the rows of each page of the widest column")
 	window := fs.Int64("window", 0, "shuffle within windows of N clumps")
 	groupBy := fs.String("group-by", "", "deal rows sharing these columns' values as one group: col1,col2")
 	lengths := fs.String("lengths", "", "record each row's length from this column (a list: its length; an integer: its value), for token-budget steps")

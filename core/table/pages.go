@@ -727,9 +727,8 @@ func (l PageLayout) Coarse() bool {
 // page are the median over its pages, where the file has an offset index,
 // else the row group's rows over the pages its uncompressed size makes at
 // the writers' default page size. They are between 1 and that row group's
-// rows; the zero PageLayout is that of a table without rows. A shuffle whose
-// clumps hold about this many consecutive rows gives each page to one rank
-// (see permutation.AutoClump).
+// rows; the zero PageLayout is that of a table without rows. PageStarts gives
+// where every page of each row group's widest column starts.
 func (t *Table) PageLayout(ctx context.Context) (PageLayout, error) {
 	f := slices.IndexFunc(t.pin.Files, func(f File) bool { return len(f.RowGroups) > 0 && f.RowGroups[0] > 0 })
 	if f < 0 {
@@ -767,6 +766,72 @@ func (t *Table) PageLayout(ctx context.Context) (PageLayout, error) {
 	pages := max(1, (size+defaultPageBytes-1)/defaultPageBytes)
 	l.Rows = max(1, rows/pages)
 	return l, nil
+}
+
+// PageStarts returns where the data pages of the table's row groups start,
+// as row ids ascending from 0: the first row of every row group with rows,
+// and the first row of every later page of that row group's widest column,
+// the leaf column with the most bytes before compression in it (the first
+// such leaf in schema order where several tie). The pages come from the
+// chunk's offset index; a chunk without one counts as P = max(1,
+// ⌈bytes / 1 MiB⌉) pages of ⌊rows / P⌋ rows (at least 1), the last taking the
+// rest, so that the starts depend on the table version alone, never on what
+// reads have learnt. It reads every file's footer and the offset index of one
+// column per row group, and holds 8 bytes a page (see
+// permutation.AutoClump).
+func (t *Table) PageStarts(ctx context.Context) ([]int64, error) {
+	starts := []int64{}
+	for i, ref := range t.groups {
+		rows := t.groupRows(i)
+		if rows == 0 {
+			continue
+		}
+		firsts, err := t.widestPageFirsts(ctx, ref.File, ref.Group, rows)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range firsts {
+			starts = append(starts, t.groupStarts[i]+r)
+		}
+	}
+	return starts, nil
+}
+
+// widestPageFirsts returns the first row of each page of the widest column
+// of row group g of file f, which holds rows rows (see PageStarts).
+func (t *Table) widestPageFirsts(ctx context.Context, f, g int, rows int64) ([]int64, error) {
+	md, err := t.Footer(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	where := t.loc.ObjectURI(t.pin.Files[f].Key)
+	widest, size, indexed := 0, int64(-1), false
+	for leaf := range md.Schema.NumColumns() {
+		col, err := md.RowGroup(g).ColumnChunk(leaf)
+		if err != nil {
+			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", g, err), errcode.Corrupt, "read footer", where)
+		}
+		if n := col.TotalUncompressedSize(); n > size {
+			loc := col.GetOffsetIndexLocation()
+			widest, size, indexed = leaf, n, loc != nil && loc.Length > 0
+		}
+	}
+	if indexed {
+		locs, err := t.pages(ctx, f, g, []int{widest})
+		if err != nil {
+			return nil, err
+		}
+		if p := locs[0]; p != nil && !p.partial() {
+			return slices.Clone(p.first[:len(p.off)]), nil
+		}
+	}
+	pages := max(1, (size+defaultPageBytes-1)/defaultPageBytes)
+	per := max(1, rows/pages)
+	firsts := make([]int64, 0, min(pages, rows))
+	for r := int64(0); r < rows && int64(len(firsts)) < pages; r += per {
+		firsts = append(firsts, r)
+	}
+	return firsts, nil
 }
 
 // readerStream is a pageStream over the bytes [off, end) of src, read a

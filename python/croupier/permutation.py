@@ -25,8 +25,8 @@ from . import _args, _lib, _native, _progress, _torch
 from .errors import ClosedError, CroupierError, InvalidArgumentError, UnavailableError
 from .table import Table, _cache_options
 
-# The clump size that has the builder choose one from the table's layout
-# (Go's permutation.AutoClump).
+# The clump size of page-aligned clumps, cut at the table's page boundaries
+# (Go's permutation.AutoClump); the persisted spec records it.
 AUTO_CLUMP = -1
 
 __all__ = ["Permutation", "PermutationBuilder", "Permutations", "open_permutations"]
@@ -179,10 +179,11 @@ class PermutationBuilder:
         """Shuffle each split with ``seed``.
 
         ``clump_size`` keeps runs of that many consecutive rows together;
-        ``"auto"`` chooses it from the table's layout when the permutation is
-        built: the largest power of two at most the rows a page of the widest
-        column holds, so that with several ranks each page is read by one rank
-        (the size chosen is recorded in the permutation's spec).
+        ``"auto"`` clumps by the table's pages instead: a clump is the kept
+        rows that lie in one page of each row group's widest column, however
+        many, so that clumps start and end on page boundaries and with several
+        ranks each such page is read by one rank (docs/spec.md, "Page-aligned
+        clumps"; the spec records ``clump_size`` -1).
         ``window`` (in clumps) makes an I/O-friendly window shuffle: the split is
         cut into windows of that many clumps in row id order, and the windows and
         the clumps inside each are permuted, so a reader touches each row group

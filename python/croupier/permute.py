@@ -76,8 +76,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shuffle-seed", type=int, help="shuffle every split with this seed")
     p.add_argument(
         "--clump",
-        help="shuffle clumps of N consecutive rows, or auto: as many as a page of the "
-        "widest column holds",
+        help="shuffle clumps of N consecutive rows, or auto: the rows of each page of the "
+        "widest column",
     )
     p.add_argument("--window", type=int, help="shuffle within windows of N clumps")
     p.add_argument(

@@ -14,6 +14,7 @@ derivation, XXH64 over a canonical encoding of the values).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import pickle
 import struct
 import subprocess
@@ -467,18 +468,26 @@ def test_shuffle_clumps_and_windows(rollouts_uri: str, perm_uri: Callable[[str],
 
 
 def test_auto_clump_size(tmp_path: Path, perm_uri: Callable[[str], str]) -> None:
-    """``clump_size="auto"`` clumps by a power of two that a page of the widest
-    column holds, and the spec records the size chosen."""
-    rows = pa.table({"id": pa.array(range(4000), pa.int64())})
+    """``clump_size="auto"`` clumps by the pages of the widest column: each
+    clump is a whole page's run of consecutive rows, and the spec records -1."""
+    rows = pa.table({"id": pa.array(range(10000), pa.int64())})
     tbl = cr.create_table(f"file://{tmp_path}/t", rows)
     perms = cr.PermutationBuilder(tbl).shuffle(seed=4, clump_size="auto").persist(perm_uri("a"))
-    c = perms.provenance["shuffle"]["clump_size"]
-    assert c == 2048  # croupier's 16 KiB pages hold 2,048 8-byte ids
+    assert perms.provenance["shuffle"]["clump_size"] == -1
     order = perms[0].row_ids().tolist()
-    assert sorted(order) == list(range(4000))
-    for at in range(0, 4000 - c, c):
-        assert order[at : at + c] == list(range(order[at], order[at] + c))
-        assert order[at] % c == 0
+    assert sorted(order) == list(range(10000))
+    runs = [[order[0]]]  # maximal runs of consecutive ids
+    for prev, r in itertools.pairwise(order):
+        if r == prev + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    starts = sorted(run[0] for run in runs)
+    # croupier's 16 KiB pages hold about 2,048 8-byte ids; row groups of 4,096
+    # rows start pages too
+    assert {0, 4096, 8192} <= set(starts)
+    assert 4 <= len(runs) <= 8
+    assert all(len(run) <= 2100 for run in runs)
 
 
 # -- hash splits across versions and golden values ------------------------------------------
