@@ -117,7 +117,7 @@ type Stats struct {
 	MissBytes int64 // their bytes
 	Requests  int64 // range requests made to the store
 	Unstored  int64 // blocks fetched that could not be stored: disk full or unwritable
-	Evicted   int64 // blocks that sweeps deleted
+	Evicted   int64 // segments that sweeps deleted
 }
 
 func (s *Stats) add(o Stats) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,7 +24,7 @@ type index struct {
 	segs   map[string]*segment
 	// scanning is held by the one scan of the folder at a time.
 	scanning sync.Mutex
-	lastScan time.Time // guarded by scanning
+	lastScan atomic.Int64 // when the last scan began, in Unix nanoseconds
 }
 
 // lookup returns where block k lies, nil when the cache knows of no record
@@ -44,23 +45,32 @@ func (c *Cache) forget(k key, e *entry) {
 	}
 }
 
-// scanIfOld scans the folder when the last scan is older than rescanAge.
+// scanIfOld scans the folder when the last scan began more than rescanAge
+// before now: once, however many reads find it old at the same moment.
 func (c *Cache) scanIfOld(now time.Time) {
+	old := func() bool { return now.UnixNano()-c.ix.lastScan.Load() > int64(rescanAge) }
+	if !old() {
+		return
+	}
 	c.ix.scanning.Lock()
-	old := now.Sub(c.ix.lastScan) > rescanAge
-	c.ix.scanning.Unlock()
-	if old {
-		c.scan()
+	defer c.ix.scanning.Unlock()
+	if old() {
+		c.scanLocked()
 	}
 }
 
-// scan brings the index up to date with the folder: it opens the segments
-// other processes created, reads the records appended to those not sealed
-// since it last looked, and closes the segments that are gone.
+// scan brings the index up to date with the folder.
 func (c *Cache) scan() {
 	c.ix.scanning.Lock()
 	defer c.ix.scanning.Unlock()
-	c.ix.lastScan = time.Now()
+	c.scanLocked()
+}
+
+// scanLocked, holding scanning, opens the segments other processes
+// created, reads the records appended to those not sealed since it last
+// looked, and closes the segments that are gone.
+func (c *Cache) scanLocked() {
+	c.ix.lastScan.Store(time.Now().UnixNano())
 	d, err := os.Open(c.dir)
 	if err != nil {
 		return
