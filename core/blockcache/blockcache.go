@@ -24,6 +24,9 @@
 //     processes never interleave, and storing a block costs a write to an
 //     open file, not a file creation (480 µs of system time on a virtual
 //     disk, against 65 µs for the append). A record is never written over.
+//     A writer seals its segment and starts another when it is full or
+//     idle (idleAge); a segment seen unchanged for twice that is read no
+//     more, as if sealed.
 //   - Index. A Cache holds the folder's segments open and an index in
 //     memory of where each block lies, built by reading the segments'
 //     headers (index.go). It looks at the folder again after it took the

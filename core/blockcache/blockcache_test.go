@@ -431,7 +431,7 @@ func TestProcessesAppendApart(t *testing.T) {
 		}
 	}
 	for _, seg := range blockcache.Segments(dir) {
-		if n, tail, err := blockcache.Records(seg); err != nil || tail != 0 {
+		if n, tail, _, err := blockcache.Records(seg); err != nil || tail != 0 {
 			t.Errorf("segment %s: %d records, then %d bytes that are not (%v)", seg, n, tail, err)
 		}
 	}
@@ -526,7 +526,7 @@ func TestKilledWriter(t *testing.T) {
 		t.Fatalf("writer not killed: %v\n%s", err, out)
 	}
 	seg := blockcache.Segments(dir)[0]
-	n, tail, err := blockcache.Records(seg)
+	n, tail, _, err := blockcache.Records(seg)
 	if err != nil || n == 0 {
 		t.Fatalf("segment %s: %d records (%v)", seg, n, err)
 	}
@@ -560,7 +560,7 @@ func records(t *testing.T, dir string) int {
 	t.Helper()
 	n := 0
 	for _, seg := range blockcache.Segments(dir) {
-		k, _, err := blockcache.Records(seg)
+		k, _, _, err := blockcache.Records(seg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -653,6 +653,31 @@ func TestEvictionLeastRecentlyUsed(t *testing.T) {
 	}
 	if got := c.Stats().Evicted; got != 2 {
 		t.Errorf("%d segments evicted; want 2", got)
+	}
+}
+
+// TestIdleWriterSeals has a writer store a block, go idle (for longer than
+// no time at all), and store another: the second starts a new segment, the
+// first sealed, and another cache reads both from disk.
+func TestIdleWriterSeals(t *testing.T) {
+	blockcache.SetIdleAge(t, 0)
+	dir := t.TempDir()
+	size := int64(2 * bs)
+	src := &source{data: content("idle", size)}
+	obj := blockcache.Object{ID: "idle", Size: size}
+	c := open(t, dir, 0)
+	check(t, c, obj, src, 0, 1)
+	check(t, c, obj, src, bs, 1)
+	first, _, _ := c.Record(obj.ID, 0)
+	second, _, _ := c.Record(obj.ID, 1)
+	if first == second || len(blockcache.Segments(dir)) != 2 {
+		t.Fatalf("blocks in %s and %s; want two segments", first, second)
+	}
+	if n, tail, sealed, err := blockcache.Records(first); n != 1 || tail != 0 || !sealed || err != nil {
+		t.Errorf("first segment: %d records, %d bytes after, sealed %v (%v); want one record, sealed", n, tail, sealed, err)
+	}
+	if st := check(t, open(t, dir, 0), obj, src, 0, size); st.Hits != 2 || src.requests.Load() != 2 {
+		t.Errorf("%+v, %d requests in all; want both blocks from disk", st, src.requests.Load())
 	}
 }
 

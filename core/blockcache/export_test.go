@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // HeaderSize is the size of a record's header.
@@ -32,21 +33,29 @@ func Segments(dir string) []string {
 }
 
 // Records reads the segment file at path from its start and returns the
-// blocks of its whole records, and the bytes after them: neither whole
-// records nor a seal.
-func Records(path string) (blocks int, tail int64, err error) {
+// blocks of its whole records, the bytes after them that are neither whole
+// records nor a seal, and whether it is sealed.
+func Records(path string) (blocks int, tail int64, sealed bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
-	found, end, sealed := scanFrom(&segment{f: f}, 0)
+	found, end, _, sealed := scanFrom(&segment{f: f}, 0)
 	if sealed {
 		end += headerSize
 	}
-	return len(found), fi.Size() - end, nil
+	return len(found), fi.Size() - end, sealed, nil
+}
+
+// SetIdleAge sets how long a writer may go without appending before it
+// starts a new segment, until the test ends.
+func SetIdleAge(t interface{ Cleanup(func()) }, d time.Duration) {
+	was := idleAge
+	idleAge = d
+	t.Cleanup(func() { idleAge = was })
 }

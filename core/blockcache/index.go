@@ -16,6 +16,15 @@ import (
 // once no process holds them open.
 const rescanAge = 10 * time.Second
 
+// idleAge is how long a writer may go without appending before its next
+// block starts a new segment, its old one sealed. A reader takes a segment
+// whose size it has seen unchanged for twice as long as sealed: its writer
+// appends to it no more, or died (a process that exits leaves its segment
+// unsealed), and looking at it on every scan would cost every process a
+// system call per such segment for as long as the folder keeps it. A
+// variable for the tests.
+var idleAge = time.Minute
+
 // index is what a Cache knows of its folder: its segments, open, and where
 // each block they hold lies.
 type index struct {
@@ -101,7 +110,7 @@ func (c *Cache) scanLocked() {
 		if err != nil {
 			continue // deleted meanwhile
 		}
-		s := &segment{name: name, f: f}
+		s := &segment{name: name, f: f, grew: time.Now()}
 		if fi, err := f.Stat(); err == nil {
 			s.used.Store(fi.ModTime().UnixNano())
 		}
@@ -112,12 +121,17 @@ func (c *Cache) scanLocked() {
 	}
 	for _, s := range grow {
 		c.ix.mu.RLock()
-		from := s.scanned
+		from, was := s.scanned, s.size
 		c.ix.mu.RUnlock()
-		found, end, sealed := scanFrom(s, from)
+		found, end, size, sealed := scanFrom(s, from)
+		now := time.Now()
 		c.ix.mu.Lock()
 		c.addLocked(found)
-		s.scanned, s.sealed = max(s.scanned, end), s.sealed || sealed
+		s.scanned = max(s.scanned, end)
+		if size != was {
+			s.size, s.grew = size, now
+		}
+		s.sealed = s.sealed || sealed || now.Sub(s.grew) > 2*idleAge
 		c.ix.mu.Unlock()
 	}
 }
@@ -160,9 +174,10 @@ func (c *Cache) drop(names []string) {
 
 // writer appends the blocks a Cache stores to its segment.
 type writer struct {
-	mu  sync.Mutex
-	seg *segment // nil before the first block, and after a failed append
-	off int64    // the end of seg
+	mu   sync.Mutex
+	seg  *segment  // nil before the first block, and after a failed append
+	off  int64     // the end of seg
+	last time.Time // of the last append
 }
 
 // store appends block k, whose bytes are bufs end to end, to the cache's
@@ -195,22 +210,23 @@ func (c *Cache) store(k key, bufs [][]byte) error {
 		w.seg = nil
 		return fmt.Errorf("store block %d in %s: %w", k.b, filepath.Join(c.dir, s.name), err)
 	}
-	w.off = at
+	w.off, w.last = at, time.Now()
 	e := &entry{seg: s, off: off + headerSize, n: n, sum: sum}
 	e.ok.Store(true)
 	c.ix.mu.Lock()
 	c.ix.blocks[k] = e
 	s.scanned = max(s.scanned, at)
+	s.size, s.grew = max(s.size, at), w.last
 	c.ix.mu.Unlock()
 	return nil
 }
 
 // ready makes sure the writer has a segment with room for a record of n
-// bytes: it seals a full one and starts another, and starts another when a
-// sweep deleted it.
+// bytes: it seals a full one, or one idle for longer than idleAge, and
+// starts another, and starts another when a sweep deleted it.
 func (c *Cache) ready(n int64) error {
 	w := &c.w
-	if w.seg != nil && w.off > 0 && w.off+n > c.segMax {
+	if w.seg != nil && w.off > 0 && (w.off+n > c.segMax || time.Since(w.last) > idleAge) {
 		h := header(key{}, sealLength, 0)
 		w.seg.f.WriteAt(h[:], w.off) // best effort: without it readers keep looking for more
 		w.seg = nil
@@ -232,7 +248,7 @@ func (c *Cache) ready(n int64) error {
 	if err != nil {
 		return err
 	}
-	s := &segment{name: name, f: f}
+	s := &segment{name: name, f: f, grew: time.Now()}
 	s.used.Store(time.Now().UnixNano())
 	c.ix.mu.Lock()
 	c.ix.segs[name] = s

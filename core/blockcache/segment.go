@@ -68,9 +68,12 @@ type segment struct {
 	name string
 	f    *os.File
 	// Guarded by the index's lock: the headers were read up to scanned, and
-	// sealed says the segment ends there.
+	// sealed says the segment ends there; size is the size last seen, first
+	// seen at grew.
 	scanned int64
 	sealed  bool
+	size    int64
+	grew    time.Time
 	used    atomic.Int64 // the last mark of its use, in Unix nanoseconds
 }
 
@@ -134,14 +137,14 @@ func readEntry(e *entry, bufs [][]byte) bool {
 }
 
 // scanFrom reads the headers of s from off to the first that is not of a
-// whole record, and returns the blocks found, where they stop, and whether
-// they stop at a seal.
-func scanFrom(s *segment, off int64) (found []kv, end int64, sealed bool) {
+// whole record, and returns the blocks found, where they stop, the size of
+// the file, and whether they stop at a seal.
+func scanFrom(s *segment, off int64) (found []kv, end, size int64, sealed bool) {
 	fi, err := s.f.Stat()
 	if err != nil {
-		return nil, off, false
+		return nil, off, 0, false
 	}
-	size := fi.Size()
+	size = fi.Size()
 	var h [headerSize]byte
 	for off+headerSize <= size {
 		if _, err := s.f.ReadAt(h[:], off); err != nil {
@@ -152,7 +155,7 @@ func scanFrom(s *segment, off int64) (found []kv, end int64, sealed bool) {
 			break
 		}
 		if n == sealLength {
-			return found, off, true
+			return found, off, size, true
 		}
 		if off+headerSize+n > size {
 			break
@@ -160,7 +163,7 @@ func scanFrom(s *segment, off int64) (found []kv, end int64, sealed bool) {
 		found = append(found, kv{k, &entry{seg: s, off: off + headerSize, n: n, sum: sum}})
 		off += headerSize + n
 	}
-	return found, off, false
+	return found, off, size, false
 }
 
 // kv is a block found in a segment.
