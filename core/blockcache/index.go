@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,20 +105,16 @@ func (c *Cache) scanLocked() {
 		delete(present, name)
 	}
 	c.ix.mu.RUnlock()
+	// A segment this cache's writer created since the listing is not gone.
+	gone = slices.DeleteFunc(gone, func(name string) bool {
+		_, err := os.Stat(filepath.Join(c.dir, name))
+		return !os.IsNotExist(err)
+	})
 	c.drop(gone)
 	for name := range present {
-		f, err := os.Open(filepath.Join(c.dir, name))
-		if err != nil {
-			continue // deleted meanwhile
+		if s := c.open(name); s != nil {
+			grow = append(grow, s)
 		}
-		s := &segment{name: name, f: f, grew: time.Now()}
-		if fi, err := f.Stat(); err == nil {
-			s.used.Store(fi.ModTime().UnixNano())
-		}
-		c.ix.mu.Lock()
-		c.ix.segs[name] = s
-		c.ix.mu.Unlock()
-		grow = append(grow, s)
 	}
 	for _, s := range grow {
 		c.ix.mu.RLock()
@@ -134,6 +131,27 @@ func (c *Cache) scanLocked() {
 		s.sealed = s.sealed || sealed || now.Sub(s.grew) > 2*idleAge
 		c.ix.mu.Unlock()
 	}
+}
+
+// open opens the segment name that another writer created, and returns it,
+// or nil where it is gone or this cache's writer created it meanwhile.
+func (c *Cache) open(name string) *segment {
+	f, err := os.Open(filepath.Join(c.dir, name))
+	if err != nil {
+		return nil // deleted meanwhile
+	}
+	s := &segment{name: name, f: f, grew: time.Now()}
+	if fi, err := f.Stat(); err == nil {
+		s.used.Store(fi.ModTime().UnixNano())
+	}
+	c.ix.mu.Lock()
+	defer c.ix.mu.Unlock()
+	if _, had := c.ix.segs[name]; had {
+		f.Close()
+		return nil
+	}
+	c.ix.segs[name] = s
+	return s
 }
 
 // addLocked indexes the blocks found, but those the index holds already.
@@ -239,6 +257,10 @@ func (c *Cache) ready(n int64) error {
 	}
 	name := newSegmentName()
 	path := filepath.Join(c.dir, name)
+	// Under the index's lock, so that a scan that lists the new file finds
+	// it known, and opens it no second time.
+	c.ix.mu.Lock()
+	defer c.ix.mu.Unlock()
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if os.IsNotExist(err) {
 		if err = os.MkdirAll(c.dir, 0o755); err == nil {
@@ -250,9 +272,7 @@ func (c *Cache) ready(n int64) error {
 	}
 	s := &segment{name: name, f: f, grew: time.Now()}
 	s.used.Store(time.Now().UnixNano())
-	c.ix.mu.Lock()
 	c.ix.segs[name] = s
-	c.ix.mu.Unlock()
 	w.seg, w.off = s, 0
 	return nil
 }
