@@ -19,16 +19,28 @@
 //     everything the store records of the object's version (see
 //     core/store), and their index. A changed object has another identity:
 //     its old blocks are never found for it.
-//   - Verified. Every block file starts with a header (magic, format version,
-//     the identity hash, the block index, the length) followed by a CRC-32C
-//     of header and bytes. A file that fails any check is deleted and counts
-//     as a miss: the cache serves the object's bytes or fetches them, never
-//     other bytes.
-//   - Crashes. A block is written to a temporary file in its folder and
-//     renamed into place, so a reader finds a whole block or none. Nothing is
-//     synced to disk: a block torn by a power loss fails its checksum, and is
-//     a miss. Temporary files that a killed process left are removed by the
-//     next sweep once older than staleAge.
+//   - Segments. A process appends the blocks it stores to a segment file of
+//     its own (segment.go), created under a random name: appends of two
+//     processes never interleave, and storing a block costs a write to an
+//     open file, not a file creation (480 µs of system time on a virtual
+//     disk, against 65 µs for the append). A record is never written over.
+//     A writer seals its segment and starts another when it is full or
+//     idle (idleAge); a segment seen unchanged for twice that is read no
+//     more, as if sealed.
+//   - Index. A Cache holds the folder's segments open and an index in
+//     memory of where each block lies, built by reading the segments'
+//     headers (index.go). It looks at the folder again after it took the
+//     locks of blocks it misses, and at a read when it last looked more than
+//     rescanAge ago. A hit is one pread of an open segment.
+//   - Verified. Every record's header carries its own checksum and one of
+//     the bytes (CRC-32C). A header that fails ends what is read of its
+//     segment; bytes that fail drop the record from the index: either is a
+//     miss, and the block is fetched again. The cache serves the object's
+//     bytes or fetches them, never other bytes. A process reads a record
+//     whole and checks it at its first hit, only the bytes it needs after.
+//   - Crashes. Nothing is synced to disk. A process killed in the middle of
+//     an append leaves a torn record at the end of its segment, which no one
+//     appends to again and readers stop before: a miss.
 //   - Processes. One folder serves every process of a node. A read about to
 //     fetch a block waits for any read of its process fetching it (a
 //     flight), then holds the block's range lock on the folder's lock file
@@ -37,15 +49,17 @@
 //     locks of a process that dies. The lock only spares fetches,
 //     correctness never depends on it: a wait longer than lockWait fetches
 //     anyway.
-//   - Size. The blocks are evicted least recently used first: a hit sets its
-//     block's modification time. A Cache sweeps the folder (deletes the
-//     oldest blocks until the folder is within its bound) at its first store
-//     and whenever what it stored since its last sweep passes a sixteenth of
-//     the bound; one process sweeps a folder at a time. Across processes the
-//     bound is kept loosely: the folder may exceed it by what they store
-//     between sweeps. A block deleted while a reader has it open still reads
-//     whole (Linux keeps an unlinked open file), and its checksum is checked
-//     all the same.
+//   - Size. Segments are evicted whole, least recently used first: a hit
+//     sets its segment's modification time (at most once per touchAge). A
+//     Cache sweeps the folder (deletes the oldest segments until the folder
+//     is within its bound) at its first store and whenever what it stored
+//     since its last sweep passes a sixteenth of the bound; one process
+//     sweeps a folder at a time. Across processes the bound is kept
+//     loosely: the folder may exceed it by what they store between sweeps.
+//     A segment deleted while a process holds it open still reads whole
+//     (Linux keeps an unlinked open file) until that process next looks at
+//     the folder and closes it. Block files of the layout before segments
+//     are deleted by the first sweep.
 //   - Disks fail. A block that cannot be stored (disk full, folder
 //     unwritable) is served all the same and counted (Stats.Unstored): the
 //     disk never fails a read.
@@ -54,12 +68,9 @@ package blockcache
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
+	"encoding/binary"
 	"hash/fnv"
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,7 +120,7 @@ type Stats struct {
 	MissBytes int64 // their bytes
 	Requests  int64 // range requests made to the store
 	Unstored  int64 // blocks fetched that could not be stored: disk full or unwritable
-	Evicted   int64 // blocks that sweeps deleted
+	Evicted   int64 // segments that sweeps deleted
 }
 
 func (s *Stats) add(o Stats) {
@@ -125,31 +136,24 @@ func (s *Stats) add(o Stats) {
 // Cache is a folder of blocks. It is safe for concurrent use, and several
 // Caches, in one process or many, may share a folder.
 type Cache struct {
-	dir       string
-	max, step int64
-	added     atomic.Int64 // bytes stored since the last sweep
-	sweeping  sync.Mutex
-	mu        sync.Mutex
-	stats     Stats
-	// checked holds the block files this cache has read whole and found
-	// intact, by path, with what fstat said of them (os.FileInfo): a later
-	// hit on the same file, unchanged (the same inode, size and modification
-	// time: a block stored again is a new file, and a write in place moves
-	// the time) reads only the bytes it needs. A shuffle needs a 16 KiB page of a
-	// block at a time: reading and summing all 256 KiB of it on every hit
-	// took the second epoch of a full shuffle to 0.4 of the rate of the same
-	// read of local files. At most maxChecked files are held.
-	checked  sync.Map
-	nchecked atomic.Int64
+	dir               string
+	max, step, segMax int64
+	added             atomic.Int64 // bytes stored since the last sweep
+	sweeping          sync.Mutex
+	mu                sync.Mutex
+	stats             Stats
+	ix                index
+	w                 writer
 }
 
-// maxChecked bounds the block files a cache remembers as checked: 64 Ki of
-// them, 16 GiB of blocks, in a few MiB.
-const maxChecked = 64 << 10
+// maxSegment bounds a segment: a sweep frees space a segment at a time, and
+// a segment is at most a 64th of the cache's bound, so that evicting one
+// gives up little of what is still used.
+const maxSegment = 256 << 20
 
-// touchAge is how old a block's mark of its last use may grow before a hit
-// marks it again: the sweeps' order needs no finer time, and a mark is a
-// system call.
+// touchAge is how old a segment's mark of its last use may grow before a
+// hit marks it again: the sweeps' order needs no finer time, and a mark is
+// a system call.
 const touchAge = time.Minute
 
 // Open returns a cache of blocks in opts.Dir. It creates nothing: the folder
@@ -171,6 +175,9 @@ func Open(opts Options) (*Cache, error) {
 		}
 	}
 	c.step = max(c.max/16, BlockSize)
+	c.segMax = min(max(c.max/64, BlockSize), maxSegment)
+	c.ix.blocks = map[key]*entry{}
+	c.ix.segs = map[string]*segment{}
 	// The first block stored sweeps: processes that each store less than a
 	// step would otherwise grow the folder without bound.
 	c.added.Store(c.step)
@@ -208,6 +215,7 @@ func (c *Cache) ReadAt(ctx context.Context, obj Object, p []byte, off int64, fet
 	if len(p) == 0 {
 		return Stats{}, nil
 	}
+	c.scanIfOld(time.Now())
 	r := &read{c: c, obj: obj, id: sha256.Sum256([]byte(obj.ID)), p: p, off: off, fetch: fetch}
 	first, last := off/BlockSize, (off+int64(len(p))-1)/BlockSize
 	err := r.blocks(ctx, first, last)
@@ -219,30 +227,27 @@ func (c *Cache) ReadAt(ctx context.Context, obj Object, p []byte, off int64, fet
 }
 
 // Holds says whether the block of obj that holds byte off is on disk, as far
-// as its file's presence says: a block found damaged when read is still a
-// miss then.
+// as the cache knows: a block found damaged when read is still a miss then.
 func (c *Cache) Holds(obj Object, off int64) bool {
-	_, err := os.Stat(c.path(sha256.Sum256([]byte(obj.ID)), off/BlockSize))
-	return err == nil
+	c.scanIfOld(time.Now())
+	return c.lookup(key{sha256.Sum256([]byte(obj.ID)), off / BlockSize}) != nil
 }
 
 // Warm fetches into the cache the blocks of obj that hold [off, off+n) and
 // are not on disk, as ReadAt would, and returns what that took. A block
-// whose file is there is not read: it is checked when it is read.
+// on disk is not read: it is checked when it is read.
 func (c *Cache) Warm(ctx context.Context, obj Object, off, n int64, fetch Fetch) (Stats, error) {
 	var st Stats
+	c.scanIfOld(time.Now())
 	id := sha256.Sum256([]byte(obj.ID))
 	end := min(off+n, obj.Size)
 	for b := max(off, 0) / BlockSize; b*BlockSize < end; {
-		if _, err := os.Stat(c.path(id, b)); err == nil {
+		if c.lookup(key{id, b}) != nil {
 			b++
 			continue
 		}
 		e := b + 1
-		for e*BlockSize < end {
-			if _, err := os.Stat(c.path(id, e)); err == nil {
-				break
-			}
+		for e*BlockSize < end && c.lookup(key{id, e}) == nil {
 			e++
 		}
 		from, to := b*BlockSize, min(e*BlockSize, obj.Size)
@@ -313,13 +318,13 @@ func (r *read) fill(ctx context.Context, b0, b1 int64) error {
 		}
 	}()
 	for b := b0; b <= b1; b++ {
-		path := r.path(b)
-		f, err := fly(ctx, path)
+		k := key{r.id, b}
+		f, err := fly(ctx, k)
 		if err != nil {
 			return errcode.Wrap(err, errcode.Canceled, "wait for a block another read fetches", r.c.dir)
 		}
 		flown = append(flown, f)
-		l, err := acquire(ctx, r.c.dir, lockOffset(path), lockWait)
+		l, err := acquire(ctx, r.c.dir, lockOffset(k), lockWait)
 		if err == nil {
 			held = append(held, l)
 		} // else fetched without its lock: twice at worst
@@ -327,6 +332,7 @@ func (r *read) fill(ctx context.Context, b0, b1 int64) error {
 			return errcode.Wrap(context.Cause(ctx), errcode.Canceled, "wait for a block another process fetches", r.c.dir)
 		}
 	}
+	r.c.scan() // for the blocks other processes stored meanwhile
 	for b := b0; b <= b1; {
 		if r.serve(b) {
 			b++
@@ -349,19 +355,21 @@ func (r *read) fill(ctx context.Context, b0, b1 int64) error {
 // each taking the lock among processes (which does not exclude them) and
 // fetching it again.
 type flight struct {
-	path string
+	k    key
 	done chan struct{}
 }
 
-// flights holds the blocks in flight in this process, by path.
+// flights holds the blocks in flight in this process, by key. Two Caches
+// of one folder share them; two of different folders only wait for each
+// other when they miss one block of one object at once.
 var flights sync.Map
 
-// fly waits until no other read of the process fetches the block at path,
-// and returns the flight of this one.
-func fly(ctx context.Context, path string) (*flight, error) {
-	f := &flight{path: path, done: make(chan struct{})}
+// fly waits until no other read of the process fetches block k, and
+// returns the flight of this one.
+func fly(ctx context.Context, k key) (*flight, error) {
+	f := &flight{k: k, done: make(chan struct{})}
 	for {
-		was, loaded := flights.LoadOrStore(path, f)
+		was, loaded := flights.LoadOrStore(k, f)
 		if !loaded {
 			return f, nil
 		}
@@ -375,15 +383,20 @@ func fly(ctx context.Context, path string) (*flight, error) {
 
 // land ends the flight.
 func (f *flight) land() {
-	flights.Delete(f.path)
+	flights.Delete(f.k)
 	close(f.done)
 }
 
-// lockOffset is the byte of a folder's lock file that the lock of the
-// block at path takes: from 1 on, byte 0 being the sweeps'.
-func lockOffset(path string) int64 {
+// lockOffset is the byte of a folder's lock file that the lock of block k
+// takes: 1 + the top 40 bits of the FNV-1a hash (64 bits) of the first 16
+// bytes of its identity hash followed by its index as 8 little-endian
+// bytes; byte 0 is the sweeps'.
+func lockOffset(k key) int64 {
 	h := fnv.New64a()
-	h.Write([]byte(path))
+	h.Write(k.id[:16])
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(k.b))
+	h.Write(b[:])
 	return 1 + int64(h.Sum64()>>24)
 }
 
@@ -400,7 +413,7 @@ func (r *read) fetchRun(ctx context.Context, b0, b1 int64) error {
 	r.st.MissBytes += end - start
 	for b := b0; b <= b1; b++ {
 		bs, be := b*BlockSize, min((b+1)*BlockSize, r.obj.Size)
-		if err := r.c.store(r.path(b), r.id, b, cut(bufs, bs-start, be-bs)); err != nil {
+		if err := r.c.store(key{r.id, b}, cut(bufs, bs-start, be-bs)); err != nil {
 			r.st.Unstored++
 			continue
 		}
@@ -410,66 +423,38 @@ func (r *read) fetchRun(ctx context.Context, b0, b1 int64) error {
 }
 
 // serve copies block b into p from disk, and reports whether it could: a
-// block absent or failing a check is a miss, and one that fails a check is
-// deleted.
+// block the cache holds no record of, or whose record fails a check or a
+// read, is a miss, and a record that fails is forgotten.
 func (r *read) serve(b int64) bool {
-	path := r.path(b)
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
+	k := key{r.id, b}
+	e := r.c.lookup(k)
+	if e == nil {
 		return false
 	}
 	bs, be := b*BlockSize, min((b+1)*BlockSize, r.obj.Size)
 	lo, hi := max(bs, r.off), min(be, r.off+int64(len(r.p)))
-	if !r.readChecked(f, fi, path, lo, hi, bs) {
-		bufs, free := r.pieces(bs, be)
-		defer free()
-		if !readBlock(f, r.id, b, be-bs, bufs) {
-			r.c.checked.Delete(path)
-			os.Remove(path) // a block stored again meanwhile goes too: a miss, no more
+	switch {
+	case e.n != be-bs:
+		r.c.forget(k, e)
+		return false
+	case e.ok.Load() && lo < hi:
+		if _, err := e.seg.f.ReadAt(r.p[lo-r.off:hi-r.off], e.off+lo-bs); err != nil {
+			r.c.forget(k, e)
 			return false
 		}
-		r.c.check(path, fi)
-	}
-	if time.Since(fi.ModTime()) > touchAge {
-		touch(path)
-		if now, err := f.Stat(); err == nil {
-			r.c.check(path, now) // its new time is its own mark
+	default:
+		bufs, free := r.pieces(bs, be)
+		defer free()
+		if !readEntry(e, bufs) {
+			r.c.forget(k, e)
+			return false
 		}
+		e.ok.Store(true)
 	}
+	e.seg.touch(r.c.dir, time.Now())
 	r.st.Hits++
 	r.st.HitBytes += hi - lo
 	return true
-}
-
-// check records that the block file at path, as fi describes it, is intact.
-func (c *Cache) check(path string, fi os.FileInfo) {
-	if c.nchecked.Load() >= maxChecked {
-		return
-	}
-	if _, had := c.checked.Swap(path, fi); !had {
-		c.nchecked.Add(1)
-	}
-}
-
-// readChecked reads bytes [lo, hi) of the object, of block file f starting
-// at object offset bs, into p where the cache has read f whole before and
-// found it intact (the file at path is still the one it checked), and
-// reports whether it did.
-func (r *read) readChecked(f *os.File, fi os.FileInfo, path string, lo, hi, bs int64) bool {
-	v, ok := r.c.checked.Load(path)
-	if !ok || lo >= hi {
-		return false
-	}
-	if was := v.(os.FileInfo); !os.SameFile(was, fi) || was.Size() != fi.Size() || !was.ModTime().Equal(fi.ModTime()) {
-		return false
-	}
-	_, err := f.ReadAt(r.p[lo-r.off:hi-r.off], headerSize+lo-bs)
-	return err == nil
 }
 
 // pieces returns buffers for the bytes [start, end) of the object, one
@@ -521,48 +506,7 @@ func cut(bufs [][]byte, from, n int64) [][]byte {
 	return out
 }
 
-// Names of the files in a cache folder. Block b of the object whose identity
-// hashes to id is <dir>/<id[0] in hex>/<id[:16] in hex>-<b>.blk; a process
-// storing it writes <that>.tmp<random> first. <dir>/locks holds the locks of
-// the folder's processes (lock_unix.go).
-const (
-	blockSuffix = ".blk"
-	tempInfix   = ".tmp"
-	lockFile    = "locks"
-)
-
-// path returns the file of block b.
-func (r *read) path(b int64) string { return r.c.path(r.id, b) }
-
-// path returns the file of block b of the object whose identity hashes to
-// id.
-func (c *Cache) path(id [sha256.Size]byte, b int64) string {
-	return filepath.Join(c.dir, hex.EncodeToString(id[:1]), hex.EncodeToString(id[:16])+"-"+strconv.FormatInt(b, 10)+blockSuffix)
-}
-
-// store writes a block to a temporary file beside path and renames it into
-// place.
-func (c *Cache) store(path string, id [sha256.Size]byte, b int64, bufs [][]byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
-	if os.IsNotExist(err) {
-		if err = os.MkdirAll(dir, 0o755); err == nil {
-			f, err = os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
-		}
-	}
-	if err != nil {
-		return err
-	}
-	err = writeBlock(f, id, b, bufs)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("store block %d: %w", b, err)
-	}
-	return nil
-}
+// Names of the files in a cache folder: <dir>/<24 random hex digits>.seg
+// are the segments, <dir>/locks holds the locks of the folder's processes
+// (lock_unix.go).
+const lockFile = "locks"

@@ -3,6 +3,7 @@
 package blockcache
 
 import (
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -17,7 +18,7 @@ func (c *Cache) Free(id string, b int64) bool {
 		return false
 	}
 	defer f.Close()
-	off := lockOffset(c.BlockPath(id, b))
+	off := lockOffset(key{sha256.Sum256([]byte(id)), b})
 	if setLock(f, off, syscall.F_WRLCK) != nil {
 		return false
 	}

@@ -131,3 +131,14 @@ func freeBytes(dir string) (int64, bool) {
 		dir = parent
 	}
 }
+
+// deleted reports whether f was unlinked from its folder: a segment that a
+// sweep deleted while its writer held it open.
+func deleted(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
+}

@@ -2,6 +2,7 @@ package blockcache
 
 import (
 	"context"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,17 +10,13 @@ import (
 	"time"
 )
 
-// staleAge is the age past which a sweep removes a temporary file: one that
-// a killed process left. Writing a block takes
-// milliseconds.
-const staleAge = 10 * time.Minute
-
 // sweepOffset is the byte of a folder's lock file whose lock a sweep holds.
 const sweepOffset = 0
 
-// sweep deletes the least recently used blocks until the folder holds at
-// most the cache's bound, and the files killed processes left behind. It
-// does nothing while another sweep of the folder runs, in this process or
+// sweep deletes the least recently used segments until the folder holds at
+// most the cache's bound, and what the earlier layout of the folder left
+// (a folder of block files per first byte of their identity hash). It does
+// nothing while another sweep of the folder runs, in this process or
 // another.
 func (c *Cache) sweep(ctx context.Context) {
 	if !c.sweeping.TryLock() {
@@ -32,56 +29,52 @@ func (c *Cache) sweep(ctx context.Context) {
 		return // another process sweeps, or the folder is not there
 	}
 	defer l.release()
-	type block struct {
-		path string
+	type seg struct {
+		name string
 		size int64
 		used time.Time
 	}
-	var blocks []block
+	var segs []seg
 	var total int64
-	now := time.Now()
-	subs, _ := os.ReadDir(c.dir)
-	for _, sub := range subs {
-		if !sub.IsDir() {
+	ents, _ := os.ReadDir(c.dir)
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() && oldLayout(name) {
+			os.RemoveAll(filepath.Join(c.dir, name))
 			continue
 		}
-		files, _ := os.ReadDir(filepath.Join(c.dir, sub.Name()))
-		for _, e := range files {
-			fi, err := e.Info()
-			if err != nil {
-				continue // removed meanwhile
-			}
-			path := filepath.Join(c.dir, sub.Name(), e.Name())
-			stale := now.Sub(fi.ModTime()) > staleAge
-			switch name := e.Name(); {
-			case strings.HasSuffix(name, blockSuffix):
-				blocks = append(blocks, block{path, fi.Size(), fi.ModTime()})
-				total += fi.Size()
-			case strings.Contains(name, blockSuffix+tempInfix):
-				if stale {
-					os.Remove(path)
-				} else {
-					total += fi.Size()
-				}
-			}
+		if !strings.HasSuffix(name, segSuffix) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil { // else removed meanwhile
+			segs = append(segs, seg{name, fi.Size(), fi.ModTime()})
+			total += fi.Size()
 		}
 	}
 	if total <= c.max {
 		return
 	}
-	slices.SortFunc(blocks, func(a, b block) int { return a.used.Compare(b.used) })
-	var evicted int64
-	for _, b := range blocks {
+	slices.SortFunc(segs, func(a, b seg) int { return a.used.Compare(b.used) })
+	var gone []string
+	for _, s := range segs {
 		if total <= c.max {
 			break
 		}
-		switch err := os.Remove(b.path); {
+		switch err := os.Remove(filepath.Join(c.dir, s.name)); {
 		case err == nil:
-			evicted++
+			gone = append(gone, s.name)
 			fallthrough
 		case os.IsNotExist(err): // another process's sweep was first
-			total -= b.size
+			total -= s.size
 		}
 	}
-	c.count(Stats{Evicted: evicted})
+	c.drop(gone)
+	c.count(Stats{Evicted: int64(len(gone))})
+}
+
+// oldLayout reports whether name is a folder of the layout before segments:
+// two lowercase hex digits.
+func oldLayout(name string) bool {
+	b, err := hex.DecodeString(name)
+	return err == nil && len(b) == 1 && strings.ToLower(name) == name
 }

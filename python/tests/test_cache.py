@@ -72,7 +72,7 @@ def test_second_open_reads_the_disk(table_uri: str, tmp_path: Path) -> None:
     assert again == ids
     assert (second["requests"], second["bytes_read"]) == (0, 0), second
     assert (second["cache_hits"] > 0, second["cache_hit_bytes"] > 0) == (True, True), second
-    assert list((tmp_path / "blocks").glob("*/*.blk"))
+    assert list((tmp_path / "blocks").glob("*.seg"))
 
 
 def test_cache_off(table_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,12 +98,12 @@ def test_environment_sets_the_cache(
     table = cr.open_table(table_uri)
     assert table._cache == {"cache_dir": str(tmp_path / "env"), "cache_bytes": 1 << 30}
     epoch(table)
-    assert list((tmp_path / "env").glob("*/*.blk"))
+    assert list((tmp_path / "env").glob("*.seg"))
     monkeypatch.delenv("CROUPIER_CACHE_DIR")
     monkeypatch.delenv("CROUPIER_CACHE_BYTES")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     epoch(cr.open_table(table_uri))
-    assert list((tmp_path / "xdg" / "croupier" / "blocks").glob("*/*.blk"))
+    assert list((tmp_path / "xdg" / "croupier" / "blocks").glob("*.seg"))
     monkeypatch.setenv("CROUPIER_CACHE_BYTES", "lots")
     with pytest.raises(cr.InvalidArgumentError, match="CROUPIER_CACHE_BYTES"):
         cr.open_table(table_uri)
