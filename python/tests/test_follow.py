@@ -33,7 +33,6 @@ from conftest import uri
 
 import croupier as cr
 from croupier import _lib
-from croupier.dataset import WORKER_ALLOWANCE
 
 GENERATORS, VERSIONS = 4, 12  # each generator's versions: about 4 * 12 * 15 rows in all
 STEPS, KILL_AFTER = 50, 20  # global steps in all; the first run is killed past this many
@@ -527,6 +526,8 @@ def test_dataloader_workers_divide_the_memory_budget(growing: str) -> None:
     """Each of K workers' followers holds (memory_budget - K * WORKER_ALLOWANCE)
     // K: a budget that holds a step in one process but not so divided fails in
     2 workers, with an error that says why, unless divide_budget=False."""
+    from croupier.dataset import WORKER_ALLOWANCE
+
     # A step needs about 30 kB here, most of it 4 batches of steps read ahead.
     budget = 2 * WORKER_ALLOWANCE + 48_000
     want = delivered(follow(growing, budget), 0)
