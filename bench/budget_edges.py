@@ -8,17 +8,23 @@ cells hold ``--cell-mib`` MiB each; as a croupier table (``cr.create_table``
 defaults) and as plain Parquet (pyarrow, one file, row groups of 16,384
 rows, no page index). The wide rows: a croupier table of 8,192 rows of an
 id and a list of 2,000 to 20,000 int32 values, read in a full shuffle with
-64 MiB. Each read runs in a fresh process: the resident memory once torch,
-pyarrow and croupier are imported, then a ``StreamingDataset``
+64 MiB, and with 2 workers also with 64 MiB more than the 96 MiB each
+worker sets aside (``croupier.dataset.WORKER_ALLOWANCE``): 256 MiB, 32 MiB
+a worker, as 64 MiB gave each before the allowance. Each read runs in a
+fresh process: the resident memory once torch, pyarrow and croupier are
+imported, then a ``StreamingDataset``
 (``global_batch_size=64``, ``memory_budget`` of each ``--budgets-mib``) in
 the table's order (``num_splits=1``) or a full shuffle (``shuffle_seed``),
 read to the end through ``cr.DataLoader`` with 0 or 2 worker processes
-(``in_process=False``), each batch dropped as it comes; the peak resident
-memory (``VmHWM`` of the process from the end of the imports, and with
-workers each worker's peak less what it held once started, before it read,
-added: the process tree's growth; the fork server the workers start from is
-their template, whose pages they share, and is not counted again) over those
-imports, against the bound 1.25 times the budget + 64 MiB, and
+(``in_process=False``), each batch dropped as it comes; the process tree's
+growth as docs/tuning.md ("memory_budget is a bound") defines it: the peak
+resident memory (``VmHWM``) of the process over what it held once torch and
+croupier were imported, and with workers each worker's peak over what it
+held once started, before croupier's library loaded in it (its
+``worker_init_fn``, which runs first when ``GOMAXPROCS`` is in the
+environment: it is set to the cores each worker would get), added (the fork
+server the workers start from is their template, whose pages they share, and
+is not counted), against the bound 1.25 times the budget + 64 MiB, and
 what the loader's own counters say. A read that is refused says so.
 
 ``bench/run.py`` runs it as its ``edges`` part.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20
 WIDE_ROWS = 8192  # of the wide-rows table
 WIDE_BUDGET = 64  # MiB, the wide rows' budget
+# The wide rows' budget with 2 workers that gives each 32 MiB beside the
+# allowance set aside for it (croupier.dataset.WORKER_ALLOWANCE).
+WIDE_WORKERS_BUDGET = WIDE_BUDGET + 2 * 96
 
 
 def bound(budget: int) -> int:
@@ -113,7 +123,9 @@ BASELINES = "CROUPIER_BENCH_BASELINES"
 
 
 def note_baseline(_worker: int) -> None:
-    """A worker_init_fn: what the worker holds before it reads."""
+    """A worker_init_fn: what the worker holds before it reads, before
+    croupier's library loads in it (``GOMAXPROCS`` in the environment leaves
+    ``cr.DataLoader`` nothing to load before it runs)."""
     Path(os.environ[BASELINES], str(os.getpid())).write_text(str(vm("self", "VmRSS")))
 
 
@@ -151,6 +163,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             format=spec["format"],
             **({"num_splits": 1} if spec["seed"] is None else {"shuffle_seed": spec["seed"]}),
         )
+        if spec["workers"]:  # croupier's library loads after the baseline (see note_baseline)
+            cores = len(os.sched_getaffinity(0))
+            os.environ.setdefault("GOMAXPROCS", str(max(1, cores // spec["workers"])))
         loader = cr.DataLoader(
             ds,
             num_workers=spec["workers"],
@@ -194,6 +209,10 @@ def note(res: dict[str, Any]) -> str:
     """What the loader said: refused (and why, shortly), or its counters."""
     if "error" in res:
         err = res["error"]
+        if found := re.search(
+            r"memory_budget \d+ bytes is too small for \d+ DataLoader workers", err
+        ):
+            return "refused: " + found.group(0)  # the workers' allowances leave nothing
         if "memory_budget" in err and "InvalidArgumentError" in err:
             # From the step named to the budget, without the advice after.
             i = err.find("step ")
@@ -222,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets-mib", default="32,128")
     ap.add_argument("--workers", default="0,2")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument(
+        "--only",
+        choices=["croupier table", "plain Parquet", "wide rows"],
+        help="run the cases of this table alone",
+    )
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "bench")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     ap.add_argument("--command", default="python bench/budget_edges.py")
@@ -250,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         and form != "wide rows"
     ]
     cases += [("wide rows", "full", "torch", w, WIDE_BUDGET) for w in (0, 2)]
+    cases += [("wide rows", "full", fmt, 2, WIDE_WORKERS_BUDGET) for fmt in ("torch", "arrow")]
+    if args.only:
+        cases = [case for case in cases if case[0] == args.only]
     for form, order, fmt, w, b in cases:
         spec = {
             "uri": uris[form],
@@ -283,9 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         " groups of 16,384 rows, no page index). Each read in a fresh process, to the"
         " end of the epoch, through `cr.DataLoader`; RSS over imports is the peak"
         " resident memory (VmHWM) less that after importing torch and croupier, with"
-        " workers each worker's peak less what it held once started (before it read)"
-        " added. Wide rows: a croupier table of {WIDE_ROWS:,} rows of an id and a list of"
-        f" 2,000 to 20,000 int32 values, in a full shuffle with {WIDE_BUDGET} MiB.",
+        " workers each worker's peak less what it held once started (before croupier's"
+        " library loaded in it) added: the process tree's growth (docs/tuning.md). Wide"
+        f" rows: a croupier table of {WIDE_ROWS:,} rows of an id and a list of"
+        f" 2,000 to 20,000 int32 values, in a full shuffle with {WIDE_BUDGET} MiB, and"
+        f" with 2 workers {WIDE_WORKERS_BUDGET} MiB (32 MiB a worker beside the 96 MiB"
+        " each sets aside).",
         "",
         *lines,
     ]

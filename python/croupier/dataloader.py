@@ -348,9 +348,14 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     - ``persistent_workers=True`` and ``in_order=False`` are refused: workers kept
       across epochs would not see ``set_epoch`` or ``load_state_dict``, and
       batches must reach the training loop in step order.
-    - each of the K workers gets ``memory_budget // K`` of the dataset's memory
-      budget (its default when the dataset has none), so that the workers
-      together hold what one process would: where the workers send runs of
+    - each of the K workers gets ``(memory_budget - K * 96 MiB) // K`` of the
+      dataset's memory budget (its default when the dataset has none): each
+      worker process's own memory beyond its share (its copy of the library
+      and the Go runtime, the interpreter's pages it touches) is set aside
+      first (``croupier.dataset.WORKER_ALLOWANCE``), so that the process tree
+      stays within the bound one process keeps (docs/tuning.md), and a budget
+      of ``K * 96 MiB`` or less is refused with an InvalidArgumentError from
+      the workers. Where the workers send runs of
       steps, three quarters of it for the worker's Go stream, and a quarter
       for the runs waiting in its slots for this process (see
       ``croupier._runs``); ``divide_budget=False`` gives each worker all of it.
@@ -381,8 +386,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     Args:
         dataset: the dataset, mixture or following dataset to load.
         num_workers: worker processes (0: the batches are made in this process).
-        divide_budget: give each worker ``memory_budget // num_workers`` of the
-            dataset's memory budget (True), or all of it (False).
+        divide_budget: give each worker its share of the dataset's memory
+            budget, as above (True), or all of it (False).
         in_process: read the dataset in this process however many workers
             are asked for (True), start them (False), or decide as above
             (None).

@@ -222,25 +222,60 @@ def merge_stats(streams: Iterable[Mapping[str, int]], shared: bool = False) -> d
     return out
 
 
+# What each DataLoader worker process holds beyond its share of a divided
+# budget, set aside before the budget is divided (docs/tuning.md, "memory_budget
+# is a bound"): its own copy of the library's image (about 40 MiB resident
+# while it reads) and of the Go runtime, whose heap holds loader.GoHeapBase
+# beside the streams' share, the pages of torch's, pyarrow's and numpy's code
+# and the interpreter's objects it touches, copied from the fork server, and
+# the training process's own copy of the library beyond the bound's 64 MiB.
+# Measured: 2 workers reading wide rows with 32 MiB each grew by 99 to 122 MiB
+# each over what they held when started, 67 to 90 beyond their shares.
+WORKER_ALLOWANCE = 96 << 20
+
+
 class _WorkerBudget:
     """The share of a dataset's memory budget its copy in a DataLoader worker
     holds: croupier.DataLoader sets ``_divide_budget`` on the copies its K
-    workers get, and each opens its Go object with ``memory_budget // K``, or,
-    where the workers send runs of steps (``_send_runs``), three quarters of
-    that: the other quarter bounds the runs waiting in its slots
-    (croupier._runs.Outbox)."""
+    workers get, and each opens its Go object with ``(memory_budget - K *
+    WORKER_ALLOWANCE) // K``, or, where the workers send runs of steps
+    (``_send_runs``), three quarters of that: the other quarter bounds the runs
+    waiting in its slots (croupier._runs.Outbox)."""
 
     _divide_budget: bool
     _info: dict[str, Any]  # the Go object's info: memory_budget has Go's default filled in
     _options: dict[str, Any]  # what the Go object is opened with
 
-    def _worker_budget(self) -> int | None:
-        """The memory budget of this copy when croupier.DataLoader divides the
-        dataset's among its workers and this is one of them, else None."""
+    def _worker_share(self) -> int | None:
+        """This worker's share of the dataset's budget when croupier.DataLoader
+        divides it among its workers and this is one of them, else None.
+
+        Raises:
+            InvalidArgumentError: the budget leaves nothing once each worker's
+                allowance is set aside.
+        """
         worker = _torch.worker_info()
         if not self._divide_budget or worker is None:
             return None
-        share = int(self._info["memory_budget"]) // worker.num_workers
+        budget, k = int(self._info["memory_budget"]), int(worker.num_workers)
+        share = (budget - k * WORKER_ALLOWANCE) // k
+        if share <= 0:
+            raise InvalidArgumentError(
+                f"memory_budget {budget} bytes is too small for {k} DataLoader workers: "
+                f"croupier.DataLoader sets aside {WORKER_ALLOWANCE} bytes for each worker "
+                "process's own memory (its copy of the library and the Go runtime, the "
+                "interpreter) and divides the rest among them, so that the process tree "
+                "stays within the budget's bound (docs/tuning.md); raise memory_budget above "
+                f"{k * WORKER_ALLOWANCE}, start fewer workers, read in the training process "
+                "(num_workers=0), or pass divide_budget=False to give each worker all of it"
+            )
+        return share
+
+    def _worker_budget(self) -> int | None:
+        """The memory budget of this copy's Go object when croupier.DataLoader
+        divides the dataset's among its workers and this is one of them, else None."""
+        if (share := self._worker_share()) is None:
+            return None
         if getattr(self, "_send_runs", False):
             share -= share // 4
         # At least one byte: 0 would mean the default to Go.
@@ -250,10 +285,7 @@ class _WorkerBudget:
         """The bytes of the runs this copy's slots may hold while they wait for
         the trainer: in a worker whose budget croupier.DataLoader divides, the
         quarter of its share that its Go object leaves; else 0, no bound."""
-        worker = _torch.worker_info()
-        if not self._divide_budget or worker is None:
-            return 0
-        return int(self._info["memory_budget"]) // int(worker.num_workers) // 4
+        return (self._worker_share() or 0) // 4
 
     def _go_options(self) -> dict[str, Any]:
         """The options to open the Go object with: in a worker, its share of the budget."""
@@ -282,7 +314,8 @@ class _WorkerBudget:
         return InvalidArgumentError(
             f"{exc} (in DataLoader worker {worker.id} of {worker.num_workers}: "
             f"croupier.DataLoader divides the dataset's memory_budget "
-            f"{self._info['memory_budget']} among its workers, {budget} bytes each; "
+            f"{self._info['memory_budget']} among its workers, less {WORKER_ALLOWANCE} bytes "
+            f"set aside for each, {budget} bytes each; "
             "raise memory_budget, or pass divide_budget=False to give each worker all of it)"
         )
 
@@ -357,8 +390,8 @@ class StreamingDataset(
             decoded, batches read ahead and the rows kept for the steps ahead
             (None: its default, 512 MiB). Too small a budget for one step
             raises InvalidArgumentError naming the sizes. :class:`croupier.DataLoader`
-            gives each of its K worker processes ``memory_budget // K`` unless
-            ``divide_budget=False``.
+            gives each of its K worker processes ``(memory_budget - K * 96 MiB)
+            // K`` (refused when that leaves nothing) unless ``divide_budget=False``.
         max_reads: range requests to the store kept in flight (None: its default,
             16 on local files, 64 on a remote store); raise it for stores with
             high latency.

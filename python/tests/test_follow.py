@@ -523,15 +523,17 @@ def test_dataloader_workers_end_at_the_last_step_in_order(tmp_path: Path) -> Non
 
 
 def test_dataloader_workers_divide_the_memory_budget(growing: str) -> None:
-    """Each of K workers' followers holds memory_budget // K: a budget that holds
-    a step in one process but not halved fails in 2 workers, with an error that
-    says why, unless divide_budget=False."""
+    """Each of K workers' followers holds (memory_budget - K * WORKER_ALLOWANCE)
+    // K: a budget that holds a step in one process but not so divided fails in
+    2 workers, with an error that says why, unless divide_budget=False."""
+    from croupier.dataset import WORKER_ALLOWANCE
+
     # A step needs about 30 kB here, most of it 4 batches of steps read ahead.
-    budget = 48_000
+    budget = 2 * WORKER_ALLOWANCE + 48_000
     want = delivered(follow(growing, budget), 0)
     with pytest.raises(cr.InvalidArgumentError, match="memory_budget 24000 bytes") as info:
         delivered(follow(growing, budget), 2)
-    assert "divides the dataset's memory_budget 48000 among its workers" in str(info.value)
+    assert f"divides the dataset's memory_budget {budget} among its workers" in str(info.value)
     assert "divide_budget=False" in str(info.value)
     assert delivered(follow(growing, budget), 2, divide_budget=False) == want
     # With no budget set, the workers divide Go's default, which the dataset reports.

@@ -25,7 +25,7 @@ import croupier as cr
 from croupier import _lib, _native
 from croupier._runs import RUN_STEPS, Steps, merge_runs
 from croupier.dataloader import _note_reads_in_process
-from croupier.dataset import merge_stats
+from croupier.dataset import WORKER_ALLOWANCE, merge_stats
 
 G, S = 16, 8
 
@@ -103,20 +103,29 @@ def test_workers_share_the_cores(
 
 
 def test_workers_divide_the_memory_budget(table_uri: str) -> None:
-    """Each of K workers gets memory_budget // K: a budget that holds a step in one
-    process but not halved fails in the workers, with an error that says why,
-    unless divide_budget=False."""
+    """Each of K workers gets (memory_budget - K * WORKER_ALLOWANCE) // K: a
+    budget that holds a step in one process but not so divided fails in the
+    workers, with an error that says why, unless divide_budget=False; a budget
+    that leaves nothing once the allowances are set aside is refused."""
     # A step needs about 105 kB here (most of it 4 batches read ahead), up to
     # 135 kB with 26 decoders.
-    budget = 160_000
+    budget = 2 * WORKER_ALLOWANCE + 160_000
     expected = ids(dataset(table_uri, memory_budget=budget))
     assert len(expected) == dataset(table_uri).steps_per_epoch
     small = cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2, in_process=False)
     with pytest.raises(cr.InvalidArgumentError, match="memory_budget 60000 bytes") as info:
         ids(small)
-    assert "divides the dataset's memory_budget 160000 among its workers" in str(info.value)
+    assert f"divides the dataset's memory_budget {budget} among its workers" in str(info.value)
     assert "divide_budget=False" in str(info.value)
     loader = cr.DataLoader(dataset(table_uri, memory_budget=budget), num_workers=2,
+                           divide_budget=False, in_process=False)  # fmt: skip
+    assert ids(loader) == expected
+    too_small = 2 * WORKER_ALLOWANCE
+    small = cr.DataLoader(dataset(table_uri, memory_budget=too_small), num_workers=2,
+                          in_process=False)  # fmt: skip
+    with pytest.raises(cr.InvalidArgumentError, match="is too small for 2 DataLoader workers"):
+        ids(small)
+    loader = cr.DataLoader(dataset(table_uri, memory_budget=too_small), num_workers=2,
                            divide_budget=False, in_process=False)  # fmt: skip
     assert ids(loader) == expected
     # With no budget set, the workers divide Go's default, which the dataset reports.
@@ -506,7 +515,8 @@ def test_merge_stats() -> None:
 
 def test_workers_and_their_runs_hold_the_budget(tmp_path: Path) -> None:
     """With K workers sharing steps, each worker's Go stream gets three quarters
-    of memory_budget // K and the runs waiting in its slots the other quarter:
+    of (memory_budget - K * WORKER_ALLOWANCE) // K and the runs waiting in its
+    slots the other quarter:
     rows of 200 to 2,000 values but for three of 1,000,000 in one step (a run
     larger than a quarter crosses alone) are dealt as in one process, the
     slots never wait with more than their quarter but for a run alone, and a
@@ -521,7 +531,7 @@ def test_workers_and_their_runs_hold_the_budget(tmp_path: Path) -> None:
         {"id": pa.array(np.arange(512)), "tokens": pa.ListArray.from_arrays(offsets, values)}
     )
     table = cr.create_table(f"file://{tmp_path}/wide", rows)
-    budget = 64 << 20
+    budget = 2 * WORKER_ALLOWANCE + (64 << 20)
 
     def wide(**kwargs: object) -> cr.StreamingDataset:
         return cr.StreamingDataset(table, global_batch_size=16, num_splits=1, **kwargs)  # type: ignore[arg-type]
@@ -530,11 +540,13 @@ def test_workers_and_their_runs_hold_the_budget(tmp_path: Path) -> None:
     ds = wide(memory_budget=budget)
     assert ids(cr.DataLoader(ds, num_workers=2, in_process=False)) == expected
     stats = ds.stats()
-    quarter = budget // 2 // 4
+    quarter = (budget - 2 * WORKER_ALLOWANCE) // 2 // 4
     assert stats["sent_limit"] == 2 * quarter
     assert stats["sent_alone"] > quarter  # the runs with the largest rows crossed alone
     assert stats["sent_peak"] <= stats["sent_limit"] + stats["sent_alone"]
-    small = cr.DataLoader(wide(memory_budget=400_000), num_workers=2, in_process=False)
+    small = cr.DataLoader(
+        wide(memory_budget=2 * WORKER_ALLOWANCE + 400_000), num_workers=2, in_process=False
+    )
     with pytest.raises(cr.InvalidArgumentError, match="memory_budget 150000 bytes") as info:
         ids(small)
     assert "150000 bytes each" in str(info.value)
