@@ -1,11 +1,9 @@
 package permutation_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -218,26 +216,8 @@ func TestDistributedPageClumps(t *testing.T) {
 		for _, s := range want.Splits() {
 			clumpSizes(t, name+", split "+s.Name(), allIDs(t, s), span)
 		}
-		wantFiles := storedFiles(one)
+		sameAtRanks(t, name, tb, spec, want.ID(), storedFiles(one), 2, 3)
 		want.Close()
-		for _, w := range []int{2, 3} {
-			at := t.TempDir()
-			perms, errs := buildRanks(t, tb, spec, "file://"+at, w)
-			if err := errors.Join(errs...); err != nil {
-				t.Fatalf("%s, %d ranks: %v", name, w, err)
-			}
-			for i, p := range perms {
-				if p.ID() != want.ID() {
-					t.Errorf("%s, %d ranks: rank %d built %s, one process %s", name, w, i, p.ID(), want.ID())
-				}
-			}
-			got := storedFiles(at)
-			for key, data := range wantFiles {
-				if !bytes.Equal(got[key], data) {
-					t.Errorf("%s, %d ranks: %s differs from one process's", name, w, key)
-				}
-			}
-		}
 	}
 }
 

@@ -349,30 +349,37 @@ func TestDistributedWhole(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		wantFiles := storedFiles(one)
+		sameAtRanks(t, name, tc.tb, tc.spec, want.ID(), storedFiles(one), 1, 2, 3)
 		want.Close()
-		for _, w := range []int{1, 2, 3} {
-			at := t.TempDir()
-			perms, errs := buildRanks(t, tc.tb, tc.spec, "file://"+at, w)
-			if err := errors.Join(errs...); err != nil {
-				t.Fatalf("%s, %d ranks: %v", name, w, err)
-			}
-			for i, p := range perms {
-				if p.ID() != want.ID() {
-					t.Errorf("%s, %d ranks: rank %d built %s, one process %s", name, w, i, p.ID(), want.ID())
-				}
-			}
-			got := storedFiles(at)
-			if len(got) != len(wantFiles) {
-				t.Errorf("%s, %d ranks: %d files, one process %d", name, w, len(got), len(wantFiles))
-			}
-			for key, data := range wantFiles {
-				if !bytes.Equal(got[key], data) {
-					t.Errorf("%s, %d ranks: %s differs from one process's", name, w, key)
-				}
-			}
-			noSpill(t, at)
+	}
+}
+
+// sameAtRanks builds spec over tb with each of worlds ranks and checks that
+// every rank's permutation has the ID of one process's, id, that the
+// objects are wantFiles byte for byte, and that no spill is left.
+func sameAtRanks(t *testing.T, name string, tb *table.Table, spec permutation.Spec, id string, wantFiles map[string][]byte, worlds ...int) {
+	t.Helper()
+	for _, w := range worlds {
+		at := t.TempDir()
+		perms, errs := buildRanks(t, tb, spec, "file://"+at, w)
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("%s, %d ranks: %v", name, w, err)
 		}
+		for i, p := range perms {
+			if p.ID() != id {
+				t.Errorf("%s, %d ranks: rank %d built %s, one process %s", name, w, i, p.ID(), id)
+			}
+		}
+		got := storedFiles(at)
+		if len(got) != len(wantFiles) {
+			t.Errorf("%s, %d ranks: %d files, one process %d", name, w, len(got), len(wantFiles))
+		}
+		for key, data := range wantFiles {
+			if !bytes.Equal(got[key], data) {
+				t.Errorf("%s, %d ranks: %s differs from one process's", name, w, key)
+			}
+		}
+		noSpill(t, at)
 	}
 }
 

@@ -363,27 +363,9 @@ func TestProcessesFetchABlockOnce(t *testing.T) {
 	dir, start := t.TempDir(), filepath.Join(t.TempDir(), "start")
 	srv.SetFaults(s3test.Faults{FirstByte: 300 * time.Millisecond})
 	srv.ResetCounts()
-	var children []*exec.Cmd
-	var outs []*bytes.Buffer
-	for range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), envChild+"=share", envDir+"="+dir, envSignal+"="+start,
-			envURI+"="+srv.URI("bkt", ""), envObject+"="+string(js))
-		out := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		children, outs = append(children, cmd), append(outs, out)
-	}
-	if err := os.WriteFile(start, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for i, cmd := range children {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("child %d: %v\n%s", i, err, outs[i])
-		}
-	}
+	env := []string{envChild + "=share", envDir + "=" + dir, envSignal + "=" + start,
+		envURI + "=" + srv.URI("bkt", ""), envObject + "=" + string(js)}
+	runChildren(t, start, env, env)
 	if got := srv.BytesServed(); got != size {
 		t.Errorf("the store served %d bytes in %d requests; want the object's %d once", got, srv.Requests(), size)
 	}
@@ -399,8 +381,7 @@ func TestProcessesAppendApart(t *testing.T) {
 	size := int64(48 * bs)
 	dir, start := t.TempDir(), filepath.Join(t.TempDir(), "start")
 	loc := openS3(t, srv, dir)
-	var children []*exec.Cmd
-	var outs []*bytes.Buffer
+	var envs [][]string
 	var objs []store.Object
 	for _, name := range []string{"left", "right"} {
 		if err := srv.Put("bkt", name, content(name, size)); err != nil {
@@ -412,24 +393,10 @@ func TestProcessesAppendApart(t *testing.T) {
 		}
 		objs = append(objs, obj)
 		js, _ := json.Marshal(obj)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), envChild+"=share", envDir+"="+dir, envSignal+"="+start,
-			envURI+"="+srv.URI("bkt", ""), envObject+"="+string(js), envBlockwise+"=1")
-		out := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		children, outs = append(children, cmd), append(outs, out)
+		envs = append(envs, []string{envChild + "=share", envDir + "=" + dir, envSignal + "=" + start,
+			envURI + "=" + srv.URI("bkt", ""), envObject + "=" + string(js), envBlockwise + "=1"})
 	}
-	if err := os.WriteFile(start, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for i, cmd := range children {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("child %d: %v\n%s", i, err, outs[i])
-		}
-	}
+	runChildren(t, start, envs...)
 	for _, seg := range blockcache.Segments(dir) {
 		if n, tail, _, err := blockcache.Records(seg); err != nil || tail != 0 {
 			t.Errorf("segment %s: %d records, then %d bytes that are not (%v)", seg, n, tail, err)
@@ -763,5 +730,33 @@ func TestWarm(t *testing.T) {
 	}
 	if st := check(t, c, obj, src, 0, size); st.Misses != 1 || src.requests.Load() != 4 { // the short last block alone
 		t.Fatalf("read after warm: %+v, %d fetches in all", st, src.requests.Load())
+	}
+}
+
+// runChildren starts a process of this test binary for each of envs (added
+// to this process's environment), lets them all go at once by creating the
+// file start, and waits for them, each child's failure an error with its
+// output.
+func runChildren(t *testing.T, start string, envs ...[]string) {
+	t.Helper()
+	var children []*exec.Cmd
+	var outs []*bytes.Buffer
+	for _, env := range envs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), env...)
+		out := &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children, outs = append(children, cmd), append(outs, out)
+	}
+	if err := os.WriteFile(start, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range children {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, outs[i])
+		}
 	}
 }

@@ -349,7 +349,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
       across epochs would not see ``set_epoch`` or ``load_state_dict``, and
       batches must reach the training loop in step order.
     - each of the K workers gets ``(memory_budget - K * 96 MiB) // K`` of the
-      dataset's memory budget (its default when the dataset has none): each
+      dataset's memory budget (``512 MiB // K`` when the dataset sets none:
+      the allowances then come on top of the default): each
       worker process's own memory beyond its share (its copy of the library
       and the Go runtime, the interpreter's pages it touches) is set aside
       first (``croupier.dataset.WORKER_ALLOWANCE``), so that the process tree

@@ -258,6 +258,10 @@ class _WorkerBudget:
         if not self._divide_budget or worker is None:
             return None
         budget, k = int(self._info["memory_budget"]), int(worker.num_workers)
+        if not self._options.get("memory_budget"):
+            # Go's default budget is the rows': the allowances come on top of
+            # it, so that no number of workers makes the default refuse.
+            return budget // k
         share = (budget - k * WORKER_ALLOWANCE) // k
         if share <= 0:
             raise InvalidArgumentError(

@@ -240,7 +240,8 @@ class FollowingDataset(
     just before a version lands, another just after): the iteration then ends
     at the last step delivered in order, and the steps the other workers made
     after it are dealt again by the next iteration, or a resume. Each worker's
-    follower holds ``memory_budget // K`` unless ``divide_budget=False``. In the
+    follower holds ``(memory_budget - K * 96 MiB) // K`` (``512 MiB // K`` when
+    none is set) unless ``divide_budget=False``. In the
     workers of torch's own DataLoader iteration raises InvalidArgumentError.
     """
 

@@ -52,14 +52,7 @@ def test_wide_rows_in_one_process_within_the_bound(tmp_path: Path) -> None:
     buffer copied took the peak to 160 to 162 MiB over the imports before,
     100 to 103 since."""
     rows, budget = 4096, 48 * MiB
-    rng = np.random.default_rng(1)
-    lengths = rng.integers(2000, 20001, rows)
-    tokens = pa.ListArray.from_arrays(
-        pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)),
-        pa.array(rng.integers(0, 1 << 20, int(lengths.sum()), dtype=np.int32)),
-    )
-    uri = f"file://{tmp_path}/wide"
-    cr.create_table(uri, pa.table({"id": np.arange(rows), "tokens": tokens}))
+    uri = wide_rows(tmp_path, rows)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run(
         [sys.executable, "-c", READ_IN_ONE_PROCESS, uri, str(budget)],

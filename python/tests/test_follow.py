@@ -252,7 +252,7 @@ def test_a_slow_learner_stays_within_versions_of_the_newest(growing: str) -> Non
 
 def test_state_dict_refuses_other_rules(growing: str) -> None:
     state = follow(growing, rows_per_round=20).state_dict()
-    with pytest.raises(cr.InvalidArgumentError, match="follow.rows_per_round is 20"):
+    with pytest.raises(cr.InvalidArgumentError, match=r"follow\.rows_per_round is 20"):
         follow(growing, rows_per_round=30).load_state_dict(state)
     with pytest.raises(cr.InvalidArgumentError, match="kind"):
         follow(growing).load_state_dict({**state, "kind": None})

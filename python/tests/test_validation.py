@@ -359,5 +359,6 @@ def test_default_num_splits_and_world_size_say_where_they_came_from(tbl: cr.Tabl
 def test_a_following_state_is_not_a_streaming_one(tmp_path: Path, tbl: cr.Table) -> None:
     follow = cr.FollowingDataset(tbl, cr.Follow(wait_timeout=0.01), global_batch_size=8)
     ds = cr.StreamingDataset(tbl, global_batch_size=8)
-    with pytest.raises(cr.InvalidArgumentError, match=r"following's \(kind \"follow\"\).*FollowingDataset"):
+    want = r"following's \(kind \"follow\"\).*FollowingDataset"
+    with pytest.raises(cr.InvalidArgumentError, match=want):
         ds.load_state_dict(follow.state_dict())
