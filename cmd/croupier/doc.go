@@ -135,10 +135,13 @@
 // which source made mixture step T: for each slot of the step, the source,
 // the source's epoch and step that fill it, and each rank's rows of that
 // step at --world-size (every rank unless --rank). Each source is opened
-// where its checkpoint says (permutation_uri and split, or table_uri). T
+// where its checkpoint says (permutation_uri and split, or table_uri); a
+// followed source (its checkpoint of kind "follow") forms its rounds of the
+// versions committed, as deal does for following, its slots naming the
+// round and the global step of following. T
 // defaults to the step after the checkpoint; a T after it is planned from
 // the checkpoint on, and a T before it by replaying the mixture from its
-// start, every source at step 0 of epoch 0 (an error when that replay does
+// start, every source at its beginning (an error when that replay does
 // not reach the checkpoint's position).
 //
 // deal --checkpoint with following's state dict (Python's

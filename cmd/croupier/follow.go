@@ -99,23 +99,12 @@ func dealFollow(ctx context.Context, e *env, data []byte, path string, f followF
 	if f.w < 1 || f.rank >= f.w {
 		return usagef("deal: --world-size %d and --rank %d: want at least one rank, and --rank below --world-size", f.w, f.rank)
 	}
-	tb, err := table.OpenWith(ctx, c.TableURI, table.OpenOptions{BlockCache: f.cache})
+	tb, fl, err := openFollower(ctx, c, path, f.w, f.cache)
 	if err != nil {
 		return err
 	}
 	defer tb.Close()
-	rule := c.Follow
-	rule.WaitTimeout = time.Nanosecond // form rounds of the versions there are, and wait for none
-	fl, err := loader.NewFollower(tb, loader.Options{GlobalBatchSize: c.GlobalBatchSize, NumSplits: c.NumSplits,
-		TokensPerStep: c.TokensPerStep, Oversize: c.Oversize, ShuffleSeed: c.ShuffleSeed, WorldSize: f.w}, rule)
-	if err != nil {
-		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
-	}
 	defer fl.Close()
-	fl.Observe() // the rounds the learner decided, never a decision of its own
-	if _, _, err := fl.Resume(c); err != nil {
-		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
-	}
 	out := followOutput{TableURI: c.TableURI, GlobalBatchSize: c.GlobalBatchSize, NumSplits: fl.Options().NumSplits,
 		WorldSize: f.w, ShuffleSeed: c.ShuffleSeed, StepsConsumed: c.StepsConsumed, Step: c.StepsConsumed}
 	if f.column != "" || f.row >= 0 {
@@ -194,6 +183,32 @@ func (st followStep) print(e *env, columns []string) {
 
 // roundOf forms the rounds from pos on until the one holding global step
 // step, and returns it with a loader of its steps.
+// openFollower opens the table of following's checkpoint c (read from
+// path) and a follower of it at world size w that observes the run's
+// decisions and forms rounds of the versions there are, waiting for none;
+// the caller closes both.
+func openFollower(ctx context.Context, c loader.FollowCheckpoint, path string, w int64, cache *blockcache.Cache) (*table.Table, *loader.Follower, error) {
+	tb, err := table.OpenWith(ctx, c.TableURI, table.OpenOptions{BlockCache: cache})
+	if err != nil {
+		return nil, nil, err
+	}
+	rule := c.Follow
+	rule.WaitTimeout = time.Nanosecond // form rounds of the versions there are, and wait for none
+	fl, err := loader.NewFollower(tb, loader.Options{GlobalBatchSize: c.GlobalBatchSize, NumSplits: c.NumSplits,
+		TokensPerStep: c.TokensPerStep, Oversize: c.Oversize, ShuffleSeed: c.ShuffleSeed, WorldSize: w}, rule)
+	if err != nil {
+		tb.Close()
+		return nil, nil, errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
+	}
+	fl.Observe() // the rounds the learner decided, never a decision of its own
+	if _, _, err := fl.Resume(c); err != nil {
+		fl.Close()
+		tb.Close()
+		return nil, nil, errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
+	}
+	return tb, fl, nil
+}
+
 func roundOf(ctx context.Context, fl *loader.Follower, uri string, pos loader.FollowPosition, step int64) (loader.Round, *loader.Loader, error) {
 	for {
 		r, _, err := fl.Round(ctx, pos)

@@ -1,10 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
+	"io"
 	"strings"
 
 	"github.com/croupier-data/croupier/core/blockcache"
@@ -88,14 +89,14 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 	}
 	sources, err := mixtureSources(ctx, c, path, f)
 	defer func() {
-		for _, l := range sources {
-			l.Close()
+		for _, src := range sources {
+			src.(io.Closer).Close()
 		}
 	}()
 	if err != nil {
 		return err
 	}
-	m, err := loader.NewMixture(asSources(sources), loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
+	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
 		Schedule: c.Schedule[1:], OnExhausted: c.OnExhausted, Slots: c.Slots})
 	if err != nil {
 		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
@@ -125,13 +126,12 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 		st := &steps[i]
 		st.Step, st.Weights = from+int64(i), m.WeightsAt(from+int64(i))
 		for j, sl := range slots {
-			l := sources[sl.Source]
-			ranks, err := stepRanks(ctx, l, sl.Epoch, sl.Step, f.rank, f.columns)
+			out, err := slotRanks(ctx, sources[sl.Source], sl, f)
 			if err != nil {
 				return err
 			}
-			st.Slots = append(st.Slots, mixtureSlotOutput{Slot: j, Source: sl.Source, PermutationID: l.Order().ID(),
-				TableURI: l.Table().URI(), Epoch: sl.Epoch, Step: sl.Step, Ranks: ranks})
+			out.Slot = j
+			st.Slots = append(st.Slots, out)
 		}
 	}
 	head := mixtureStepsOutput{Seed: c.Seed, OnExhausted: c.OnExhausted, NumSlots: c.Slots, WorldSize: f.w,
@@ -147,16 +147,46 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 	return nil
 }
 
-// mixtureSources opens a loader of each source of the mixture checkpoint c
-// (read from path), at f's world size; the caller closes those it returns,
-// also with an error.
-func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string, f mixtureFlags) ([]*loader.Loader, error) {
-	var sources []*loader.Loader
+// slotRanks returns the slot sl of a mixture step, filled by src: its
+// source step's rows by rank (f.rank's alone when set).
+func slotRanks(ctx context.Context, src loader.Source, sl loader.MixtureSlot, f mixtureFlags) (mixtureSlotOutput, error) {
+	out := mixtureSlotOutput{Source: sl.Source, TableURI: src.Describe().TableURI, Epoch: sl.Epoch, Step: sl.Step}
+	var err error
+	switch src := src.(type) {
+	case *loader.Loader:
+		out.PermutationID = src.Order().ID()
+		out.Ranks, err = stepRanks(ctx, src, sl.Epoch, sl.Step, f.rank, f.columns)
+	case *loader.Follower:
+		r, l, rerr := roundOf(ctx, src, out.TableURI, src.Start(), sl.Step)
+		if rerr != nil {
+			return out, rerr
+		}
+		defer l.Close()
+		out.Ranks, err = stepRanks(ctx, l, 0, sl.Step-r.Step, f.rank, f.columns)
+	}
+	return out, err
+}
+
+// mixtureSources opens a source of each source of the mixture checkpoint c
+// (read from path), at f's world size: a loader of a dataset's checkpoint, a
+// follower of following's; the caller closes those it returns, also with an
+// error.
+func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string, f mixtureFlags) ([]loader.Source, error) {
+	var sources []loader.Source
 	for i, raw := range c.Sources {
 		where := fmt.Sprintf("%s (source %d)", path, i)
 		if isFollow(raw) {
-			return sources, errcode.New(errcode.InvalidArgument, "deal", where,
-				"the source follows a growing table: deal answers mixtures of pinned datasets (ask the follow state dict itself with deal --checkpoint)")
+			fc, err := loader.ParseFollowCheckpoint(raw, where)
+			if err != nil {
+				return sources, err
+			}
+			tb, fl, err := openFollower(ctx, fc, where, f.w, f.cache)
+			if err != nil {
+				return sources, err
+			}
+			tb.Close() // the follower holds its table
+			sources = append(sources, fl)
+			continue
 		}
 		sc, err := loader.ParseCheckpoint(raw, where)
 		if err != nil {
@@ -183,15 +213,6 @@ func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string
 		sources = append(sources, l)
 	}
 	return sources, nil
-}
-
-// asSources returns loaders as a mixture's sources.
-func asSources(loaders []*loader.Loader) []loader.Source {
-	out := make([]loader.Source, len(loaders))
-	for i, l := range loaders {
-		out[i] = l
-	}
-	return out
 }
 
 // print prints the mixture's steps for people: each slot, and its ranks'
@@ -262,6 +283,10 @@ func replay(ctx context.Context, m *loader.Mixture, at loader.MixturePosition, t
 	}
 }
 
+// samePosition reports whether a and b are one position: their JSON is
+// (a followed source's round is a pointer).
 func samePosition(a, b loader.MixturePosition) bool {
-	return a.Step == b.Step && slices.Equal(a.Sources, b.Sources) && slices.Equal(a.OutOfDraw, b.OutOfDraw)
+	x, errA := json.Marshal(a)
+	y, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(x, y)
 }

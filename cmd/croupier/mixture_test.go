@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/loader"
@@ -38,7 +39,7 @@ func TestDealMixture(t *testing.T) {
 		defer l.Close()
 		sources = append(sources, l)
 	}
-	m, err := loader.NewMixture(asSources(sources), loader.MixtureOptions{Seed: 4, Weights: []float64{1, 3},
+	m, err := loader.NewMixture([]loader.Source{sources[0], sources[1]}, loader.MixtureOptions{Seed: 4, Weights: []float64{1, 3},
 		Schedule: []loader.MixturePoint{{Step: 6, Weights: []float64{3, 1}}}, OnExhausted: loader.ExhaustedCycle, Slots: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -137,18 +138,117 @@ func TestDealMixture(t *testing.T) {
 	if r := croupier(t, "deal", "--checkpoint", state, "--step", "1"); r.code != 1 || !strings.Contains(r.stderr, "cannot be replayed") {
 		t.Fatalf("moved sources: exit %d: %s", r.code, r.stderr)
 	}
+}
 
-	// A followed source is named, not misread as a dataset's checkpoint.
-	followed := ckpt
-	followed.Sources = slices.Clone(ckpt.Sources)
-	followed.Sources[1] = json.RawMessage(`{"format": 1, "kind": "follow", "table_uri": "file:///rollouts"}`)
-	if data, err = json.Marshal(followed); err != nil {
+// TestDealMixtureWithFollower checks deal --checkpoint for a mixture of a
+// followed growing table and a pinned one: each slot names its source's
+// step, and its rows at world size 2 are those the follower's global step
+// (or the loader's step) holds at world size 1.
+func TestDealMixtureWithFollower(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	grows := "file://" + filepath.Join(t.TempDir(), "grows")
+	var start int64
+	for v, n := range []int64{40, 25, 31, 50} {
+		verb := "append"
+		if v == 0 {
+			verb = "create"
+		}
+		ok(t, "tables", verb, grows, parquetFile(t, src, start, n))
+		start += n
+	}
+	pinned := "file://" + filepath.Join(t.TempDir(), "pinned")
+	ok(t, "tables", "create", pinned, parquetFile(t, src, 1000, 64))
+	open := func(uri string) *table.Table {
+		tb, err := table.Open(ctx, uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tb.Close() })
+		return tb
+	}
+	fl, err := loader.NewFollower(open(grows), loader.Options{GlobalBatchSize: 8, ShuffleSeed: 3},
+		loader.FollowOptions{RowsPerRound: 30, ReplayCount: 4, WaitTimeout: time.Millisecond, PollInterval: time.Millisecond})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer fl.Close()
+	tb := open(pinned)
+	l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, DropLast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	m, err := loader.NewMixture([]loader.Source{fl, l}, loader.MixtureOptions{Seed: 5, Weights: []float64{2, 1},
+		OnExhausted: loader.ExhaustedCycle, Slots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan [][]loader.MixtureSlot
+	var at loader.MixturePosition
+	for pos := m.Start(); pos.Step < 6; {
+		slots, next, ok, err := m.Next(ctx, pos)
+		if err != nil || !ok {
+			t.Fatalf("step %d: %v, %v", pos.Step, ok, err)
+		}
+		if pos.Step == 3 {
+			at = pos
+		}
+		plan, pos = append(plan, slots), next
+	}
+	ckpt, err := m.Checkpoint(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "mixture.json")
 	if err := os.WriteFile(state, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := croupier(t, "deal", "--checkpoint", state); r.code != 1 || !strings.Contains(r.stderr, "(source 1)") || !strings.Contains(r.stderr, "follows a growing table") {
-		t.Fatalf("a followed source: exit %d: %s", r.code, r.stderr)
+	var last int64 // the follower's last step the plan holds
+	for _, slots := range plan {
+		for _, sl := range slots {
+			if sl.Source == 0 {
+				last = max(last, sl.Step)
+			}
+		}
+	}
+	dealt, err := fl.Steps(ctx, fl.Start(), 0, last+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got mixtureStepsOutput
+	okJSON(t, &got, "deal", "--checkpoint", state, "--steps", "0:6", "--world-size", "2")
+	var followed int
+	for i, st := range got.Steps {
+		for j, s := range st.Slots {
+			want := plan[i][j]
+			if s.Source != want.Source || s.Epoch != want.Epoch || s.Step != want.Step || len(s.Ranks) != 2 {
+				t.Fatalf("step %d slot %d is %+v, want %+v", i, j, s, want)
+			}
+			rows := append(slices.Clone(s.Ranks[0].RowIDs), s.Ranks[1].RowIDs...)
+			var whole []uint64
+			if s.Source == 0 {
+				followed++
+				whole = slices.Concat(dealt[s.Step].Ranks...)
+			} else {
+				step, err := l.Step(ctx, s.Epoch, s.Step)
+				if err != nil {
+					t.Fatal(err)
+				}
+				whole = step[0]
+			}
+			slices.Sort(rows)
+			slices.Sort(whole)
+			if !slices.Equal(rows, whole) {
+				t.Fatalf("step %d slot %d: rows %v, its source's step %v", i, j, rows, whole)
+			}
+		}
+	}
+	if followed == 0 {
+		t.Fatal("no slot drew the followed table")
 	}
 }
