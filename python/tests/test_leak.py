@@ -41,16 +41,18 @@ def usage() -> Usage:
 
 
 def _open_files() -> int:
-    """This process's open files, but the lock files of disk cache folders
-    (``<folder>/locks``), which a process keeps open once it has fetched a
-    block there (docs/storage.md, "The disk cache")."""
+    """This process's open files, but the lock files and segments of disk cache
+    folders (``<folder>/locks``, ``<folder>/<id>.seg``), which a process keeps
+    open once it has fetched or read a block there (docs/storage.md, "The disk
+    cache")."""
     n = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue  # closed meanwhile: the listing's own descriptor
-        n += os.path.basename(target) != "locks"
+        name = os.path.basename(target.removesuffix(" (deleted)"))
+        n += name != "locks" and not name.endswith(".seg")
     return n
 
 
