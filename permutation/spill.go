@@ -152,19 +152,15 @@ func (s *spill) read(ctx context.Context, p, b int, fn func(records []byte) erro
 // object written but a shared spill's last holds the same number of records,
 // so it reads only the objects that hold them.
 func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func(records []byte) error) error {
-	i, per := p*s.buckets+b, int64(s.object/s.record)
+	i, per, rec := p*s.buckets+b, int64(s.object/s.record), int64(s.record)
 	for o := from / per; o < int64(s.objects[i]) && o*per < to; o++ {
-		data, err := s.loc.ReadAll(ctx, s.key(i, int(o)))
+		want := min(per, s.rows[i]-o*per)
+		lo, hi := max(from-o*per, 0), min(to-o*per, want)
+		data, err := s.readObject(ctx, s.key(i, int(o)), want*rec, lo*rec, (hi-lo)*rec)
 		if err != nil {
 			return err
 		}
-		want := min(per, s.rows[i]-o*per)
-		if int64(len(data)) != want*int64(s.record) {
-			return errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(s.key(i, int(o))),
-				"%d bytes, not the %d of %d records", len(data), want*int64(s.record), want)
-		}
-		lo, hi := max(from-o*per, 0), min(to-o*per, want)
-		if err := fn(data[lo*int64(s.record) : hi*int64(s.record)]); err != nil {
+		if err := fn(data); err != nil {
 			return err
 		}
 	}
@@ -172,6 +168,26 @@ func (s *spill) readRange(ctx context.Context, p, b int, from, to int64, fn func
 		return fn(s.bufs[i][max(from-start, 0)*int64(s.record) : (to-start)*int64(s.record)])
 	}
 	return nil
+}
+
+// readObject returns n bytes at off of the spill object at key, which holds
+// size bytes: the whole object when asked for all of it, its length checked,
+// else one range request, so that a window of a few records does not read
+// an object of megabytes.
+func (s *spill) readObject(ctx context.Context, key string, size, off, n int64) ([]byte, error) {
+	if off == 0 && n == size {
+		data, err := s.loc.ReadAll(ctx, key)
+		if err == nil && int64(len(data)) != size {
+			err = errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(key),
+				"%d bytes, not the %d of its %d records", len(data), size, size/int64(s.record))
+		}
+		return data, err
+	}
+	data := make([]byte, n)
+	if _, err := s.loc.NewReaderAt(ctx, store.Object{Key: key, Size: size}).ReadAt(data, off); err != nil {
+		return nil, errcode.Wrap(err, errcode.Of(err), "spill", s.loc.ObjectURI(key))
+	}
+	return data, nil
 }
 
 // claimFirst calls claim before the spill's first object is written.
