@@ -107,7 +107,7 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
 
     def __init__(
         self,
-        sources: Sequence[tuple[StreamingDataset, float]],
+        sources: Sequence[tuple[Source, float]],
         *,
         seed: int,
         schedule: Sequence[tuple[int, Sequence[float]]] | None = None,
