@@ -44,30 +44,7 @@ func TestDealMixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan [][]loader.MixtureSlot
-	var at loader.MixturePosition
-	for pos := m.Start(); pos.Step < 12; {
-		slots, next, _, err := m.Next(ctx, pos)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pos.Step == 5 {
-			at = pos
-		}
-		plan, pos = append(plan, slots), next
-	}
-	ckpt, err := m.Checkpoint(at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := json.Marshal(ckpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(t.TempDir(), "mixture.json")
-	if err := os.WriteFile(state, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	plan, ckpt, state := planMixture(t, m, 12, 5)
 	for _, c := range []struct {
 		args []string
 		step int64
@@ -129,7 +106,8 @@ func TestDealMixture(t *testing.T) {
 	if moved.Sources[0], err = json.Marshal(moved0); err != nil {
 		t.Fatal(err)
 	}
-	if data, err = json.Marshal(moved); err != nil {
+	data, err := json.Marshal(moved)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(state, data, 0o644); err != nil {
@@ -184,30 +162,7 @@ func TestDealMixtureWithFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan [][]loader.MixtureSlot
-	var at loader.MixturePosition
-	for pos := m.Start(); pos.Step < 6; {
-		slots, next, ok, err := m.Next(ctx, pos)
-		if err != nil || !ok {
-			t.Fatalf("step %d: %v, %v", pos.Step, ok, err)
-		}
-		if pos.Step == 3 {
-			at = pos
-		}
-		plan, pos = append(plan, slots), next
-	}
-	ckpt, err := m.Checkpoint(at)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := json.Marshal(ckpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(t.TempDir(), "mixture.json")
-	if err := os.WriteFile(state, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	plan, _, state := planMixture(t, m, 6, 3)
 	var last int64 // the follower's last step the plan holds
 	for _, slots := range plan {
 		for _, sl := range slots {
@@ -251,4 +206,36 @@ func TestDealMixtureWithFollower(t *testing.T) {
 	if followed == 0 {
 		t.Fatal("no slot drew the followed table")
 	}
+}
+
+// planMixture plans m's first steps steps from its start and writes the
+// checkpoint taken after step at-1 to a file: the slots of each step, the
+// checkpoint and the file's path.
+func planMixture(t *testing.T, m *loader.Mixture, steps, at int64) ([][]loader.MixtureSlot, loader.MixtureCheckpoint, string) {
+	t.Helper()
+	var plan [][]loader.MixtureSlot
+	var mid loader.MixturePosition
+	for pos := m.Start(); pos.Step < steps; {
+		slots, next, ok, err := m.Next(context.Background(), pos)
+		if err != nil || !ok {
+			t.Fatalf("step %d: %v, %v", pos.Step, ok, err)
+		}
+		if pos.Step == at {
+			mid = pos
+		}
+		plan, pos = append(plan, slots), next
+	}
+	ckpt, err := m.Checkpoint(mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "mixture.json")
+	if err := os.WriteFile(state, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return plan, ckpt, state
 }
