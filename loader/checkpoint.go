@@ -126,16 +126,11 @@ func ParseCheckpoint(data []byte, where string) (Checkpoint, error) {
 // token-budget steps it plans the epoch's steps (see EpochSteps).
 func (l *Loader) Resume(ctx context.Context, c Checkpoint) (epoch, step int64, err error) {
 	const op = "resume"
-	if err := l.checkDeals(c, false); err != nil {
-		return 0, 0, err
-	}
-	steps, err := l.EpochSteps(ctx, c.Epoch)
+	// A worker's own position may be past the end of the epoch by any
+	// number of steps: the Go caller resumes it knowing its own workers.
+	_, steps, err := l.position(ctx, c, RestoreOptions{Workers: math.MaxInt64})
 	if err != nil {
 		return 0, 0, err
-	}
-	if c.StepsConsumed > steps && !c.WorkerPosition {
-		return 0, 0, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
-			"checkpoint steps_consumed is %d, past the end of an epoch of %d steps", c.StepsConsumed, steps)
 	}
 	if c.StepsConsumed < steps {
 		return c.Epoch, c.StepsConsumed, nil

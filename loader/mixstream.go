@@ -165,7 +165,7 @@ func (s *MixtureStream) plan(ctx context.Context) error {
 			}
 			b := MixtureBatch{Step: s.pos.Step, Next: next}
 			for _, d := range slots {
-				b.Slots = append(b.Slots, MixtureSlot{Source: d.source, Epoch: d.step.Epoch, Step: d.step.Step})
+				b.Slots = append(b.Slots, d.slot())
 				epochs[d.source] = d.step.Epoch
 				key := [2]int64{int64(d.source), d.step.Epoch}
 				if _, ok := wanted[key]; !ok {

@@ -257,7 +257,7 @@ func pickSource(u float64, weights []float64) (int, bool) {
 func (m *Mixture) Next(ctx context.Context, pos MixturePosition) (slots []MixtureSlot, next MixturePosition, ok bool, err error) {
 	steps, next, ok, err := m.next(ctx, pos, true)
 	for _, d := range steps {
-		slots = append(slots, MixtureSlot{Source: d.source, Epoch: d.step.Epoch, Step: d.step.Step})
+		slots = append(slots, d.slot())
 	}
 	return slots, next, ok, err
 }
@@ -266,6 +266,11 @@ func (m *Mixture) Next(ctx context.Context, pos MixturePosition) (slots []Mixtur
 type drawn struct {
 	source int
 	step   SourceStep
+}
+
+// slot is what the slot holds, as Next names it.
+func (d drawn) slot() MixtureSlot {
+	return MixtureSlot{Source: d.source, Epoch: d.step.Epoch, Step: d.step.Step}
 }
 
 // next is Next, its slots with each source's step; with wait false, a step

@@ -184,7 +184,7 @@ func (l *Loader) Save(pos SourcePosition) (json.RawMessage, error) {
 // exhausted until it is renewed.
 func (l *Loader) Restore(ctx context.Context, data json.RawMessage, opts RestoreOptions) (SourcePosition, error) {
 	const op = "resume"
-	if isFollowCheckpoint(data) {
+	if IsFollowCheckpoint(data) {
 		return SourcePosition{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
 			"the checkpoint is following's (kind \"follow\"): resume a follower of the same table with it (Python: a croupier.FollowingDataset), not a dataset")
 	}
@@ -192,30 +192,38 @@ func (l *Loader) Restore(ctx context.Context, data json.RawMessage, opts Restore
 	if err != nil {
 		return SourcePosition{}, err
 	}
+	pos, _, err := l.position(ctx, c, opts)
+	return pos, err
+}
+
+// position checks that c was made by a run dealing what l deals and that
+// its position lies inside its epoch, and returns the position and the
+// epoch's steps. A position past the end of the epoch is refused, not
+// carried into the next one: it comes from another run or was edited.
+// Only a worker's own position (WorkerPosition) runs up to opts.Workers − 1
+// steps past the end.
+func (l *Loader) position(ctx context.Context, c Checkpoint, opts RestoreOptions) (SourcePosition, int64, error) {
 	if err := l.checkDeals(c, opts.TableMoved); err != nil {
-		return SourcePosition{}, err
+		return SourcePosition{}, 0, err
 	}
 	n, err := l.EpochSteps(ctx, c.Epoch)
 	if err != nil {
-		return SourcePosition{}, err
+		return SourcePosition{}, 0, err
 	}
-	// A position past the end of the epoch is refused, not carried into the
-	// next one: it comes from another run or was edited. Only a worker's
-	// own position runs up to Workers − 1 steps past the end.
-	slack := int64(0)
+	most := n
 	if c.WorkerPosition {
-		slack = max(opts.Workers-1, 0)
+		most += min(max(opts.Workers-1, 0), math.MaxInt64-n)
 	}
-	if c.StepsConsumed > n+slack {
-		return SourcePosition{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
-			"checkpoint steps_consumed must be at most %d (of an epoch of %d steps), got %d", n+slack, n, c.StepsConsumed)
+	if c.StepsConsumed > most {
+		return SourcePosition{}, 0, errcode.New(errcode.InvalidArgument, "resume", l.table.URI(),
+			"checkpoint steps_consumed is %d, past the end of an epoch of %d steps: it must be at most %d", c.StepsConsumed, n, most)
 	}
-	return SourcePosition{Epoch: c.Epoch, StepsConsumed: c.StepsConsumed, WorkerPosition: c.WorkerPosition}, nil
+	return SourcePosition{Epoch: c.Epoch, StepsConsumed: c.StepsConsumed, WorkerPosition: c.WorkerPosition}, n, nil
 }
 
-// isFollowCheckpoint reports whether data is following's checkpoint: its
-// kind says so.
-func isFollowCheckpoint(data []byte) bool {
+// IsFollowCheckpoint reports whether data is following's checkpoint (a
+// FollowCheckpoint): its kind says so.
+func IsFollowCheckpoint(data []byte) bool {
 	var probe struct {
 		Kind string `json:"kind"`
 	}

@@ -132,7 +132,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 			return errcode.Wrap(err, errcode.NotFound, "read checkpoint", a.ckptPath)
 		}
 		switch {
-		case isFollow(data):
+		case loader.IsFollowCheckpoint(data):
 			return a.dealFollow(ctx, e, data)
 		case isMixture(data):
 			return dealMixture(ctx, e, data, a.ckptPath, mixtureFlags{step: a.step, stepSet: a.set["step"], steps: a.steps, w: a.w, rank: a.rank,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -12,14 +11,6 @@ import (
 	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/loader"
 )
-
-// isFollow reports whether a state dict is following's: its kind says so.
-func isFollow(data []byte) bool {
-	var probe struct {
-		Kind string `json:"kind"`
-	}
-	return json.Unmarshal(data, &probe) == nil && probe.Kind == "follow"
-}
 
 // followFlags are the flags of deal that apply to following's checkpoint.
 type followFlags struct {

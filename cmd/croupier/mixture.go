@@ -175,7 +175,7 @@ func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string
 	var sources []loader.Source
 	for i, raw := range c.Sources {
 		where := fmt.Sprintf("%s (source %d)", path, i)
-		if isFollow(raw) {
+		if loader.IsFollowCheckpoint(raw) {
 			fc, err := loader.ParseFollowCheckpoint(raw, where)
 			if err != nil {
 				return sources, err

@@ -838,14 +838,8 @@ class StreamingDataset(
                 "batch) or torchdata.stateful_dataloader.StatefulDataLoader (checkpoint with "
                 "loader.state_dict())."
             )
-        return _lib.source_checkpoint(
-            self._handle(),
-            {
-                "epoch": self._epoch,
-                "steps_consumed": self._next_step,
-                "worker_position": self._worker_position,
-            },
-        )
+        position = {**self._source_position(start=False), "worker_position": self._worker_position}
+        return _lib.source_checkpoint(self._handle(), position)
 
     # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
 

@@ -536,9 +536,7 @@ class FollowingDataset(
         "Following a growing table"), ``steps_consumed`` the global steps
         delivered. It is the same on every rank.
         """
-        return _lib.source_checkpoint(
-            self._handle(), {"epoch": 0, "steps_consumed": self._next_step, "round": self._position}
-        )
+        return _lib.source_checkpoint(self._handle(), self._source_position(start=False))
 
     # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
 
