@@ -5,6 +5,7 @@ package store
 import (
 	"os"
 	"syscall"
+	"time"
 )
 
 // inode returns the inode number of the file fi describes.
@@ -13,4 +14,23 @@ func inode(fi os.FileInfo) uint64 {
 		return uint64(st.Ino)
 	}
 	return 0
+}
+
+// fileVersion returns the size, modification time and inode of the open file
+// f, with one fstat into memory of its own: os.File.Stat allocates a FileInfo
+// each time, and a read of local files checks the version after every pread.
+func fileVersion(f *os.File) (Object, error) {
+	conn, err := f.SyscallConn()
+	if err != nil {
+		return Object{}, err
+	}
+	var st syscall.Stat_t
+	var serr error
+	if err := conn.Control(func(fd uintptr) { serr = syscall.Fstat(int(fd), &st) }); err != nil {
+		return Object{}, err
+	}
+	if serr != nil {
+		return Object{}, &os.PathError{Op: "fstat", Path: f.Name(), Err: serr}
+	}
+	return Object{Size: st.Size, ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec), Inode: uint64(st.Ino)}, nil
 }

@@ -93,23 +93,28 @@ func (o *openFiles) close() {
 }
 
 // localPath returns the file that holds key in a file:// Location, and
-// whether key names one (see filePath).
+// whether key names one (see filePath). Each key's path is worked out once:
+// a full shuffle reads each file hundreds of thousands of times.
 func (l *Location) localPath(key string) (string, bool) {
 	if l.root == "" {
 		return "", false
 	}
-	return filePath(l.root, key)
+	if p, ok := l.paths.Load(key); ok {
+		return p.(string), p.(string) != ""
+	}
+	p, ok := filePath(l.root, key)
+	l.paths.Store(key, p)
+	return p, ok
 }
 
 // readLocal reads len(p) bytes of obj at off from the file at path: pread,
 // then fstat to check that what was read is the pinned version. The error
 // is classified as ReaderAt's are.
 func (l *Location) readLocal(path string, obj Object, p []byte, off int64) (int, Object, error) {
-	where := l.ObjectURI(obj.Key)
 	for {
 		f, err := l.files.get(path)
 		if err != nil {
-			return 0, Object{}, localError(err, where)
+			return 0, Object{}, localError(err, l.ObjectURI(obj.Key))
 		}
 		n, err := f.ReadAt(p, off)
 		if errors.Is(err, os.ErrClosed) && !l.closed.Load() {
@@ -117,21 +122,21 @@ func (l *Location) readLocal(path string, obj Object, p []byte, off int64) (int,
 		}
 		if err != nil && err != io.EOF {
 			l.files.forget(f)
-			return n, Object{}, localError(err, where)
+			return n, Object{}, localError(err, l.ObjectURI(obj.Key))
 		}
-		fi, err := f.Stat()
+		found, err := fileVersion(f)
 		if errors.Is(err, os.ErrClosed) && !l.closed.Load() {
 			continue
 		}
 		if err != nil {
 			l.files.forget(f)
-			return n, Object{}, localError(err, where)
+			return n, Object{}, localError(err, l.ObjectURI(obj.Key))
 		}
-		found := Object{Key: obj.Key, Size: fi.Size(), ModTime: fi.ModTime(), Inode: inode(fi)}
+		found.Key = obj.Key
 		if !obj.Matches(found) {
 			// The next read opens the file anew: it may have been replaced.
 			l.files.forget(f)
-			return 0, found, errcode.Wrap(&changedError{pinned: obj, found: found}, errcode.Changed, "read", where)
+			return 0, found, errcode.Wrap(&changedError{pinned: obj, found: found}, errcode.Changed, "read", l.ObjectURI(obj.Key))
 		}
 		if n < len(p) {
 			return n, found, shortRead(io.ErrUnexpectedEOF, n, len(p), off)

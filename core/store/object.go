@@ -375,6 +375,21 @@ func (r *ReaderAt) fetch(ctx context.Context, off int64, bufs [][]byte) error {
 	return err
 }
 
+// readLocal fills bufs, one after the other, with the bytes at off of the
+// local file at path.
+func (r *ReaderAt) readLocal(path string, off int64, bufs [][]byte) (int, error) {
+	got := 0
+	for _, b := range bufs {
+		k, seen, err := r.loc.readLocal(path, r.obj, b, off+int64(got))
+		got += k
+		if err != nil {
+			return got, err
+		}
+		r.seen.Store(&seen)
+	}
+	return got, nil
+}
+
 // read fills bufs, one after the other, with the bytes at off, with one
 // range request retried under the location's policy, and returns how many
 // bytes it read.
@@ -383,20 +398,22 @@ func (r *ReaderAt) read(ctx context.Context, off int64, bufs [][]byte) (int, err
 	for _, b := range bufs {
 		n += int64(len(b))
 	}
+	path, local := r.loc.localPath(r.obj.Key)
+	if local {
+		// A read of a local file that succeeds needs no retry policy: its
+		// context and timer cost more than the pread. One that fails is
+		// read again under the policy, which classifies and names its
+		// error.
+		if got, err := r.readLocal(path, off, bufs); err == nil {
+			r.reads.Add(1)
+			return got, nil
+		}
+	}
 	where := r.loc.ObjectURI(r.obj.Key)
 	return Do(ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
 		r.reads.Add(1)
-		if path, ok := r.loc.localPath(r.obj.Key); ok {
-			got := 0
-			for _, b := range bufs {
-				k, seen, err := r.loc.readLocal(path, r.obj, b, off+int64(got))
-				got += k
-				if err != nil {
-					return got, err
-				}
-				r.seen.Store(&seen)
-			}
-			return got, nil
+		if local {
+			return r.readLocal(path, off, bufs)
 		}
 		rr, seen, err := r.loc.hedgedRange(ctx, &r.obj, off, n, r.hedged)
 		var changed *changedError

@@ -76,6 +76,7 @@ type Location struct {
 	pooled string    // the key of the pooled bucket it holds (see pool), or ""
 	remote bool      // opened by a Driver: not file:// or mem://
 	files  openFiles // file:// only: the files held open for reads
+	paths  sync.Map  // file:// only: key -> the path localPath found for it, "" for none
 	lat    hedging   // remote only: first-byte latency and hedges of range requests (hedge.go)
 	served latency   // remote only: latency of range reads as served, from the store or the disk cache
 	closed atomic.Bool
