@@ -185,8 +185,8 @@ func (did decodeInfo) entries(from int) int64 {
 	return n
 }
 
-// keptValuesStart is the values a decoder of kept rows has room for at
-// first; it doubles as they come.
+// keptValuesStart is the fewest values a decoder of kept rows has room for
+// at first; it doubles as they come.
 const keptValuesStart = 1 << 14
 
 // openRows, as the rows of decodeColumn's pages, says that they go on past
@@ -255,11 +255,14 @@ func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, k
 		// Never more values than level entries in the chunk, so a whole
 		// chunk is sized at once. Of kept rows, which may be a few of a
 		// large chunk (a row group of a million rows, read in slices), the
-		// buffer grows with the values kept. It is not zeroed (elements
+		// buffer starts at the kept rows' share of the chunk's values and
+		// a quarter more (their lists' lengths vary), and grows with the
+		// values kept: growing from a fixed start copied the values of a
+		// full shuffle's pieces twice over. It is not zeroed (elements
 		// zeroes the slots of nulls).
 		n := values
-		if keep != nil {
-			n = min(values, keptValuesStart)
+		if keep != nil && rows > 0 {
+			n = min(values, max(keptValuesStart, int64(len(keep))*values/rows*5/4))
 		}
 		d.values = newFilled(mem, n*int64(d.width))
 	} else {
