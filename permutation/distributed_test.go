@@ -145,11 +145,12 @@ func TestDistributedBuild(t *testing.T) {
 	}
 }
 
-// noSpill fails unless nothing is left under dir's spill folder.
+// noSpill fails unless nothing is left of dir's spill folder, not even
+// empty folders.
 func noSpill(t *testing.T, dir string) {
 	t.Helper()
 	filepath.WalkDir(filepath.Join(dir, "_spill"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+		if err == nil {
 			t.Errorf("%s left behind", p)
 		}
 		return nil

@@ -133,6 +133,10 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string, opts WriterOptio
 	return &fileWriter{ctx: ctx, tmp: tmp, path: p, exclusive: opts.IfNotExist}, nil
 }
 
+// putTries bounds how often a writer makes a folder again that a Delete
+// removed as the writer put its file in.
+const putTries = 8
+
 // fileWriter writes a temporary file and, at Close, puts it in place.
 type fileWriter struct {
 	ctx       context.Context
@@ -164,17 +168,28 @@ func (w *fileWriter) Close() error {
 		return err
 	}
 	dir := filepath.Dir(w.path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	put := os.Rename
+	if w.exclusive {
+		put = os.Link
 	}
-	if !w.exclusive {
-		return os.Rename(w.tmp.Name(), w.path)
+	// A Delete of the folder's last other file may remove the folder
+	// between making it and putting the file in: make it again.
+	for try := 0; ; try++ {
+		if err = os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err = put(w.tmp.Name(), w.path); err == nil || !errors.Is(err, fs.ErrNotExist) || try == putTries {
+			break
+		}
 	}
-	if err := os.Link(w.tmp.Name(), w.path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
+	if err != nil {
+		if w.exclusive && errors.Is(err, fs.ErrExist) {
 			return WithCode(errcode.AlreadyExists, errors.New("already exists"))
 		}
 		return err
+	}
+	if !w.exclusive {
+		return nil
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
@@ -268,6 +283,11 @@ func (p *pendingList) keep(prefix, token string, objs []Object) {
 	p.prefix, p.token, p.objs = prefix, token, objs
 }
 
+// Delete removes the file of key and then each folder above it that is left
+// empty, up to the bucket's root: an object store has no folders, and a
+// permutation's spill, written under many keys and deleted once the build
+// commits, left a tree of empty ones behind. A writer putting a file into a
+// folder removed meanwhile makes it again (fileWriter.Close).
 func (b *fileBucket) Delete(_ context.Context, key string) error {
 	p, err := b.path(key)
 	if err != nil {
@@ -278,6 +298,12 @@ func (b *fileBucket) Delete(_ context.Context, key string) error {
 	}
 	if err := os.Remove(p + attrsSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
+	}
+	root := filepath.Clean(b.root)
+	for dir := filepath.Dir(p); dir != root && strings.HasPrefix(dir, root+string(filepath.Separator)); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil { // not empty, or gone already
+			break
+		}
 	}
 	return nil
 }

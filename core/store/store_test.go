@@ -269,3 +269,79 @@ func TestLocalFilesHeldOpen(t *testing.T) {
 		t.Errorf("%d descriptors open after Close, %d before Open", after, before)
 	}
 }
+
+// TestFileDeleteLeavesNoEmptyFolders deletes files of a file:// location:
+// the folders a deleted file leaves empty go with it, up to the location's
+// root, and no others; writers and deleters racing in one folder never fail,
+// and every file written and not deleted is there.
+func TestFileDeleteLeavesNoEmptyFolders(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	loc, err := store.Open(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	for _, key := range []string{"a/b/c/x", "a/b/y", "a/z"} {
+		if err := loc.WriteAll(ctx, key, []byte(key), store.WriterOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(rel string) bool {
+		_, err := os.Stat(filepath.Join(root, rel))
+		return err == nil
+	}
+	steps := []struct {
+		key        string
+		gone, kept []string
+	}{
+		{"a/b/c/x", []string{"a/b/c"}, []string{"a/b", "a"}},
+		{"a/b/y", []string{"a/b"}, []string{"a"}},
+		{"a/z", []string{"a"}, []string{"."}},
+	}
+	for _, s := range steps {
+		if err := loc.Delete(ctx, s.key); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range s.gone {
+			if exists(d) {
+				t.Errorf("after deleting %s, folder %s is still there", s.key, d)
+			}
+		}
+		for _, d := range s.kept {
+			if !exists(d) {
+				t.Errorf("after deleting %s, folder %s is gone", s.key, d)
+			}
+		}
+	}
+
+	// Writers and deleters in one folder, the folder emptied and made again
+	// over and over.
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				key := fmt.Sprintf("spill/0/w%d-%d", w, i)
+				if err := loc.WriteAll(ctx, key, []byte(key), store.WriterOptions{}); err != nil {
+					t.Errorf("write %s: %v", key, err)
+					return
+				}
+				if i%2 == 0 {
+					if err := loc.Delete(ctx, key); err != nil {
+						t.Errorf("delete %s: %v", key, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for w := range 4 {
+		for i := 1; i < 200; i += 2 {
+			key := fmt.Sprintf("spill/0/w%d-%d", w, i)
+			if got, err := loc.ReadAll(ctx, key); err != nil || string(got) != key {
+				t.Fatalf("%s = %q, %v", key, got, err)
+			}
+		}
+	}
+}
