@@ -49,7 +49,7 @@ func TestNoGoWords(t *testing.T) {
 		check("pin "+pin, err, errcode.InvalidArgument)
 	}
 	_, err := table.DecodePin([]byte(`{"format": "1"}`))
-	check("pin format", err, errcode.InvalidArgument, `"format" is string, but it must be an integer`)
+	check("pin format", err, errcode.InvalidArgument, `"format" is string "1", but it must be an integer`)
 
 	for _, cp := range []string{`{"format": "2"}`, `{"format": 2, "epoch": "x"}`, `{"format": 2, "table_version": true}`,
 		`{"format": 2, "shuffle_seed": -1}`, `{"format": 2, "permutation_uri": 3}`, `{"format": 2, "steps_consumed": 1.5}`,

@@ -42,7 +42,7 @@ func Unmarshal(b []byte, v any, strict bool) error {
 	t := reflect.TypeOf(v).Elem()
 	var raw any
 	if !json.Valid(b) {
-		return explain(json.Unmarshal(b, &raw), t)
+		return explain(json.Unmarshal(b, &raw), t, b)
 	}
 	if strict {
 		// Numbers stay text here: a number beyond float64 is the field's
@@ -50,20 +50,20 @@ func Unmarshal(b []byte, v any, strict bool) error {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()
 		if err := dec.Decode(&raw); err != nil {
-			return explain(err, t)
+			return explain(err, t, b)
 		}
 		if err := checkKeys(raw, t, ""); err != nil {
 			return err
 		}
 	}
-	return explain(json.Unmarshal(b, v), t)
+	return explain(json.Unmarshal(b, v), t, b)
 }
 
-// explain returns err, an error of encoding/json's decoding into a value of
-// type t, in JSON's words: a value of the wrong type names its key, the JSON
-// value and what the key takes; a syntax error says where. Other errors,
-// those of a type's own UnmarshalJSON, are kept as they are.
-func explain(err error, t reflect.Type) error {
+// explain returns err, an error of encoding/json's decoding of b into a
+// value of type t, in JSON's words: a value of the wrong type names its key,
+// the JSON value and what the key takes; a syntax error says where. Other
+// errors, those of a type's own UnmarshalJSON, are kept as they are.
+func explain(err error, t reflect.Type, b []byte) error {
 	var (
 		te *json.UnmarshalTypeError
 		se *json.SyntaxError
@@ -79,7 +79,8 @@ func explain(err error, t reflect.Type) error {
 		}
 		return fmt.Errorf("a value is %s, but it must be %s", te.Value, describe(te.Type))
 	case errors.As(err, &te):
-		return fmt.Errorf("%q is %s, but it must be %s", jsonKey(t, te.Field), te.Value, describe(te.Type))
+		key := jsonKey(t, te.Field)
+		return fmt.Errorf("%q is %s, but it must be %s", key, valueAt(b, key, te.Value), describe(te.Type))
 	case errors.As(err, &se):
 		return fmt.Errorf("malformed JSON at byte %d: %s", se.Offset, se.Error())
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
@@ -88,6 +89,73 @@ func explain(err error, t reflect.Type) error {
 		return errors.New("a value that JSON cannot hold") // a bug: decoding into a type that takes none
 	}
 	return err
+}
+
+// maxShown bounds the bytes of a JSON value an error shows.
+const maxShown = 64
+
+// valueAt returns what encoding/json calls the value at the dotted key path
+// of the JSON object b ("string", "number 7.5"), with the value itself where
+// encoding/json gives only its type and the value is the key's own, not an
+// element of a list or an object beneath it: "string \"7\"", "array [1,2]";
+// at most maxShown bytes of it.
+func valueAt(b []byte, key, what string) string {
+	if strings.Contains(what, " ") { // a number, shown already
+		return what
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return what
+	}
+	for part := range strings.SplitSeq(key, ".") {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return what
+		}
+		found := false
+		for k, val := range obj { // as encoding/json matches keys
+			if strings.EqualFold(k, part) && (!found || k == part) {
+				v, found = val, true
+			}
+		}
+		if !found {
+			return what
+		}
+	}
+	if jsonType(v) != what { // the value is an element of a list at key
+		return what
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "<" as the caller wrote it
+	if enc.Encode(v) != nil {
+		return what
+	}
+	shown := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(shown) > maxShown {
+		return fmt.Sprintf("%s %s…", what, shown[:maxShown])
+	}
+	return fmt.Sprintf("%s %s", what, shown)
+}
+
+// jsonType returns the name encoding/json gives the type of v, a value it
+// decoded with UseNumber.
+func jsonType(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case json.Number:
+		return "number"
+	}
+	return "null"
 }
 
 // jsonKey returns field, the dotted path encoding/json gives a field of t,

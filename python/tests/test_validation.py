@@ -9,6 +9,7 @@ refused with a clear error instead of overflowing the stack.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -199,10 +200,17 @@ def test_checkpoint_fields(tbl: cr.Table) -> None:
             assert_names(info.value, "steps_consumed", value)
             if value > 0:
                 assert "of an epoch of 8 steps" in str(info.value)
-        else:  # named by its JSON type where JSON carries it
-            assert "steps_consumed" in str(info.value)
-            assert "must be" in str(info.value)
-            assert not GO_WORDS.search(str(info.value))
+        else:  # named by its JSON type and value where JSON carries it
+            message = str(info.value)
+            assert "steps_consumed" in message
+            assert "must be" in message
+            assert not GO_WORDS.search(message)
+            if isinstance(value, bool):
+                assert f"is bool {json.dumps(value)}" in message, message
+            elif isinstance(value, list):
+                assert f"is array {json.dumps(value, separators=(',', ':'))}" in message, message
+            elif isinstance(value, str) and value.isascii() and value.isprintable():
+                assert f"is string {json.dumps(value)}" in message, message
 
     check()
     with pytest.raises(cr.InvalidArgumentError, match="epoch must be an integer >= 0, got -1"):
