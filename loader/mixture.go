@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -357,7 +358,7 @@ func (m *Mixture) End(ctx context.Context, pos MixturePosition) (MixturePosition
 	next := MixturePosition{Step: pos.Step, Sources: slices.Clone(pos.Sources), OutOfDraw: make([]bool, len(m.sources))}
 	for i, c := range next.Sources {
 		renewed, ok, err := m.sources[i].Renew(ctx, c)
-		if err != nil && errcode.Of(err) != errcode.InvalidArgument {
+		if err != nil && !errors.Is(err, errLastEpoch) { // a source at its last epoch stays exhausted
 			return pos, sourceError(err, i)
 		}
 		if ok {

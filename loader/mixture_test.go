@@ -118,6 +118,35 @@ func TestMixtureWeightsAt(t *testing.T) {
 	}
 }
 
+// TestMixtureEnd checks where the iteration after an ended one starts: a
+// source whose epoch ended renews to its next epoch, one at the last epoch
+// there is stays where it is, and a position that is not its source's is
+// refused, naming the source.
+func TestMixtureEnd(t *testing.T) {
+	ctx := context.Background()
+	sources := mixLoaders(t, mixTables(t, 16, 16), 8, 1, 0)
+	m, err := loader.NewMixture(sources, loader.MixtureOptions{Weights: []float64{1, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := sources[0].(*loader.Loader).StepsPerEpoch()
+	last := loader.SourcePosition{Epoch: math.MaxInt64, StepsConsumed: steps}
+	pos := loader.MixturePosition{Step: 9, Sources: []loader.SourcePosition{{Epoch: 2, StepsConsumed: steps}, last},
+		OutOfDraw: []bool{true, true}}
+	next, err := m.End(ctx, pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []loader.SourcePosition{{Epoch: 3}, last}
+	if !slices.Equal(next.Sources, want) || next.Step != 9 || slices.Contains(next.OutOfDraw, true) {
+		t.Fatalf("End = %+v, want sources %+v at step 9, all in the draw", next, want)
+	}
+	pos.Sources[1] = loader.SourcePosition{Epoch: 1, Round: &loader.FollowPosition{}}
+	if _, err := m.End(ctx, pos); errcode.Of(err) != errcode.InvalidArgument || !strings.Contains(err.Error(), "source 1") {
+		t.Fatalf("End of a follower's position in a loader's place = %v, want InvalidArgument naming source 1", err)
+	}
+}
+
 // mixRun is what a mixture deals: each step's slots, each slot's rows
 // (every rank's and worker's together, sorted), and the position after each
 // step.

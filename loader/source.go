@@ -137,6 +137,10 @@ func (l *Loader) StepAt(ctx context.Context, pos SourcePosition, _ bool) (Source
 	return SourceStep{Epoch: pos.Epoch, Step: pos.StepsConsumed}, next, true, nil
 }
 
+// errLastEpoch is why a Loader whose last epoch there is, 2⁶³ − 1, ended
+// does not renew.
+var errLastEpoch = errors.New("epoch 9223372036854775807 ended, the last there is")
+
 // Renew returns step 0 of the next epoch once pos's epoch has no step left.
 func (l *Loader) Renew(ctx context.Context, pos SourcePosition) (SourcePosition, bool, error) {
 	if err := l.checkPosition(pos); err != nil {
@@ -147,7 +151,7 @@ func (l *Loader) Renew(ctx context.Context, pos SourcePosition) (SourcePosition,
 		return pos, false, err
 	}
 	if pos.Epoch == math.MaxInt64 {
-		return pos, false, errcode.New(errcode.InvalidArgument, "renew", l.table.URI(), "epoch %d ended, the last there is", pos.Epoch)
+		return pos, false, errcode.Wrap(errLastEpoch, errcode.InvalidArgument, "renew", l.table.URI())
 	}
 	return SourcePosition{Epoch: pos.Epoch + 1}, true, nil
 }
