@@ -1251,3 +1251,67 @@ func checkIDsAndText(t *testing.T, rec arrow.RecordBatch, ids []uint64, text int
 		}
 	}
 }
+
+// TestStreamedPlainChunkLearntOnce reads a few rows of a plain Parquet row
+// group without an offset index, far larger than the reader's fetch share,
+// on a remote store: the chunk streams by in windows once, and the page
+// locations it learns are what the decode read, not read again a page
+// header at a time (a request each, one after the other, once the windows
+// were freed); a read of other rows of the group then fetches their pages
+// alone.
+func TestStreamedPlainChunkLearntOnce(t *testing.T) {
+	const rows, share = 60_000, 256 << 10
+	ctx := context.Background()
+	s := startS3(t)
+	rec := tabletest.Record(0, rows)
+	data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(rows), parquet.WithDataPageSize(32<<10),
+		parquet.WithDictionaryDefault(false))
+	rec.Release()
+	if err := s.Put("bkt", "plain/part-0.parquet", data); err != nil {
+		t.Fatal(err)
+	}
+	tb := open(t, s.URI("bkt", "plain"))
+	r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id", "text"}, FetchBytes: share, Decoders: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	read := func(ids ...uint64) (requests, served int64) {
+		s.ResetCounts()
+		got, err := r.Read(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer got.Release()
+		checkIDsAndText(t, got, ids, 1)
+		return s.Requests(), s.BytesServed()
+	}
+	md, err := tb.Footer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks int64 // the bytes of the two columns' chunks
+	for leaf := range md.Schema.NumColumns() {
+		if p := md.Schema.Column(leaf).Path(); p == "id" || p == "text" {
+			col, err := md.RowGroup(0).ColumnChunk(leaf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunks += col.TotalCompressedSize()
+		}
+	}
+	window := max(int64(share/8), 64<<10) // an eighth of the decoder's part of the share, at least 64 KiB
+	n, served := read(17, 29_000, 59_990)
+	if chunks < 4*share || served < chunks/2 {
+		t.Fatalf("a first read of rows of chunks of %d bytes not located (the fetch share is %d) served %d bytes; want them streamed",
+			chunks, share, served)
+	}
+	if n > served/window+8 {
+		t.Fatalf("a chunk streamed as %d bytes in %d requests, more than its windows of %d bytes (%d) and a few", served, n, window, served/window)
+	}
+	n, served = read(4_001, 32_345, 59_999)
+	if served >= chunks/4 {
+		t.Fatalf("a read of rows of chunks of %d bytes located by the read before served %d bytes in %d requests; want their pages alone",
+			chunks, served, n)
+	}
+}

@@ -391,15 +391,19 @@ func (t *Table) cachedPages(md *metadata.FileMetaData, keys []pageKey) {
 }
 
 // learnPages records where the data pages of column chunk key lie, as an
-// offset index would say, once a decode has read them from src: the pages
-// of from, then those of from.rest it decoded, of rows[i] rows and
-// entries[i] level entries each, each starting a row; from.rest starts
-// with the chunk's dictionary page when the chunk has one (dict) and from
-// has located no page. When the decode stopped before the chunk's end
-// (ended is false), the last page it read is left out: a row may go on into
-// the page after it. Whatever does not add up is not recorded: those pages
-// are then read again, as before.
-func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bool, rows, entries []int64, ended bool) {
+// offset index would say, once a decode has read them: the pages of from,
+// then those of from.rest it decoded, which lie at pages (in order, header
+// and all), of rows[i] rows and entries[i] level entries each, each
+// starting a row; from.rest starts with the chunk's dictionary page when the
+// chunk has one (dict) and from has located no page. When the decode
+// stopped before the chunk's end (ended is false), the last page it read is
+// left out: a row may go on into the page after it. Whatever does not add up
+// is not recorded: those pages are then read again, as before.
+//
+// The decode says where the pages it read lie (plannedPages.read): reading
+// their headers again, after a streamed chunk's windows were freed, cost a
+// request each on a remote store, one after the other, 50 ms apart.
+func (t *Table) learnPages(key pageKey, pages []byteRange, from *pageLocs, dict bool, rows, entries []int64, ended bool) {
 	if len(rows) != len(entries) {
 		return
 	}
@@ -417,12 +421,11 @@ func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bo
 		entries: from.entries}
 	off, end := from.rest.off, from.rest.off+from.rest.n
 	for p := range len(rows) + btoi(dict) {
-		if off >= end {
+		if p >= len(pages) {
 			return
 		}
-		h, err := headerAt(src, byteRange{off, end - off})
-		size := int64(h.headerLen) + h.size
-		if err != nil || size > end-off {
+		pg := pages[p]
+		if pg.off < off || pg.n <= 0 || pg.off+pg.n > end {
 			return
 		}
 		if p > 0 || !dict {
@@ -430,10 +433,10 @@ func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bo
 			if rows[i] <= 0 {
 				return
 			}
-			locs.add(rows[i], off, size)
+			locs.add(rows[i], pg.off, pg.n)
 			locs.entries += entries[i]
 		}
-		off += size
+		off = pg.off + pg.n
 	}
 	switch {
 	case off < end:
@@ -451,6 +454,26 @@ func (t *Table) learnPages(key pageKey, src io.ReaderAt, from *pageLocs, dict bo
 	if !locs.partial() {
 		t.remember(key, locs)
 	}
+}
+
+// pagesAt returns where the first n pages of rest lie, header and all, by
+// reading their headers from src; fewer where one does not add up.
+func pagesAt(src io.ReaderAt, rest byteRange, n int) []byteRange {
+	var pages []byteRange
+	off, end := rest.off, rest.off+rest.n
+	for range n {
+		if off >= end {
+			break
+		}
+		h, err := headerAt(src, byteRange{off, end - off})
+		size := int64(h.headerLen) + h.size
+		if err != nil || size > end-off {
+			break
+		}
+		pages = append(pages, byteRange{off, size})
+		off += size
+	}
+	return pages
 }
 
 func btoi(b bool) int {
@@ -626,7 +649,7 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 			}
 			return nil, nil, err
 		}
-		r.limit, r.column = p.limit, p.column
+		r.at, r.limit, r.column = s, p.limit, p.column
 		return r, held, nil
 	}}
 }
@@ -651,6 +674,10 @@ type pageSource interface {
 // pagePlan.sections), each read by a page reader of its own.
 type plannedPages struct {
 	sections []byteRange
+	// read are where the pages it yielded lie, header and all, in order:
+	// what a decode of a chunk not located learns of its pages without
+	// reading their headers again (Table.learnPages).
+	read []byteRange
 	// open returns a page reader of a section, and the buffer of bufs it
 	// reads from (nil if none), to give back once the reader is closed.
 	open func(byteRange) (*sectionPages, []byte, error)
@@ -664,6 +691,7 @@ func (pp *plannedPages) Next() bool {
 	for pp.err == nil {
 		if pp.cur != nil {
 			if pp.cur.Next() {
+				pp.read = append(pp.read, pp.cur.last)
 				return true
 			}
 			pp.err = pp.cur.Err()
@@ -680,6 +708,12 @@ func (pp *plannedPages) Next() bool {
 }
 
 func (pp *plannedPages) Page() file.Page { return pp.cur.Page() }
+
+// readFrom returns where the pages it yielded from offset off on lie.
+func (pp *plannedPages) readFrom(off int64) []byteRange {
+	i, _ := slices.BinarySearchFunc(pp.read, off, func(r byteRange, off int64) int { return cmp.Compare(r.off, off) })
+	return pp.read[i:]
+}
 
 // takePage hands the buffer of the current page over to the caller, where
 // the page reader owns it (see sectionPages.take).

@@ -216,6 +216,18 @@ func (p *prefetch) read(b []byte, off int64) (int, error) {
 			return n, err
 		}
 		n += copy(b[n:], data[off+int64(n)-p.wins[j].off:])
+		if p.wins[j].off+p.wins[j].n <= off+int64(n) {
+			// Read to its end: reads come in order, so it is freed now,
+			// not once a later read lies past it, and the next windows
+			// are fetched in its room while the decoder works on what it
+			// copied (a page of a megabyte spans several windows, and
+			// held them until the page after it was read).
+			p.mu.Lock()
+			p.freeLocked(j)
+			p.first = max(p.first, j+1)
+			p.signalLocked()
+			p.mu.Unlock()
+		}
 	}
 	return n, nil
 }

@@ -783,8 +783,8 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 			return nil, did.bytes, err
 		}
 		if did.pageRows != nil {
-			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, plan.locs, chunk.HasDictionaryPage(),
-				did.pageRows[len(plan.pages):], did.pageEntries[len(plan.pages):], did.ended)
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, pages.readFrom(plan.locs.rest.off), plan.locs,
+				chunk.HasDictionaryPage(), did.pageRows[len(plan.pages):], did.pageEntries[len(plan.pages):], did.ended)
 		}
 		return arr, did.bytes, nil
 	}
@@ -803,8 +803,9 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 	if loc := chunk.GetOffsetIndexLocation(); err == nil && did.pageRows != nil && (loc == nil || loc.Length <= 0) {
 		chunks, err := leafChunks(md, key.Group, leaves)
 		if err == nil {
-			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, src, unlocated(chunks[0]),
-				chunk.HasDictionaryPage(), did.pageRows, did.pageEntries, true)
+			rest := unlocated(chunks[0])
+			r.t.learnPages(pageKey{key.File, key.Group, leaves[0]}, pagesAt(src, rest.rest, len(did.pageRows)+btoi(chunk.HasDictionaryPage())),
+				rest, chunk.HasDictionaryPage(), did.pageRows, did.pageEntries, true)
 		}
 	}
 	return arr, did.bytes, err

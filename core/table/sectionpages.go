@@ -100,7 +100,8 @@ type pageStream interface {
 // to Next: decoding copies what it keeps.
 type sectionPages struct {
 	r       pageStream
-	left    int64 // bytes of the section not read yet
+	at      byteRange // the section
+	left    int64     // bytes of the section not read yet
 	codec   compress.Codec
 	none    bool  // the chunk is stored uncompressed
 	decoded int64 // the column chunk's bytes decoded: no page holds more
@@ -109,6 +110,7 @@ type sectionPages struct {
 	stored  []byte
 	page    []byte // scratch, for the stored and decoded bytes of a page
 	cur     file.Page
+	last    byteRange // where the current page lies, header and all
 	err     error
 }
 
@@ -119,7 +121,7 @@ func newSectionPages(r pageStream, n int64, chunk *metadata.ColumnChunkMetaData)
 	if err != nil {
 		return nil, err
 	}
-	return &sectionPages{r: r, left: n, codec: codec, none: chunk.Compression() == compress.Codecs.Uncompressed,
+	return &sectionPages{r: r, at: byteRange{0, n}, left: n, codec: codec, none: chunk.Compression() == compress.Codecs.Uncompressed,
 		decoded: decodedBound(chunk.TotalUncompressedSize())}, nil
 }
 
@@ -128,7 +130,10 @@ func newSectionPages(r pageStream, n int64, chunk *metadata.ColumnChunkMetaData)
 func (s *sectionPages) Next() bool {
 	s.cur = nil
 	for s.err == nil && s.left > 0 && s.cur == nil {
-		s.cur, s.err = s.next()
+		at := s.at.off + s.at.n - s.left
+		if s.cur, s.err = s.next(); s.cur != nil {
+			s.last = byteRange{at, s.at.off + s.at.n - s.left - at}
+		}
 	}
 	return s.cur != nil
 }
