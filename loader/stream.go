@@ -114,6 +114,7 @@ type Stream struct {
 	horizons chan *horizon    // planned, in step order
 	pending  chan chan result // one per batch being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
+	out      int64            // the read-ahead bytes of the batch Next returned last, while it counts (see handOut)
 	wg       sync.WaitGroup
 	err      error // sticky: after an error or the end, Next keeps returning it
 
@@ -661,6 +662,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	if err := ctx.Err(); err != nil {
 		return Batch{}, err
 	}
+	s.takeBack()
 	if s.waiting == nil {
 		select {
 		case c, ok := <-s.pending:
@@ -688,7 +690,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	}
 	s.waiting = nil
 	<-s.slots
-	s.ahead.release(res.ahead)
+	s.handOut(res.ahead)
 	s.ready.Add(-1)
 	if res.err != nil {
 		s.err = res.err
@@ -698,6 +700,28 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	s.rows.Add(res.batch.Record.NumRows())
 	s.steps.Add(int64(res.batch.Steps))
 	return res.batch, nil
+}
+
+// handOut gives back the read-ahead bytes of a batch Next hands over, n,
+// but for a batch larger than the whole read-ahead share: that one counts
+// until the consumer asks for the next batch (or closes the stream), so that
+// nothing else is read ahead while it is out. A step that holds a row
+// hundreds of times the mean is held by the consumer (and converted, to
+// torch or numpy) as it is: reading the next such step ahead beside it held
+// two of them, and their copies, where the budget had room for none.
+func (s *Stream) handOut(n int64) {
+	if n > s.ahead.limit {
+		s.out = n
+		return
+	}
+	s.ahead.release(n)
+}
+
+// takeBack gives back what the batch Next returned last still counts
+// (handOut): the consumer is done with it.
+func (s *Stream) takeBack() {
+	s.ahead.release(s.out)
+	s.out = 0
 }
 
 // All iterates over the remaining batches. Iteration stops at the first error,
@@ -724,6 +748,7 @@ func all(ctx context.Context, next func(context.Context) (Batch, error)) iter.Se
 // including batches read ahead but not yet returned.
 func (s *Stream) Close() error {
 	s.cancel()
+	s.takeBack()
 	// Drain: reads in flight finish (canceled) and their batches are freed.
 	drain := func(ch chan result) {
 		res := <-ch
