@@ -674,6 +674,9 @@ class StreamingDataset(
                         self._set_position(epoch, first + i * stride - k + stride)
                         self._worker_position = worker is not None
                         yield out
+                        # Not held while the next batch is read: a step of a
+                        # row far larger than the rest is as large as it.
+                        del out
         finally:
             try:
                 if not stream.closed:  # a collected generator's handle may be gone
