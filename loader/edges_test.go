@@ -209,6 +209,13 @@ func TestLargeBatchOutReadsNothingAhead(t *testing.T) {
 	if large != len(rareAt) {
 		t.Fatalf("%d batches larger than the read-ahead share; want %d", large, len(rareAt))
 	}
+	// What the bound's allowance counts (docs/tuning.md): the largest row
+	// dealt (its id and its cell) and the largest page charged whole.
+	st := s.Stats()
+	if st.LargestRow != rareCell+8 || st.LargePage < rareCell || st.LargePage > 2*rareCell || st.LargeDictionary != 0 {
+		t.Errorf("largest row %d, large page %d, large dictionary %d; want %d, about %d, 0",
+			st.LargestRow, st.LargePage, st.LargeDictionary, rareCell+8, rareCell)
+	}
 }
 
 // largeBatchBytes is a batch's bytes as the read-ahead share counts them:
