@@ -114,6 +114,7 @@ type Stream struct {
 	horizons chan *horizon    // planned, in step order
 	pending  chan chan result // one per batch being read, in step order
 	waiting  chan result      // taken from pending by a Next that ctx interrupted
+	out      int64            // the read-ahead bytes of the batch Next returned last, while it counts (see handOut)
 	wg       sync.WaitGroup
 	err      error // sticky: after an error or the end, Next keeps returning it
 
@@ -126,6 +127,7 @@ type Stream struct {
 	ready   atomic.Int64 // batches read and not yet taken by Next
 	horizon atomic.Int64 // steps in the horizon planned last
 	planned atomic.Int64 // horizons planned
+	largest atomic.Int64 // Stats.LargestRow
 }
 
 // Stats describe what a stream has done so far, for monitoring and tuning.
@@ -141,6 +143,7 @@ type Stats struct {
 	AheadBytes   int64         `json:"ahead_bytes"`           // bytes of the batches read ahead now
 	AheadPeak    int64         `json:"ahead_peak"`            // the most bytes of batches read ahead at any time
 	AheadLimit   int64         `json:"ahead_limit"`           // the share of the memory budget for them
+	LargestRow   int64         `json:"largest_row"`           // the bytes of the largest row read, as a batch's bytes count it
 	FetchLimit   int64         `json:"fetch_limit"`           // the share of the memory budget for bytes fetched and not yet decoded (FetchedBytes)
 	StepBytes    int64         `json:"step_bytes"`            // the guessed bytes of one step of this rank's rows, as the budget is divided
 	HorizonSteps int64         `json:"horizon_steps"`         // steps in the horizon planned last
@@ -156,7 +159,7 @@ func (s *Stream) Stats() Stats {
 	st := Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
 		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak, HeldLimit: s.budget.Limit(),
 		AheadBytes: ahead, AheadPeak: aheadPeak, AheadLimit: s.ahead.limit, FetchLimit: s.fetch, StepBytes: s.step,
-		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load()}
+		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load(), LargestRow: s.largest.Load()}
 	st.LayoutHint = layoutHint(s.uri, s.layout, st)
 	return st
 }
@@ -581,6 +584,7 @@ func (s *Stream) read(ctx context.Context, h *horizon, b batch, turn uint64, ch 
 	if err := s.fits(n, largest, size, h, b); err != nil {
 		return result{err: err}
 	}
+	s.noteRow(size)
 	if err := s.ahead.admit(ctx, turn, n); err != nil {
 		return result{err: err}
 	}
@@ -611,6 +615,12 @@ func (s *Stream) fits(n int64, largest int, size int64, h *horizon, b batch) err
 		"%s %d bytes of this rank in %d rows, more than memory_budget %d bytes; the largest row, row id %d, holds %d:"+
 			" raise memory_budget above %d, or read fewer columns or smaller steps, or leave rows that large out with a filter",
 		stepsHold(b), n, b.to-b.from, s.limit, h.ids[largest], size, n)
+}
+
+// noteRow records the bytes of a batch's largest row (Stats.LargestRow).
+func (s *Stream) noteRow(n int64) {
+	for old := s.largest.Load(); n > old && !s.largest.CompareAndSwap(old, n); old = s.largest.Load() {
+	}
 }
 
 // stepsHold names batch b's steps, as the subject of "hold".
@@ -661,6 +671,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	if err := ctx.Err(); err != nil {
 		return Batch{}, err
 	}
+	s.takeBack()
 	if s.waiting == nil {
 		select {
 		case c, ok := <-s.pending:
@@ -688,7 +699,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	}
 	s.waiting = nil
 	<-s.slots
-	s.ahead.release(res.ahead)
+	s.handOut(res.ahead)
 	s.ready.Add(-1)
 	if res.err != nil {
 		s.err = res.err
@@ -698,6 +709,28 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	s.rows.Add(res.batch.Record.NumRows())
 	s.steps.Add(int64(res.batch.Steps))
 	return res.batch, nil
+}
+
+// handOut gives back the read-ahead bytes of a batch Next hands over, n,
+// but for a batch larger than the whole read-ahead share: that one counts
+// until the consumer asks for the next batch (or closes the stream), so that
+// nothing else is read ahead while it is out. A step that holds a row
+// hundreds of times the mean is held by the consumer (and converted, to
+// torch or numpy) as it is: reading the next such step ahead beside it held
+// two of them, and their copies, where the budget had room for none.
+func (s *Stream) handOut(n int64) {
+	if n > s.ahead.limit {
+		s.out = n
+		return
+	}
+	s.ahead.release(n)
+}
+
+// takeBack gives back what the batch Next returned last still counts
+// (handOut): the consumer is done with it.
+func (s *Stream) takeBack() {
+	s.ahead.release(s.out)
+	s.out = 0
 }
 
 // All iterates over the remaining batches. Iteration stops at the first error,
@@ -724,6 +757,7 @@ func all(ctx context.Context, next func(context.Context) (Batch, error)) iter.Se
 // including batches read ahead but not yet returned.
 func (s *Stream) Close() error {
 	s.cancel()
+	s.takeBack()
 	// Drain: reads in flight finish (canceled) and their batches are freed.
 	drain := func(ch chan result) {
 		res := <-ch

@@ -274,6 +274,11 @@ type ReaderStats struct {
 	CacheHits     int64 `json:"cache_hits"`
 	CacheHitBytes int64 `json:"cache_hit_bytes"`
 	CacheUnstored int64 `json:"cache_unstored"`
+	// The largest data page and the largest dictionary page charged whole
+	// to the rows kept (see pieceBytes), decoded: pages of rows far larger
+	// than their neighbours; 0 while none was.
+	LargePage       int64 `json:"large_page"`
+	LargeDictionary int64 `json:"large_dictionary"`
 }
 
 // readerStats is the live, atomic form of ReaderStats.
@@ -281,6 +286,22 @@ type readerStats struct {
 	reads                                                         store.ReadCounts // of the data files' ReaderAts
 	groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
 	fetched, fetchedPeak                                          atomic.Int64 // bytes fetched and not yet decoded: now, and the most
+	largePage, largeDict                                          atomic.Int64 // ReaderStats.LargePage, LargeDictionary
+}
+
+// noteLarge records a page charged whole (see ReaderStats.LargePage).
+func (st *readerStats) noteLarge(lp largePage) {
+	most := &st.largePage
+	if lp.dict {
+		most = &st.largeDict
+	}
+	atomicMax(most, lp.bytes)
+}
+
+// atomicMax raises a to n if n is larger.
+func atomicMax(a *atomic.Int64, n int64) {
+	for old := a.Load(); n > old && !a.CompareAndSwap(old, n); old = a.Load() {
+	}
 }
 
 // holdFetched counts n more bytes fetched and held until decoded (fewer,

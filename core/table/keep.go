@@ -696,6 +696,7 @@ func (r *Reader) pieceBytes(ctx context.Context, p *piece, refuse func(p *piece,
 		if takes(p.sel, lp.from, lp.to) { // else decoded, not kept: the decoding share's
 			n += lp.bytes
 			p.large = true
+			r.stats.noteLarge(lp)
 		}
 	}
 	return n, nil

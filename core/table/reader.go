@@ -533,6 +533,9 @@ func (r *Reader) Stats() ReaderStats {
 		CacheHits:     r.stats.reads.CacheHits.Load(),
 		CacheHitBytes: r.stats.reads.CacheHitBytes.Load(),
 		CacheUnstored: r.stats.reads.CacheUnstored.Load(),
+		// pages charged whole
+		LargePage:       r.stats.largePage.Load(),
+		LargeDictionary: r.stats.largeDict.Load(),
 	}
 }
 

@@ -674,6 +674,9 @@ class StreamingDataset(
                         self._set_position(epoch, first + i * stride - k + stride)
                         self._worker_position = worker is not None
                         yield out
+                        # Not held while the next batch is read: a step of a
+                        # row far larger than the rest is as large as it.
+                        del out
         finally:
             try:
                 if not stream.closed:  # a collected generator's handle may be gone
@@ -784,7 +787,11 @@ class StreamingDataset(
         bytes of the batches read ahead, ``ahead_peak`` the most at once,
         ``ahead_limit`` their share; ``fetched_bytes``, the bytes fetched from
         the store and not yet decoded, ``fetched_peak`` the most at once,
-        ``fetch_limit`` their share; and ``step_bytes``, the guessed bytes of
+        ``fetch_limit`` their share; ``largest_row``, the bytes of the largest
+        row dealt, and ``large_page`` and ``large_dictionary``, the largest data
+        page and dictionary page charged whole to the rows kept (a page of rows
+        far larger than their neighbours; 0 while none was): the allowance of
+        the memory bound (docs/tuning.md); and ``step_bytes``, the guessed bytes of
         one step as the budget is divided; ``bytes_read`` and ``requests`` made
         to the store, and ``hedged``, requests sent again because the first
         answer was late; ``row_groups`` decoded and ``decoded_bytes``, the bytes

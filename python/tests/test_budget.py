@@ -8,7 +8,10 @@ import json
 import os
 import subprocess
 import sys
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -161,4 +164,90 @@ def test_wide_rows_in_two_workers_within_the_bound_over_the_tree(tmp_path: Path)
         f"the tree grew by {tree / MiB:.0f} MiB over the imports (training process "
         f"{res['trainer'] / MiB:.0f}, workers {[round(w / MiB) for w in res['workers']]}), "
         f"bound {bound / MiB:.0f} MiB; stats {res['stats']}"
+    )
+
+
+def rare_rows(tmp_path: Path, rows: int, cell: int, large: list[int]) -> str:
+    """A table of ``rows`` rows of an id and 4 KiB of random bytes, but for
+    the rows ``large``, whose cells hold ``cell`` random bytes; its URI."""
+    rng = np.random.default_rng(1)
+    sizes = np.array([cell if i in large else 4096 for i in range(rows)], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    data = pa.py_buffer(rng.integers(0, 256, int(offsets[-1]), dtype=np.uint8).tobytes())
+    cells = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), rows, [None, pa.py_buffer(offsets.tobytes()), data]
+    ).cast(pa.binary())
+    uri = f"file://{tmp_path}/rare"
+    cr.create_table(uri, pa.table({"id": np.arange(rows), "cell": cells}))
+    return uri
+
+
+class _Held:
+    """A converted step, as a collate wraps it: something a weak reference
+    can watch."""
+
+    def __init__(self, step: dict[str, object]) -> None:
+        self.step = step
+
+
+def test_a_step_given_out_is_not_held_while_the_next_is_read(tmp_path: Path) -> None:
+    """Once the consumer lets go of a step, the dataset holds nothing of it
+    while it reads and converts the next: a step that holds a row far larger
+    than the rest is as large as that row, and the iterator's own reference
+    to it kept it (and its conversion) alive beside the next one."""
+    # Steps of a megabyte or more, a batch each (smaller ones come several
+    # to a batch).
+    uri = rare_rows(tmp_path, 1024, 1 << 20, [100])
+    ds = cr.StreamingDataset(cr.open_table(uri), global_batch_size=256, num_splits=1, collate=_Held)
+    last: list[weakref.ref[_Held]] = []
+    alive: list[bool] = []  # at each batch read, whether the step before was
+    convert = ds._convert
+
+    def watched(batch: pa.RecordBatch, sizes: list[int]) -> Iterator[Any]:
+        alive.append(bool(last) and last[-1]() is not None)
+        return convert(batch, sizes)
+
+    ds._convert = watched  # type: ignore[method-assign]
+    steps = 0
+    for step in ds:
+        last.append(weakref.ref(step))
+        del step
+        steps += 1
+    assert steps == 1024 // 256
+    assert alive == [False] * steps, "a step let go of was still held when the next batch was read"
+
+
+# As READ_IN_ONE_PROCESS, in the table's order, with each batch's figures
+# and the read's counters: largest_row, large_page, large_dictionary.
+READ_RARE_ROWS = READ_IN_ONE_PROCESS.replace("shuffle_seed=7", "num_splits=1")
+
+
+def test_rare_large_rows_within_the_stated_bound(tmp_path: Path) -> None:
+    """2,048 rows of 4 KiB and four of 24 MiB (6,000 times the others), one
+    a step from row 1,000, read in their order with a budget of 96 MiB,
+    torch batches (the cells become Python bytes, a copy): the peak over the
+    imports within 1.25 * budget + 64 MiB + 2 * the largest row + 2 * the
+    largest page charged whole + the largest dictionary page charged whole, as
+    the read's counters give them."""
+    cell, budget = 24 * MiB, 96 * MiB
+    uri = rare_rows(tmp_path, 2048, cell, [1000 + 64 * i for i in range(4)])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", READ_RARE_ROWS, uri, str(budget)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    st = res["stats"]
+    assert res["rows"] == 2048
+    assert cell <= st["largest_row"] <= cell + 64, st
+    assert cell <= st["large_page"] <= 2 * cell, st
+    assert st["large_dictionary"] == 0, st
+    allowance = 2 * st["largest_row"] + 2 * st["large_page"] + st["large_dictionary"]
+    bound = budget * 5 // 4 + 64 * MiB + allowance
+    assert res["over"] <= bound, (
+        f"peak {res['over'] / MiB:.0f} MiB over the imports, bound {bound / MiB:.0f} MiB; "
+        f"stats {st}"
     )
