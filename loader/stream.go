@@ -127,7 +127,6 @@ type Stream struct {
 	ready   atomic.Int64 // batches read and not yet taken by Next
 	horizon atomic.Int64 // steps in the horizon planned last
 	planned atomic.Int64 // horizons planned
-	largest atomic.Int64 // Stats.LargestRow
 }
 
 // Stats describe what a stream has done so far, for monitoring and tuning.
@@ -143,7 +142,6 @@ type Stats struct {
 	AheadBytes   int64         `json:"ahead_bytes"`           // bytes of the batches read ahead now
 	AheadPeak    int64         `json:"ahead_peak"`            // the most bytes of batches read ahead at any time
 	AheadLimit   int64         `json:"ahead_limit"`           // the share of the memory budget for them
-	LargestRow   int64         `json:"largest_row"`           // the bytes of the largest row read, as a batch's bytes count it
 	FetchLimit   int64         `json:"fetch_limit"`           // the share of the memory budget for bytes fetched and not yet decoded (FetchedBytes)
 	StepBytes    int64         `json:"step_bytes"`            // the guessed bytes of one step of this rank's rows, as the budget is divided
 	HorizonSteps int64         `json:"horizon_steps"`         // steps in the horizon planned last
@@ -159,7 +157,7 @@ func (s *Stream) Stats() Stats {
 	st := Stats{ReaderStats: s.reader.Stats(), Steps: s.steps.Load(), Rows: s.rows.Load(),
 		StallTime: time.Duration(s.stall.Load()), Ready: s.ready.Load(), HeldBytes: held, HeldPeak: peak, HeldLimit: s.budget.Limit(),
 		AheadBytes: ahead, AheadPeak: aheadPeak, AheadLimit: s.ahead.limit, FetchLimit: s.fetch, StepBytes: s.step,
-		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load(), LargestRow: s.largest.Load()}
+		HorizonSteps: s.horizon.Load(), Horizons: s.planned.Load()}
 	st.LayoutHint = layoutHint(s.uri, s.layout, st)
 	return st
 }
@@ -584,7 +582,7 @@ func (s *Stream) read(ctx context.Context, h *horizon, b batch, turn uint64, ch 
 	if err := s.fits(n, largest, size, h, b); err != nil {
 		return result{err: err}
 	}
-	s.noteRow(size)
+	s.reader.NoteRow(size)
 	if err := s.ahead.admit(ctx, turn, n); err != nil {
 		return result{err: err}
 	}
@@ -615,12 +613,6 @@ func (s *Stream) fits(n int64, largest int, size int64, h *horizon, b batch) err
 		"%s %d bytes of this rank in %d rows, more than memory_budget %d bytes; the largest row, row id %d, holds %d:"+
 			" raise memory_budget above %d, or read fewer columns or smaller steps, or leave rows that large out with a filter",
 		stepsHold(b), n, b.to-b.from, s.limit, h.ids[largest], size, n)
-}
-
-// noteRow records the bytes of a batch's largest row (Stats.LargestRow).
-func (s *Stream) noteRow(n int64) {
-	for old := s.largest.Load(); n > old && !s.largest.CompareAndSwap(old, n); old = s.largest.Load() {
-	}
 }
 
 // stepsHold names batch b's steps, as the subject of "hold".

@@ -261,8 +261,8 @@ func newColumnDecoder(mem memory.Allocator, f arrow.Field, col *schema.Column, k
 		// full shuffle's pieces twice over. It is not zeroed (elements
 		// zeroes the slots of nulls).
 		n := values
-		if keep != nil && rows > 0 {
-			n = min(values, max(keptValuesStart, int64(len(keep))*values/rows*5/4))
+		if keep != nil {
+			n = min(values, max(keptValuesStart, int64(len(keep))*values/max(rows, 1)*5/4))
 		}
 		d.values = newFilled(mem, n*int64(d.width))
 	} else {

@@ -274,6 +274,9 @@ type ReaderStats struct {
 	CacheHits     int64 `json:"cache_hits"`
 	CacheHitBytes int64 `json:"cache_hit_bytes"`
 	CacheUnstored int64 `json:"cache_unstored"`
+	// The bytes of the largest row dealt, as a batch's bytes count it
+	// (NoteRow).
+	LargestRow int64 `json:"largest_row"`
 	// The largest data page and the largest dictionary page charged whole
 	// to the rows kept (see pieceBytes), decoded: pages of rows far larger
 	// than their neighbours; 0 while none was.
@@ -286,8 +289,11 @@ type readerStats struct {
 	reads                                                         store.ReadCounts // of the data files' ReaderAts
 	groups, fetchNanos, decodeNanos, decoded, keptRows, keptBytes atomic.Int64
 	fetched, fetchedPeak                                          atomic.Int64 // bytes fetched and not yet decoded: now, and the most
-	largePage, largeDict                                          atomic.Int64 // ReaderStats.LargePage, LargeDictionary
+	largestRow, largePage, largeDict                              atomic.Int64 // ReaderStats.LargestRow, LargePage, LargeDictionary
 }
+
+// NoteRow records a row dealt of bytes bytes (ReaderStats.LargestRow).
+func (r *Reader) NoteRow(bytes int64) { atomicMax(&r.stats.largestRow, bytes) }
 
 // noteLarge records a page charged whole (see ReaderStats.LargePage).
 func (st *readerStats) noteLarge(lp largePage) {

@@ -642,14 +642,14 @@ func (p *pagePlan) read(src parquet.ReaderAtSeeker, chunk *metadata.ColumnChunkM
 		} else {
 			stream = newReaderStream(src, s, window, bufs)
 		}
-		r, err := newSectionPages(stream, s.n, chunk)
+		r, err := newSectionPages(stream, s, chunk)
 		if err != nil {
 			if held != nil {
 				bufs.put(held)
 			}
 			return nil, nil, err
 		}
-		r.at, r.limit, r.column = s, p.limit, p.column
+		r.limit, r.column = p.limit, p.column
 		return r, held, nil
 	}}
 }

@@ -533,6 +533,7 @@ func (r *Reader) Stats() ReaderStats {
 		CacheHits:     r.stats.reads.CacheHits.Load(),
 		CacheHitBytes: r.stats.reads.CacheHitBytes.Load(),
 		CacheUnstored: r.stats.reads.CacheUnstored.Load(),
+		LargestRow:    r.stats.largestRow.Load(),
 		// pages charged whole
 		LargePage:       r.stats.largePage.Load(),
 		LargeDictionary: r.stats.largeDict.Load(),

@@ -114,14 +114,14 @@ type sectionPages struct {
 	err     error
 }
 
-// newSectionPages returns a reader of the n bytes of pages of chunk that r
+// newSectionPages returns a reader of the pages of chunk in section at, which r
 // reads.
-func newSectionPages(r pageStream, n int64, chunk *metadata.ColumnChunkMetaData) (*sectionPages, error) {
+func newSectionPages(r pageStream, at byteRange, chunk *metadata.ColumnChunkMetaData) (*sectionPages, error) {
 	codec, err := compress.GetCodec(chunk.Compression())
 	if err != nil {
 		return nil, err
 	}
-	return &sectionPages{r: r, at: byteRange{0, n}, left: n, codec: codec, none: chunk.Compression() == compress.Codecs.Uncompressed,
+	return &sectionPages{r: r, at: at, left: at.n, codec: codec, none: chunk.Compression() == compress.Codecs.Uncompressed,
 		decoded: decodedBound(chunk.TotalUncompressedSize())}, nil
 }
 

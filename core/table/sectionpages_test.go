@@ -36,7 +36,7 @@ func TestSectionPagesBoundPages(t *testing.T) {
 	}
 	section := b[off : off+n]
 	read := func(section []byte) (pages int, err error) {
-		r, err := newSectionPages(&memStream{b: section}, int64(len(section)), chunk)
+		r, err := newSectionPages(&memStream{b: section}, byteRange{off, int64(len(section))}, chunk)
 		if err != nil {
 			return 0, err
 		}
