@@ -48,6 +48,21 @@ print(json.dumps({"rows": rows, "over": status("VmHWM") - imported, "stats": ds.
 """
 
 
+def read_in_child(script: str, uri: str, budget: int) -> dict[str, Any]:
+    """Runs ``script`` in a fresh Python with ``uri`` and ``budget`` as its
+    arguments, and returns the JSON object its last line prints."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", script, uri, str(budget)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def test_wide_rows_in_one_process_within_the_bound(tmp_path: Path) -> None:
     """4,096 rows of lists of 2,000 to 20,000 int32 (180 MB, almost 4 times
     the budget) read in one process with torch batches, bound 124 MiB: the
@@ -56,15 +71,7 @@ def test_wide_rows_in_one_process_within_the_bound(tmp_path: Path) -> None:
     100 to 103 since."""
     rows, budget = 4096, 48 * MiB
     uri = wide_rows(tmp_path, rows)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, "-c", READ_IN_ONE_PROCESS, uri, str(budget)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = read_in_child(READ_IN_ONE_PROCESS, uri, budget)
     assert res["rows"] == rows
     bound = budget * 5 // 4 + 64 * MiB
     assert res["over"] <= bound, (
@@ -231,15 +238,7 @@ def test_rare_large_rows_within_the_stated_bound(tmp_path: Path) -> None:
     the read's counters give them."""
     cell, budget = 24 * MiB, 96 * MiB
     uri = rare_rows(tmp_path, 2048, cell, [1000 + 64 * i for i in range(4)])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, "-c", READ_RARE_ROWS, uri, str(budget)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = read_in_child(READ_RARE_ROWS, uri, budget)
     st = res["stats"]
     assert res["rows"] == 2048
     assert cell <= st["largest_row"] <= cell + 64, st
