@@ -63,7 +63,7 @@ import (
 // signatures at this number; TestExportList fails when they drift from it.
 //
 //go:generate go test -run TestExportList -update
-const abiVersion = 12
+const abiVersion = 13
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 
@@ -699,6 +699,26 @@ func croupier_stream_stats(h C.uint64_t, out **C.char, errOut **C.char) C.int {
 			return encodeJSON(f.FollowStats(), out)
 		}
 		return encodeJSON(s.(*loader.Stream).Stats(), out)
+	})
+}
+
+//export croupier_stream_run_end
+func croupier_stream_run_end(h C.uint64_t, first, most, bytes C.int64_t, out *C.int64_t, errOut **C.char) C.int {
+	return guard(errOut, func() error {
+		s, err := lookup[batchStream](uint64(h))
+		if err != nil {
+			return err
+		}
+		st, ok := s.(*loader.Stream)
+		if !ok {
+			return errcode.New(errcode.InvalidArgument, "end a run of steps", "", "handle %d is a follow stream, whose steps are not sent in runs", h)
+		}
+		end, err := st.RunEnd(callContext(), int64(first), int64(most), int64(bytes))
+		if err != nil {
+			return err
+		}
+		*out = C.int64_t(end)
+		return nil
 	})
 }
 

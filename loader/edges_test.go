@@ -316,3 +316,90 @@ func TestRareRowLargerThanTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestRunEndsAloneAtLargeRows cuts the rare-rows table's epoch into runs
+// with Stream.RunEnd, as the Python package's DataLoader workers do, at
+// eight steps' guessed bytes a run: over the croupier table (offset index)
+// each step holding a large cell is a run alone and every other run is at
+// most eight steps; over plain Parquet, whose pages of a megabyte hold the
+// large cells among hundreds of small ones (no page far larger than the
+// rest), runs are eight steps. Both workers' streams find the same runs,
+// and find them again after one has read the whole epoch (which teaches a
+// plain table where its pages lie).
+func TestRunEndsAloneAtLargeRows(t *testing.T) {
+	ctx := context.Background()
+	for form, tb := range rareTables(t) {
+		for name, order := range rareOrders(t, tb) {
+			t.Run(form+", "+name, func(t *testing.T) {
+				l, err := loader.New(tb, order, loader.Options{GlobalBatchSize: 16, NumSplits: 1, MemoryBudget: 16 * rareCell})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				steps := l.StepsPerEpoch()
+				large := map[int64]bool{}
+				for step := range steps {
+					ids, err := l.RowIDs(ctx, 0, step)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, id := range ids {
+						large[step] = large[step] || slices.Contains(rareAt, int(id))
+					}
+				}
+				streams := make([]*loader.Stream, 2)
+				for w := range streams {
+					if streams[w], err = l.Stream(ctx, loader.StreamOptions{ShareSteps: true, Worker: w, NumWorkers: 2}); err != nil {
+						t.Fatal(err)
+					}
+					defer streams[w].Close()
+				}
+				runBytes := 8 * streams[0].Stats().StepBytes
+				runs := func(s *loader.Stream) []int64 {
+					var ends []int64
+					for first := int64(0); first < steps; first = ends[len(ends)-1] {
+						end, err := s.RunEnd(ctx, first, 16, runBytes)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if end <= first || end > steps {
+							t.Fatalf("the run from step %d ends at %d, out of (%d, %d]", first, end, first, steps)
+						}
+						ends = append(ends, end)
+					}
+					return ends
+				}
+				want := runs(streams[0])
+				if got := runs(streams[1]); !slices.Equal(got, want) {
+					t.Fatalf("worker 1's runs end at %v; worker 0's at %v", got, want)
+				}
+				first := int64(0)
+				for _, end := range want {
+					seen := form == "croupier table"
+					for step := first; step < end; step++ {
+						if seen && large[step] && end-first != 1 {
+							t.Errorf("step %d holds a large row in the run [%d, %d)", step, first, end)
+						}
+					}
+					if n := end - first; n > 8 || !seen && n != min(8, steps-first) {
+						t.Errorf("the run [%d, %d) has %d steps", first, end, n)
+					}
+					first = end
+				}
+				for _, err := range streams[0].All(ctx) {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := runs(streams[1]); !slices.Equal(got, want) {
+					t.Fatalf("after a read of the epoch, the runs end at %v; before, at %v", got, want)
+				}
+				for _, bad := range [][3]int64{{-1, 16, 0}, {steps, 16, 0}, {0, 0, 0}, {0, 16, -1}} {
+					if _, err := streams[1].RunEnd(ctx, bad[0], bad[1], bad[2]); errcode.Of(err) != errcode.InvalidArgument {
+						t.Errorf("RunEnd(%d, %d, %d): %v, want an invalid argument", bad[0], bad[1], bad[2], err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -99,15 +99,24 @@ type result struct {
 // ReadAhead batches ahead. It is not safe for concurrent use; Close it when done,
 // also after an early stop.
 type Stream struct {
-	cancel   context.CancelFunc
-	uri      string           // of the table, for errors
-	layout   table.PageLayout // of the table's widest column: the hint's, and the planner's rows per page
-	reader   *table.Reader
-	budget   *table.Budget    // of the rows kept for horizons
-	limit    int64            // the whole memory budget
-	slots    chan struct{}    // read-ahead: one per batch in pending or being taken by Next
-	ahead    *aheadBudget     // read-ahead: the bytes of the batches read and not taken by Next
-	step     int64            // the guessed bytes of one step of this rank's rows (budgetShares.StepBytes)
+	cancel context.CancelFunc
+	uri    string           // of the table, for errors
+	layout table.PageLayout // of the table's widest column: the hint's, and the planner's rows per page
+	reader *table.Reader
+	budget *table.Budget // of the rows kept for horizons
+	limit  int64         // the whole memory budget
+	slots  chan struct{} // read-ahead: one per batch in pending or being taken by Next
+	ahead  *aheadBudget  // read-ahead: the bytes of the batches read and not taken by Next
+	step   int64         // the guessed bytes of one step of this rank's rows (budgetShares.StepBytes)
+	deal   dealer        // of the epoch, with order and rank: for RunEnd
+	order  permutation.Order
+	rank   int64
+	// large holds, of a stream whose workers share steps, the bytes of
+	// large rows (table.Reader.IndexedLargeBytes) of each step the planner
+	// has taken and neither Next has returned nor RunEnd passed: RunEnd
+	// reads no row ids again for them.
+	largeMu  sync.Mutex
+	large    map[int64]int64
 	fetch    int64            // the share of the budget for bytes fetched and not yet decoded
 	decoded  chan struct{}    // closed once the reader has nothing more to fetch or decode
 	finished chan struct{}    // closed once decoded and every read has started
@@ -127,6 +136,83 @@ type Stream struct {
 	ready   atomic.Int64 // batches read and not yet taken by Next
 	horizon atomic.Int64 // steps in the horizon planned last
 	planned atomic.Int64 // horizons planned
+}
+
+// RunEnd returns where a run of the rank's steps that starts at global step
+// first ends, for a consumer that sends the steps of workers sharing them
+// (StreamOptions.ShareSteps) in runs, each worker its part of each: after at
+// most most steps, at the epoch's end, and before the first step that would
+// take the run's guessed bytes above bytes (0: no bound), unless it is the
+// run's first. A step is guessed at the stream's bytes of a step
+// (Stats.StepBytes) and, for each of its rows that lies in a page far larger
+// than the rest of its column (one charged whole to the rows kept), that
+// page's bytes a row more, as the offset indexes of the table's files show
+// the pages: a page of a chunk without an offset index is not seen. The
+// answer depends on the table version, the loader's options and the
+// stream's budget alone, not on what any stream has read, so every worker
+// sharing the steps finds the same runs.
+func (s *Stream) RunEnd(ctx context.Context, first, most, bytes int64) (int64, error) {
+	const op = "end a run of steps"
+	switch steps := s.deal.Steps(); {
+	case first < 0 || first >= steps:
+		return 0, errcode.New(errcode.InvalidArgument, op, s.uri, "step %d out of range [0, %d)", first, steps)
+	case most < 1:
+		return 0, errcode.New(errcode.InvalidArgument, op, s.uri, "a run of %d steps: it must be at least 1", most)
+	case bytes < 0:
+		return 0, errcode.New(errcode.InvalidArgument, op, s.uri, "a run of %d bytes: it must not be negative", bytes)
+	}
+	end := min(first+most, s.deal.Steps())
+	defer func() { s.forgetLarge(first, end) }() // the runs go on from end
+	if bytes == 0 {
+		return end, nil
+	}
+	var run int64
+	for t := first; t < end; t++ {
+		s.largeMu.Lock()
+		large, ok := s.large[t]
+		s.largeMu.Unlock()
+		if !ok {
+			ids, err := s.deal.Batch(ctx, s.order, t, s.rank)
+			if err != nil {
+				return 0, err
+			}
+			if large, err = s.reader.IndexedLargeBytes(ctx, ids); err != nil {
+				return 0, err
+			}
+		}
+		run += s.step + large
+		if t > first && run > bytes {
+			end = t
+			break
+		}
+	}
+	return end, nil
+}
+
+// noteLarge records, for RunEnd, the bytes of large rows of step, whose
+// rows (every worker's) are ids.
+func (s *Stream) noteLarge(ctx context.Context, step int64, ids []uint64) error {
+	large, err := s.reader.IndexedLargeBytes(ctx, ids)
+	if err != nil {
+		return err
+	}
+	s.largeMu.Lock()
+	s.large[step] = large
+	s.largeMu.Unlock()
+	return nil
+}
+
+// forgetLarge lets go of what noteLarge recorded of steps [from, to), which
+// Next has returned or RunEnd has passed.
+func (s *Stream) forgetLarge(from, to int64) {
+	s.largeMu.Lock()
+	defer s.largeMu.Unlock()
+	if len(s.large) == 0 {
+		return
+	}
+	for t := from; t < to; t++ {
+		delete(s.large, t)
+	}
 }
 
 // Stats describe what a stream has done so far, for monitoring and tuning.
@@ -289,6 +375,7 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Stream{cancel: cancel, uri: l.table.URI(), layout: layout, reader: r, budget: budget, limit: l.opts.MemoryBudget, slots: slots, ahead: ahead, step: m.StepBytes, fetch: m.Fetch,
+		deal: d, order: order, rank: l.opts.Rank, large: map[int64]int64{},
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
@@ -424,6 +511,9 @@ func (s *Stream) take(ctx context.Context, l *Loader, d dealer, order permutatio
 		}
 		var placed []Place
 		if own != nil {
+			if err := s.noteLarge(ctx, steps[len(t.ends)], more); err != nil {
+				return t, err
+			}
 			more, placed = own.keep(more, int32(len(t.ends)))
 		}
 		if t.rowBytes == 0 && len(more) > 0 {
@@ -700,6 +790,7 @@ func (s *Stream) Next(ctx context.Context) (Batch, error) {
 	}
 	s.rows.Add(res.batch.Record.NumRows())
 	s.steps.Add(int64(res.batch.Steps))
+	s.forgetLarge(res.batch.Step, res.batch.Step+int64(res.batch.Steps))
 	return res.batch, nil
 }
 

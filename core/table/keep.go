@@ -576,15 +576,42 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 	if v, ok := r.large.Load(g); ok {
 		return v.([]largePage), nil
 	}
+	out, known, err := r.findLargePages(ctx, g, false)
+	if err == nil && known {
+		r.large.Store(g, out)
+	}
+	return out, err
+}
+
+// indexedLargePages is largePages as the offset indexes of the group's
+// chunks alone tell it: a chunk without one has none, whatever reads have
+// learnt of its pages. So it is the same answer for every reader of the
+// table version with the same columns and page limit, in any process, at
+// any time (Stream.RunEnd needs that).
+func (r *Reader) indexedLargePages(ctx context.Context, g GroupRef) ([]largePage, error) {
+	if v, ok := r.indexedLarge.Load(g); ok {
+		return v.([]largePage), nil
+	}
+	out, _, err := r.findLargePages(ctx, g, true)
+	if err == nil {
+		r.indexedLarge.Store(g, out)
+	}
+	return out, err
+}
+
+// findLargePages returns the pages of row group g charged whole (see
+// largePages), and whether every page of the group was known; indexed
+// takes only the chunks with an offset index.
+func (r *Reader) findLargePages(ctx context.Context, g GroupRef, indexed bool) ([]largePage, bool, error) {
 	groupBytes, _, err := r.GuessBytes(ctx, g)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
 	mean := max(groupBytes/max(rows, 1), 1)
 	md, err := r.t.Footer(ctx, g.File)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var cols, leaves []int // every projected leaf, and its output column
 	for c, ls := range r.leaves {
@@ -594,10 +621,12 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 	}
 	locs, err := r.t.pages(ctx, g.File, g.Group, leaves)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if err := r.locatePages(ctx, g.File, g.Group, leaves, locs); err != nil {
-		return nil, err
+	if !indexed {
+		if err := r.locatePages(ctx, g.File, g.Group, leaves, locs); err != nil {
+			return nil, false, err
+		}
 	}
 	var out []largePage
 	known := true
@@ -610,7 +639,10 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 		}
 		chunk, err := md.RowGroup(g.Group).ColumnChunk(leaves[i])
 		if err != nil {
-			return nil, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+			return nil, false, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+		}
+		if indexed && !hasOffsetIndex(chunk) {
+			continue
 		}
 		stored, decoded := chunk.TotalCompressedSize(), chunk.TotalUncompressedSize()
 		if stored <= 0 {
@@ -657,10 +689,7 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 			}
 		}
 	}
-	if known {
-		r.large.Store(g, out)
-	}
-	return out, nil
+	return out, known, nil
 }
 
 // pieceBytes returns what piece p is charged when admitted to a budget: its
@@ -736,6 +765,35 @@ func (r *Reader) LargeRows(ctx context.Context, ids []uint64, seen map[LargePage
 					seen[k] = true
 					n += lp.bytes
 				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// IndexedLargeBytes returns the bytes that the rows ids hold in pages far
+// larger than the rest of their column, as the offset indexes of their
+// chunks show them (indexedLargePages): for each row, each such page
+// holding it at its bytes a row. The rows of chunks without an offset index
+// count nothing. Every reader of the table version with the same columns
+// and page limit gives the same answer.
+func (r *Reader) IndexedLargeBytes(ctx context.Context, ids []uint64) (int64, error) {
+	var n int64
+	var pages []largePage
+	last := -1
+	for _, id := range ids {
+		g := r.t.groupOf(int64(id))
+		if g != last {
+			var err error
+			if pages, err = r.indexedLargePages(ctx, r.t.groups[g]); err != nil {
+				return 0, err
+			}
+			last = g
+		}
+		row := int64(id) - r.t.groupStarts[g]
+		for _, lp := range pages {
+			if !lp.dict && row >= lp.from && row < lp.to {
+				n += lp.bytes / max(lp.to-lp.from, 1)
 			}
 		}
 	}

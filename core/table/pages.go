@@ -263,6 +263,12 @@ func (it *indexTails) read(f int, buf []byte, off int64) bool {
 	return true
 }
 
+// hasOffsetIndex reports whether the footer gives chunk an offset index.
+func hasOffsetIndex(chunk *metadata.ColumnChunkMetaData) bool {
+	loc := chunk.GetOffsetIndexLocation()
+	return loc != nil && loc.Length > 0
+}
+
 // pageIndexSpan bounds one read of offset indexes. A writer puts those of a
 // file together, after its row groups: far fewer bytes.
 const pageIndexSpan = 8 << 20
@@ -846,8 +852,7 @@ func (t *Table) widestPageFirsts(ctx context.Context, f, g int, rows int64) ([]i
 			return nil, errcode.Wrap(fmt.Errorf("row group %d: %w", g, err), errcode.Corrupt, "read footer", where)
 		}
 		if n := col.TotalUncompressedSize(); n > size {
-			loc := col.GetOffsetIndexLocation()
-			widest, size, indexed = leaf, n, loc != nil && loc.Length > 0
+			widest, size, indexed = leaf, n, hasOffsetIndex(col)
 		}
 	}
 	if indexed {

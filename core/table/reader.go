@@ -83,6 +83,8 @@ type Reader struct {
 	planned     atomic.Int64 // row groups Keep asked for so far: the priority of the next
 	pageLimit   int64        // ReaderOptions.PageBytes
 	large       sync.Map     // GroupRef -> []largePage, once every page of the group is known
+	// indexedLarge holds indexedLargePages' answers: GroupRef -> []largePage.
+	indexedLarge sync.Map
 	// The rows kept so far, and their bytes, but those of pieces that keep
 	// a row of a large page: GuessRowBytes's mean.
 	typicalRows, typicalBytes atomic.Int64
@@ -804,7 +806,7 @@ func (r *Reader) decodeFast(key GroupRef, rg *file.RowGroupReader, md *metadata.
 			return nil, did.bytes, err
 		}
 	}
-	if loc := chunk.GetOffsetIndexLocation(); err == nil && did.pageRows != nil && (loc == nil || loc.Length <= 0) {
+	if err == nil && did.pageRows != nil && !hasOffsetIndex(chunk) {
 		chunks, err := leafChunks(md, key.Group, leaves)
 		if err == nil {
 			rest := unlocated(chunks[0])

@@ -255,6 +255,15 @@ def stream_stats(stream: int) -> dict[str, int]:
     return stats
 
 
+def stream_run_end(stream: int, first: int, most: int, nbytes: int) -> int:
+    """Where a run of steps from ``first`` ends: after at most ``most`` steps, and
+    before a step that takes its guessed bytes above ``nbytes`` unless it is the
+    run's first (``croupier_stream_run_end``)."""
+    end = ctypes.c_int64()
+    _call(_lib().croupier_stream_run_end, stream, first, most, nbytes, ctypes.byref(end))
+    return end.value
+
+
 def stream_hint(stream: int) -> str:
     """The layout hint in an open stream's stats (``croupier_stream_stats``), or ""."""
     return str(json.loads(_json_out("croupier_stream_stats", stream)).get("layout_hint", ""))

@@ -134,7 +134,7 @@ REWRITE_PROGRESS = ctypes.CFUNCTYPE(
 
 # The number of the C ABI this module speaks (cabi/main.go, abiVersion): the
 # library must export the same, or its functions may take other arguments.
-ABI_VERSION = 12
+ABI_VERSION = 13
 
 # One declaration per exported symbol: name -> (argtypes, restype).
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -218,6 +218,17 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         _INT,
     ),
     "croupier_stream_stats": ([_HANDLE, _STR_OUT, _ERR], _INT),
+    "croupier_stream_run_end": (
+        [
+            _HANDLE,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.POINTER(ctypes.c_int64),
+            _ERR,
+        ],
+        _INT,
+    ),
     "croupier_mixture_open": (
         [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int64, _STR, _HANDLE_OUT, _ERR],
         _INT,

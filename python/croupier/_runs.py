@@ -28,9 +28,11 @@ quarters of its share and its slots the other quarter. A worker writes a run
 only when the slots waiting for the main process leave room for it, or when
 none waits (a run larger than the quarter crosses alone); the main process
 frees a slot once it has merged its run. Runs of rows so large that three
-would not fit are cut shorter (``Outbox.run_steps``). So the workers'
-streams and runs together hold the budget, and the main process one merged
-run beside it.
+would not fit are cut shorter (``Outbox.run_bytes``), and a step holding a
+row far larger than the rest goes alone, or with steps small enough beside
+it: the worker holds its part of one run while it writes it, and the main
+process one merged run. So the workers' streams and runs together hold the
+budget, and the main process one merged run beside it.
 """
 
 from __future__ import annotations
@@ -126,18 +128,19 @@ class Outbox:
         self.peak = 0  # the most bytes of slots waiting at once
         self.alone = 0  # the most bytes of one slot that waited alone, over limit
 
-    def run_steps(self, step_bytes: int) -> int:
-        """The steps of each run: ``RUN_STEPS``, or fewer, at least one, where
-        the rank's steps are so large (``step_bytes``, the Go stream's guess,
-        the same in every worker) that three runs of the workers' parts would
-        not fit the workers' quarters together: a run then waits in a slot
-        beside two more, and the main process merges one the size of a
-        twelfth of the budget."""
+    def run_bytes(self) -> int:
+        """The bytes a run of the workers' parts together may take (0: no
+        bound): a third of the workers' quarters, so that a run waits in a slot
+        beside two more, and the main process merges one the size of a twelfth
+        of the budget. The Go stream ends each run at ``RUN_STEPS`` steps or
+        before the step that would take it past these bytes, at its guess of
+        a step and of the rows far larger than the rest, the same in every
+        worker (``croupier_stream_run_end``): a step holding such a row goes
+        alone, or with steps small enough beside it."""
         if not self.limit:
-            return RUN_STEPS
+            return 0
         workers = _torch.worker_info()
-        total = self.limit * (workers.num_workers if workers is not None else 1)
-        return max(1, min(RUN_STEPS, total // (3 * max(step_bytes, 1))))
+        return self.limit * (workers.num_workers if workers is not None else 1) // 3
 
     def waiting(self) -> int:
         """The bytes of the slots whose runs the main process has not merged yet."""

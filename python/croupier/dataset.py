@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from . import _args, _lib, _native, _torch
 from ._args import Format, ListFormat, Oversize, Packing
-from ._runs import PLACES, Outbox, Steps, merge_runs
+from ._runs import PLACES, RUN_STEPS, Outbox, Steps, merge_runs
 from .errors import InternalError, InvalidArgumentError, LayoutWarning
 from .formats import (
     arrow_ints,
@@ -696,18 +696,25 @@ class StreamingDataset(
             yield from _read(stream, self._layout_hint)
 
     def _runs(self, stream: _native.Handle, start: int, worker: int) -> Iterator[Steps]:
-        """Worker ``worker``'s rows of each run of steps (``Outbox.run_steps``) from
-        ``start``, from a stream that shares steps, one Steps each (see
-        croupier._runs).
+        """Worker ``worker``'s rows of each run of steps from ``start``, from a
+        stream that shares steps, one Steps each (see croupier._runs).
 
         A batch from Go holds consecutive steps, so it may end one run and
         begin the next, and a run may take several batches: a run is written
-        as the slices of the batches that hold it, one after the other.
+        as the slices of the batches that hold it, one after the other. Where
+        each run ends is the Go stream's answer (``Outbox.run_bytes``), the
+        same in every worker.
         """
         end = self.steps_per_epoch
         outbox = Outbox(worker, self._outbox_bytes())
-        run_steps = outbox.run_steps(_lib.stream_stats(stream.value)["step_bytes"])
+
+        def run_end(first: int) -> int:
+            if first >= end:
+                return end
+            return _lib.stream_run_end(stream.value, first, RUN_STEPS, outbox.run_bytes())
+
         run_first = start
+        run_last = run_end(run_first)
         parts: list[pa.RecordBatch] = []
         for first, steps, batch in self._batches(stream):
             at = batch.num_columns - 1
@@ -717,8 +724,7 @@ class StreamingDataset(
             cuts = np.searchsorted(places >> 32, np.arange(steps + 1))
             t = first
             while t < first + steps:
-                run_end = min(run_first + run_steps, end)
-                n = min(first + steps, run_end) - t
+                n = min(first + steps, run_last) - t
                 lo, hi = cuts[t - first], cuts[t - first + n]
                 # Places count steps from the run's first, not the batch's.
                 part = batch.slice(lo, hi - lo)
@@ -727,10 +733,17 @@ class StreamingDataset(
                     part = part.set_column(at, batch.schema.field(at), arrow_ints(moved))
                 parts.append(part)
                 t += n
-                if t == run_end:
+                if t == run_last:
                     stats = _lib.stream_stats(stream.value)
-                    yield outbox.send(run_first, run_end - run_first, parts, stats)
-                    run_first, parts = run_end, []
+                    sent = outbox.send(run_first, run_last - run_first, parts, stats)
+                    run_first, parts = run_last, []
+                    run_last = run_end(run_first)
+                    if t == first + steps:
+                        # The batch is in the slot now: let go of it while
+                        # torch waits to take the run (a step of a row far
+                        # larger than the rest would be held twice).
+                        del batch, places, part
+                    yield sent
 
     def _step_sizes(self, steps: int, rows: int) -> list[int]:
         """The rows of each of ``steps`` consecutive steps that hold ``rows`` together.

@@ -174,9 +174,12 @@ def test_wide_rows_in_two_workers_within_the_bound_over_the_tree(tmp_path: Path)
     )
 
 
-def rare_rows(tmp_path: Path, rows: int, cell: int, large: list[int]) -> str:
+def rare_rows(
+    tmp_path: Path, rows: int, cell: int, large: list[int], row_group_rows: int | None = None
+) -> str:
     """A table of ``rows`` rows of an id and 4 KiB of random bytes, but for
-    the rows ``large``, whose cells hold ``cell`` random bytes; its URI."""
+    the rows ``large``, whose cells hold ``cell`` random bytes, in row groups
+    of ``row_group_rows`` (None: the default); its URI."""
     rng = np.random.default_rng(1)
     sizes = np.array([cell if i in large else 4096 for i in range(rows)], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -185,7 +188,9 @@ def rare_rows(tmp_path: Path, rows: int, cell: int, large: list[int]) -> str:
         pa.large_binary(), rows, [None, pa.py_buffer(offsets.tobytes()), data]
     ).cast(pa.binary())
     uri = f"file://{tmp_path}/rare"
-    cr.create_table(uri, pa.table({"id": np.arange(rows), "cell": cells}))
+    cr.create_table(
+        uri, pa.table({"id": np.arange(rows), "cell": cells}), row_group_rows=row_group_rows
+    )
     return uri
 
 
@@ -250,3 +255,41 @@ def test_rare_large_rows_within_the_stated_bound(tmp_path: Path) -> None:
         f"peak {res['over'] / MiB:.0f} MiB over the imports, bound {bound / MiB:.0f} MiB; "
         f"stats {st}"
     )
+
+
+def test_a_step_of_a_large_row_crosses_alone_from_workers(tmp_path: Path) -> None:
+    """Two DataLoader workers sharing steps send them in runs; a step holding a
+    row far larger than the rest (8 MiB among rows of 4 KiB) crosses alone, in
+    both workers' runs alike, so that neither a worker nor the training process
+    holds a run of several such steps at once; the batches are those of one
+    process."""
+    cell, steps_of_large = 8 * MiB, [15, 16, 17, 18]
+    # Row groups of 256 rows: the rows of 4 KiB are guessed from their own.
+    uri = rare_rows(tmp_path, 2048, cell, [1000 + 64 * i for i in range(4)], 256)
+
+    def make() -> cr.StreamingDataset:
+        return cr.StreamingDataset(
+            cr.open_table(uri),
+            global_batch_size=64,
+            num_splits=1,
+            format="arrow",
+            memory_budget=2 * WORKER_ALLOWANCE + 64 * MiB,
+        )
+
+    want = [b.column("id").to_pylist() for b in cr.DataLoader(make())]
+    for step in steps_of_large:  # the table holds them where the test says
+        assert any(i in want[step] for i in (1000, 1064, 1128, 1192))
+    loader = cr.DataLoader(make(), num_workers=2, in_process=False)
+    assert [b.column("id").to_pylist() for b in loader] == want
+    sent: list[Any] = []
+    slots: dict[Any, Any] = {}
+    for part in loader._from_workers():
+        part.batches(slots)  # learns its slot
+        part.release(slots)  # a worker waits for room in its slots
+        sent.append(part)
+    runs = [(s.first, s.steps) for s in sent[::2]]
+    assert [(s.first, s.steps) for s in sent[1::2]] == runs
+    assert [t for first, n in runs for t in range(first, first + n)] == list(range(len(want)))
+    for step in steps_of_large:
+        assert (step, 1) in runs, runs
+    assert max(n for _, n in runs) > 1  # the other steps still go in runs
