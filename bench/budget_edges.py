@@ -56,6 +56,9 @@ WIDE_BUDGET = 64  # MiB, the wide rows' budget
 # The wide rows' budget with 2 workers that gives each 32 MiB beside the
 # allowance set aside for it (croupier.dataset.WORKER_ALLOWANCE).
 WIDE_WORKERS_BUDGET = WIDE_BUDGET + 2 * 96
+# MiB: the rare rows read by 2 workers with 96 MiB each beside what each
+# sets aside (the smaller budgets are refused for them).
+WORKERS_BUDGET = 2 * 96 + 2 * 96
 
 
 def bound(budget: int, stats: dict[str, int] | None = None) -> int:
@@ -228,9 +231,11 @@ def note(res: dict[str, Any]) -> str:
         ):
             return "refused: " + found.group(0)  # the workers' allowances leave nothing
         if "memory_budget" in err and "InvalidArgumentError" in err:
-            # From the step named to the budget, without the advice after.
-            i = err.find("step ")
-            return "refused: " + err[max(i, 0) :].split(": the page")[0].split(": raise")[0]
+            # From the step named to the budget, without the advice after
+            # (nor, from a worker, the traceback around it).
+            step = re.search(r"steps? \d+", err)
+            said = err[step.start() if step else 0 :].splitlines()[0]
+            return "refused: " + said.split(": the page")[0].split(": raise")[0]
         return err[:120]
     st = res.get("stats") or {}
     if not st:
@@ -293,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         and (w == 0 or form == "croupier table")
         and form != "wide rows"
     ]
+    cases += [
+        (form, order, "torch", 2, WORKERS_BUDGET)
+        for form in ("croupier table", "plain Parquet")
+        for order in ("stored", "full")
+    ]
     cases += [("wide rows", "full", "torch", w, WIDE_BUDGET) for w in (0, 2)]
     cases += [("wide rows", "full", fmt, 2, WIDE_WORKERS_BUDGET) for fmt in ("torch", "arrow")]
     if args.only:
@@ -336,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         " bound: 1.25 times the budget + 64 MiB + twice the largest row dealt + twice the"
         " largest page charged whole + the largest dictionary page charged whole"
         " (`stats()`: `largest_row`, `large_page`, `large_dictionary`; with workers each"
-        " worker's, summed). Wide"
+        " worker's, summed). With 2 workers they are also read with"
+        f" {WORKERS_BUDGET} MiB (96 MiB a worker beside the 96 MiB each sets aside). Wide"
         f" rows: a croupier table of {WIDE_ROWS:,} rows of an id and a list of"
         f" 2,000 to 20,000 int32 values, in a full shuffle with {WIDE_BUDGET} MiB, and"
         f" with 2 workers {WIDE_WORKERS_BUDGET} MiB (32 MiB a worker beside the 96 MiB"
