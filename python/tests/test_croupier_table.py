@@ -10,6 +10,7 @@ import pickle
 import random
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -199,8 +200,12 @@ def test_store_ignoring_conditional_writes_is_refused(tmp_path: Path) -> None:
     binary = tmp_path / "s3serve"
     subprocess.run(["go", "build", "-o", str(binary), "./internal/s3serve"], cwd=repo, check=True)
     (tmp_path / "empty").mkdir()
+    # A bucket of its own: a store that passed the probe is trusted for the
+    # rest of the process, and an earlier test's server may have had this
+    # one's port.
+    bucket = f"ignoring-{uuid.uuid4().hex}"
     proc = subprocess.Popen(
-        [str(binary), "-ignore-conditional-writes", f"t={tmp_path / 'empty'}"],
+        [str(binary), "-ignore-conditional-writes", "-bucket", bucket, f"t={tmp_path / 'empty'}"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
