@@ -363,8 +363,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     - workers share every step: each deals the rows of its own blocks of the
       table, so that a page is decoded by one worker and each holds rows for as
       many steps ahead in its share of the budget as one process does in all
-      of it. Each sends its rows of every run of 16 consecutive steps, in
-      Arrow, through shared-memory slots of its own, and this process merges
+      of it. Each sends its rows of every run of up to 16 consecutive steps
+      (fewer where the steps are large: a step holding a row far larger than
+      the rest crosses alone), in Arrow, through shared-memory slots of its
+      own, and this process merges
       the workers' parts of each run and converts them to the dataset's
       format (see ``croupier._runs``). Workers convert batches themselves and
       deal single steps in turns, as with torch's loader, when the dataset has
