@@ -403,3 +403,28 @@ func TestRunEndsAloneAtLargeRows(t *testing.T) {
 		}
 	}
 }
+
+// TestRowGuessLeavesLargePagesOut guesses a row of the rare-rows table's row
+// group that holds the large cells, before any row is kept: its ordinary
+// rows' bytes, not the group's mean with the large cells in it, which a
+// piece charged beside those cells' pages (a piece admitted before any other
+// was built was charged both, and the next horizon's rows kept beside it).
+func TestRowGuessLeavesLargePagesOut(t *testing.T) {
+	tb := rareTables(t)["croupier table"]
+	r, err := tb.NewReader(table.ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	groups, err := r.Groups([]uint64{uint64(rareAt[0])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guess, err := r.GuessRowBytes(context.Background(), groups[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if guess > 1024 { // a row is an int64 and 100 bytes
+		t.Fatalf("a row of the group holding the large cells guessed at %d bytes", guess)
+	}
+}

@@ -519,7 +519,11 @@ func (k *Kept) Close() error {
 // GuessRowBytes guesses the bytes a kept row of row group g takes: the
 // mean of the rows kept so far but those of pieces that keep a row of a
 // large page (charged beside the mean: see pieceBytes), or before any,
-// GuessBytes per row.
+// GuessBytes per row of the group less its large pages and their rows.
+// Counted in, the large pages made each of a piece's rows as large as the
+// group's mean, beside the pages charged whole: a piece of a few hundred
+// rows admitted before any other was built was charged 50 MB more than it
+// kept.
 func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
 	if rows := r.typicalRows.Load(); rows > 0 {
 		return max(r.typicalBytes.Load()/rows, 1), nil
@@ -528,7 +532,17 @@ func (r *Reader) GuessRowBytes(ctx context.Context, g GroupRef) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return max(n/max(r.t.pin.Files[g.File].RowGroups[g.Group], 1), 1), nil
+	rows := r.t.pin.Files[g.File].RowGroups[g.Group]
+	pages, err := r.largePages(ctx, g)
+	if err != nil {
+		return 0, err
+	}
+	for _, lp := range pages {
+		if !lp.dict {
+			n, rows = n-lp.bytes, rows-(lp.to-lp.from)
+		}
+	}
+	return max(n/max(rows, 1), 1), nil
 }
 
 // A rare row far larger than its neighbours is not in a mean: a piece that
