@@ -175,10 +175,11 @@ func (w *fileWriter) Close() error {
 	// A Delete of the folder's last other file may remove the folder
 	// between making it and putting the file in: make it again.
 	for try := 0; ; try++ {
-		if err = os.MkdirAll(dir, 0o755); err != nil {
-			return err
+		// MkdirAll too may find a folder it made removed before the next.
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			err = put(w.tmp.Name(), w.path)
 		}
-		if err = put(w.tmp.Name(), w.path); err == nil || !errors.Is(err, fs.ErrNotExist) || try == putTries {
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || try == putTries {
 			break
 		}
 	}
