@@ -155,7 +155,7 @@ def test_distant_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readers, "missing", lambda kind: "pylance not installed")
     out = tmp_path / "RESULTS.md"
     argv = ["--rows=32768", "--forms=croupier", "--orders=sequential", "--latencies=0",
-            "--cache-latencies=0", "--ratios=4", "--seconds=0.3", "--peers=lancedb",
+            "--cache-latencies=0", "--ratios=4", "--seconds=60", "--peers=lancedb",
             f"--cache={tmp_path / 'cache'}", f"--out={out}"]  # fmt: skip
     assert distant.main(argv) == 0
     text = out.read_text()
@@ -177,7 +177,10 @@ def test_distant_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert float(s3[5].replace(",", "")) > 0
     assert float(s3[6]) > 0
     assert float(s3[9].replace(",", "")) > 0  # the server counted the GETs of the read
-    assert 0.5 < float(s3[11]) < 3  # a sequential read fetches each page about once
+    # a sequential read of the whole epoch (no read stops at --seconds) fetches
+    # each page about once; a read cut short by time has fetched ahead of what it
+    # delivered, more so on a loaded machine
+    assert 0.5 < float(s3[11]) < 3
     headline = rows("croupier table", "sequential", "24.2")[0]
     assert headline[3] == s3[8]  # from the first batch on, S3 ÷ local
     if distant.cache_missing():
