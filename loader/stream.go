@@ -108,15 +108,17 @@ type Stream struct {
 	slots  chan struct{} // read-ahead: one per batch in pending or being taken by Next
 	ahead  *aheadBudget  // read-ahead: the bytes of the batches read and not taken by Next
 	step   int64         // the guessed bytes of one step of this rank's rows (budgetShares.StepBytes)
-	deal   dealer        // of the epoch, with order and rank: for RunEnd
+	deal   dealer        // of the epoch, whose steps the stream deals from order for rank
 	order  permutation.Order
 	rank   int64
-	// large holds, of a stream whose workers share steps, the bytes of
-	// large rows (table.Reader.IndexedLargeBytes) of each step the planner
-	// has taken and neither Next has returned nor RunEnd passed: RunEnd
-	// reads no row ids again for them.
+	// large holds, of a stream whose workers share steps and whose
+	// consumer has asked RunEnd for runs bounded in bytes (runs), the bytes
+	// of large rows (table.Reader.IndexedLargeBytes) of each step the
+	// planner has taken and neither Next has returned nor RunEnd passed:
+	// RunEnd reads no row ids again for them.
 	largeMu  sync.Mutex
 	large    map[int64]int64
+	runs     atomic.Bool
 	fetch    int64            // the share of the budget for bytes fetched and not yet decoded
 	decoded  chan struct{}    // closed once the reader has nothing more to fetch or decode
 	finished chan struct{}    // closed once decoded and every read has started
@@ -153,7 +155,8 @@ type Stream struct {
 // sharing the steps finds the same runs.
 func (s *Stream) RunEnd(ctx context.Context, first, most, bytes int64) (int64, error) {
 	const op = "end a run of steps"
-	switch steps := s.deal.Steps(); {
+	steps := s.deal.Steps()
+	switch {
 	case first < 0 || first >= steps:
 		return 0, errcode.New(errcode.InvalidArgument, op, s.uri, "step %d out of range [0, %d)", first, steps)
 	case most < 1:
@@ -161,11 +164,12 @@ func (s *Stream) RunEnd(ctx context.Context, first, most, bytes int64) (int64, e
 	case bytes < 0:
 		return 0, errcode.New(errcode.InvalidArgument, op, s.uri, "a run of %d bytes: it must not be negative", bytes)
 	}
-	end := min(first+most, s.deal.Steps())
+	end := min(first+most, steps)
 	defer func() { s.forgetLarge(first, end) }() // the runs go on from end
 	if bytes == 0 {
 		return end, nil
 	}
+	s.runs.Store(true)
 	var run int64
 	for t := first; t < end; t++ {
 		s.largeMu.Lock()
@@ -190,8 +194,12 @@ func (s *Stream) RunEnd(ctx context.Context, first, most, bytes int64) (int64, e
 }
 
 // noteLarge records, for RunEnd, the bytes of large rows of step, whose
-// rows (every worker's) are ids.
+// rows (every worker's) are ids, once a consumer asks for runs bounded in
+// bytes.
 func (s *Stream) noteLarge(ctx context.Context, step int64, ids []uint64) error {
+	if !s.runs.Load() {
+		return nil
+	}
 	large, err := s.reader.IndexedLargeBytes(ctx, ids)
 	if err != nil {
 		return err
@@ -379,7 +387,7 @@ func (l *Loader) stepStream(ctx context.Context, epoch int64, d dealer, steps []
 		decoded: make(chan struct{}), finished: make(chan struct{}),
 		horizons: make(chan *horizon, 1), pending: make(chan chan result, l.opts.ReadAhead)}
 	s.wg.Add(2)
-	go s.plan(ctx, l, d, order, steps, coalesce, own)
+	go s.plan(ctx, l, steps, coalesce, own)
 	var after <-chan struct{}
 	if prev != nil {
 		after = prev.finished
@@ -414,7 +422,7 @@ type horizon struct {
 // the one before is read, as fast as the budget frees room for them. Once
 // the last horizon's rows are decoded it closes decoded. With own, it keeps
 // only the rows own deals, and their places.
-func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, coalesce int64, own *owners) (err error) {
+func (s *Stream) plan(ctx context.Context, l *Loader, steps []int64, coalesce int64, own *owners) (err error) {
 	defer func() {
 		if err != nil {
 			select {
@@ -436,7 +444,7 @@ func (s *Stream) plan(ctx context.Context, l *Loader, d dealer, order permutatio
 		ramp = 1
 	}
 	for len(steps) > 0 {
-		t, err := s.take(ctx, l, d, order, steps[:min(len(steps), ramp)], own)
+		t, err := s.take(ctx, l, steps[:min(len(steps), ramp)], own)
 		if err != nil {
 			return err
 		}
@@ -500,12 +508,12 @@ func (t *taken) cut(n int) {
 // of token budgets may give this rank none. Beside their rows at rowBytes
 // each, the steps are charged the bytes of the large pages their rows need
 // (table.LargeRows).
-func (s *Stream) take(ctx context.Context, l *Loader, d dealer, order permutation.Order, steps []int64, own *owners) (taken, error) {
+func (s *Stream) take(ctx context.Context, l *Loader, steps []int64, own *owners) (taken, error) {
 	var t taken
 	var large int64
 	counted := map[table.LargePage]bool{}
 	for len(t.ends) < len(steps) {
-		more, err := d.Batch(ctx, order, steps[len(t.ends)], l.opts.Rank)
+		more, err := s.deal.Batch(ctx, s.order, steps[len(t.ends)], s.rank)
 		if err != nil {
 			return t, err
 		}
