@@ -3,6 +3,7 @@
 package store
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"time"
@@ -27,7 +28,10 @@ func fileVersion(f *os.File) (Object, error) {
 	var st syscall.Stat_t
 	var serr error
 	if err := conn.Control(func(fd uintptr) { serr = syscall.Fstat(int(fd), &st) }); err != nil {
-		return Object{}, err
+		// Control fails only on a file closed meanwhile (by a read that made
+		// room or saw the file change), and says so as the poller's own
+		// error, not os.ErrClosed, which readLocal knows to reopen on.
+		return Object{}, fmt.Errorf("fstat %s: %w (%v)", f.Name(), os.ErrClosed, err)
 	}
 	if serr != nil {
 		return Object{}, &os.PathError{Op: "fstat", Path: f.Name(), Err: serr}
