@@ -409,41 +409,138 @@ func (r *ReaderAt) read(ctx context.Context, off int64, bufs [][]byte) (int, err
 			return got, nil
 		}
 	}
-	where := r.loc.ObjectURI(r.obj.Key)
-	return Do(ctx, r.loc.Retry, "read", where, func(ctx context.Context) (int, error) {
-		r.reads.Add(1)
+	return Do(ctx, r.loc.Retry, "read", r.loc.ObjectURI(r.obj.Key), func(ctx context.Context) (int, error) {
 		if local {
+			r.reads.Add(1)
 			return r.readLocal(path, off, bufs)
 		}
-		rr, seen, err := r.loc.hedgedRange(ctx, &r.obj, off, n, r.hedged)
-		var changed *changedError
-		switch {
-		case errors.As(err, &changed):
-			return 0, errcode.Wrap(changed, errcode.Changed, "read", where)
-		case Code(err) == errcode.NotFound:
-			return 0, errcode.New(errcode.Changed, "read", where, "pinned file vanished")
-		case Code(err) == errcode.Changed:
-			return 0, errcode.Wrap(fmt.Errorf("pinned file changed: the store no longer holds the pinned version (%s): %w",
-				r.obj, err), errcode.Changed, "read", where)
-		case err != nil:
+		rr, seen, err := r.open(ctx, off, n)
+		if err != nil {
 			return 0, err
 		}
 		defer rr.Close()
-		seen.Key = r.obj.Key
-		if !r.obj.Matches(seen) {
-			return 0, errcode.Wrap(&changedError{pinned: r.obj, found: seen}, errcode.Changed, "read", where)
+		got, err := readBody(rr, off, bufs)
+		if err == nil {
+			r.seen.Store(&seen)
 		}
-		got := 0
-		for _, b := range bufs {
-			k, err := io.ReadFull(rr, b)
-			got += k
-			if err != nil {
-				return got, shortRead(err, got, int(n), off)
-			}
-		}
-		r.seen.Store(&seen)
-		return got, nil
+		return got, err
 	})
+}
+
+// open sends one range request for n bytes at off to the remote store and
+// returns its answer once the store has begun it (its body to be read), if
+// the answer is the pinned version.
+func (r *ReaderAt) open(ctx context.Context, off, n int64) (io.ReadCloser, Object, error) {
+	r.reads.Add(1)
+	where := r.loc.ObjectURI(r.obj.Key)
+	rr, seen, err := r.loc.hedgedRange(ctx, &r.obj, off, n, r.hedged)
+	var changed *changedError
+	switch {
+	case errors.As(err, &changed):
+		return nil, seen, errcode.Wrap(changed, errcode.Changed, "read", where)
+	case Code(err) == errcode.NotFound:
+		return nil, seen, errcode.New(errcode.Changed, "read", where, "pinned file vanished")
+	case Code(err) == errcode.Changed:
+		return nil, seen, errcode.Wrap(fmt.Errorf("pinned file changed: the store no longer holds the pinned version (%s): %w",
+			r.obj, err), errcode.Changed, "read", where)
+	case err != nil:
+		return nil, seen, err
+	}
+	seen.Key = r.obj.Key
+	if !r.obj.Matches(seen) {
+		rr.Close()
+		return nil, seen, errcode.Wrap(&changedError{pinned: r.obj, found: seen}, errcode.Changed, "read", where)
+	}
+	return rr, seen, nil
+}
+
+// readBody fills bufs, one after the other, from the body of a range
+// request for their bytes at off.
+func readBody(rr io.Reader, off int64, bufs [][]byte) (int, error) {
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	got := 0
+	for _, b := range bufs {
+		k, err := io.ReadFull(rr, b)
+		got += k
+		if err != nil {
+			return got, shortRead(err, got, int(n), off)
+		}
+	}
+	return got, nil
+}
+
+// Direct reports whether r's reads are range requests to a remote store:
+// not reads of local files, nor of the disk cache.
+func (r *ReaderAt) Direct() bool {
+	if !r.loc.remote {
+		return false
+	}
+	_, cached := r.loc.cacheObject(r.obj)
+	return !cached
+}
+
+// Answer is a range request that the store has begun to answer: its body
+// waits to be read. A reader that must hold memory for the bytes it reads
+// can send its requests first and take the memory once they are answered,
+// so that the wait for a distant store's first byte holds none.
+type Answer struct {
+	r      *ReaderAt
+	off, n int64
+	body   io.ReadCloser // nil: ReadInto reads with ReadAt
+	seen   Object
+	cancel context.CancelFunc
+}
+
+// Request sends one range request for n bytes at off and returns once the
+// store has begun to answer it; the bytes are read with the answer's
+// ReadInto, within the location's attempt timeout of the request. It is
+// one attempt, not retried: a request that fails, and a read that a local
+// file or the disk cache serves, leave ReadInto to read the bytes with
+// ReadAt, under the location's retry policy, which meets any error again.
+func (r *ReaderAt) Request(off, n int64) *Answer {
+	a := &Answer{r: r, off: off, n: n}
+	if !r.Direct() || off >= r.obj.Size {
+		return a
+	}
+	n = min(n, r.obj.Size-off)
+	ctx, cancel := context.WithTimeout(r.ctx, r.loc.Retry.AttemptTimeout)
+	body, seen, err := r.open(ctx, off, n)
+	if err != nil {
+		cancel()
+		return a
+	}
+	a.n, a.body, a.seen, a.cancel = n, body, seen, cancel
+	return a
+}
+
+// ReadInto reads the answer's bytes into p, as ReadAt(p, off) would, and
+// closes it. An answer whose body fails is read again with ReadAt.
+func (a *Answer) ReadInto(p []byte) (int, error) {
+	body := a.body
+	if body == nil || int64(len(p)) != a.n {
+		a.Close()
+		return a.r.ReadAt(p, a.off)
+	}
+	got, err := readBody(body, a.off, [][]byte{p})
+	a.Close()
+	a.r.count(1, int64(got), blockcache.Stats{})
+	if err != nil {
+		return a.r.ReadAt(p, a.off)
+	}
+	a.r.seen.Store(&a.seen)
+	return got, nil
+}
+
+// Close lets go of an answer not read.
+func (a *Answer) Close() {
+	if a.body != nil {
+		a.body.Close()
+		a.cancel()
+		a.body = nil
+	}
 }
 
 // cacheObject returns how the location's cache knows obj, and whether it may

@@ -73,6 +73,18 @@ func TestReadsSurviveFaults(t *testing.T) {
 			t.Fatalf("ReadAt(%d, %d): wrong bytes", n, off)
 		}
 	}
+	for i := range 60 { // sent ahead, read after: a failed request or body is read again
+		off, n := int64(i*991%objSize), 1+i*137%4096
+		a := r.Request(off, int64(n))
+		p := make([]byte, n)
+		got, err := a.ReadInto(p)
+		if err != nil && err != io.EOF {
+			t.Fatalf("Request(%d, %d).ReadInto: %v", off, n, err)
+		}
+		if !bytes.Equal(p[:got], data[off:off+int64(got)]) {
+			t.Fatalf("Request(%d, %d).ReadInto: wrong bytes", off, n)
+		}
+	}
 	for range 10 {
 		if b, err := loc.ReadAll(ctx, "data/obj"); err != nil || !bytes.Equal(b, data) {
 			t.Fatalf("ReadAll: %d bytes, %v", len(b), err)
@@ -305,5 +317,44 @@ func TestErrorsDropQuery(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, "endpoint=") || strings.Contains(msg, "use_path_style") || strings.Contains(msg, "?x=1") {
 			t.Errorf("call %d: message has the query: %s", i, msg)
 		}
+	}
+}
+
+// TestAnswersReadLater sends range requests ahead and reads their bodies
+// afterwards, in another order: each body is read from its own answer (no
+// request sent again), and an object changed since it was pinned is refused
+// as ReadAt refuses it.
+func TestAnswersReadLater(t *testing.T) {
+	s, loc, data := faultyStore(t)
+	ctx := context.Background()
+	obj, err := loc.Stat(ctx, "data/obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := loc.NewReaderAt(ctx, obj)
+	if !r.Direct() {
+		t.Fatal("reads of an S3 object without a disk cache are not direct")
+	}
+	s.ResetCounts()
+	var answers []*store.Answer
+	for i := range 8 {
+		answers = append(answers, r.Request(int64(i)*4096, 4096))
+	}
+	for i := len(answers) - 1; i >= 0; i-- {
+		p := make([]byte, 4096)
+		if _, err := answers[i].ReadInto(p); err != nil || !bytes.Equal(p, data[i*4096:(i+1)*4096]) {
+			t.Fatalf("answer %d: %v, or wrong bytes", i, err)
+		}
+	}
+	if n := s.Count("GET", "data/obj"); n != 8 {
+		t.Errorf("8 answers read with %d requests, want 8", n)
+	}
+	closed := r.Request(0, 10)
+	closed.Close() // let go unread: its connection is freed
+	if err := s.Overwrite("bkt", "data/obj", data[:100]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Request(0, 10).ReadInto(make([]byte, 10)); errcode.Of(err) != errcode.Changed || !strings.Contains(err.Error(), "data/obj") {
+		t.Fatalf("an answer of a changed object: %v, want Changed naming it", err)
 	}
 }

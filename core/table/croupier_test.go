@@ -816,6 +816,71 @@ func TestPinnedOpenOverlapsRequests(t *testing.T) {
 	}
 }
 
+// TestFetchShareTakenOnAnswer reads a row of each of 32 row groups on a store
+// 20 ms from its first byte, with a fetch share that holds one or two of
+// them: the requests of many row groups wait for their first byte together,
+// for the share is taken only once the store answers, yet the bytes
+// fetched and held never pass it.
+func TestFetchShareTakenOnAnswer(t *testing.T) {
+	const files, groups = 4, 8 // row groups per file
+	ctx := context.Background()
+	s := startS3(t)
+	uri := s.URI("bkt", "plain")
+	for i := range int64(files) {
+		if err := s.Put("bkt", fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, i*groups*10, groups*10, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb := open(t, uri)
+	defer tb.Close()
+	var most int64 // the bytes of the largest row group
+	for f := range files {
+		md, err := tb.Footer(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := range md.NumRowGroups() {
+			var n int64
+			for c := range md.RowGroup(g).NumColumns() {
+				col, err := md.RowGroup(g).ColumnChunk(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += col.TotalCompressedSize()
+			}
+			most = max(most, n)
+		}
+	}
+	share := most * 3 / 2
+	r, err := tb.NewReader(table.ReaderOptions{FetchBytes: share, Decoders: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ids []uint64
+	for g := range uint64(files * groups) {
+		ids = append(ids, g*10+g%10)
+	}
+	s.SetFaults(s3test.Faults{FirstByte: 20 * time.Millisecond})
+	s.ResetCounts()
+	rec, err := r.Read(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	for i, id := range ids {
+		if v := rec.Column(0).(*array.Int64).Value(i); v != int64(id) {
+			t.Fatalf("row %d: id %d", id, v)
+		}
+	}
+	if p := s.PeakInFlight(); p < 8 {
+		t.Errorf("%d requests at most in flight at once, want at least 8: the share was taken before the store answered", p)
+	}
+	if st := r.Stats(); st.FetchedPeak > share || st.FetchedBytes != 0 {
+		t.Errorf("%d bytes fetched held at most, %d at the end; want at most the share %d, and 0", st.FetchedPeak, st.FetchedBytes, share)
+	}
+}
+
 // TestCanceledFooterReadIsRetried cancels the caller whose first use of a
 // footer started the read that another caller waits on: that one gets the
 // footer, from a read of its own.

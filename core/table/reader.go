@@ -34,12 +34,16 @@ type ReaderOptions struct {
 	// through the C Data Interface must come from a C allocator (mallocator).
 	Allocator memory.Allocator
 	// MaxReads bounds the range requests in flight; 0 means the table's
-	// default (Table.MaxReads).
+	// default (Table.MaxReads). Requests sent to a remote store before
+	// their bytes are taken (see FetchBytes) are bounded apart, to twice
+	// MaxReads.
 	MaxReads int
 	// FetchBytes bounds the bytes fetched from the store and not yet decoded;
 	// 0 means no bound. A row group whose sections are more than a decoder's
 	// part of it (FetchBytes ÷ Decoders) is read as it is decoded, a window
-	// of that part at a time.
+	// of that part at a time. A row group within its part read from a remote
+	// store, not through the disk cache, takes its bytes only once the store
+	// has begun to answer its requests.
 	FetchBytes int64
 	// Decoders bounds the row groups decoded at once; 0 means one per core
 	// (GOMAXPROCS).
@@ -66,7 +70,12 @@ type Reader struct {
 	leaves [][]int       // Parquet leaf columns of each output column
 	mem    memory.Allocator
 
-	reads    *slots // one per range request in flight, granted to the row group needed soonest
+	reads *slots // one per range request in flight, granted to the row group needed soonest
+	// answered is reads for the requests of row groups that send them
+	// before they take their bytes of fetching (fetchOnAnswer): one pool
+	// apart, so that a group holding bytes never waits for a slot that a
+	// group waiting for bytes holds.
+	answered *slots
 	maxReads int
 	// fetching bounds the bytes fetched and not yet decoded (nil: no
 	// bound), granted to the row group needed soonest first: horizons are
@@ -123,7 +132,7 @@ func (t *Table) NewReader(opts ReaderOptions) (*Reader, error) {
 		opts.Decoders = runtime.GOMAXPROCS(0)
 	}
 	r := &Reader{t: t, schema: arrow.NewSchema(outFields, nil), fields: fields, leaves: leaves,
-		mem: mem, reads: newSlots(opts.MaxReads, 0), maxReads: opts.MaxReads, decoding: newSlots(opts.Decoders, opts.DecodeBytes),
+		mem: mem, reads: newSlots(opts.MaxReads, 0), answered: newSlots(answeredPerRead*opts.MaxReads, 0), maxReads: opts.MaxReads, decoding: newSlots(opts.Decoders, opts.DecodeBytes),
 		sectionBufs: bufferList{max: opts.Decoders}, pageLimit: opts.PageBytes}
 	if opts.DecodeBytes <= 0 {
 		r.decoding = newSlots(opts.Decoders, math.MaxInt64)
@@ -617,22 +626,35 @@ func (r *Reader) decode(ctx context.Context, key GroupRef, prio int64, w wanted,
 		for _, rg := range ranges {
 			n += rg.n
 		}
-		// A row group larger than a decoder's part of the bound is read as
-		// it is decoded, a column after the other, its sections fetched
-		// in windows ahead of the reads (prefetch.go): the first read of a
-		// large column chunk without an offset index (a plain dataset's)
-		// locates its pages (learnPages), and holds no more than the
-		// windows, the stream's buffer (a window) and a page.
-		// Its windows are fetched once the bound has room for them: a
-		// prefetch started before, by each of the row groups waiting for
-		// room, held 125 MiB of windows on Go's heap under a share of 15.
-		streamed := n > r.fetchShare
-		n, err := r.fetching.acquire(ctx, prio, min(n, r.fetchShare))
-		if err != nil {
-			return errcode.Wrap(err, errcode.Canceled, "read", where)
-		}
-		defer r.fetching.release(n)
-		if streamed {
+		switch streamed := n > r.fetchShare; {
+		case !streamed && ra.Direct() && len(ranges) <= r.answered.total:
+			got, held, err := r.fetchOnAnswer(ctx, ra, ranges, n, prio, where)
+			if err != nil {
+				return err
+			}
+			defer r.fetching.release(held)
+			src = got
+			defer src.release()
+		default:
+			n, err := r.fetching.acquire(ctx, prio, min(n, r.fetchShare))
+			if err != nil {
+				return errcode.Wrap(err, errcode.Canceled, "read", where)
+			}
+			defer r.fetching.release(n)
+			if !streamed {
+				break
+			}
+			// A row group larger than a decoder's part of the bound is
+			// read as it is decoded, a column after the other, its
+			// sections fetched in windows ahead of the reads
+			// (prefetch.go): the first read of a large column chunk
+			// without an offset index (a plain dataset's) locates its
+			// pages (learnPages), and holds no more than the windows, the
+			// stream's buffer (a window) and a page. Its windows are
+			// fetched once the bound has room for them: a prefetch
+			// started before, by each of the row groups waiting for
+			// room, held 125 MiB of windows on Go's heap under a share
+			// of 15.
 			win := prefetchWindow(r.fetchShare)
 			open := func(ctx context.Context) *store.ReaderAt {
 				return r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)

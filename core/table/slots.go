@@ -22,6 +22,7 @@ import (
 // cores.
 type slots struct {
 	mu    sync.Mutex
+	total int   // slots
 	free  int   // slots
 	bytes int64 // free bytes
 	limit int64 // all the bytes
@@ -31,13 +32,16 @@ type slots struct {
 
 type waiter struct {
 	prio, seq int64
+	k         int           // slots wanted
 	n         int64         // bytes wanted
 	ready     chan struct{} // closed when the slot is granted
 	index     int           // in the queue; -1 once granted
 }
 
 // newSlots returns n slots sharing limit bytes.
-func newSlots(n int, limit int64) *slots { return &slots{free: n, bytes: limit, limit: limit} }
+func newSlots(n int, limit int64) *slots {
+	return &slots{total: n, free: n, bytes: limit, limit: limit}
+}
 
 // size is what a holder asking for n bytes is charged: a holder larger than
 // the limit takes all of it, so that it runs alone.
@@ -46,16 +50,25 @@ func (s *slots) size(n int64) int64 { return min(max(n, 0), s.limit) }
 // acquire waits for a slot and n bytes, or for ctx to end (then it holds
 // none). It returns the bytes to give back to release.
 func (s *slots) acquire(ctx context.Context, prio, n int64) (int64, error) {
-	n = s.size(n)
+	return s.acquireSlots(ctx, prio, 1, n)
+}
+
+// acquireSlots waits for k slots at once (all there are, if fewer) and n
+// bytes: a holder that needs several slots together takes none of them
+// before it can take all, so that holders waiting for slots never hold some
+// that another waits for. The holder gives each slot back with release, the
+// bytes with one of them. It returns the bytes.
+func (s *slots) acquireSlots(ctx context.Context, prio int64, k int, n int64) (int64, error) {
+	n, k = s.size(n), min(k, s.total)
 	s.mu.Lock()
-	if len(s.queue) == 0 && s.fits(n) {
-		s.free--
+	if len(s.queue) == 0 && s.fits(k, n) {
+		s.free -= k
 		s.bytes -= n
 		s.mu.Unlock()
 		return n, nil
 	}
 	s.seq++
-	w := &waiter{prio: prio, seq: s.seq, n: n, ready: make(chan struct{})}
+	w := &waiter{prio: prio, seq: s.seq, k: k, n: n, ready: make(chan struct{})}
 	heap.Push(&s.queue, w)
 	s.mu.Unlock()
 	select {
@@ -71,12 +84,15 @@ func (s *slots) acquire(ctx context.Context, prio, n int64) (int64, error) {
 		s.mu.Unlock()
 		if granted { // granted as ctx ended: pass it on
 			s.release(n)
+			for range k - 1 {
+				s.release(0)
+			}
 		}
 		return 0, ctx.Err()
 	}
 }
 
-func (s *slots) fits(n int64) bool { return s.free > 0 && s.bytes >= n }
+func (s *slots) fits(k int, n int64) bool { return s.free >= k && s.bytes >= n }
 
 // release returns a slot and n bytes, and grants waiters that fit now, in
 // order.
@@ -90,9 +106,9 @@ func (s *slots) release(n int64) {
 
 // grant hands slots to the waiters at the head of the queue while they fit.
 func (s *slots) grant() {
-	for len(s.queue) > 0 && s.fits(s.queue[0].n) {
+	for len(s.queue) > 0 && s.fits(s.queue[0].k, s.queue[0].n) {
 		w := heap.Pop(&s.queue).(*waiter)
-		s.free--
+		s.free -= w.k
 		s.bytes -= w.n
 		w.index = -1
 		close(w.ready)

@@ -134,3 +134,45 @@ func waitQueued(s *slots, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestSlotsTakenTogether: a holder of several slots takes none before it can
+// take all (a holder asking for more than there are takes them all), and
+// the waiters behind it wait for it, though one slot would do for them.
+func TestSlotsTakenTogether(t *testing.T) {
+	ctx := context.Background()
+	s := newSlots(4, 0)
+	if _, err := s.acquire(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	many := make(chan error)
+	go func() { _, err := s.acquireSlots(ctx, 1, 9, 0); many <- err }()
+	waitQueued(s, 1)
+	one := make(chan error)
+	go func() { _, err := s.acquire(ctx, 2, 0); one <- err }()
+	waitQueued(s, 2)
+	s.mu.Lock()
+	free := s.free
+	s.mu.Unlock()
+	if free != 3 {
+		t.Fatalf("%d slots free while a holder of all of them waits, want 3: it took some", free)
+	}
+	s.release(0)
+	if err := <-many; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-one:
+		t.Fatal("a waiter was granted a slot while another held all of them")
+	case <-time.After(10 * time.Millisecond):
+	}
+	for range 4 {
+		s.release(0)
+	}
+	if err := <-one; err != nil {
+		t.Fatal(err)
+	}
+	s.release(0)
+	if s.free != 4 || len(s.queue) != 0 {
+		t.Fatalf("after all released: %d free, %d queued; want 4 and 0", s.free, len(s.queue))
+	}
+}
