@@ -21,10 +21,21 @@ import (
 // one after the other, pages in order), as many at once as its bytes allow,
 // each taking one of the reader's request slots; the decoder reads each
 // window once it has come, and a window is freed once a read lies past it.
+// From a remote store, not through the disk cache, the requests of the
+// windows after those are sent ahead of their bytes (prefetchAhead of them,
+// Request), as fetchOnAnswer sends a row group's: the wait for a first byte
+// holds no memory, and a window whose bytes have room reads an answer
+// already begun.
 
 // prefetchWindows is how many windows a prefetch cuts its bytes into, so
 // that as many requests can be in flight for one streamed row group.
 const prefetchWindows = 8
+
+// prefetchAhead is how many windows past those started a prefetch from a
+// remote store has sent requests for, each window's request sent without
+// its bytes and without a request slot: at most that many more requests in
+// flight for each row group streamed (at most Decoders of them at once).
+const prefetchAhead = 2 * prefetchWindows
 
 // prefetch fetches windows of one object ahead of the reads that need them.
 // Its read is called by one goroutine at a time (a row group's decoder).
@@ -47,7 +58,15 @@ type prefetch struct {
 	held    int64         // bytes of windows started and not freed
 	first   int           // the windows before it are freed
 	need    int           // the last window a read waits for, fetched whatever the bytes held
-	changed chan struct{} // closed and replaced when held falls or need moves
+	changed chan struct{} // closed and replaced when held falls, need moves or next moves
+
+	// Requests sent ahead of their bytes (nil: none are): the answer of
+	// window i once sent[i] is closed, nil once read or let go or when
+	// none was sent; next is the first window feed has not started or
+	// skipped.
+	answers []*store.Answer
+	sent    []chan struct{}
+	next    int
 }
 
 // prefetchWindow is the window of a prefetch within part bytes: an eighth
@@ -80,6 +99,19 @@ func newPrefetch(ctx context.Context, open func(context.Context) *store.ReaderAt
 	}
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	p.ra = open(p.ctx)
+	if p.ra.Direct() {
+		p.answers = make([]*store.Answer, len(p.wins))
+		p.sent = make([]chan struct{}, len(p.wins))
+		for i := range p.sent {
+			p.sent[i] = make(chan struct{})
+		}
+		p.wg.Add(1)
+		go func() (err error) {
+			defer p.wg.Done()
+			defer recoverTo(&err, "read", p.where)
+			return p.send(p.ctx)
+		}()
+	}
 	p.wg.Add(1)
 	go func() (err error) {
 		defer p.wg.Done()
@@ -104,6 +136,65 @@ func (p *prefetch) window() int64 {
 	return p.wins[0].n
 }
 
+// send sends the windows' requests in order, each once fewer than
+// prefetchAhead windows before it are still to be started by feed; a
+// window freed before it is sent is not. It returns why it stopped early.
+func (p *prefetch) send(ctx context.Context) error {
+	for i, w := range p.wins {
+		for {
+			p.mu.Lock()
+			skip, due, changed := p.freed[i], i < p.next+prefetchAhead, p.changed
+			p.mu.Unlock()
+			if skip {
+				close(p.sent[i])
+				break
+			}
+			if due {
+				p.wg.Add(1)
+				go func() (err error) {
+					defer p.wg.Done()
+					defer close(p.sent[i])
+					defer recoverTo(&err, "read", p.where)
+					a := p.ra.Request(w.off, w.n)
+					p.mu.Lock()
+					defer p.mu.Unlock()
+					if p.freed[i] && !p.started[i] { // skipped meanwhile: no one reads it
+						a.Close()
+						return nil
+					}
+					p.answers[i] = a
+					return nil
+				}()
+				break
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+	}
+	return nil
+}
+
+// answer waits for the request of window i sent ahead, and takes its
+// answer: nil where none was sent or none is kept (ReadAt reads it then).
+func (p *prefetch) answer(i int) *store.Answer {
+	if p.sent == nil {
+		return nil
+	}
+	select {
+	case <-p.sent[i]:
+	case <-p.ctx.Done():
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.answers[i]
+	p.answers[i] = nil
+	return a
+}
+
 // feed starts the windows' fetches in order, each once the bytes held leave
 // room for it or once a read waits for it. It returns why it stopped early.
 func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int64) error {
@@ -115,6 +206,14 @@ func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int
 			if fits && !skip {
 				p.held += w.n
 				p.started[i] = true
+			}
+			if fits || skip {
+				p.next = i + 1
+				p.signalLocked()
+				if skip && p.answers != nil && p.answers[i] != nil {
+					p.answers[i].Close()
+					p.answers[i] = nil
+				}
 			}
 			p.mu.Unlock()
 			if skip {
@@ -131,9 +230,14 @@ func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int
 					defer reads.release(0)
 					defer func() { p.end(i, buf, err) }()
 					defer recoverTo(&err, "read", p.where)
+					a := p.answer(i)
 					buf = scratch{}.Allocate(int(w.n))
 					p.stats.holdFetched(w.n)
-					_, err = p.ra.ReadAt(buf, w.off)
+					if a != nil {
+						_, err = a.ReadInto(buf)
+					} else {
+						_, err = p.ra.ReadAt(buf, w.off)
+					}
 					return buf, err
 				}()
 				break
@@ -263,5 +367,9 @@ func (p *prefetch) close() {
 	defer p.mu.Unlock()
 	for j := range p.wins {
 		p.freeLocked(j)
+		if p.answers != nil && p.answers[j] != nil {
+			p.answers[j].Close()
+			p.answers[j] = nil
+		}
 	}
 }
