@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"sync"
+
+	"github.com/croupier-data/croupier/core/blockcache"
 )
 
 // Warming the disk cache.
@@ -15,13 +17,20 @@ import (
 // memory: they go to disk. So a Kept set of a table with a cache first
 // fetches the blocks of the sections its row groups will read into the
 // cache, in the order the row groups are needed, many requests at once and
-// each at most warmBytes, while its row groups are decoded one after the
-// other within the share; they then read those sections from disk. It
+// each within one block of the cache, while its row groups are decoded one
+// after the other within the share; they then read those sections from
+// disk. It
 // fetches nothing the row groups would not: the same sections, the same
 // blocks.
 
-// warmBytes is the most bytes one request warming the cache holds.
-const warmBytes = 256 << 10
+// A request warming the cache holds the part of a section within one block
+// of the cache (blockcache.BlockSize): the cache fetches whole blocks, and a
+// request across two made it fetch both in a buffer allocated for the
+// request (a sequential epoch's warm-up allocated 512 KiB for nearly every
+// request) and made two requests wait on each other for the block they
+// shared. Cut at the blocks, a sequential first epoch of a table 4 times
+// its budget 50 ms away ran at 74–76 k rows/s instead of 57 k, with 2.8 s
+// of CPU instead of 3.9.
 
 // warm fetches into the table's disk cache the sections the pieces of k will
 // read, pieces in order; sel holds the pieces' rows as Keep bucketed them,
@@ -48,7 +57,8 @@ func (k *Kept) warm(ctx context.Context, sel []uint64, start []int) (err error) 
 		}
 		ra := r.t.loc.NewReaderAt(ctx, f.Object).CountInto(&r.stats.reads)
 		for _, s := range ranges {
-			for off := s.off; off < s.off+s.n; off += warmBytes {
+			for off := s.off; off < s.off+s.n; {
+				end := min((off/blockcache.BlockSize+1)*blockcache.BlockSize, s.off+s.n)
 				// The request slots of the reader, at the piece's
 				// priority: a warm-up waits behind the requests of the
 				// pieces needed sooner.
@@ -60,7 +70,8 @@ func (k *Kept) warm(ctx context.Context, sel []uint64, start []int) (err error) 
 					defer recoverTo(&err, "warm the disk cache of", r.t.loc.ObjectURI(f.Key))
 					defer func() { r.reads.release(0); wg.Done() }()
 					return ra.Warm(off, n) // an error is the piece's to meet again
-				}(off, min(warmBytes, s.off+s.n-off))
+				}(off, end-off)
+				off = end
 			}
 		}
 	}
