@@ -748,12 +748,7 @@ func TestPinnedOpenOverlapsRequests(t *testing.T) {
 	const files, groups = 4, 8 // row groups per file
 	ctx := context.Background()
 	s := startS3(t)
-	uri := s.URI("bkt", "plain")
-	for i := range int64(files) {
-		if err := s.Put("bkt", fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, i*groups*10, groups*10, 10)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	uri := putPlain(t, s, files, groups)
 	pin := open(t, uri).Pin()
 	s.SetFaults(s3test.Faults{FirstByte: 20 * time.Millisecond})
 
@@ -825,12 +820,7 @@ func TestFetchShareTakenOnAnswer(t *testing.T) {
 	const files, groups = 4, 8 // row groups per file
 	ctx := context.Background()
 	s := startS3(t)
-	uri := s.URI("bkt", "plain")
-	for i := range int64(files) {
-		if err := s.Put("bkt", fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, i*groups*10, groups*10, 10)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	uri := putPlain(t, s, files, groups)
 	tb := open(t, uri)
 	defer tb.Close()
 	var most int64 // the bytes of the largest row group
@@ -879,6 +869,18 @@ func TestFetchShareTakenOnAnswer(t *testing.T) {
 	if st := r.Stats(); st.FetchedPeak > share || st.FetchedBytes != 0 {
 		t.Errorf("%d bytes fetched held at most, %d at the end; want at most the share %d, and 0", st.FetchedPeak, st.FetchedBytes, share)
 	}
+}
+
+// putPlain puts a plain dataset of files Parquet files of groups row groups
+// of 10 rows each (ids from 0, in order) on s, and returns its URI.
+func putPlain(t *testing.T, s *s3test.Server, files, groups int64) string {
+	t.Helper()
+	for i := range files {
+		if err := s.Put("bkt", fmt.Sprintf("plain/part-%d.parquet", i), tabletest.Encode(t, i*groups*10, groups*10, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s.URI("bkt", "plain")
 }
 
 // TestCanceledFooterReadIsRetried cancels the caller whose first use of a

@@ -167,14 +167,22 @@ func (p *prefetch) send(ctx context.Context) error {
 				}()
 				break
 			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return context.Cause(ctx)
+			if err := await(ctx, changed); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
+}
+
+// await waits for changed to be closed, or for ctx to end (it returns why).
+func await(ctx context.Context, changed <-chan struct{}) error {
+	select {
+	case <-changed:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // answer waits for the request of window i sent ahead, and takes its
@@ -242,10 +250,8 @@ func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int
 				}()
 				break
 			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return context.Cause(ctx)
+			if err := await(ctx, changed); err != nil {
+				return err
 			}
 		}
 	}
