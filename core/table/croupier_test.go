@@ -792,10 +792,7 @@ func TestPinnedOpenOverlapsRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var ids []uint64
-	for g := range uint64(files * groups) {
-		ids = append(ids, g*10+g%10)
-	}
+	ids := rowOfEachGroup(files * groups)
 	s.ResetCounts()
 	rec, err := r.Read(ctx, ids)
 	if err != nil {
@@ -847,10 +844,7 @@ func TestFetchShareTakenOnAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var ids []uint64
-	for g := range uint64(files * groups) {
-		ids = append(ids, g*10+g%10)
-	}
+	ids := rowOfEachGroup(files * groups)
 	s.SetFaults(s3test.Faults{FirstByte: 20 * time.Millisecond})
 	s.ResetCounts()
 	rec, err := r.Read(ctx, ids)
@@ -881,6 +875,16 @@ func putPlain(t *testing.T, s *s3test.Server, files, groups int64) string {
 		}
 	}
 	return s.URI("bkt", "plain")
+}
+
+// rowOfEachGroup returns one row id of each of the first groups row groups
+// of 10 rows (putPlain's), a different row of each of ten in a row.
+func rowOfEachGroup(groups uint64) []uint64 {
+	var ids []uint64
+	for g := range groups {
+		ids = append(ids, g*10+g%10)
+	}
+	return ids
 }
 
 // TestCanceledFooterReadIsRetried cancels the caller whose first use of a

@@ -233,11 +233,7 @@ func fetch(ctx context.Context, ra *store.ReaderAt, ranges []byteRange, slots *s
 		g.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "read", where)
 			defer slots.release(0)
-			buf := scratch{}.Allocate(int(r.n))
-			stats.holdFetched(r.n)
-			_, err = ra.ReadAt(buf, r.off)
-			f.data[i] = buf
-			return err
+			return f.fill(i, func(buf []byte) (int, error) { return ra.ReadAt(buf, r.off) })
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -290,15 +286,11 @@ func (r *Reader) fetchOnAnswer(ctx context.Context, ra *store.ReaderAt, ranges [
 	}
 	f = &fetched{ReaderAt: ra, ranges: ranges, data: make([][]byte, len(ranges)), stats: &r.stats}
 	var read errgroup.Group
-	for i, rg := range ranges {
+	for i := range ranges {
 		read.Go(func() (err error) {
 			defer errcode.Recover(&err, errcode.Internal, "read", where)
 			defer r.answered.release(0)
-			buf := scratch{}.Allocate(int(rg.n))
-			r.stats.holdFetched(rg.n)
-			f.data[i] = buf
-			_, err = answers[i].ReadInto(buf)
-			return err
+			return f.fill(i, answers[i].ReadInto)
 		})
 	}
 	if err := read.Wait(); err != nil {
@@ -307,6 +299,16 @@ func (r *Reader) fetchOnAnswer(ctx context.Context, ra *store.ReaderAt, ranges [
 		return nil, 0, err
 	}
 	return f, held, nil
+}
+
+// fill reads f's range i with read into a buffer of its own, counted as
+// held until f is released (whether read fails or not).
+func (f *fetched) fill(i int, read func([]byte) (int, error)) error {
+	buf := scratch{}.Allocate(int(f.ranges[i].n))
+	f.stats.holdFetched(f.ranges[i].n)
+	f.data[i] = buf
+	_, err := read(buf)
+	return err
 }
 
 // release recycles f's buffers; f serves no read after it.

@@ -203,6 +203,15 @@ func (p *prefetch) answer(i int) *store.Answer {
 	return a
 }
 
+// dropAnswerLocked lets go of the answer of window i, if one is kept: no
+// read will take it.
+func (p *prefetch) dropAnswerLocked(i int) {
+	if p.answers != nil && p.answers[i] != nil {
+		p.answers[i].Close()
+		p.answers[i] = nil
+	}
+}
+
 // feed starts the windows' fetches in order, each once the bytes held leave
 // room for it or once a read waits for it. It returns why it stopped early.
 func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int64) error {
@@ -218,9 +227,8 @@ func (p *prefetch) feed(ctx context.Context, limit int64, reads *slots, prio int
 			if fits || skip {
 				p.next = i + 1
 				p.signalLocked()
-				if skip && p.answers != nil && p.answers[i] != nil {
-					p.answers[i].Close()
-					p.answers[i] = nil
+				if skip {
+					p.dropAnswerLocked(i)
 				}
 			}
 			p.mu.Unlock()
@@ -373,9 +381,6 @@ func (p *prefetch) close() {
 	defer p.mu.Unlock()
 	for j := range p.wins {
 		p.freeLocked(j)
-		if p.answers != nil && p.answers[j] != nil {
-			p.answers[j].Close()
-			p.answers[j] = nil
-		}
+		p.dropAnswerLocked(j)
 	}
 }

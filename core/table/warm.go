@@ -19,9 +19,8 @@ import (
 // cache, in the order the row groups are needed, many requests at once and
 // each within one block of the cache, while its row groups are decoded one
 // after the other within the share; they then read those sections from
-// disk. It
-// fetches nothing the row groups would not: the same sections, the same
-// blocks.
+// disk. It fetches nothing the row groups would not: the same sections, the
+// same blocks.
 
 // A request warming the cache holds the part of a section within one block
 // of the cache (blockcache.BlockSize): the cache fetches whole blocks, and a
