@@ -68,7 +68,7 @@ func kindName[T any]() string {
 	case **loader.Follower:
 		return "follower"
 	case *loader.Source:
-		return "dataset or follower"
+		return "dataset, follower or mixture"
 	}
 	return "object"
 }

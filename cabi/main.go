@@ -63,7 +63,7 @@ import (
 // signatures at this number; TestExportList fails when they drift from it.
 //
 //go:generate go test -run TestExportList -update
-const abiVersion = 13
+const abiVersion = 14
 
 var cVersion = C.CString(croupier.Version) // allocated once, never freed
 

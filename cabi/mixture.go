@@ -169,20 +169,21 @@ func croupier_mixture_stream_open(h C.uint64_t, positionJSON, optionsJSON *C.cha
 
 // mixtureStep is the JSON of croupier_mixture_stream_next.
 type mixtureStep struct {
-	Slots []loader.MixtureSlot   `json:"slots"`
-	Next  loader.MixturePosition `json:"next"`
+	Slots   []loader.MixtureSlot   `json:"slots"`
+	Records int                    `json:"records"`
+	Next    loader.MixturePosition `json:"next"`
 }
 
 //export croupier_mixture_stream_next
-func croupier_mixture_stream_next(h C.uint64_t, slots C.int64_t, outArrays *C.struct_ArrowArray, outSchemas *C.struct_ArrowSchema, outStep *C.int64_t, out **C.char, errOut **C.char) C.int {
+func croupier_mixture_stream_next(h C.uint64_t, records C.int64_t, outArrays *C.struct_ArrowArray, outSchemas *C.struct_ArrowSchema, outStep *C.int64_t, out **C.char, errOut **C.char) C.int {
 	return guard(errOut, func() error {
 		s, err := lookup[*loader.MixtureStream](uint64(h))
 		if err != nil {
 			return err
 		}
-		if want := s.Mixture().Options().Slots; int64(slots) != want {
+		if most := s.Mixture().MaxRecords(); int64(records) < most {
 			return errcode.New(errcode.InvalidArgument, "mixture stream next", "",
-				"%d arrays given for steps of %d slots", slots, want)
+				"%d arrays given for steps of up to %d records", records, most)
 		}
 		b, err := s.Next(callContext())
 		if errors.Is(err, io.EOF) {
@@ -198,7 +199,7 @@ func croupier_mixture_stream_next(h C.uint64_t, slots C.int64_t, outArrays *C.st
 			}
 		}()
 		arrays, schemas := unsafe.Slice(outArrays, len(b.Records)), unsafe.Slice(outSchemas, len(b.Records))
-		if err := encodeJSON(mixtureStep{Slots: b.Slots, Next: b.Next}, out); err != nil {
+		if err := encodeJSON(mixtureStep{Slots: b.Slots, Records: len(b.Records), Next: b.Next}, out); err != nil {
 			return err
 		}
 		for i, r := range b.Records {

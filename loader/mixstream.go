@@ -2,7 +2,6 @@ package loader
 
 import (
 	"context"
-	"errors"
 	"io"
 	"slices"
 
@@ -24,9 +23,13 @@ type MixtureStreamOptions struct {
 // MixtureBatch is one rank's share of one mixture step: each slot's source
 // step and its rows.
 type MixtureBatch struct {
-	Step    int64
-	Slots   []MixtureSlot
-	Records []arrow.RecordBatch // one per slot, released by the receiver
+	Step  int64
+	Slots []MixtureSlot
+	// Records hold the rows of each slot that no mixture fills, depth
+	// first: a slot a nested mixture fills holds the records of its own
+	// slots in their place (one per slot when no source is a mixture).
+	// The receiver releases them.
+	Records []arrow.RecordBatch
 	// Next is the position after the step: a checkpoint taken once the
 	// step has reached the training loop holds it.
 	Next MixturePosition
@@ -58,9 +61,10 @@ type MixtureStream struct {
 
 	// steps are the worker's planned steps not returned yet; the first may
 	// hold the records of its first slots, read by a Next that ctx interrupted.
-	steps   []MixtureBatch
-	streams map[[2]int64]StepReader // of the window, by source and epoch (round)
-	err     error                   // sticky: after an error or the end, Next keeps returning it
+	steps  []MixtureBatch
+	leaves []int       // of each of steps: its records to read
+	reader *leafReader // of the window
+	err    error       // sticky: after an error or the end, Next keeps returning it
 }
 
 // Stream starts dealing worker so.Worker's mixture steps from pos, until the
@@ -89,7 +93,7 @@ func (s *MixtureStream) Next(ctx context.Context) (MixtureBatch, error) {
 		return MixtureBatch{}, s.err
 	}
 	for len(s.steps) == 0 {
-		if err := s.closeStreams(); err != nil {
+		if err := s.closeReader(); err != nil {
 			return MixtureBatch{}, s.fail(err)
 		}
 		if s.ended {
@@ -101,16 +105,10 @@ func (s *MixtureStream) Next(ctx context.Context) (MixtureBatch, error) {
 		}
 	}
 	b := &s.steps[0]
-	for len(b.Records) < len(b.Slots) {
-		slot := b.Slots[len(b.Records)]
-		part, err := s.streams[[2]int64{int64(slot.Source), slot.Epoch}].Next(ctx)
+	for len(b.Records) < s.leaves[0] {
+		part, err := s.reader.Next(ctx)
 		if err != nil && ctx.Err() != nil {
 			return MixtureBatch{}, err // the same step comes at the next call
-		}
-		if err == nil && part.Step != slot.Step {
-			part.Record.Release()
-			err = errcode.New(errcode.Internal, "mixture", s.m.sources[slot.Source].Describe().TableURI,
-				"source %d gave step %d of epoch %d where step %d was due", slot.Source, part.Step, slot.Epoch, slot.Step)
 		}
 		if err != nil {
 			return MixtureBatch{}, s.fail(err)
@@ -118,7 +116,7 @@ func (s *MixtureStream) Next(ctx context.Context) (MixtureBatch, error) {
 		b.Records = append(b.Records, part.Record)
 	}
 	out := *b
-	s.steps = s.steps[1:]
+	s.steps, s.leaves = s.steps[1:], s.leaves[1:]
 	return out, nil
 }
 
@@ -129,18 +127,17 @@ func (s *MixtureStream) fail(err error) error {
 	return err
 }
 
-// plan lays out the next window of mixture steps and opens a stream for
-// each source and epoch the worker's steps draw from. A window holds one
-// epoch (round) of each source (but where one step's slots cross into the
-// next), so that it holds no more than one stream, and one memory budget,
-// per source while a small source cycles through many epochs. It ends
-// before a step that would wait for a followed source's rows, unless it
-// holds none of the worker's steps yet: steps are dealt as soon as their
+// plan lays out the next window of mixture steps and opens the readers of
+// their slots. A window holds one epoch (round) of each source (but where
+// one step's slots cross into the next), a source nested in a mixture named
+// by its path, so that it holds no more than one stream, and one memory
+// budget, per source while a small source cycles through many epochs. It
+// ends before a step that would wait for a followed source's rows, unless
+// it holds none of the worker's steps yet: steps are dealt as soon as their
 // rows are committed, as a FollowStream deals them.
 func (s *MixtureStream) plan(ctx context.Context) error {
-	wanted := map[[2]int64][]SourceStep{}
-	epochs := map[int]int64{} // of each source in the window
-	var order [][2]int64
+	epochs := map[string]int64{} // of each source in the window, by path
+	var window []leaf
 	for range mixtureWindow {
 		if err := ctx.Err(); err != nil {
 			return errcode.Wrap(err, errcode.Canceled, "mixture", "")
@@ -157,57 +154,53 @@ func (s *MixtureStream) plan(ctx context.Context) error {
 			break
 		}
 		if (s.pos.Step-s.start)%s.k == s.worker {
-			if len(s.steps) > 0 && slices.ContainsFunc(slots, func(d drawn) bool {
-				e, ok := epochs[d.source]
-				return ok && e != d.step.Epoch
+			leaves := s.m.leaves(nil, "", slots)
+			if len(s.steps) > 0 && slices.ContainsFunc(leaves, func(l leaf) bool {
+				e, ok := epochs[l.path]
+				return ok && e != l.step.Epoch
 			}) {
 				break // the step opens a source's next epoch: it begins the next window
 			}
 			b := MixtureBatch{Step: s.pos.Step, Next: next}
 			for _, d := range slots {
 				b.Slots = append(b.Slots, d.slot())
-				epochs[d.source] = d.step.Epoch
-				key := [2]int64{int64(d.source), d.step.Epoch}
-				if _, ok := wanted[key]; !ok {
-					order = append(order, key)
-				}
-				wanted[key] = append(wanted[key], d.step)
 			}
-			s.steps = append(s.steps, b)
+			for _, l := range leaves {
+				epochs[l.path] = l.step.Epoch
+			}
+			window = append(window, leaves...)
+			s.steps, s.leaves = append(s.steps, b), append(s.leaves, len(leaves))
 		}
 		s.pos = next
 	}
-	s.streams = map[[2]int64]StepReader{}
-	for _, key := range order {
-		st, err := s.m.sources[key[0]].OpenSteps(s.ctx, wanted[key])
-		if err != nil {
-			return sourceError(err, int(key[0]))
-		}
-		s.streams[key] = st
+	if len(window) == 0 {
+		return nil
 	}
-	return nil
+	r, err := openLeaves(s.ctx, window)
+	s.reader = r
+	return err
 }
 
-// closeStreams closes the window's streams.
-func (s *MixtureStream) closeStreams() error {
-	var errs []error
-	for _, st := range s.streams {
-		errs = append(errs, st.Close())
+// closeReader closes the window's readers.
+func (s *MixtureStream) closeReader() error {
+	if s.reader == nil {
+		return nil
 	}
-	s.streams = nil
-	return errors.Join(errs...)
+	err := s.reader.Close()
+	s.reader = nil
+	return err
 }
 
 // Close stops the stream and frees what it holds.
 func (s *MixtureStream) Close() error {
 	s.cancel()
-	err := s.closeStreams()
+	err := s.closeReader()
 	for _, b := range s.steps {
 		for _, r := range b.Records {
 			r.Release()
 		}
 	}
-	s.steps = nil
+	s.steps, s.leaves = nil, nil
 	if s.err == nil {
 		s.err = errcode.New(errcode.Closed, "next", "", "mixture stream is closed")
 	}

@@ -110,11 +110,13 @@ type MixturePosition struct {
 
 // MixtureSlot is what fills a slot: source Source's step (see SourceStep):
 // step Step of epoch Epoch of a Loader, global step Step of a Follower in
-// its round Epoch.
+// its round Epoch, or mixture step Step of a Mixture (Epoch 0), whose own
+// slots are Slots (nil for every other source).
 type MixtureSlot struct {
-	Source int   `json:"source"`
-	Epoch  int64 `json:"epoch"`
-	Step   int64 `json:"step"`
+	Source int           `json:"source"`
+	Epoch  int64         `json:"epoch"`
+	Step   int64         `json:"step"`
+	Slots  []MixtureSlot `json:"slots,omitempty"`
 }
 
 // NewMixture returns the mixture of sources (loaders, followers, in any
@@ -177,6 +179,19 @@ func NewMixture(sources []Source, opts MixtureOptions) (*Mixture, error) {
 
 // Options returns the options with defaults filled in.
 func (m *Mixture) Options() MixtureOptions { return m.opts }
+
+// MaxRecords returns the most records a step of m holds
+// (MixtureBatch.Records): its slots, times the most records a step of a
+// mixture among its sources holds (1 for every other source).
+func (m *Mixture) MaxRecords() int64 {
+	most := int64(1)
+	for _, src := range m.sources {
+		if inner, ok := src.(*Mixture); ok {
+			most = max(most, inner.MaxRecords())
+		}
+	}
+	return m.opts.Slots * most
+}
 
 // Sources returns the mixture's sources, in the order of the weights.
 func (m *Mixture) Sources() []Source { return slices.Clone(m.sources) }
@@ -271,7 +286,11 @@ type drawn struct {
 
 // slot is what the slot holds, as Next names it.
 func (d drawn) slot() MixtureSlot {
-	return MixtureSlot{Source: d.source, Epoch: d.step.Epoch, Step: d.step.Step}
+	s := MixtureSlot{Source: d.source, Epoch: d.step.Epoch, Step: d.step.Step}
+	for _, inner := range d.step.slots {
+		s.Slots = append(s.Slots, inner.slot())
+	}
+	return s
 }
 
 // next is Next, its slots with each source's step; with wait false, a step
@@ -339,12 +358,13 @@ func (m *Mixture) choose(ctx context.Context, pos *MixturePosition, step, j int6
 	}
 }
 
-// sourceError names source i in err; nil stays nil.
-func sourceError(err error, i int) error {
+// sourceError names source i in err, i its index or its path through
+// nested mixtures ("1/0"); nil stays nil.
+func sourceError[I int | string](err error, i I) error {
 	if err == nil || err == ErrNotReady {
 		return err
 	}
-	return errcode.Wrap(err, errcode.Of(err), "mixture", fmt.Sprintf("source %d", i))
+	return errcode.Wrap(err, errcode.Of(err), "mixture", fmt.Sprintf("source %v", i))
 }
 
 // End returns where the iteration after one that ended at pos starts: each

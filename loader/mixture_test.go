@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -71,10 +72,10 @@ func TestMixtureGolden(t *testing.T) {
 		policy, want string
 		last         []loader.MixtureSlot
 	}{
-		{loader.ExhaustedStop, "010200012112222210", []loader.MixtureSlot{{2, 0, 6}, {1, 0, 4}, {0, 0, 5}}},
+		{loader.ExhaustedStop, "010200012112222210", []loader.MixtureSlot{{2, 0, 6, nil}, {1, 0, 4, nil}, {0, 0, 5, nil}}},
 		{loader.ExhaustedCycle, "01020001211222221020122001022000022202002022222100202202000000022202000222020002",
-			[]loader.MixtureSlot{{0, 5, 5}, {0, 6, 0}, {2, 1, 9}}},
-		{loader.ExhaustedRenormalize, "010200012112222210211221121221122222222222", []loader.MixtureSlot{{2, 0, 21}, {2, 0, 22}, {2, 0, 23}}},
+			[]loader.MixtureSlot{{0, 5, 5, nil}, {0, 6, 0, nil}, {2, 1, 9, nil}}},
+		{loader.ExhaustedRenormalize, "010200012112222210211221121221122222222222", []loader.MixtureSlot{{2, 0, 21, nil}, {2, 0, 22, nil}, {2, 0, 23, nil}}},
 	} {
 		m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: 11, Weights: []float64{0.7, 0.2, 0.1},
 			Schedule:    []loader.MixturePoint{{Step: 10, Weights: []float64{0.1, 0.2, 0.7}}, {Step: 30, Weights: []float64{1, 0, 1}}},
@@ -97,7 +98,7 @@ func TestMixtureGolden(t *testing.T) {
 			}
 			all, pos = append(all, slots...), next
 		}
-		if got.String() != c.want || !slices.Equal(all[len(all)-3:], c.last) {
+		if got.String() != c.want || !reflect.DeepEqual(all[len(all)-3:], c.last) {
 			t.Errorf("%s: sources %s, last slots %v; want %s, %v", c.policy, got.String(), all[len(all)-3:], c.want, c.last)
 		}
 	}
@@ -188,8 +189,8 @@ func dealMixture(t *testing.T, mix func(r int64) *loader.Mixture, pos loader.Mix
 					run.slots, run.rows, run.next = append(run.slots, nil), append(run.rows, nil), append(run.next, loader.MixturePosition{})
 				}
 				if run.slots[i] == nil {
-					run.slots[i], run.rows[i], run.next[i] = b.Slots, make([][]int64, len(b.Slots)), b.Next
-				} else if !slices.Equal(run.slots[i], b.Slots) {
+					run.slots[i], run.rows[i], run.next[i] = b.Slots, make([][]int64, len(b.Records)), b.Next
+				} else if !reflect.DeepEqual(run.slots[i], b.Slots) {
 					t.Fatalf("rank %d: step %d slots %v, another rank's %v", r, b.Step, b.Slots, run.slots[i])
 				}
 				for j, rec := range b.Records {
@@ -310,7 +311,7 @@ func equalRuns(a, b mixRun) bool {
 		return false
 	}
 	for i := range a.slots {
-		if !slices.Equal(a.slots[i], b.slots[i]) || !slices.EqualFunc(a.rows[i], b.rows[i], slices.Equal) {
+		if !reflect.DeepEqual(a.slots[i], b.slots[i]) || !slices.EqualFunc(a.rows[i], b.rows[i], slices.Equal) {
 			return false
 		}
 	}
@@ -412,7 +413,7 @@ func TestMixtureStreamAcrossWindows(t *testing.T) {
 	seen := map[int64]bool{}
 	for i, slots := range run.slots {
 		want, next, ok, err := m.Next(ctx, pos)
-		if err != nil || !ok || !slices.Equal(slots, want) {
+		if err != nil || !ok || !reflect.DeepEqual(slots, want) {
 			t.Fatalf("step %d: slots %v, plan %v (%v, %v)", i, slots, want, ok, err)
 		}
 		for j, sl := range slots {

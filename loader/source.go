@@ -15,9 +15,10 @@ import (
 // A Source deals global steps to one rank, each step's rows the same at
 // every world size, from positions a checkpoint records: a Loader deals the
 // epochs of a table or a permutation's split, a Follower the rounds of a
-// growing table. A Mixture mixes any sources through this protocol, so that
-// a learner can mix the rollouts it follows with a pinned replay table, and
-// resume the mix exactly at another world size.
+// growing table, a Mixture the mixture steps of its own sources. A Mixture
+// mixes any sources through this protocol, so that a learner can mix the
+// rollouts it follows with a pinned replay table, or with a mixture of
+// replay and SFT tables, and resume the mix exactly at another world size.
 //
 // A position is a SourcePosition; each kind fills its own fields of it (see
 // there). A source is safe for concurrent use; the StepReaders it opens are
@@ -65,8 +66,9 @@ var ErrNotReady = errors.New("loader: the step's rows are not committed yet")
 
 // The kinds of sources, as SourceInfo.Kind names them.
 const (
-	KindEpochs = "epochs" // a Loader
-	KindFollow = "follow" // a Follower
+	KindEpochs  = "epochs"  // a Loader
+	KindFollow  = "follow"  // a Follower
+	KindMixture = "mixture" // a Mixture
 )
 
 // RestoreOptions relax what Source.Restore checks, for a caller that knows
@@ -82,8 +84,8 @@ type RestoreOptions struct {
 	Workers int64 `json:"workers"`
 }
 
-// SourceInfo describes a source: its kind, the table it deals, and the rank
-// it deals to.
+// SourceInfo describes a source: its kind, the table it deals (none for a
+// mixture), and the rank it deals to.
 type SourceInfo struct {
 	Kind      string `json:"kind"`
 	TableURI  string `json:"table_uri"`
@@ -95,23 +97,27 @@ type SourceInfo struct {
 // Epoch are dealt; it may equal the epoch's steps: the source is exhausted
 // until it is renewed. For a Follower, StepsConsumed global steps of
 // following are dealt, Round is the round holding the next one (its JSON
-// key "round"), and Epoch is 0. Loader positions write no "round", so a
-// mixture's positions over loaders are what they always were.
-// WorkerPosition marks a Loader position one DataLoader worker keeps (see
-// Checkpoint.WorkerPosition).
+// key "round"), and Epoch is 0. For a Mixture, Mixture is its position
+// (its JSON key "mixture"), and Epoch and StepsConsumed are 0. Loader
+// positions write no "round" and no "mixture", so a mixture's positions over
+// loaders are what they always were. WorkerPosition marks a Loader position
+// one DataLoader worker keeps (see Checkpoint.WorkerPosition).
 type SourcePosition struct {
-	Epoch          int64           `json:"epoch"`
-	StepsConsumed  int64           `json:"steps_consumed"`
-	Round          *FollowPosition `json:"round,omitempty"`
-	WorkerPosition bool            `json:"worker_position,omitempty"`
+	Epoch          int64            `json:"epoch"`
+	StepsConsumed  int64            `json:"steps_consumed"`
+	Round          *FollowPosition  `json:"round,omitempty"`
+	Mixture        *MixturePosition `json:"mixture,omitempty"`
+	WorkerPosition bool             `json:"worker_position,omitempty"`
 }
 
 // SourceStep names one step of a source: step Step of epoch Epoch of a
-// Loader, or global step Step of a Follower, in its round Epoch.
+// Loader, global step Step of a Follower in its round Epoch, or mixture step
+// Step of a Mixture (Epoch 0).
 type SourceStep struct {
-	Epoch int64 `json:"epoch"`
-	Step  int64 `json:"step"`
-	round *Round
+	Epoch int64   `json:"epoch"`
+	Step  int64   `json:"step"`
+	round *Round  // a Follower's
+	slots []drawn // a Mixture's
 }
 
 // Describe says what l deals.
@@ -158,19 +164,23 @@ func (l *Loader) Renew(ctx context.Context, pos SourcePosition) (SourcePosition,
 
 // checkPosition checks that pos is a Loader's.
 func (l *Loader) checkPosition(pos SourcePosition) error {
-	if pos.Epoch < 0 || pos.StepsConsumed < 0 || pos.Round != nil {
+	if pos.Epoch < 0 || pos.StepsConsumed < 0 || pos.Round != nil || pos.Mixture != nil {
 		return errcode.New(errcode.InvalidArgument, "position", l.table.URI(),
 			"epoch %d, step %d%s: a loader's position is an epoch and a step, both >= 0, and no round", pos.Epoch, pos.StepsConsumed, roundNote(pos))
 	}
 	return nil
 }
 
-// roundNote names pos's round in an error, if it has one.
+// roundNote names pos's round, or its mixture position, in an error, if it
+// has one.
 func roundNote(pos SourcePosition) string {
-	if pos.Round == nil {
-		return ""
+	switch {
+	case pos.Round != nil:
+		return fmt.Sprintf(", round %d", pos.Round.Round)
+	case pos.Mixture != nil:
+		return fmt.Sprintf(", mixture step %d", pos.Mixture.Step)
 	}
-	return fmt.Sprintf(", round %d", pos.Round.Round)
+	return ""
 }
 
 // Save returns the Checkpoint at pos.
@@ -188,9 +198,13 @@ func (l *Loader) Save(pos SourcePosition) (json.RawMessage, error) {
 // exhausted until it is renewed.
 func (l *Loader) Restore(ctx context.Context, data json.RawMessage, opts RestoreOptions) (SourcePosition, error) {
 	const op = "resume"
-	if IsFollowCheckpoint(data) {
+	switch {
+	case IsFollowCheckpoint(data):
 		return SourcePosition{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
 			"the checkpoint is following's (kind \"follow\"): resume a follower of the same table with it (Python: a croupier.FollowingDataset), not a dataset")
+	case IsMixtureCheckpoint(data):
+		return SourcePosition{}, errcode.New(errcode.InvalidArgument, op, l.table.URI(),
+			"the checkpoint is a mixture's (it has sources): resume a mixture of the same sources with it (Python: a croupier.Mixture), not a dataset")
 	}
 	c, err := ParseCheckpoint(data, "")
 	if err != nil {
@@ -234,6 +248,15 @@ func IsFollowCheckpoint(data []byte) bool {
 	return json.Unmarshal(data, &probe) == nil && probe.Kind == "follow"
 }
 
+// IsMixtureCheckpoint reports whether data is a mixture's checkpoint (a
+// MixtureCheckpoint): it has sources.
+func IsMixtureCheckpoint(data []byte) bool {
+	var probe struct {
+		Sources json.RawMessage `json:"sources"`
+	}
+	return json.Unmarshal(data, &probe) == nil && probe.Sources != nil
+}
+
 // OpenSteps starts reading this rank's batches of steps, all of one epoch.
 func (l *Loader) OpenSteps(ctx context.Context, steps []SourceStep) (StepReader, error) {
 	if len(steps) == 0 {
@@ -271,7 +294,7 @@ func (f *Follower) Begin() SourcePosition {
 // timed out (FollowOptions.WaitTimeout). The position after a round's last
 // step is the next round's.
 func (f *Follower) StepAt(ctx context.Context, pos SourcePosition, wait bool) (SourceStep, SourcePosition, bool, error) {
-	if pos.Round == nil || pos.Epoch != 0 || pos.StepsConsumed < pos.Round.Step {
+	if pos.Round == nil || pos.Mixture != nil || pos.Epoch != 0 || pos.StepsConsumed < pos.Round.Step {
 		return SourceStep{}, pos, false, errcode.New(errcode.InvalidArgument, "position", f.table.URI(),
 			"epoch %d, step %d%s: a follower's position is a step and the round holding it", pos.Epoch, pos.StepsConsumed, roundNote(pos))
 	}

@@ -134,7 +134,7 @@ func dealCmd(ctx context.Context, e *env, args []string) error {
 		switch {
 		case loader.IsFollowCheckpoint(data):
 			return a.dealFollow(ctx, e, data)
-		case isMixture(data):
+		case loader.IsMixtureCheckpoint(data):
 			return dealMixture(ctx, e, data, a.ckptPath, mixtureFlags{step: a.step, stepSet: a.set["step"], steps: a.steps, w: a.w, rank: a.rank,
 				dropLast: a.dropLast, dropLastSet: a.set["drop-last"], columns: a.columns, asJSON: a.asJSON, cache: a.cache})
 		}

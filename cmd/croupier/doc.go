@@ -138,7 +138,9 @@
 // where its checkpoint says (permutation_uri and split, or table_uri); a
 // followed source (its checkpoint of kind "follow") forms its rounds of the
 // versions committed, as deal does for following, its slots naming the
-// round and the global step of following. T
+// round and the global step of following; a source that is a mixture (its
+// checkpoint a mixture's) is opened the same way, its slots naming its
+// step and holding that step's own slots. T
 // defaults to the step after the checkpoint; a T after it is planned from
 // the checkpoint on, and a T before it by replaying the mixture from its
 // start, every source at its beginning (an error when that replay does

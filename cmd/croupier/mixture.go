@@ -13,14 +13,6 @@ import (
 	"github.com/croupier-data/croupier/loader"
 )
 
-// isMixture reports whether a state dict is a mixture's: it has sources.
-func isMixture(data []byte) bool {
-	var probe struct {
-		Sources json.RawMessage `json:"sources"`
-	}
-	return json.Unmarshal(data, &probe) == nil && probe.Sources != nil
-}
-
 // mixtureFlags are the flags of deal that apply to a mixture's checkpoint.
 type mixtureFlags struct {
 	step        int64
@@ -35,15 +27,17 @@ type mixtureFlags struct {
 }
 
 // mixtureSlotOutput is one slot of a mixture step: the source step that
-// fills it, and that step's rows by rank.
+// fills it, and that step's rows by rank; or, for a slot a mixture fills,
+// that mixture's step and its own slots.
 type mixtureSlotOutput struct {
-	Slot          int        `json:"slot"`
-	Source        int        `json:"source"`
-	PermutationID string     `json:"permutation_id"`
-	TableURI      string     `json:"table_uri"`
-	Epoch         int64      `json:"epoch"`
-	Step          int64      `json:"step"`
-	Ranks         []dealRank `json:"ranks"`
+	Slot          int                 `json:"slot"`
+	Source        int                 `json:"source"`
+	PermutationID string              `json:"permutation_id"`
+	TableURI      string              `json:"table_uri"`
+	Epoch         int64               `json:"epoch"`
+	Step          int64               `json:"step"`
+	Ranks         []dealRank          `json:"ranks,omitempty"`
+	Slots         []mixtureSlotOutput `json:"slots,omitempty"`
 }
 
 // mixtureStep is one mixture step: the weights at it and its slots.
@@ -84,22 +78,15 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 	if f.w < 1 || f.rank >= f.w {
 		return usagef("deal: --world-size %d and --rank %d: want at least one rank, and --rank below --world-size", f.w, f.rank)
 	}
-	if len(c.Schedule) == 0 {
-		return errcode.New(errcode.InvalidArgument, "deal", path, "mixture state dict has no schedule: it has the weights at step 0 first")
-	}
-	sources, err := mixtureSources(ctx, c, path, f)
+	var opened []io.Closer
 	defer func() {
-		for _, src := range sources {
-			src.(io.Closer).Close()
+		for _, src := range opened {
+			src.Close()
 		}
 	}()
+	m, err := openMixture(ctx, c, path, f, &opened)
 	if err != nil {
 		return err
-	}
-	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
-		Schedule: c.Schedule[1:], OnExhausted: c.OnExhausted, Slots: c.Slots})
-	if err != nil {
-		return errcode.Wrap(err, errcode.InvalidArgument, "deal", path)
 	}
 	pos, err := m.Resume(ctx, c)
 	if err != nil {
@@ -125,13 +112,8 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 	for i, slots := range planned {
 		st := &steps[i]
 		st.Step, st.Weights = from+int64(i), m.WeightsAt(from+int64(i))
-		for j, sl := range slots {
-			out, err := slotRanks(ctx, sources[sl.Source], sl, f)
-			if err != nil {
-				return err
-			}
-			out.Slot = j
-			st.Slots = append(st.Slots, out)
+		if st.Slots, err = slotsRanks(ctx, m, slots, f); err != nil {
+			return err
 		}
 	}
 	head := mixtureStepsOutput{Seed: c.Seed, OnExhausted: c.OnExhausted, NumSlots: c.Slots, WorldSize: f.w,
@@ -143,76 +125,113 @@ func dealMixture(ctx context.Context, e *env, data []byte, path string, f mixtur
 		return writeJSON(e.stdout, mixtureOutput{Seed: head.Seed, OnExhausted: head.OnExhausted, NumSlots: head.NumSlots,
 			WorldSize: head.WorldSize, StepsConsumed: head.StepsConsumed, mixtureStep: steps[0]})
 	}
-	head.print(e, len(sources), f.columns)
+	head.print(e, len(m.Sources()), f.columns)
 	return nil
 }
 
-// slotRanks returns the slot sl of a mixture step, filled by src: its
-// source step's rows by rank (f.rank's alone when set).
-func slotRanks(ctx context.Context, src loader.Source, sl loader.MixtureSlot, f mixtureFlags) (mixtureSlotOutput, error) {
-	out := mixtureSlotOutput{Source: sl.Source, TableURI: src.Describe().TableURI, Epoch: sl.Epoch, Step: sl.Step}
-	var err error
-	switch src := src.(type) {
-	case *loader.Loader:
-		out.PermutationID = src.Order().ID()
-		out.Ranks, err = stepRanks(ctx, src, sl.Epoch, sl.Step, f.rank, f.columns)
-	case *loader.Follower:
-		r, l, rerr := roundOf(ctx, src, out.TableURI, src.Start(), sl.Step)
-		if rerr != nil {
-			return out, rerr
+// slotsRanks returns the slots of a mixture step of m, each filled by its
+// source: its source step's rows by rank (f.rank's alone when set), or a
+// nested mixture's slots.
+func slotsRanks(ctx context.Context, m *loader.Mixture, slots []loader.MixtureSlot, f mixtureFlags) ([]mixtureSlotOutput, error) {
+	var outs []mixtureSlotOutput
+	for j, sl := range slots {
+		src := m.Sources()[sl.Source]
+		out := mixtureSlotOutput{Slot: j, Source: sl.Source, TableURI: src.Describe().TableURI, Epoch: sl.Epoch, Step: sl.Step}
+		var err error
+		switch src := src.(type) {
+		case *loader.Loader:
+			out.PermutationID = src.Order().ID()
+			out.Ranks, err = stepRanks(ctx, src, sl.Epoch, sl.Step, f.rank, f.columns)
+		case *loader.Follower:
+			var r loader.Round
+			var l *loader.Loader
+			if r, l, err = roundOf(ctx, src, out.TableURI, src.Start(), sl.Step); err == nil {
+				out.Ranks, err = stepRanks(ctx, l, 0, sl.Step-r.Step, f.rank, f.columns)
+				l.Close()
+			}
+		case *loader.Mixture:
+			out.Slots, err = slotsRanks(ctx, src, sl.Slots, f)
 		}
-		defer l.Close()
-		out.Ranks, err = stepRanks(ctx, l, 0, sl.Step-r.Step, f.rank, f.columns)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, out)
 	}
-	return out, err
+	return outs, nil
 }
 
-// mixtureSources opens a source of each source of the mixture checkpoint c
-// (read from path), at f's world size: a loader of a dataset's checkpoint, a
-// follower of following's; the caller closes those it returns, also with an
-// error.
-func mixtureSources(ctx context.Context, c loader.MixtureCheckpoint, path string, f mixtureFlags) ([]loader.Source, error) {
+// openMixture opens the mixture of the checkpoint c (read from where) at
+// f's world size, its sources as c's sources say: a loader of a dataset's
+// checkpoint, a follower of following's, a mixture of a mixture's. It adds
+// the loaders and followers it opens to opened, for the caller to close,
+// also with an error.
+func openMixture(ctx context.Context, c loader.MixtureCheckpoint, where string, f mixtureFlags, opened *[]io.Closer) (*loader.Mixture, error) {
+	if len(c.Schedule) == 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "deal", where, "mixture state dict has no schedule: it has the weights at step 0 first")
+	}
 	var sources []loader.Source
 	for i, raw := range c.Sources {
-		where := fmt.Sprintf("%s (source %d)", path, i)
-		if loader.IsFollowCheckpoint(raw) {
-			fc, err := loader.ParseFollowCheckpoint(raw, where)
-			if err != nil {
-				return sources, err
-			}
-			tb, fl, err := openFollower(ctx, fc, where, f.w, f.cache)
-			if err != nil {
-				return sources, err
-			}
-			tb.Close() // the follower holds its table
-			sources = append(sources, fl)
-			continue
-		}
-		sc, err := loader.ParseCheckpoint(raw, where)
+		src, err := openSource(ctx, raw, fmt.Sprintf("%s (source %d)", where, i), f, opened)
 		if err != nil {
-			return sources, err
+			return nil, err
 		}
-		permURI, split, tableURI, err := dealtBy(sc, where)
-		if err != nil {
-			return sources, err
-		}
-		t, order, closeOrder, err := openDealt(ctx, permURI, split, tableURI, 0, f.cache)
-		if err != nil {
-			return sources, err
-		}
-		dropLast := f.dropLast
-		if sc.TokensPerStep != 0 && !f.dropLastSet {
-			dropLast = false // token-budget steps deal every row
-		}
-		l, err := loader.New(t, order, loader.Options{GlobalBatchSize: sc.GlobalBatchSize, NumSplits: sc.NumSplits,
-			TokensPerStep: sc.TokensPerStep, Oversize: sc.Oversize, WorldSize: f.w, ShuffleSeed: sc.ShuffleSeed, DropLast: dropLast})
-		closeOrder() // the loader holds its table
-		if err != nil {
-			return sources, err
-		}
-		sources = append(sources, l)
+		sources = append(sources, src)
 	}
-	return sources, nil
+	m, err := loader.NewMixture(sources, loader.MixtureOptions{Seed: c.Seed, Weights: c.Schedule[0].Weights,
+		Schedule: c.Schedule[1:], OnExhausted: c.OnExhausted, Slots: c.Slots})
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.InvalidArgument, "deal", where)
+	}
+	return m, nil
+}
+
+// openSource opens the source of the checkpoint raw of a mixture's source
+// (see openMixture).
+func openSource(ctx context.Context, raw []byte, where string, f mixtureFlags, opened *[]io.Closer) (loader.Source, error) {
+	switch {
+	case loader.IsMixtureCheckpoint(raw):
+		mc, err := loader.ParseMixtureCheckpoint(raw, where)
+		if err != nil {
+			return nil, err
+		}
+		return openMixture(ctx, mc, where, f, opened)
+	case loader.IsFollowCheckpoint(raw):
+		fc, err := loader.ParseFollowCheckpoint(raw, where)
+		if err != nil {
+			return nil, err
+		}
+		tb, fl, err := openFollower(ctx, fc, where, f.w, f.cache)
+		if err != nil {
+			return nil, err
+		}
+		tb.Close() // the follower holds its table
+		*opened = append(*opened, fl)
+		return fl, nil
+	}
+	sc, err := loader.ParseCheckpoint(raw, where)
+	if err != nil {
+		return nil, err
+	}
+	permURI, split, tableURI, err := dealtBy(sc, where)
+	if err != nil {
+		return nil, err
+	}
+	t, order, closeOrder, err := openDealt(ctx, permURI, split, tableURI, 0, f.cache)
+	if err != nil {
+		return nil, err
+	}
+	dropLast := f.dropLast
+	if sc.TokensPerStep != 0 && !f.dropLastSet {
+		dropLast = false // token-budget steps deal every row
+	}
+	l, err := loader.New(t, order, loader.Options{GlobalBatchSize: sc.GlobalBatchSize, NumSplits: sc.NumSplits,
+		TokensPerStep: sc.TokensPerStep, Oversize: sc.Oversize, WorldSize: f.w, ShuffleSeed: sc.ShuffleSeed, DropLast: dropLast})
+	closeOrder() // the loader holds its table
+	if err != nil {
+		return nil, err
+	}
+	*opened = append(*opened, l)
+	return l, nil
 }
 
 // print prints the mixture's steps for people: each slot, and its ranks'
@@ -226,10 +245,21 @@ func (head mixtureStepsOutput) print(e *env, sources int, columns []string) {
 			weights[i] = fmt.Sprint(w)
 		}
 		fmt.Fprintf(e.stdout, "step %d (weights %s):\n", st.Step, strings.Join(weights, " "))
-		for _, s := range st.Slots {
-			fmt.Fprintf(e.stdout, "slot %d: source %d (%s of %s), epoch %d, step %d:\n", s.Slot, s.Source, s.PermutationID, s.TableURI, s.Epoch, s.Step)
-			printRanks(e, s.Ranks, columns, "  ")
+		printSlots(e, st.Slots, columns, "")
+	}
+}
+
+// printSlots prints a mixture step's slots, a nested mixture's indented
+// under its slot.
+func printSlots(e *env, slots []mixtureSlotOutput, columns []string, indent string) {
+	for _, s := range slots {
+		if s.Slots != nil {
+			fmt.Fprintf(e.stdout, "%sslot %d: source %d (a mixture), step %d:\n", indent, s.Slot, s.Source, s.Step)
+			printSlots(e, s.Slots, columns, indent+"  ")
+			continue
 		}
+		fmt.Fprintf(e.stdout, "%sslot %d: source %d (%s of %s), epoch %d, step %d:\n", indent, s.Slot, s.Source, s.PermutationID, s.TableURI, s.Epoch, s.Step)
+		printRanks(e, s.Ranks, columns, indent+"  ")
 	}
 }
 

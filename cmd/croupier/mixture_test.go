@@ -118,6 +118,82 @@ func TestDealMixture(t *testing.T) {
 	}
 }
 
+// TestDealNestedMixture checks deal --checkpoint for a mixture whose second
+// source is a mixture of two tables: each slot the inner mixture fills names
+// its step and holds its slots, each with its source step's rows at world
+// size 2, those of the step at world size 1; before the checkpoint
+// (replayed) and after it.
+func TestDealNestedMixture(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	var loaders []*loader.Loader
+	for i, n := range []int64{64, 96, 160} {
+		uri := "file://" + filepath.Join(t.TempDir(), "tbl")
+		ok(t, "tables", "create", uri, parquetFile(t, src, int64(i)*1000, n))
+		tb, err := table.Open(ctx, uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, DropLast: true})
+		tb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		loaders = append(loaders, l)
+	}
+	inner, err := loader.NewMixture([]loader.Source{loaders[1], loaders[2]}, loader.MixtureOptions{Seed: 2, Weights: []float64{1, 1},
+		OnExhausted: loader.ExhaustedCycle, Slots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loader.NewMixture([]loader.Source{loaders[0], inner}, loader.MixtureOptions{Seed: 4, Weights: []float64{1, 2},
+		OnExhausted: loader.ExhaustedCycle, Slots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _, state := planMixture(t, m, 12, 5)
+	var got mixtureStepsOutput
+	okJSON(t, &got, "deal", "--checkpoint", state, "--world-size", "2", "--steps", "0:12")
+	if len(got.Steps) != 12 {
+		t.Fatalf("%d steps, want 12", len(got.Steps))
+	}
+	nested := 0
+	var check func(step int64, slots []mixtureSlotOutput, want []loader.MixtureSlot, sources []*loader.Loader)
+	check = func(step int64, slots []mixtureSlotOutput, want []loader.MixtureSlot, sources []*loader.Loader) {
+		if len(slots) != len(want) {
+			t.Fatalf("step %d: slots %+v, want %+v", step, slots, want)
+		}
+		for j, s := range slots {
+			w := want[j]
+			if s.Source != w.Source || s.Epoch != w.Epoch || s.Step != w.Step || (s.Slots == nil) != (w.Slots == nil) {
+				t.Fatalf("step %d: slot %d is %+v, want %+v", step, j, s, w)
+			}
+			if w.Slots != nil {
+				nested++
+				check(step, s.Slots, w.Slots, loaders[1:])
+				continue
+			}
+			rows, err := sources[s.Source].Step(ctx, s.Epoch, s.Step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Ranks) != 2 || !slices.Equal(append(slices.Clone(s.Ranks[0].RowIDs), s.Ranks[1].RowIDs...), rows[0]) {
+				t.Fatalf("step %d: slot %d ranks %+v, want rows %v", step, j, s.Ranks, rows[0])
+			}
+		}
+	}
+	for i, st := range got.Steps {
+		check(st.Step, st.Slots, plan[i], []*loader.Loader{loaders[0], nil})
+	}
+	if nested == 0 {
+		t.Fatal("no slot drew the inner mixture")
+	}
+	if out := ok(t, "deal", "--checkpoint", state, "--world-size", "2"); !strings.Contains(out, "(a mixture), step") || !strings.Contains(out, "    rank 1") {
+		t.Fatalf("text output:\n%s", out)
+	}
+}
+
 // TestDealMixtureWithFollower checks deal --checkpoint for a mixture of a
 // followed growing table and a pinned one: each slot names its source's
 // step, and its rows at world size 2 are those the follower's global step

@@ -494,18 +494,19 @@ def mixture_stream_open(mixture: int, position: dict[str, Any], options: dict[st
 
 
 def mixture_stream_next(
-    stream: int, slots: int
+    stream: int, records: int
 ) -> tuple[int, dict[str, Any], list[pa.RecordBatch]] | None:
-    """The next ``(mixture step, {"slots", "next"}, one record batch per slot)`` of
-    a mixture stream, or None at its end."""
-    arrays, schemas = (ArrowArray * slots)(), (ArrowSchema * slots)()
+    """The next ``(mixture step, {"slots", "records", "next"}, record batches)`` of
+    a mixture stream, or None at its end: a batch per slot that no mixture
+    fills, depth first; ``records`` is at least the most a step holds."""
+    arrays, schemas = (ArrowArray * records)(), (ArrowSchema * records)()
     step, out = ctypes.c_int64(-1), ctypes.c_void_p()
     try:
         try:
             _call(
                 _lib().croupier_mixture_stream_next,
                 stream,
-                slots,
+                records,
                 arrays,
                 schemas,
                 ctypes.byref(step),
@@ -515,11 +516,12 @@ def mixture_stream_next(
             text = _take_string(out)
         if step.value < 0:
             return None
+        info = json.loads(text)
         batches = [
             pa.RecordBatch._import_from_c(ctypes.addressof(a), ctypes.addressof(s))
-            for a, s in zip(arrays, schemas, strict=True)
+            for a, s in zip(arrays[: info["records"]], schemas[: info["records"]], strict=True)
         ]
-        return step.value, json.loads(text), batches
+        return step.value, info, batches
     finally:
         for a, s in zip(arrays, schemas, strict=True):
             _release_unimported(a)

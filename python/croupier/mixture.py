@@ -16,9 +16,10 @@ weights at that step (docs/concepts.md, "Mixtures"):
 - the slot goes to the first source i whose cumulative weight
   ``w_0 + ... + w_i`` exceeds ``u * (w_0 + ... + w_n)``;
 - it is filled with that source's next step, in the source's own dealing
-  order (each source is a :class:`~croupier.StreamingDataset` or a
-  :class:`~croupier.FollowingDataset`, whose steps are the same at every world
-  size).
+  order (each source is a :class:`~croupier.StreamingDataset`, a
+  :class:`~croupier.FollowingDataset` or a :class:`Mixture`, whose steps are
+  the same at every world size; a slot a mixture fills holds that mixture's
+  step, its own slots).
 
 The rule, the reading of the sources' steps and the checks of state dicts are
 the Go core's (``loader.Mixture``), reached through the C ABI: this module
@@ -30,9 +31,8 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, TypeAlias, get_args
 
-import numpy as np
 import pyarrow as pa
 
 from . import _args, _lib, _native, _torch
@@ -62,9 +62,14 @@ class MixtureStep:
         self.step, self.slots, self.next = step, slots, next
 
 
-Source = StreamingDataset | FollowingDataset
-"""What a :class:`Mixture` mixes: datasets of a pinned table, and growing tables
-followed."""
+Source: TypeAlias = "StreamingDataset | FollowingDataset | Mixture"
+"""What a :class:`Mixture` mixes: datasets of a pinned table, growing tables
+followed, and mixtures of them."""
+
+PlannedSlot: TypeAlias = "tuple[int, int, int] | tuple[int, int, int, list[PlannedSlot]]"
+"""A slot as :meth:`Mixture.plan` names it: ``(source index, source epoch,
+source step)``, and for a slot a mixture fills, that mixture's step's own
+slots after them (the epoch is then 0, the step the mixture's)."""
 
 
 class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
@@ -73,11 +78,15 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
     Args:
         sources: ``(dataset, weight)`` pairs: the datasets of one rank (the same
             ``rank`` and ``world_size``), and their weights at step 0. A dataset
-            is a :class:`~croupier.StreamingDataset` or a
-            :class:`~croupier.FollowingDataset`: a learner mixes the rollouts it
-            follows with a pinned replay or SFT table. A followed source's slot
-            waits for the versions of its round, as following does; when its
-            wait times out the iteration ends (it cannot cycle).
+            is a :class:`~croupier.StreamingDataset`, a
+            :class:`~croupier.FollowingDataset` or a :class:`Mixture`: a learner
+            mixes the rollouts it follows with a pinned replay or SFT table, or
+            with a mixture of both. A followed source's slot waits for the
+            versions of its round, as following does; when its wait times out
+            the iteration ends (it cannot cycle). A mixture's slot takes that
+            mixture's next step, drawn by its own seed, schedule and slots; it
+            has no step left when its iteration ends, and its next iteration
+            starts where :meth:`state_dict` says a new iteration of its own would.
         seed: seeds which source fills each slot (an integer in [0, 2**64 - 1]).
         schedule: optional ``(step, weights)`` points after step 0, steps
             increasing, one weight per source: the weights move linearly from
@@ -90,7 +99,9 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         slots: slots of each mixture step.
 
     Iterating yields, for each mixture step, a list of ``slots`` pairs
-    ``(source index, batch)``, the batch in the source's format. When an
+    ``(source index, batch)``, the batch in the source's format; for a slot a
+    mixture fills, in place of the batch, the list that mixture's step would
+    yield. When an
     iteration ends, each source whose epoch ended moves to its next epoch, and
     the next iteration continues the steps. Under :class:`croupier.DataLoader`
     with K workers, worker k makes steps k, k + K, ... of the iteration and
@@ -119,12 +130,16 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
             raise InvalidArgumentError("a Mixture needs at least one source")
         self._sources: list[Source] = [ds for ds, _ in sources]
         for i, ds in enumerate(self._sources):
-            if not isinstance(ds, (StreamingDataset, FollowingDataset)):
+            if not isinstance(ds, (StreamingDataset, FollowingDataset, Mixture)):
                 raise TypeError(
-                    f"source {i} must be a croupier.StreamingDataset or FollowingDataset, "
-                    f"got {type(ds).__name__}"
+                    f"source {i} must be a croupier.StreamingDataset, FollowingDataset or "
+                    f"Mixture, got {type(ds).__name__}"
                 )
         self._slots = _args.integer("slots", slots, 1)
+        # The most record batches a step holds: Go's Mixture.MaxRecords.
+        self._records: int = self._slots * max(
+            ds._records if isinstance(ds, Mixture) else 1 for ds in self._sources
+        )
         self._options: dict[str, Any] = {
             "seed": _args.integer("seed", seed, 0, _args.UINT64_MAX),
             "weights": _weights(0, [w for _, w in sources]),
@@ -136,11 +151,7 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         }
         self._closed = False
         self._go: _native.Handle | None = self._open_go()  # checks the options
-        self._position: dict[str, Any] = {
-            "steps_consumed": 0,
-            "sources": [ds._source_position(start=False) for ds in self._sources],
-            "out_of_draw": [False] * len(self._sources),
-        }
+        self._position: dict[str, Any] = self._start(start=False)
         # Set by croupier.DataLoader on the copies its workers get: it takes
         # each step's position in the main process (see MixtureStep).
         self._in_loader = False
@@ -171,23 +182,25 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         """The sources' weights at mixture step ``step``, as the schedule gives them."""
         return _lib.mixture_weights(self._handle(), _args.integer("step", step))
 
-    def plan(self, steps: int) -> list[list[tuple[int, int, int]]]:
+    def plan(self, steps: int) -> list[list[PlannedSlot]]:
         """What the next ``steps`` mixture steps hold, without reading them: for
-        each step, each slot's ``(source index, source epoch, source step)``.
+        each step, each slot's ``(source index, source epoch, source step)``,
+        and for a slot a mixture fills its step's own slots after them.
         Fewer steps when the iteration ends before; the position stays."""
         plan = _lib.mixture_plan(
             self._handle(), self._position, _args.integer("steps", steps, 0, _args.INT64_MAX)
         )
-        return [[(s["source"], s["epoch"], s["step"]) for s in step] for step in plan["steps"]]
+        return [[_planned(s) for s in step] for step in plan["steps"]]
 
-    def rows_of_step(self, step: int, epoch: int | None = None) -> list[tuple[int, np.ndarray]]:
+    def rows_of_step(self, step: int, epoch: int | None = None) -> list[tuple[int, Any]]:
         """The rows of mixture step ``step``: for each slot, as iterating yields
         them, ``(source index, row ids)``, the row ids every rank's of the
         source's step that fills the slot (its
         :meth:`~croupier.StreamingDataset.rows_of_step`, or
         :meth:`~croupier.FollowingDataset.rows_of_step` for the global step a
-        followed source deals): the samples the step trains on, source by
-        source.
+        followed source deals; for a slot a mixture fills, that mixture's
+        step's list of pairs alike): the samples the step trains on, source
+        by source.
 
         A step not before the mixture's position is planned from it; one before
         it by replaying the mixture from its start, every source at step 0 of
@@ -204,11 +217,7 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         step = _args.integer("step", step)
         position: dict[str, Any] = self._position
         if step < self.steps_consumed:
-            position = {
-                "steps_consumed": 0,
-                "sources": [ds._source_position(start=True) for ds in self._sources],
-                "out_of_draw": [False] * len(self._sources),
-            }
+            position = self._start(start=True)
         at = position["steps_consumed"]
         empty = False  # the last plan ended an iteration without a step
         while True:
@@ -222,7 +231,29 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
                 )
             empty = not plan["steps"]
             at, position = at + len(plan["steps"]), plan["position"]
-        return [(s["source"], self._sources[s["source"]]._slot_rows(s)) for s in slots]
+        return self._slot_rows({"slots": slots})
+
+    # -- as a source of another croupier.Mixture (the Go core's loader.Source) ----------
+
+    def _start(self, start: bool) -> dict[str, Any]:
+        """This mixture's position before its first step: its sources at their
+        start, or where they stand."""
+        return {
+            "steps_consumed": 0,
+            "sources": [ds._source_position(start) for ds in self._sources],
+            "out_of_draw": [False] * len(self._sources),
+        }
+
+    def _source_position(self, start: bool) -> dict[str, Any]:
+        """This mixture's cursor in another mixture's position: at its start, or
+        where it stands."""
+        position = self._start(start=True) if start else self._position
+        return {"epoch": 0, "steps_consumed": 0, "mixture": position}
+
+    def _slot_rows(self, slot: Mapping[str, Any]) -> list[tuple[int, Any]]:
+        """The rows of the mixture step that fills a slot ``{"slots"}``, slot by
+        slot as :meth:`rows_of_step` gives them."""
+        return [(s["source"], self._sources[s["source"]]._slot_rows(s)) for s in slot["slots"]]
 
     def _end(self) -> None:
         """The iteration ended: sources whose epoch ended move to their next one."""
@@ -244,13 +275,9 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
             self._handle(), self._position, {"worker": k, "num_workers": num_workers}
         )
         try:
-            slots = self._slots
-            while (item := _lib.mixture_stream_next(stream.value, slots)) is not None:
+            while (item := _lib.mixture_stream_next(stream.value, self._records)) is not None:
                 step, info, batches = item
-                out = [
-                    (s["source"], self._convert(s["source"], batch))
-                    for s, batch in zip(info["slots"], batches, strict=True)
-                ]
+                out = self._convert(info["slots"], iter(batches))
                 del item, batches  # the conversions hold what they need
                 if worker is not None:
                     yield MixtureStep(step, out, info["next"])
@@ -262,12 +289,23 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
         finally:
             stream.close()
 
-    def _convert(self, source: int, batch: pa.RecordBatch) -> Any:
-        """A step of source ``source`` in the source's format."""
-        ds = self._sources[source]
-        out = next(iter(ds._convert(batch, [batch.num_rows])))
-        if ds._collate is not None:
-            out = ds._collate(out)
+    def _convert(
+        self, slots: list[dict[str, Any]], batches: Iterator[pa.RecordBatch]
+    ) -> list[tuple[int, Any]]:
+        """A step's ``(source index, batch)`` pairs, each batch in its source's
+        format, taken from ``batches`` depth first (a slot a mixture fills is
+        that mixture's step's list)."""
+        out: list[tuple[int, Any]] = []
+        for s in slots:
+            ds = self._sources[s["source"]]
+            if isinstance(ds, Mixture):
+                out.append((s["source"], ds._convert(s["slots"], batches)))
+                continue
+            batch = next(batches)
+            converted = next(iter(ds._convert(batch, [batch.num_rows])))
+            if ds._collate is not None:
+                converted = ds._collate(converted)
+            out.append((s["source"], converted))
         return out
 
     # -- checkpoints -----------------------------------------------------------------
@@ -280,12 +318,15 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
     # -- what croupier.DataLoader asks of the datasets it reads (dataloader.LoaderHooks)
 
     def _loader_collates(self) -> list[Callable[[Any], Any] | None]:
-        return [source._collate for source in self._sources]
+        return [collate for source in self._sources for collate in source._loader_collates()]
 
     def _tell_workers(self, loader: DataLoader, starting: bool) -> None:
         self._in_loader = starting
         for source in self._sources:
-            source._divide_budget = starting and loader.divide_budget
+            if isinstance(source, Mixture):
+                source._tell_workers(loader, starting)  # its sources divide the budget too
+            else:
+                source._divide_budget = starting and loader.divide_budget
 
     def _from_workers(self, loader: DataLoader, items: Iterator[Any]) -> Iterator[Any]:
         """The steps the workers send, single converted steps with the mixture's
@@ -329,6 +370,13 @@ class Mixture(_torch.IterableDataset, _native.GoObject, LoaderHooks):
                 dealing parameters; the message names the source and the field).
         """
         self._position = _lib.mixture_resume(self._handle(), state_dict)
+
+
+def _planned(slot: Mapping[str, Any]) -> PlannedSlot:
+    """A slot of ``croupier_mixture_plan`` as :meth:`Mixture.plan` names it."""
+    if "slots" in slot:
+        return (slot["source"], slot["epoch"], slot["step"], [_planned(s) for s in slot["slots"]])
+    return (slot["source"], slot["epoch"], slot["step"])
 
 
 def _weights(step: Any, weights: Sequence[Any]) -> list[float]:

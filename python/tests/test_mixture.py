@@ -638,3 +638,92 @@ def test_a_learner_mixes_followed_rows_with_a_pinned_table(
     fresh = [rows for step in want for i, rows in step if i == 0]
     assert fresh == followed[: len(fresh)]
     assert len(fresh) > 10
+
+
+def nested_mixture(tables: list[cr.Table], w: int, r: int) -> cr.Mixture:
+    """Table 0 mixed 1:1 with a mixture of tables 1 and 2, two slots each, the
+    inner mixture cycling its sources and the outer one taking exhausted ones
+    out of the draw."""
+
+    def src(t: cr.Table) -> cr.StreamingDataset:
+        return cr.StreamingDataset(
+            t, global_batch_size=WIDE_G, format="numpy", rank=r, world_size=w
+        )
+
+    inner = cr.Mixture([(src(tables[1]), 1.0), (src(tables[2]), 2.0)], seed=5, slots=2,
+                       on_exhausted="cycle")  # fmt: skip
+    return cr.Mixture([(src(tables[0]), 1.0), (inner, 1.0)], seed=9, slots=2,
+                      on_exhausted="renormalize")  # fmt: skip
+
+
+def tree(step: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """A mixture step's slots, each the source's ids, or a nested mixture's slots."""
+    return [(i, tree(v) if isinstance(v, list) else v["id"].tolist()) for i, v in step]
+
+
+def joined_tree(ranks: list[list[tuple[int, Any]]]) -> list[tuple[int, Any]]:
+    """One step's slots of every rank, each source's rows together, sorted."""
+    out: list[tuple[int, Any]] = []
+    for slots in zip(*ranks, strict=True):
+        source, first = slots[0]
+        if first and isinstance(first[0], tuple):  # a nested mixture's slots
+            out.append((source, joined_tree([v for _, v in slots])))
+        else:
+            out.append((source, sorted(int(x) for _, rows in slots for x in rows)))
+    return out
+
+
+def test_a_mixture_mixes_a_mixture(wide: list[cr.Table]) -> None:
+    """A mixture whose source is a mixture: each slot the inner mixture fills
+    holds that mixture's step, its own slots, as plan() and rows_of_step() name
+    them and in its own order; croupier.DataLoader's 2 workers deliver the steps
+    of none; a state dict after 7 steps, through JSON, resumes at world size 2
+    with 3 workers on rank 0 exactly."""
+    steps = 30
+    whole = [tree(step) for step in itertools.islice(nested_mixture(wide, 1, 0), steps)]
+    assert len(whole) == steps
+    plan = nested_mixture(wide, 1, 0).plan(steps)
+    inner_steps = []
+
+    def check(step: list[tuple[int, Any]], planned: list[Any], tables: list[int]) -> None:
+        assert [i for i, _ in step] == [p[0] for p in planned]
+        for (i, rows), p in zip(step, planned, strict=True):
+            if len(p) == 4:  # a slot the inner mixture fills: its step's slots
+                assert p[1] == 0
+                inner_steps.append(p[2])
+                check(rows, p[3], [1, 2])
+            else:
+                assert rows == wide_step(tables[i], p[2])
+
+    for step, planned in zip(whole, plan, strict=True):
+        check(step, planned, [0, -1])
+    assert inner_steps == list(range(len(inner_steps)))
+    assert len(inner_steps) > 10
+    mix = nested_mixture(wide, 1, 0)
+
+    def ids_of(rows: list[tuple[int, Any]], tables: list[int]) -> list[tuple[int, Any]]:
+        """rows_of_step's row ids as the ids the tables hold."""
+        return [
+            (i, ids_of(r, [1, 2]) if isinstance(r, list) else (r + 100_000 * tables[i]).tolist())
+            for i, r in rows
+        ]
+
+    for t in (0, 13, steps - 1):
+        assert joined_tree([ids_of(mix.rows_of_step(t), [0, -1])]) == joined_tree([whole[t]])
+
+    loader = cr.DataLoader(nested_mixture(wide, 1, 0), num_workers=2, in_process=False)
+    got, state = [], None
+    for step in itertools.islice(loader, steps):
+        got.append(tree(step))
+        if len(got) == 7:
+            state = json.loads(json.dumps(loader.state_dict()))
+    assert got == whole
+    assert state is not None
+    ranks = []
+    for r in range(2):
+        mix = nested_mixture(wide, 2, r)
+        mix.load_state_dict(state)
+        source: Any = cr.DataLoader(mix, num_workers=3, in_process=False) if r == 0 else mix
+        ranks.append([tree(step) for step in itertools.islice(source, steps - 7)])
+    rest = [joined_tree(list(per)) for per in zip(*ranks, strict=True)]
+    assert rest == [joined_tree([step]) for step in whole[7:]]
