@@ -165,3 +165,93 @@ func TestMixtureProportionsWithFollower(t *testing.T) {
 		}
 	}
 }
+
+// TestNestedMixtureWithFollower checks a learner's mix whose replay part is
+// a mixture of its own: fresh rows a Follower deals, 70/30 with a mixture
+// of two pinned tables. The steps dealt while versions are appended are the
+// first of those dealt once the appends are done; those are the same at
+// world sizes 1 to 4 with 0 to 3 workers; and a checkpoint taken after any
+// step, through JSON, resumes at another world size and worker count with
+// exactly the steps that follow.
+func TestNestedMixtureWithFollower(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 37))
+	const g = 12
+	var more []int64
+	for range 6 + rng.IntN(6) {
+		more = append(more, 1+rng.Int64N(50))
+	}
+	first := rng.Int64N(40)
+	uri := growingTable(t, []int64{first})
+	pinned := mixTables(t, 1, 5*g, 3*g)[1:]
+	fo := loader.FollowOptions{RowsPerRound: rng.Int64N(40), ReplayCount: rng.Int64N(4),
+		WaitTimeout: 20 * time.Millisecond, PollInterval: time.Millisecond}
+	opts := loader.MixtureOptions{Seed: rng.Uint64(), Weights: []float64{0.7, 0.3},
+		OnExhausted: loader.ExhaustedCycle, Slots: 1 + rng.Int64N(3)}
+	replayOpts := loader.MixtureOptions{Seed: rng.Uint64(), Weights: []float64{1, 1},
+		OnExhausted: loader.ExhaustedCycle, Slots: 1 + rng.Int64N(2)}
+	mix := func(fo loader.FollowOptions, w int64) func(r int64) *loader.Mixture {
+		return func(r int64) *loader.Mixture {
+			f := newFollower(t, uri, loader.Options{GlobalBatchSize: g, WorldSize: w, Rank: r, Columns: []string{"id"},
+				ShuffleSeed: 5, MemoryBudget: 1 << 20}, fo)
+			replay, err := loader.NewMixture(mixLoaders(t, pinned, g, w, r), replayOpts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := loader.NewMixture([]loader.Source{f, replay}, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+	}
+	start := mix(fo, 1)(0).Start()
+
+	live := fo
+	live.WaitTimeout = time.Second
+	var wg sync.WaitGroup
+	wg.Go(func() { appendRows(t, uri, first, more) })
+	during := dealMixture(t, mix(live, 1), start, 1, 0, 1<<30)
+	wg.Wait()
+	want := dealMixture(t, mix(fo, 1), start, 1, 0, 1<<30)
+	if len(want.slots) == 0 || len(during.slots) > len(want.slots) ||
+		!equalRuns(during, mixRun{slots: want.slots[:len(during.slots)], rows: want.rows[:len(during.slots)]}) {
+		t.Fatalf("%d steps dealt while appending are not the first of the %d dealt after", len(during.slots), len(want.slots))
+	}
+	nested := 0
+	for _, slots := range want.slots {
+		for _, sl := range slots {
+			if sl.Slots != nil {
+				nested++
+			}
+		}
+	}
+	if nested == 0 {
+		t.Fatal("no slot drew the replay mixture")
+	}
+
+	for w := int64(1); w <= 4; w++ {
+		k := rng.IntN(4)
+		if got := dealMixture(t, mix(fo, w), start, w, k, 1<<30); !equalRuns(got, want) {
+			t.Fatalf("at world size %d with %d workers the steps differ", w, k)
+		}
+		c := rng.IntN(len(want.slots))
+		data, err := json.Marshal(mustCheckpoint(t, mix(fo, 1)(0), want.next[c]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := loader.ParseMixtureCheckpoint(data, "state.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos, err := mix(fo, w)(0).Resume(ctx, parsed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := mixRun{slots: want.slots[c+1:], rows: want.rows[c+1:]}
+		if got := dealMixture(t, mix(fo, w), pos, w, k, 1<<30); !equalRuns(got, rest) {
+			t.Fatalf("resumed after step %d at world size %d with %d workers: %d steps differ from the %d after it",
+				c, w, k, len(got.slots), len(rest.slots))
+		}
+	}
+}
