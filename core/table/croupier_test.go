@@ -1262,53 +1262,85 @@ func TestStreamedWindowsFetchedAhead(t *testing.T) {
 // away, sections of pages with longer holes between them are merged into one
 // request, since a hole costs less than a round trip there.
 func TestHolesGrowWithLatency(t *testing.T) {
+	s, uri, ids := spreadRows(t)
+	near, _ := readSpread(t, s, uri, ids, 0, table.ReaderOptions{Columns: []string{"id"}})
+	far, _ := readSpread(t, s, uri, ids, 60*time.Millisecond, table.ReaderOptions{Columns: []string{"id"}})
+	if far >= near {
+		t.Fatalf("%d requests 60 ms away, %d at 0 ms; want fewer far away", far, near)
+	}
+}
+
+// TestHolesWithinFetchShare reads the same rows spread over a row group in
+// small pages from a store 60 ms away, through a reader whose fetch share
+// is large and one whose share is small: the small share reads no hole
+// longer than a small part of it, so it asks for fewer bytes in more
+// requests.
+func TestHolesWithinFetchShare(t *testing.T) {
+	s, uri, ids := spreadRows(t)
+	const delay = 60 * time.Millisecond
+	wideRequests, wideBytes := readSpread(t, s, uri, ids, delay, table.ReaderOptions{Columns: []string{"id"}, FetchBytes: 64 << 20, Decoders: 1})
+	// A hole of at most 2 MiB ÷ 32 = 64 KiB: shorter than those between the
+	// pages kept.
+	narrowRequests, narrowBytes := readSpread(t, s, uri, ids, delay, table.ReaderOptions{Columns: []string{"id"}, FetchBytes: 2 << 20, Decoders: 1})
+	if narrowRequests <= wideRequests || narrowBytes*2 > wideBytes {
+		t.Fatalf("a small fetch share read %d bytes in %d requests, a large one %d in %d; want fewer bytes in more requests",
+			narrowBytes, narrowRequests, wideBytes, wideRequests)
+	}
+}
+
+// spreadRows writes a croupier table of one row group of 100,000 rows in
+// pages of 4 KiB on a test server, and returns ids spread over it whose
+// pages lie 100-130 KB apart: holes longer than the 64 KiB read on a store
+// nearby, shorter than what 60 ms is worth.
+func spreadRows(t *testing.T) (*s3test.Server, string, []uint64) {
+	t.Helper()
 	const rows = 100_000
-	ctx := context.Background()
 	s := startS3(t)
 	uri := s.URI("bkt", "holes")
-	tb, err := table.Create(ctx, uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows, PageBytes: 4 << 10})
+	tb, err := table.Create(context.Background(), uri, tabletest.Reader(0, rows), table.WriteOptions{RowGroupRows: rows, PageBytes: 4 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tb.Close()
 	var ids []uint64
-	// The pages of ids 30,000 rows apart lie 100-130 KB apart: holes longer
-	// than the 64 KiB read on a store nearby, shorter than what 60 ms is
-	// worth.
 	for id := uint64(5); id < rows; id += 30_001 {
 		ids = append(ids, id)
 	}
-	requests := map[time.Duration]int64{}
-	for _, delay := range []time.Duration{0, 60 * time.Millisecond} {
-		s.SetFaults(s3test.Faults{FirstByte: delay})
-		tb := open(t, uri) // its open reads the footer: the latency is known from the first read on
-		r, err := tb.NewReader(table.ReaderOptions{Columns: []string{"id"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.ResetCounts()
-		k, err := r.Keep(ctx, ids, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := k.Read(ctx, 0, len(ids))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, id := range ids {
-			if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
-				t.Fatalf("row %d: id %d", id, v)
-			}
-		}
-		got.Release()
-		k.Close()
-		requests[delay] = s.Requests()
-		t.Logf("%v away: %d rows in %d requests of %d bytes", delay, len(ids), s.Requests(), s.BytesServed())
-		tb.Close()
+	return s, uri, ids
+}
+
+// readSpread reads ids of the table at uri on s, s waiting delay before
+// each request, through a reader with opts, and returns the requests and
+// bytes the read took.
+func readSpread(t *testing.T, s *s3test.Server, uri string, ids []uint64, delay time.Duration, opts table.ReaderOptions) (requests, bytes int64) {
+	t.Helper()
+	ctx := context.Background()
+	s.SetFaults(s3test.Faults{FirstByte: delay})
+	tb := open(t, uri) // its open reads the footer: the latency is known from the first read on
+	defer tb.Close()
+	r, err := tb.NewReader(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if requests[60*time.Millisecond] >= requests[0] {
-		t.Fatalf("%d requests 60 ms away, %d at 0 ms; want fewer far away", requests[60*time.Millisecond], requests[0])
+	defer r.Close()
+	s.ResetCounts()
+	k, err := r.Keep(ctx, ids, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer k.Close()
+	got, err := k.Read(ctx, 0, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	for i, id := range ids {
+		if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
+			t.Fatalf("row %d: id %d", id, v)
+		}
+	}
+	t.Logf("%v away, %+v: %d rows in %d requests of %d bytes", delay, opts, len(ids), s.Requests(), s.BytesServed())
+	return s.Requests(), s.BytesServed()
 }
 
 // checkIDsAndText checks that rec's rows are those of ids, in order: their

@@ -919,12 +919,17 @@ func (r *Reader) sections(md *metadata.FileMetaData, g int, plans []*pagePlan) (
 
 // requests returns the sections a decode of row group g reads (see
 // sections), and the ranges it requests them in: merged across the holes
-// worth reading on the table's store (holeFor), in parts.
+// worth reading on the table's store (holeFor) and within the fetch share
+// (holeShare), in parts.
 func (r *Reader) requests(md *metadata.FileMetaData, g int, plans []*pagePlan) (sections, ranges []byteRange, err error) {
 	if sections, err = r.sections(md, g, plans); err != nil {
 		return nil, nil, err
 	}
-	return sections, mergeRanges(slices.Clone(sections), holeFor(r.t.loc)), nil
+	hole := holeFor(r.t.loc)
+	if r.fetchShare > 0 {
+		hole = min(hole, max(r.fetchShare/holeShare, holeBytes))
+	}
+	return sections, mergeRanges(slices.Clone(sections), hole), nil
 }
 
 // plan returns, for each output column of row group key, the pages that hold
