@@ -2,7 +2,6 @@ package loader_test
 
 import (
 	"context"
-	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -52,18 +51,7 @@ func TestMixtureOfFollowerAndTable(t *testing.T) {
 	}
 	start := mix(fo, 1)(0).Start()
 
-	// While versions land, the follower waits for them (a second at most).
-	live := fo
-	live.WaitTimeout = time.Second
-	var wg sync.WaitGroup
-	wg.Go(func() { appendRows(t, uri, sizes[0], more) })
-	during := dealMixture(t, mix(live, 1), start, 1, 0, 1<<30)
-	wg.Wait()
-	want := dealMixture(t, mix(fo, 1), start, 1, 0, 1<<30)
-	if len(want.slots) == 0 || len(during.slots) > len(want.slots) ||
-		!equalRuns(during, mixRun{slots: want.slots[:len(during.slots)], rows: want.rows[:len(during.slots)]}) {
-		t.Fatalf("%d steps dealt while appending are not the first of the %d dealt after", len(during.slots), len(want.slots))
-	}
+	want := dealWhileAppending(t, mix, fo, start, func() { appendRows(t, uri, sizes[0], more) })
 
 	// Each slot is its source's own step.
 	followed := sortedSteps(follow(t, uri, loader.Options{GlobalBatchSize: g, Columns: []string{"id"}, ShuffleSeed: 5,
@@ -98,34 +86,7 @@ func TestMixtureOfFollowerAndTable(t *testing.T) {
 		t.Fatal("no slot drew the followed table")
 	}
 
-	for w := int64(1); w <= 4; w++ {
-		k := rng.IntN(4)
-		if got := dealMixture(t, mix(fo, w), start, w, k, 1<<30); !equalRuns(got, want) {
-			t.Fatalf("at world size %d with %d workers the steps differ", w, k)
-		}
-		c := rng.IntN(len(want.slots))
-		ckpt, err := mix(fo, 1)(0).Checkpoint(want.next[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := json.Marshal(ckpt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parsed, err := loader.ParseMixtureCheckpoint(data, "state.json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pos, err := mix(fo, w)(0).Resume(ctx, parsed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rest := mixRun{slots: want.slots[c+1:], rows: want.rows[c+1:]}
-		if got := dealMixture(t, mix(fo, w), pos, w, k, 1<<30); !equalRuns(got, rest) {
-			t.Fatalf("resumed after step %d at world size %d with %d workers: %d steps differ from the %d after it",
-				c, w, k, len(got.slots), len(rest.slots))
-		}
-	}
+	checkWorldSizes(t, func(w int64) func(int64) *loader.Mixture { return mix(fo, w) }, start, want, rng)
 }
 
 // TestMixtureProportionsWithFollower checks that over 10,000 steps a
@@ -174,7 +135,6 @@ func TestMixtureProportionsWithFollower(t *testing.T) {
 // step, through JSON, resumes at another world size and worker count with
 // exactly the steps that follow.
 func TestNestedMixtureWithFollower(t *testing.T) {
-	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seedtest.Seed(t), 37))
 	const g = 12
 	var more []int64
@@ -207,17 +167,7 @@ func TestNestedMixtureWithFollower(t *testing.T) {
 	}
 	start := mix(fo, 1)(0).Start()
 
-	live := fo
-	live.WaitTimeout = time.Second
-	var wg sync.WaitGroup
-	wg.Go(func() { appendRows(t, uri, first, more) })
-	during := dealMixture(t, mix(live, 1), start, 1, 0, 1<<30)
-	wg.Wait()
-	want := dealMixture(t, mix(fo, 1), start, 1, 0, 1<<30)
-	if len(want.slots) == 0 || len(during.slots) > len(want.slots) ||
-		!equalRuns(during, mixRun{slots: want.slots[:len(during.slots)], rows: want.rows[:len(during.slots)]}) {
-		t.Fatalf("%d steps dealt while appending are not the first of the %d dealt after", len(during.slots), len(want.slots))
-	}
+	want := dealWhileAppending(t, mix, fo, start, func() { appendRows(t, uri, first, more) })
 	nested := 0
 	for _, slots := range want.slots {
 		for _, sl := range slots {
@@ -230,28 +180,48 @@ func TestNestedMixtureWithFollower(t *testing.T) {
 		t.Fatal("no slot drew the replay mixture")
 	}
 
+	checkWorldSizes(t, func(w int64) func(int64) *loader.Mixture { return mix(fo, w) }, start, want, rng)
+}
+
+// checkWorldSizes checks that the mixtures mix(w) makes deal want from start
+// at world sizes 1 to 4 with 0 to 3 workers, and that a checkpoint after a
+// random step of want, through JSON, resumes there with exactly the steps
+// that follow.
+func checkWorldSizes(t *testing.T, mix func(w int64) func(r int64) *loader.Mixture, start loader.MixturePosition, want mixRun, rng *rand.Rand) {
+	t.Helper()
 	for w := int64(1); w <= 4; w++ {
 		k := rng.IntN(4)
-		if got := dealMixture(t, mix(fo, w), start, w, k, 1<<30); !equalRuns(got, want) {
+		if got := dealMixture(t, mix(w), start, w, k, 1<<30); !equalRuns(got, want) {
 			t.Fatalf("at world size %d with %d workers the steps differ", w, k)
 		}
 		c := rng.IntN(len(want.slots))
-		data, err := json.Marshal(mustCheckpoint(t, mix(fo, 1)(0), want.next[c]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		parsed, err := loader.ParseMixtureCheckpoint(data, "state.json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pos, err := mix(fo, w)(0).Resume(ctx, parsed)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pos := resumeThroughJSON(t, mix(1)(0), mix(w)(0), want.next[c])
 		rest := mixRun{slots: want.slots[c+1:], rows: want.rows[c+1:]}
-		if got := dealMixture(t, mix(fo, w), pos, w, k, 1<<30); !equalRuns(got, rest) {
+		if got := dealMixture(t, mix(w), pos, w, k, 1<<30); !equalRuns(got, rest) {
 			t.Fatalf("resumed after step %d at world size %d with %d workers: %d steps differ from the %d after it",
 				c, w, k, len(got.slots), len(rest.slots))
 		}
 	}
+}
+
+// dealWhileAppending deals the mixture mix(fo, 1) makes from start while
+// appending runs, its follower waiting up to a second for the versions of
+// a round, then again once they are all committed, and checks that the
+// steps dealt while appending are the first of those after; it returns
+// those after.
+func dealWhileAppending(t *testing.T, mix func(loader.FollowOptions, int64) func(int64) *loader.Mixture, fo loader.FollowOptions,
+	start loader.MixturePosition, appending func()) mixRun {
+	t.Helper()
+	live := fo
+	live.WaitTimeout = time.Second
+	var wg sync.WaitGroup
+	wg.Go(appending)
+	during := dealMixture(t, mix(live, 1), start, 1, 0, 1<<30)
+	wg.Wait()
+	want := dealMixture(t, mix(fo, 1), start, 1, 0, 1<<30)
+	if len(want.slots) == 0 || len(during.slots) > len(want.slots) ||
+		!equalRuns(during, mixRun{slots: want.slots[:len(during.slots)], rows: want.rows[:len(during.slots)]}) {
+		t.Fatalf("%d steps dealt while appending are not the first of the %d dealt after", len(during.slots), len(want.slots))
+	}
+	return want
 }

@@ -121,19 +121,8 @@ func TestNestedMixture(t *testing.T) {
 			t.Fatalf("outer %+v, inner %+v: at world size %d with %d workers the steps differ", outerOpts, innerOpts, w, k)
 		}
 		c := rng.IntN(len(want.slots))
-		data, err := json.Marshal(mustCheckpoint(t, outer, want.next[c]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ckpt, err := loader.ParseMixtureCheckpoint(data, "state.json")
-		if err != nil {
-			t.Fatal(err)
-		}
 		w, k = 1+rng.Int64N(8), rng.IntN(4)
-		pos, err := mix(w)(0).Resume(ctx, ckpt)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pos := resumeThroughJSON(t, outer, mix(w)(0), want.next[c])
 		got := dealMixture(t, mix(w), pos, w, k, limit-c-1)
 		rest := mixRun{slots: want.slots[c+1:], rows: want.rows[c+1:], next: want.next[c+1:]}
 		if !equalRuns(got, rest) {

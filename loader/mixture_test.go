@@ -285,19 +285,8 @@ func TestMixtureProperties(t *testing.T) {
 			continue
 		}
 		c := rng.IntN(len(want.slots))
-		data, err := json.Marshal(mustCheckpoint(t, mix(1)(0), want.next[c]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ckpt, err := loader.ParseMixtureCheckpoint(data, "state.json")
-		if err != nil {
-			t.Fatal(err)
-		}
 		w, k = 1+rng.Int64N(8), rng.IntN(4)
-		pos, err := mix(w)(0).Resume(context.Background(), ckpt)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pos := resumeThroughJSON(t, mix(1)(0), mix(w)(0), want.next[c])
 		got := dealMixture(t, mix(w), pos, w, k, limit-c-1)
 		rest := mixRun{slots: want.slots[c+1:], rows: want.rows[c+1:], next: want.next[c+1:]}
 		if !equalRuns(got, rest) {
@@ -436,6 +425,25 @@ func TestMixtureStreamAcrossWindows(t *testing.T) {
 	if len(seen) != 12000 {
 		t.Fatalf("%d rows dealt, want 12,000", len(seen))
 	}
+}
+
+// resumeThroughJSON returns the position where to resumes the checkpoint
+// of from's run at pos, taken through JSON.
+func resumeThroughJSON(t *testing.T, from, to *loader.Mixture, pos loader.MixturePosition) loader.MixturePosition {
+	t.Helper()
+	data, err := json.Marshal(mustCheckpoint(t, from, pos))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := loader.ParseMixtureCheckpoint(data, "state.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := to.Resume(context.Background(), ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resumed
 }
 
 // mustCheckpoint returns m's checkpoint at pos.

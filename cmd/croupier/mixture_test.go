@@ -22,23 +22,7 @@ import (
 // step at world size 1; --steps gives a range of steps, before and after it.
 func TestDealMixture(t *testing.T) {
 	ctx := context.Background()
-	src := t.TempDir()
-	var sources []*loader.Loader
-	for i, n := range []int64{64, 160} {
-		uri := "file://" + filepath.Join(t.TempDir(), "tbl")
-		ok(t, "tables", "create", uri, parquetFile(t, src, int64(i)*1000, n))
-		tb, err := table.Open(ctx, uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, DropLast: true})
-		tb.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		sources = append(sources, l)
-	}
+	sources := tableLoaders(t, 64, 160)
 	m, err := loader.NewMixture([]loader.Source{sources[0], sources[1]}, loader.MixtureOptions{Seed: 4, Weights: []float64{1, 3},
 		Schedule: []loader.MixturePoint{{Step: 6, Weights: []float64{3, 1}}}, OnExhausted: loader.ExhaustedCycle, Slots: 2})
 	if err != nil {
@@ -125,23 +109,7 @@ func TestDealMixture(t *testing.T) {
 // (replayed) and after it.
 func TestDealNestedMixture(t *testing.T) {
 	ctx := context.Background()
-	src := t.TempDir()
-	var loaders []*loader.Loader
-	for i, n := range []int64{64, 96, 160} {
-		uri := "file://" + filepath.Join(t.TempDir(), "tbl")
-		ok(t, "tables", "create", uri, parquetFile(t, src, int64(i)*1000, n))
-		tb, err := table.Open(ctx, uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, DropLast: true})
-		tb.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		loaders = append(loaders, l)
-	}
+	loaders := tableLoaders(t, 64, 96, 160)
 	inner, err := loader.NewMixture([]loader.Source{loaders[1], loaders[2]}, loader.MixtureOptions{Seed: 2, Weights: []float64{1, 1},
 		OnExhausted: loader.ExhaustedCycle, Slots: 2})
 	if err != nil {
@@ -287,6 +255,31 @@ func TestDealMixtureWithFollower(t *testing.T) {
 // planMixture plans m's first steps steps from its start and writes the
 // checkpoint taken after step at-1 to a file: the slots of each step, the
 // checkpoint and the file's path.
+// tableLoaders creates a croupier table of each size, the ids of table i
+// from 1,000·i, and opens a loader of each in stored order, 8 rows a step;
+// they are closed when the test ends.
+func tableLoaders(t *testing.T, sizes ...int64) []*loader.Loader {
+	t.Helper()
+	src := t.TempDir()
+	var loaders []*loader.Loader
+	for i, n := range sizes {
+		uri := "file://" + filepath.Join(t.TempDir(), "tbl")
+		ok(t, "tables", "create", uri, parquetFile(t, src, int64(i)*1000, n))
+		tb, err := table.Open(context.Background(), uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := loader.New(tb, permutation.Identity{N: tb.NumRows()}, loader.Options{GlobalBatchSize: 8, DropLast: true})
+		tb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		loaders = append(loaders, l)
+	}
+	return loaders
+}
+
 func planMixture(t *testing.T, m *loader.Mixture, steps, at int64) ([][]loader.MixtureSlot, loader.MixtureCheckpoint, string) {
 	t.Helper()
 	var plan [][]loader.MixtureSlot
