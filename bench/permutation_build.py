@@ -59,6 +59,7 @@ processes" section::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -332,19 +333,20 @@ def run_ranks(table_uri: str, perm_dir: Path, world: int) -> dict[str, Any]:
     argv = [sys.executable, "-m", "croupier.permute", table_uri, str(perm_dir), *RANKS_FLAGS]
     start = time.perf_counter()
     procs = []
-    for rank in range(world):
-        env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
-        if world > 1:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank))
-            env.update(WORLD_SIZE=str(world), LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env))
-        # stdout is small (rank 0's JSON): read after the processes exit
-    reaped = [wait_rusage(p) for p in procs]
-    wall = time.perf_counter() - start
-    out = procs[0].stdout.read() if procs[0].stdout else ""
-    for p in procs:
-        if p.stdout:
-            p.stdout.close()
+    # Each rank writes to a file, read once they exit: rank 0's JSON names
+    # every chunk, more than a pipe holds for a large table.
+    with contextlib.ExitStack() as files:
+        outs = [files.enter_context(tempfile.TemporaryFile("w+")) for _ in range(world)]
+        for rank in range(world):
+            env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
+            if world > 1:
+                env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank))
+                env.update(WORLD_SIZE=str(world), LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
+            procs.append(subprocess.Popen(argv, stdout=outs[rank], text=True, env=env))
+        reaped = [wait_rusage(p) for p in procs]
+        wall = time.perf_counter() - start
+        outs[0].seek(0)
+        out = outs[0].read()
     if any(code != 0 for code, _, _ in reaped):
         raise RuntimeError(f"{world} ranks: exit statuses {[c for c, _, _ in reaped]}")
     perm = json.loads(out)
