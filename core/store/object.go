@@ -419,7 +419,7 @@ func (r *ReaderAt) read(ctx context.Context, off int64, bufs [][]byte) (int, err
 			return 0, err
 		}
 		defer rr.Close()
-		got, err := readBody(rr, off, bufs)
+		got, err := readBody(rr, off, n, bufs)
 		if err == nil {
 			r.seen.Store(&seen)
 		}
@@ -455,12 +455,8 @@ func (r *ReaderAt) open(ctx context.Context, off, n int64) (io.ReadCloser, Objec
 }
 
 // readBody fills bufs, one after the other, from the body of a range
-// request for their bytes at off.
-func readBody(rr io.Reader, off int64, bufs [][]byte) (int, error) {
-	var n int64
-	for _, b := range bufs {
-		n += int64(len(b))
-	}
+// request for their n bytes at off.
+func readBody(rr io.Reader, off, n int64, bufs [][]byte) (int, error) {
 	got := 0
 	for _, b := range bufs {
 		k, err := io.ReadFull(rr, b)
@@ -524,7 +520,7 @@ func (a *Answer) ReadInto(p []byte) (int, error) {
 		a.Close()
 		return a.r.ReadAt(p, a.off)
 	}
-	got, err := readBody(body, a.off, [][]byte{p})
+	got, err := readBody(body, a.off, a.n, [][]byte{p})
 	a.Close()
 	a.r.count(1, int64(got), blockcache.Stats{})
 	if err != nil {
