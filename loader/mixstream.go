@@ -62,7 +62,6 @@ type MixtureStream struct {
 	// steps are the worker's planned steps not returned yet; the first may
 	// hold the records of its first slots, read by a Next that ctx interrupted.
 	steps  []MixtureBatch
-	leaves []int       // of each of steps: its records to read
 	reader *leafReader // of the window
 	err    error       // sticky: after an error or the end, Next keeps returning it
 }
@@ -105,7 +104,7 @@ func (s *MixtureStream) Next(ctx context.Context) (MixtureBatch, error) {
 		}
 	}
 	b := &s.steps[0]
-	for len(b.Records) < s.leaves[0] {
+	for n := records(b.Slots); len(b.Records) < n; {
 		part, err := s.reader.Next(ctx)
 		if err != nil && ctx.Err() != nil {
 			return MixtureBatch{}, err // the same step comes at the next call
@@ -116,8 +115,23 @@ func (s *MixtureStream) Next(ctx context.Context) (MixtureBatch, error) {
 		b.Records = append(b.Records, part.Record)
 	}
 	out := *b
-	s.steps, s.leaves = s.steps[1:], s.leaves[1:]
+	s.steps = s.steps[1:]
 	return out, nil
+}
+
+// records returns how many records a step of slots holds: one for each
+// slot that no mixture fills, those of its own slots for each that one
+// does.
+func records(slots []MixtureSlot) int {
+	n := 0
+	for _, s := range slots {
+		if s.Slots != nil {
+			n += records(s.Slots)
+		} else {
+			n++
+		}
+	}
+	return n
 }
 
 // fail makes err the stream's last word.
@@ -169,7 +183,7 @@ func (s *MixtureStream) plan(ctx context.Context) error {
 				epochs[l.path] = l.step.Epoch
 			}
 			window = append(window, leaves...)
-			s.steps, s.leaves = append(s.steps, b), append(s.leaves, len(leaves))
+			s.steps = append(s.steps, b)
 		}
 		s.pos = next
 	}
@@ -200,7 +214,7 @@ func (s *MixtureStream) Close() error {
 			r.Release()
 		}
 	}
-	s.steps, s.leaves = nil, nil
+	s.steps = nil
 	if s.err == nil {
 		s.err = errcode.New(errcode.Closed, "next", "", "mixture stream is closed")
 	}
