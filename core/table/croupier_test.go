@@ -852,11 +852,7 @@ func TestFetchShareTakenOnAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.Release()
-	for i, id := range ids {
-		if v := rec.Column(0).(*array.Int64).Value(i); v != int64(id) {
-			t.Fatalf("row %d: id %d", id, v)
-		}
-	}
+	checkIDs(t, rec, ids)
 	if p := s.PeakInFlight(); p < 8 {
 		t.Errorf("%d requests at most in flight at once, want at least 8: the share was taken before the store answered", p)
 	}
@@ -1334,23 +1330,28 @@ func readSpread(t *testing.T, s *s3test.Server, uri string, ids []uint64, delay 
 		t.Fatal(err)
 	}
 	defer got.Release()
+	checkIDs(t, got, ids)
+	t.Logf("%v away, %+v: %d rows in %d requests of %d bytes", delay, opts, len(ids), s.Requests(), s.BytesServed())
+	return s.Requests(), s.BytesServed()
+}
+
+// checkIDs checks that rec's rows are those of ids, in order, by their id
+// (column 0).
+func checkIDs(t *testing.T, rec arrow.RecordBatch, ids []uint64) {
+	t.Helper()
 	for i, id := range ids {
-		if v := got.Column(0).(*array.Int64).Value(i); v != int64(id) {
+		if v := rec.Column(0).(*array.Int64).Value(i); v != int64(id) {
 			t.Fatalf("row %d: id %d", id, v)
 		}
 	}
-	t.Logf("%v away, %+v: %d rows in %d requests of %d bytes", delay, opts, len(ids), s.Requests(), s.BytesServed())
-	return s.Requests(), s.BytesServed()
 }
 
 // checkIDsAndText checks that rec's rows are those of ids, in order: their
 // id (column 0) and their text (column text).
 func checkIDsAndText(t *testing.T, rec arrow.RecordBatch, ids []uint64, text int) {
 	t.Helper()
+	checkIDs(t, rec, ids)
 	for i, id := range ids {
-		if v := rec.Column(0).(*array.Int64).Value(i); v != int64(id) {
-			t.Fatalf("row %d: id %d", id, v)
-		}
 		if v := rec.Column(text).(*array.String).Value(i); v != tabletest.Text(int64(id)) {
 			t.Fatalf("row %d: text %q", id, v)
 		}
