@@ -57,7 +57,7 @@ func readPageHeader(b []byte) (pageHeader, error) {
 			return h, errShortHeader
 		}
 		var te thrift.TTransportException
-		if errors.As(err, &te) && te.TypeId() == thrift.END_OF_FILE {
+		if errors.As(err, &te) && te.TypeId() == thrift.END_OF_FILE || beyond(err, b) {
 			return h, errShortHeader
 		}
 		return h, fmt.Errorf("page header: %w", err)

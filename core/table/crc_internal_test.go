@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/thrift/lib/go/thrift"
 
 	"github.com/croupier-data/croupier/internal/seedtest"
 )
@@ -125,4 +127,38 @@ func FuzzPageCRCs(f *testing.F) {
 			t.Fatalf("streamed %v, whole %v", got, want)
 		}
 	})
+}
+
+// TestLongHeaderReadInParts parses a page header whose statistics hold a
+// 4 KiB value (pyarrow writes a page's min and max of a binary column up to
+// 4 KiB) from a prefix of it: cut short, never a corrupt header, and whole
+// once the bytes are there, as readPageHeader and decodeStruct both read it.
+func TestLongHeaderReadInParts(t *testing.T) {
+	stats := &tStruct{fields: []tField{{id: 5, typ: thrift.STRING, val: bytes.Repeat([]byte{7}, 4096)}}}
+	v1 := &tStruct{fields: []tField{{id: pageNumValues, typ: thrift.I32, val: int64(16)}, {id: 5, typ: thrift.STRUCT, val: stats}}}
+	h := &tStruct{}
+	h.setInt(pageHeaderType, thrift.I32, pageTypeDataV1)
+	h.setInt(2, thrift.I32, 100)
+	h.setInt(pageHeaderCompressedSize, thrift.I32, 100)
+	h.fields = append(h.fields, tField{id: pageHeaderDataV1, typ: thrift.STRUCT, val: v1})
+	b, err := encodeStruct(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{10, firstHeaderBytes, 4096, len(b) - 1} {
+		if _, err := readPageHeader(b[:n]); !errors.Is(err, errShortHeader) {
+			t.Errorf("readPageHeader of %d of the header's %d bytes: %v, want it cut short", n, len(b), err)
+		}
+		if _, _, err := decodeStruct(b[:n]); !errors.Is(err, errShortHeader) {
+			t.Errorf("decodeStruct of %d of the header's %d bytes: %v, want it cut short", n, len(b), err)
+		}
+	}
+	page := append(slices.Clone(b), make([]byte, 100)...)
+	got, err := readPageHeader(page)
+	if err != nil || got.size != 100 || got.headerLen != len(b) {
+		t.Errorf("readPageHeader of the whole header: %+v, %v", got, err)
+	}
+	if s, n, err := decodeStruct(page); err != nil || n != len(b) || s.child(pageHeaderDataV1) == nil {
+		t.Errorf("decodeStruct of the whole header: %d bytes, %v", n, err)
+	}
 }

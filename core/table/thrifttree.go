@@ -3,6 +3,7 @@ package table
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/apache/thrift/lib/go/thrift"
@@ -113,13 +114,23 @@ func decodeStruct(b []byte) (*tStruct, int, error) {
 	buf := &thrift.TMemoryBuffer{Buffer: bytes.NewBuffer(b)}
 	p := thrift.NewTCompactProtocolConf(buf, &thrift.TConfiguration{MaxMessageSize: int32(min(len(b), 1<<30))})
 	s, err := readStruct(ctx, p, 0)
-	if err != nil && buf.Len() == 0 { // it needed more bytes than b has
+	if err != nil && (buf.Len() == 0 || beyond(err, b)) { // it needed more bytes than b has
 		return nil, 0, errShortHeader
 	}
 	if err != nil {
 		return nil, 0, err
 	}
 	return s, len(b) - buf.Len(), nil
+}
+
+// beyond reports whether err, from reading a compact struct out of b with
+// b's length as the protocol's MaxMessageSize, is a field or list that
+// declares more bytes than b holds: thrift checks a declared size before it
+// reads, so a header whose statistics hold a 4 KiB value fails so when b is
+// its first kilobyte, and is whole in more bytes.
+func beyond(err error, b []byte) bool {
+	var pe thrift.TProtocolException
+	return len(b) < 1<<30 && errors.As(err, &pe) && pe.TypeId() == thrift.SIZE_LIMIT
 }
 
 // encodeStruct returns s in the compact protocol.
