@@ -35,8 +35,9 @@ var rareAt = []int{1000, 1016, 1032, 1048}
 
 // rareTables writes the rare-rows table as a croupier table (offset index,
 // 16 KiB pages), as plain Parquet as arrow-go writes it (no offset index,
-// 1 MiB pages in row groups of 512 rows), and as the same plain Parquet with
-// the cells as lists of int32, and opens them.
+// 1 MiB pages in row groups of 512 rows), as the same in 4 KiB pages, and as
+// the plain Parquet of 1 MiB pages with the cells as lists of int32, and
+// opens them.
 func rareTables(t *testing.T) map[string]*table.Table {
 	t.Helper()
 	ctx := context.Background()
@@ -81,6 +82,18 @@ func rareTables(t *testing.T) map[string]*table.Table {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { plain.Close() })
+	// The same, in pages of 4 KiB: each large cell ends a page of its own
+	// and a few dozen small rows, which only the pages' headers declare.
+	dir = t.TempDir()
+	data = tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(4<<10), parquet.WithBatchSize(8))
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	smallPages, err := table.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { smallPages.Close() })
 	// The same cells as lists of int32, which headers alone do not locate:
 	// a V1 page does not say how many lists it holds.
 	lists := arrow.NewSchema([]arrow.Field{
@@ -110,7 +123,8 @@ func rareTables(t *testing.T) map[string]*table.Table {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { plainLists.Close() })
-	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain, "plain Parquet of lists": plainLists}
+	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain,
+		"plain Parquet, small pages": smallPages, "plain Parquet of lists": plainLists}
 }
 
 // rareOrders are the table's order and a full shuffle of it.
@@ -320,10 +334,12 @@ func TestRareRowLargerThanTheBudget(t *testing.T) {
 // TestRunEndsAloneAtLargeRows cuts the rare-rows table's epoch into runs
 // with Stream.RunEnd, as the Python package's DataLoader workers do, at
 // eight steps' guessed bytes a run: over the croupier table (offset index)
-// each step holding a large cell is a run alone and every other run is at
-// most eight steps; over plain Parquet, whose pages of a megabyte hold the
-// large cells among hundreds of small ones (no page far larger than the
-// rest), runs are eight steps. Both workers' streams find the same runs,
+// and plain Parquet of small pages (no offset index: the pages' headers
+// declare them) each step holding a large cell is a run alone and every
+// other run is at most eight steps; over plain Parquet whose pages of a
+// megabyte hold the large cells among hundreds of small ones (no page far
+// larger than the rest), and its lists (whose headers do not say their
+// rows), runs are eight steps. Both workers' streams find the same runs,
 // and find them again after one has read the whole epoch (which teaches a
 // plain table where its pages lie).
 func TestRunEndsAloneAtLargeRows(t *testing.T) {
@@ -375,7 +391,7 @@ func TestRunEndsAloneAtLargeRows(t *testing.T) {
 				}
 				first := int64(0)
 				for _, end := range want {
-					seen := form == "croupier table"
+					seen := form == "croupier table" || form == "plain Parquet, small pages"
 					for step := first; step < end; step++ {
 						if seen && large[step] && end-first != 1 {
 							t.Errorf("step %d holds a large row in the run [%d, %d)", step, first, end)

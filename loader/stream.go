@@ -113,7 +113,7 @@ type Stream struct {
 	rank   int64
 	// large holds, of a stream whose workers share steps and whose
 	// consumer has asked RunEnd for runs bounded in bytes (runs), the bytes
-	// of large rows (table.Reader.IndexedLargeBytes) of each step the
+	// of large rows (table.Reader.DeclaredLargeBytes) of each step the
 	// planner has taken and neither Next has returned nor RunEnd passed:
 	// RunEnd reads no row ids again for them.
 	largeMu  sync.Mutex
@@ -146,10 +146,12 @@ type Stream struct {
 // most most steps, at the epoch's end, and before the first step that would
 // take the run's guessed bytes above bytes (0: no bound), unless it is the
 // run's first. A step is guessed at the stream's bytes of a step
-// (Stats.StepBytes) and, for each of its rows that lies in a page far larger
-// than the rest of its column (one charged whole to the rows kept), that
-// page's bytes a row more, as the offset indexes of the table's files show
-// the pages: a page of a chunk without an offset index is not seen. The
+// (Stats.StepBytes) and, for each page far larger than the rest of its
+// column (one charged whole to the rows kept) that holds one of its rows,
+// that page's bytes more, as the table's files declare their pages: by
+// their offset indexes, or a local file's flat columns by their pages'
+// headers (table.Reader.DeclaredLargeBytes); a page of another chunk is not
+// seen. The
 // answer depends on the table version, the loader's options and the
 // stream's budget alone, not on what any stream has read, so every worker
 // sharing the steps finds the same runs.
@@ -180,7 +182,7 @@ func (s *Stream) RunEnd(ctx context.Context, first, most, bytes int64) (int64, e
 			if err != nil {
 				return 0, err
 			}
-			if large, err = s.reader.IndexedLargeBytes(ctx, ids); err != nil {
+			if large, err = s.reader.DeclaredLargeBytes(ctx, ids); err != nil {
 				return 0, err
 			}
 		}
@@ -200,7 +202,7 @@ func (s *Stream) noteLarge(ctx context.Context, step int64, ids []uint64) error 
 	if !s.runs.Load() {
 		return nil
 	}
-	large, err := s.reader.IndexedLargeBytes(ctx, ids)
+	large, err := s.reader.DeclaredLargeBytes(ctx, ids)
 	if err != nil {
 		return err
 	}

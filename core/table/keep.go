@@ -597,26 +597,27 @@ func (r *Reader) largePages(ctx context.Context, g GroupRef) ([]largePage, error
 	return out, err
 }
 
-// indexedLargePages is largePages as the offset indexes of the group's
-// chunks alone tell it: a chunk without one has none, whatever reads have
-// learnt of its pages. So it is the same answer for every reader of the
-// table version with the same columns and page limit, in any process, at
-// any time (Stream.RunEnd needs that).
-func (r *Reader) indexedLargePages(ctx context.Context, g GroupRef) ([]largePage, error) {
-	if v, ok := r.indexedLarge.Load(g); ok {
+// declaredLargePages is largePages as the files declare their pages: by
+// the offset indexes of the group's chunks, and, of a local file's flat
+// column without one, by its pages' headers (scanChunk), not by what reads
+// have learnt. So it is the same answer for every reader of the table
+// version with the same columns and page limit, in any process, at any time
+// (Stream.RunEnd needs that).
+func (r *Reader) declaredLargePages(ctx context.Context, g GroupRef) ([]largePage, error) {
+	if v, ok := r.declaredLarge.Load(g); ok {
 		return v.([]largePage), nil
 	}
 	out, _, err := r.findLargePages(ctx, g, true)
 	if err == nil {
-		r.indexedLarge.Store(g, out)
+		r.declaredLarge.Store(g, out)
 	}
 	return out, err
 }
 
 // findLargePages returns the pages of row group g charged whole (see
-// largePages), and whether every page of the group was known; indexed
-// takes only the chunks with an offset index.
-func (r *Reader) findLargePages(ctx context.Context, g GroupRef, indexed bool) ([]largePage, bool, error) {
+// largePages), and whether every page of the group was known; declared
+// takes only the pages the files declare (declaredLargePages).
+func (r *Reader) findLargePages(ctx context.Context, g GroupRef, declared bool) ([]largePage, bool, error) {
 	groupBytes, _, err := r.GuessBytes(ctx, g)
 	if err != nil {
 		return nil, false, err
@@ -637,7 +638,7 @@ func (r *Reader) findLargePages(ctx context.Context, g GroupRef, indexed bool) (
 	if err != nil {
 		return nil, false, err
 	}
-	if !indexed {
+	if !declared {
 		if err := r.locatePages(ctx, g.File, g.Group, leaves, locs); err != nil {
 			return nil, false, err
 		}
@@ -645,18 +646,22 @@ func (r *Reader) findLargePages(ctx context.Context, g GroupRef, indexed bool) (
 	var out []largePage
 	known := true
 	for i, l := range locs {
+		chunk, err := md.RowGroup(g.Group).ColumnChunk(leaves[i])
+		if err != nil {
+			return nil, false, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
+		}
+		if declared && !hasOffsetIndex(chunk) {
+			// Only what the file says of itself, not what reads learnt:
+			// the headers of its pages, where a local flat column's add up.
+			if l, err = r.scanChunk(ctx, g.File, g.Group, leaves[i]); err != nil {
+				return nil, false, err
+			}
+		}
 		if l == nil || l.partial() {
 			known = false
 			if l == nil {
 				continue
 			}
-		}
-		chunk, err := md.RowGroup(g.Group).ColumnChunk(leaves[i])
-		if err != nil {
-			return nil, false, errcode.Wrap(err, errcode.Corrupt, "read", r.t.loc.ObjectURI(r.t.pin.Files[g.File].Key))
-		}
-		if indexed && !hasOffsetIndex(chunk) {
-			continue
 		}
 		stored, decoded := chunk.TotalCompressedSize(), chunk.TotalUncompressedSize()
 		if stored <= 0 {
@@ -785,29 +790,32 @@ func (r *Reader) LargeRows(ctx context.Context, ids []uint64, seen map[LargePage
 	return n, nil
 }
 
-// IndexedLargeBytes returns the bytes that the rows ids hold in pages far
-// larger than the rest of their column, as the offset indexes of their
-// chunks show them (indexedLargePages): for each row, each such page
-// holding it at its bytes a row. The rows of chunks without an offset index
-// count nothing. Every reader of the table version with the same columns
-// and page limit gives the same answer.
-func (r *Reader) IndexedLargeBytes(ctx context.Context, ids []uint64) (int64, error) {
+// DeclaredLargeBytes returns the decoded bytes of the pages far larger than
+// the rest of their column that the rows ids need, each page once, as the
+// files declare their pages (declaredLargePages): a step that takes one row
+// of such a page is charged the whole page, whose other rows may be the
+// large ones. The rows of chunks whose pages no file declares count
+// nothing. Every reader of the table version with the same columns and page
+// limit gives the same answer.
+func (r *Reader) DeclaredLargeBytes(ctx context.Context, ids []uint64) (int64, error) {
 	var n int64
 	var pages []largePage
+	seen := map[LargePage]bool{}
 	last := -1
 	for _, id := range ids {
 		g := r.t.groupOf(int64(id))
 		if g != last {
 			var err error
-			if pages, err = r.indexedLargePages(ctx, r.t.groups[g]); err != nil {
+			if pages, err = r.declaredLargePages(ctx, r.t.groups[g]); err != nil {
 				return 0, err
 			}
 			last = g
 		}
 		row := int64(id) - r.t.groupStarts[g]
-		for _, lp := range pages {
-			if !lp.dict && row >= lp.from && row < lp.to {
-				n += lp.bytes / max(lp.to-lp.from, 1)
+		for i, lp := range pages {
+			if k := (LargePage{r.t.groups[g], i}); !lp.dict && row >= lp.from && row < lp.to && !seen[k] {
+				seen[k] = true
+				n += lp.bytes
 			}
 		}
 	}

@@ -1096,32 +1096,44 @@ func scanPages(src io.ReaderAt, chunk byteRange, rows int64) *pageLocs {
 // yet, on local files (a header a read: on a remote store, a round trip
 // each), and keeps them as a read keeps what it learns.
 func (r *Reader) locatePages(ctx context.Context, f, g int, leaves []int, locs []*pageLocs) error {
-	t := r.t
-	if t.Remote() {
-		return nil
-	}
-	md, err := t.Footer(ctx, f)
-	if err != nil {
-		return err
-	}
-	var src io.ReaderAt
 	for i, leaf := range leaves {
-		if locs[i] != nil && !locs[i].partial() || md.Schema.Column(leaf).MaxRepetitionLevel() != 0 {
+		if locs[i] != nil && !locs[i].partial() {
 			continue
 		}
-		chunks, err := leafChunks(md, g, []int{leaf})
+		l, err := r.scanChunk(ctx, f, g, leaf)
 		if err != nil {
-			return errcode.Wrap(err, errcode.Corrupt, "read", t.loc.ObjectURI(t.pin.Files[f].Key))
+			return err
 		}
-		if src == nil {
-			src = t.loc.NewReaderAt(ctx, t.pin.Files[f].Object).CountInto(&r.stats.reads)
-		}
-		if l := scanPages(src, chunks[0], t.pin.Files[f].RowGroups[g]); l != nil {
+		if l != nil {
 			key := pageKey{f, g, leaf}
-			t.pageIndex.m.Store(key, l)
-			t.remember(key, l)
+			r.t.pageIndex.m.Store(key, l)
+			r.t.remember(key, l)
 			locs[i] = l
 		}
 	}
 	return nil
+}
+
+// scanChunk returns the pages of leaf column leaf's chunk in row group g of
+// file f as scanPages locates them, or nil where it does not: on a remote
+// store, for a nested column, or where the headers do not add up. The
+// answer depends on the file alone, not on what any read has learnt.
+func (r *Reader) scanChunk(ctx context.Context, f, g, leaf int) (*pageLocs, error) {
+	t := r.t
+	if t.Remote() {
+		return nil, nil
+	}
+	md, err := t.Footer(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if md.Schema.Column(leaf).MaxRepetitionLevel() != 0 {
+		return nil, nil
+	}
+	chunks, err := leafChunks(md, g, []int{leaf})
+	if err != nil {
+		return nil, errcode.Wrap(err, errcode.Corrupt, "read", t.loc.ObjectURI(t.pin.Files[f].Key))
+	}
+	src := t.loc.NewReaderAt(ctx, t.pin.Files[f].Object).CountInto(&r.stats.reads)
+	return scanPages(src, chunks[0], t.pin.Files[f].RowGroups[g]), nil
 }

@@ -92,8 +92,8 @@ type Reader struct {
 	planned     atomic.Int64 // row groups Keep asked for so far: the priority of the next
 	pageLimit   int64        // ReaderOptions.PageBytes
 	large       sync.Map     // GroupRef -> []largePage, once every page of the group is known
-	// indexedLarge holds indexedLargePages' answers: GroupRef -> []largePage.
-	indexedLarge sync.Map
+	// declaredLarge holds declaredLargePages' answers: GroupRef -> []largePage.
+	declaredLarge sync.Map
 	// The rows kept so far, and their bytes, but those of pieces that keep
 	// a row of a large page: GuessRowBytes's mean.
 	typicalRows, typicalBytes atomic.Int64

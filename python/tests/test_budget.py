@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
 import croupier as cr
 from croupier.dataset import WORKER_ALLOWANCE
@@ -175,11 +177,20 @@ def test_wide_rows_in_two_workers_within_the_bound_over_the_tree(tmp_path: Path)
 
 
 def rare_rows(
-    tmp_path: Path, rows: int, cell: int, large: list[int], row_group_rows: int | None = None
+    tmp_path: Path,
+    rows: int,
+    cell: int,
+    large: list[int],
+    row_group_rows: int | None = None,
+    *,
+    plain: bool = False,
 ) -> str:
     """A table of ``rows`` rows of an id and 4 KiB of random bytes, but for
     the rows ``large``, whose cells hold ``cell`` random bytes, in row groups
-    of ``row_group_rows`` (None: the default); its URI."""
+    of ``row_group_rows`` (None: the default); its URI. ``plain`` writes it
+    as plain Parquet with pyarrow instead: no offset index and no
+    dictionary, pages of 64 KiB (16 rows of 4 KiB; a large cell ends a page
+    of its own and a few small rows)."""
     rng = np.random.default_rng(1)
     sizes = np.array([cell if i in large else 4096 for i in range(rows)], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -187,9 +198,19 @@ def rare_rows(
     cells = pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), rows, [None, pa.py_buffer(offsets.tobytes()), data]
     ).cast(pa.binary())
+    tbl = pa.table({"id": np.arange(rows), "cell": cells})
     uri = f"file://{tmp_path}/rare"
-    cr.create_table(
-        uri, pa.table({"id": np.arange(rows), "cell": cells}), row_group_rows=row_group_rows
+    if not plain:
+        cr.create_table(uri, tbl, row_group_rows=row_group_rows)
+        return uri
+    (tmp_path / "rare").mkdir()
+    pq.write_table(
+        tbl,
+        tmp_path / "rare" / "part-0.parquet",
+        row_group_size=row_group_rows,
+        use_dictionary=False,
+        data_page_size=64 << 10,
+        write_batch_size=16,
     )
     return uri
 
@@ -257,15 +278,17 @@ def test_rare_large_rows_within_the_stated_bound(tmp_path: Path) -> None:
     )
 
 
-def test_a_step_of_a_large_row_crosses_alone_from_workers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("plain", [False, True], ids=["croupier table", "plain Parquet"])
+def test_a_step_of_a_large_row_crosses_alone_from_workers(tmp_path: Path, plain: bool) -> None:
     """Two DataLoader workers sharing steps send them in runs; a step holding a
     row far larger than the rest (8 MiB among rows of 4 KiB) crosses alone, in
     both workers' runs alike, so that neither a worker nor the training process
     holds a run of several such steps at once; the batches are those of one
-    process."""
+    process. Plain Parquet without an offset index declares its pages by
+    their headers alone."""
     cell, steps_of_large = 8 * MiB, [15, 16, 17, 18]
     # Row groups of 256 rows: the rows of 4 KiB are guessed from their own.
-    uri = rare_rows(tmp_path, 2048, cell, [1000 + 64 * i for i in range(4)], 256)
+    uri = rare_rows(tmp_path, 2048, cell, [1000 + 64 * i for i in range(4)], 256, plain=plain)
 
     def make() -> cr.StreamingDataset:
         return cr.StreamingDataset(
