@@ -72,28 +72,10 @@ func rareTables(t *testing.T) map[string]*table.Table {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { croupier.Close() })
-	dir := t.TempDir()
-	data := tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false))
-	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	plain, err := table.Open(ctx, "file://"+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { plain.Close() })
+	plain := openPlain(t, rec)
 	// The same, in pages of 4 KiB: each large cell ends a page of its own
 	// and a few dozen small rows, which only the pages' headers declare.
-	dir = t.TempDir()
-	data = tabletest.EncodeRecord(t, rec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false), parquet.WithDataPageSize(4<<10), parquet.WithBatchSize(8))
-	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	smallPages, err := table.Open(ctx, "file://"+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { smallPages.Close() })
+	smallPages := openPlain(t, rec, parquet.WithDataPageSize(4<<10), parquet.WithBatchSize(8))
 	// The same cells as lists of int32, which headers alone do not locate:
 	// a V1 page does not say how many lists it holds.
 	lists := arrow.NewSchema([]arrow.Field{
@@ -113,18 +95,26 @@ func rareTables(t *testing.T) map[string]*table.Table {
 	}
 	lrec := lb.NewRecordBatch()
 	defer lrec.Release()
-	dir = t.TempDir()
-	data = tabletest.EncodeRecord(t, lrec, parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false))
-	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), data, 0o644); err != nil {
+	plainLists := openPlain(t, lrec)
+	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain,
+		"plain Parquet, small pages": smallPages, "plain Parquet of lists": plainLists}
+}
+
+// openPlain writes rec as one Parquet file of arrow-go's, in row groups of
+// 512 rows, without dictionaries, with props more, and opens it as a table.
+func openPlain(t *testing.T, rec arrow.RecordBatch, props ...parquet.WriterProperty) *table.Table {
+	t.Helper()
+	dir := t.TempDir()
+	props = append([]parquet.WriterProperty{parquet.WithMaxRowGroupLength(512), parquet.WithDictionaryDefault(false)}, props...)
+	if err := os.WriteFile(filepath.Join(dir, "part-0.parquet"), tabletest.EncodeRecord(t, rec, props...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	plainLists, err := table.Open(ctx, "file://"+dir)
+	tb, err := table.Open(context.Background(), "file://"+dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { plainLists.Close() })
-	return map[string]*table.Table{"croupier table": croupier, "plain Parquet": plain,
-		"plain Parquet, small pages": smallPages, "plain Parquet of lists": plainLists}
+	t.Cleanup(func() { tb.Close() })
+	return tb
 }
 
 // rareOrders are the table's order and a full shuffle of it.
