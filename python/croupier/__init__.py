@@ -28,6 +28,7 @@ from ._native import init
 from ._native import version as _library_version
 from .errors import (
     AlreadyExistsError,
+    BudgetWarning,
     CanceledError,
     ChangedError,
     ClosedError,
@@ -58,6 +59,7 @@ __version__ = _metadata.version("croupier")
 
 __all__ = [
     "AlreadyExistsError",
+    "BudgetWarning",
     "CanceledError",
     "ChangedError",
     "ClosedError",

@@ -39,7 +39,7 @@ import pyarrow as pa
 from . import _args, _lib, _native, _torch
 from ._args import Format, ListFormat, Oversize, Packing
 from ._runs import PLACES, RUN_STEPS, Outbox, Steps, merge_runs
-from .errors import InternalError, InvalidArgumentError, LayoutWarning
+from .errors import BudgetWarning, InternalError, InvalidArgumentError, LayoutWarning
 from .formats import (
     arrow_ints,
     check_format,
@@ -886,6 +886,7 @@ class StreamingDataset(
         parts: list[Steps] = []  # of the run being gathered, from workers 0, 1, ...
         slots: dict[tuple[int, int], Any] = {}  # the workers' tensors (see croupier._runs)
         schema = None  # of the merged runs
+        warned = False  # BudgetWarning, once
         for batch in items:
             if not isinstance(batch, Steps):
                 self._count_delivered()
@@ -903,6 +904,9 @@ class StreamingDataset(
                     f"{len(parts)}'s rows of the run from step {self.steps_consumed} were next"
                 )
             parts.append(batch)
+            if not warned and (text := batch.overrun()):
+                warned = True
+                warnings.warn(text, BudgetWarning, stacklevel=2)
             if len(parts) < loader.num_workers:
                 continue
             rows, sizes = merge_runs(parts, slots, schema)

@@ -142,6 +142,19 @@ class LayoutWarning(UserWarning):
     """
 
 
+class BudgetWarning(UserWarning):
+    """A DataLoader worker sent a run of steps holding more bytes beyond its
+    slots' share than its largest row: rows far larger than the rest that no
+    file declared (values in a dictionary page, or pages of a remote file
+    without an offset index) crossed together, and the process tree may grow
+    past the bound ``memory_budget`` states.
+
+    Warned in the training process, once per iteration of a
+    ``croupier.DataLoader``, with the run, its bytes and the share
+    (docs/tuning.md, "memory_budget is a bound").
+    """
+
+
 _CLASSES: dict[StatusCode, type[CroupierError]] = {
     cls.code: cls
     for cls in (

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -316,3 +317,50 @@ def test_a_step_of_a_large_row_crosses_alone_from_workers(tmp_path: Path, plain:
     for step in steps_of_large:
         assert (step, 1) in runs, runs
     assert max(n for _, n in runs) > 1  # the other steps still go in runs
+
+
+def test_a_run_of_undeclared_large_rows_is_announced(tmp_path: Path) -> None:
+    """Plain Parquet whose rows 992 to 1,011 hold one 1 MiB value from a
+    dictionary page, among rows of 16 values of 4 KiB: no header says which
+    rows are large, so the run holding step 15 (rows 960 to 1,023) crosses
+    whole, and the training process warns (BudgetWarning) naming the run and
+    its bytes; the batches are still those of one process. The same rows as
+    a croupier table (no dictionary, its pages declared) cross without it."""
+    rows, big = 2048, range(992, 1012)
+    rng = np.random.default_rng(1)
+    small = [rng.integers(0, 256, 4096, dtype=np.uint8).tobytes() for _ in range(16)]
+    large = rng.integers(0, 256, MiB, dtype=np.uint8).tobytes()
+    cells = pa.array([large if i in big else small[i % 16] for i in range(rows)], pa.binary())
+    tbl = pa.table({"id": np.arange(rows), "cell": cells})
+    (tmp_path / "plain").mkdir()
+    # Batches of 32 rows: the 20 large rows are written in one, all from the
+    # dictionary, before the writer falls back to plain pages.
+    pq.write_table(
+        tbl, tmp_path / "plain" / "part-0.parquet", row_group_size=256, write_batch_size=32
+    )
+    cr.create_table(f"file://{tmp_path}/croupier", tbl, row_group_rows=256)
+    for form, announced in (("plain", True), ("croupier", False)):
+
+        def make(form: str = form) -> cr.StreamingDataset:
+            return cr.StreamingDataset(
+                cr.open_table(f"file://{tmp_path}/{form}"),
+                global_batch_size=64,
+                num_splits=1,
+                format="arrow",
+                memory_budget=2 * WORKER_ALLOWANCE + 64 * MiB,
+            )
+
+        want = [b.column("id").to_pylist() for b in cr.DataLoader(make())]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = [
+                b.column("id").to_pylist()
+                for b in cr.DataLoader(make(), num_workers=2, in_process=False)
+            ]
+        assert got == want
+        said = [str(w.message) for w in caught if issubclass(w.category, cr.BudgetWarning)]
+        if announced:
+            assert len(said) == 1, said
+            assert "the run of steps 0 to 15 took" in said[0], said
+        else:
+            assert not said, said
