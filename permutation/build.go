@@ -171,9 +171,9 @@ type builder struct {
 		rows, groups, skipped int64
 		kept, done            atomic.Int64 // rows kept and scanned, as the scan goes
 	}
-	keys     [][]string // with GroupBy: the group key of each part's rows, in row id order
-	held     int64      // the most records the ordering held in one slice
-	reported time.Time  // when progress was last reported
+	keys     []*groups // with GroupBy: the groups of each part's rows, in row id order
+	held     int64     // the most records the ordering held in one slice
+	reported time.Time // when progress was last reported
 }
 
 // prepare parses the expressions and decides which columns to read.
@@ -301,7 +301,10 @@ func (b *builder) scan(ctx context.Context, rt *router) error {
 	}
 	defer r.Close()
 	if len(b.spec.GroupBy) > 0 {
-		b.keys = make([][]string, b.numParts())
+		b.keys = make([]*groups, b.numParts())
+		for p := range b.keys {
+			b.keys[p] = &groups{}
+		}
 	}
 	results := make([]chan groupResult, len(jobs))
 	for i := range results {
@@ -411,7 +414,9 @@ func (b *builder) take(res groupResult, rt *router) error {
 			return err
 		}
 		if b.keys != nil {
-			b.keys[p] = append(b.keys[p], res.keys[i])
+			if err := b.keys[p].add(res.keys[i]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -685,22 +690,14 @@ func permuteClumps[T any](ids []T, c int64, r *Rand) []T {
 	return append(out, ids[n/c*c:]...)
 }
 
-// group reorders ids so that the rows of each group, those with equal keys,
-// are consecutive, and returns where each group starts. Groups come in the
-// order of their first rows, permuted by r when it is not nil; rows keep
-// their order inside their group.
-func group[T any](ids []T, keys []string, r *Rand) []uint64 {
-	index := map[string]int{}
-	of := make([]int, len(ids)) // the group of each row
-	var sizes []int64
-	for i, k := range keys {
-		g, ok := index[k]
-		if !ok {
-			g = len(sizes)
-			index[k] = g
-			sizes = append(sizes, 0)
-		}
-		of[i] = g
+// group reorders ids so that the rows of each group are consecutive, and
+// returns where each group starts: of is each row's group of n, numbered in
+// the order of their first rows (groups.of). Groups come in that order,
+// permuted by r when it is not nil; rows keep their order inside their
+// group.
+func group[T any](ids []T, of []uint32, n int, r *Rand) []uint64 {
+	sizes := make([]int64, n)
+	for _, g := range of {
 		sizes[g]++
 	}
 	order := make([]int, len(sizes))

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+
+	"github.com/croupier-data/croupier/core/errcode"
 )
 
 // Bucketed shuffles. A full shuffle of a split larger than memory is done
@@ -435,7 +437,15 @@ func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) erro
 	if sh := o.b.spec.Shuffle; sh != nil {
 		r = NewRand(shuffleKey(sh.Seed, p, 0))
 	}
-	starts := group(recs, o.b.keys[p], r)
+	g := o.b.keys[p]
+	if g == nil {
+		g = &groups{}
+	}
+	if len(g.of) != len(recs) {
+		return errcode.New(errcode.Internal, "order", o.b.t.URI(), "split %d: the groups of %d rows, for %d rows", p, len(g.of), len(recs))
+	}
+	g.index = nil // numbered: the rows' groups are in of
+	starts := group(recs, g.of, len(g.keys), r)
 	if err := sink.add(recs); err != nil {
 		return err
 	}
