@@ -121,8 +121,8 @@ class Steps:
         several steps and exceeds its worker's slots' share by more than the
         largest row the worker dealt, else None. A step holding a row of a
         page far larger than the rest goes alone, within the bound's allowance
-        for one such row, so such a run holds rows larger than the table's
-        files declared."""
+        for one such row, so such a run holds rows larger than the stream
+        guessed and the files declared."""
         limit, largest = self.stats.get("sent_limit", 0), self.stats.get("largest_row", 0)
         if not limit or self.steps < 2 or self.size <= limit + largest:
             return None
@@ -130,11 +130,12 @@ class Steps:
             f"DataLoader worker {self.worker}: the run of steps {self.first} to "
             f"{self.first + self.steps - 1} took {self.size} bytes, more than the {limit} "
             f"bytes of its slots and its largest row ({largest} bytes) together: it holds rows "
-            "far larger than the rest that the table's files do not declare (values in a "
-            "dictionary page, or pages of a remote file without an offset index), and the "
-            "process tree may grow past the bound memory_budget states (docs/tuning.md, "
-            '"memory_budget is a bound"); read with num_workers=0, give the budget room for '
-            "several such rows, or rewrite the table (croupier.rewrite)"
+            "larger than the stream guessed (rows far larger than the rest that the table's "
+            "files do not declare, as values in a dictionary page or pages of a remote file "
+            "without an offset index do, or rows far larger than those the guess was made "
+            "from), and the process tree may grow past the bound memory_budget states "
+            '(docs/tuning.md, "memory_budget is a bound"); read with num_workers=0, give the '
+            "budget room for several such rows, or rewrite the table (croupier.rewrite)"
         )
 
 

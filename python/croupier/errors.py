@@ -144,10 +144,11 @@ class LayoutWarning(UserWarning):
 
 class BudgetWarning(UserWarning):
     """A DataLoader worker sent a run of steps holding more bytes beyond its
-    slots' share than its largest row: rows far larger than the rest that no
-    file declared (values in a dictionary page, or pages of a remote file
-    without an offset index) crossed together, and the process tree may grow
-    past the bound ``memory_budget`` states.
+    slots' share than its largest row: rows larger than the stream guessed
+    crossed together (rows far larger than the rest that no file declared,
+    as values in a dictionary page or pages of a remote file without an
+    offset index, or rows far larger than those the guess was made from),
+    and the process tree may grow past the bound ``memory_budget`` states.
 
     Warned in the training process, once per iteration of a
     ``croupier.DataLoader``, with the run, its bytes and the share
