@@ -70,10 +70,11 @@ const noSplit = -1
 // uri, which must not hold a permutation yet. It reads only the columns the
 // filter, the split, the groups and the lengths need, and skips row groups
 // whose statistics rule the filter out. Its memory is bounded by
-// BuildOptions.Memory whatever the table's size, but with Spec.GroupBy and
-// with random splits, which hold every kept row, and with sequential splits
-// fully shuffled, which hold a split (see docs/spec.md, "Building in bounded
-// memory"). It is the distributed build of one rank (see Rank).
+// BuildOptions.Memory whatever the table's size, but with random splits,
+// which hold every kept row, with sequential splits fully shuffled, which
+// hold a split, and with Spec.GroupBy by a few numbers a group beside it
+// (see docs/spec.md, "Building in bounded memory"). It is the distributed
+// build of one rank (see Rank).
 func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
 	r, err := NewRank(ctx, t, spec, uri, opts, RankOptions{World: 1})
 	if err != nil {
@@ -171,9 +172,10 @@ type builder struct {
 		rows, groups, skipped int64
 		kept, done            atomic.Int64 // rows kept and scanned, as the scan goes
 	}
-	keys     []*groups // with GroupBy: the groups of each part's rows, in row id order
-	held     int64     // the most records the ordering held in one slice
-	reported time.Time // when progress was last reported
+	keys     []*groups   // with GroupBy: the groups of each part's rows, as the scan numbers them
+	numbers  []numbering // with GroupBy: of each part this rank orders, its groups' numbers (gatherKeys)
+	held     int64       // the most records the ordering held in one slice
+	reported time.Time   // when progress was last reported
 }
 
 // prepare parses the expressions and decides which columns to read.
@@ -406,17 +408,18 @@ func (b *builder) take(res groupResult, rt *router) error {
 		if p == noSplit {
 			continue
 		}
-		var n uint32
+		var n, g uint32
 		if res.lengths != nil {
 			n = res.lengths[i]
 		}
-		if err := rt.route(int(p), uint64(res.first)+uint64(i), n); err != nil {
-			return err
-		}
 		if b.keys != nil {
-			if err := b.keys[p].add(res.keys[i]); err != nil {
+			var err error
+			if g, err = b.keys[p].number(res.keys[i]); err != nil {
 				return err
 			}
+		}
+		if err := rt.route(int(p), uint64(res.first)+uint64(i), n, g); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -435,7 +438,7 @@ func (b *builder) scanNone(ctx context.Context, rt *router) error {
 	}
 	first := uint64(b.jobs[0].first)
 	for id := first; id < first+uint64(b.stats.rows); id++ {
-		if err := rt.route(0, id, 0); err != nil {
+		if err := rt.route(0, id, 0, 0); err != nil {
 			return err
 		}
 	}
@@ -688,38 +691,6 @@ func permuteClumps[T any](ids []T, c int64, r *Rand) []T {
 		out = append(out, ids[u*c:(u+1)*c]...)
 	}
 	return append(out, ids[n/c*c:]...)
-}
-
-// group reorders ids so that the rows of each group are consecutive, and
-// returns where each group starts: of is each row's group of n, numbered in
-// the order of their first rows (groups.of). Groups come in that order,
-// permuted by r when it is not nil; rows keep their order inside their
-// group.
-func group[T any](ids []T, of []uint32, n int, r *Rand) []uint64 {
-	sizes := make([]int64, n)
-	for _, g := range of {
-		sizes[g]++
-	}
-	order := make([]int, len(sizes))
-	for i := range order {
-		order[i] = i
-	}
-	if r != nil {
-		Permute(r, order)
-	}
-	at := make([]int64, len(sizes)) // the next position of each group's rows
-	starts := make([]uint64, len(sizes))
-	var pos int64
-	for i, g := range order {
-		at[g], starts[i] = pos, uint64(pos)
-		pos += sizes[g]
-	}
-	src := slices.Clone(ids)
-	for i, g := range of {
-		ids[at[g]] = src[i]
-		at[g]++
-	}
-	return starts
 }
 
 // shuffle orders ids by sh with the given key (see ShuffleSpec). Only whole

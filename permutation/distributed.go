@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -267,7 +266,7 @@ func (r *Rank) scan(ctx context.Context, reports []json.RawMessage) (any, error)
 	if r.reroutes() {
 		buckets, stage = 1, "-scanned"
 	}
-	sp := newSpill(ctx, r.loc, r.spillPrefix(stage), b.numParts(), buckets, width, b.spec.Lengths != "", b.opts.Memory)
+	sp := newSpill(ctx, r.loc, r.spillPrefix(stage), b.numParts(), buckets, width, b.spec.Lengths != "", len(b.spec.GroupBy) > 0, b.opts.Memory)
 	sp.claim = func() error { return r.claim(ctx) }
 	r.scanned = sp
 	if err := b.scan(ctx, newRouter(b, sp, nil)); err != nil {
@@ -310,14 +309,14 @@ func (r *Rank) route(ctx context.Context, reports []json.RawMessage) (any, error
 			at[p] += s.Spill.Rows[p]
 		}
 	}
-	r.sp = newSpill(ctx, r.loc, r.spillPrefix(""), b.numParts(), b.numBuckets(), from.width, from.record > from.width, b.opts.Memory)
+	r.sp = newSpill(ctx, r.loc, r.spillPrefix(""), b.numParts(), b.numBuckets(), from.width, from.lengths, from.groups, b.opts.Memory)
 	r.sp.claim = func() error { return r.claim(ctx) }
 	rt := newRouter(b, r.sp, at)
 	for p := range at {
 		err := from.read(ctx, p, 0, func(records []byte) error {
 			for i := 0; i < len(records); i += from.record {
-				id, length := decodeRecord(records[i:i+from.record], from.width)
-				if err := rt.route(p, id, length); err != nil {
+				id, length, number := from.decodeRecord(records[i : i+from.record])
+				if err := rt.route(p, id, length, number); err != nil {
 					return err
 				}
 			}
@@ -335,19 +334,6 @@ func (r *Rank) route(ctx context.Context, reports []json.RawMessage) (any, error
 	me := scans[b.rank]
 	me.Spill = r.sp.report()
 	return me, nil
-}
-
-// decodeRecord returns the row id and length of a spill record.
-func decodeRecord(rec []byte, width int) (id uint64, length uint32) {
-	if width == 4 {
-		id = uint64(binary.LittleEndian.Uint32(rec))
-	} else {
-		id = binary.LittleEndian.Uint64(rec)
-	}
-	if len(rec) > width {
-		length = binary.LittleEndian.Uint32(rec[width:])
-	}
-	return id, length
 }
 
 // digest orders the chunks this rank orders and reports their digests.

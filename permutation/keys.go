@@ -23,14 +23,13 @@ import (
 func (s *spill) keysKey(p int) string { return path.Join(s.prefix, "keys", fmt.Sprint(p)) }
 
 // groups numbers the groups of one part's kept rows in the order of their
-// first rows, row id order: of holds each row's group, keys each group's key
-// (its canonical encoding, hash.go), index the number of each key. A row
-// costs its group's number, 4 bytes, and a group its key once: holding each
-// row's key as a string of its own took 30 bytes a row and more.
+// first rows, row id order: keys holds each group's key (its canonical
+// encoding, hash.go), index the number of each key. The scan spills each
+// row with its group's number (spill.groups), so a group costs its key once
+// and a row 4 bytes of its record, not a key of its own in memory.
 type groups struct {
 	index map[string]uint32
 	keys  []string
-	of    []uint32
 }
 
 // number returns the group of key, numbering it next if it is new.
@@ -50,31 +49,15 @@ func (g *groups) number(key string) (uint32, error) {
 	return n, nil
 }
 
-// add appends a row whose group key is key.
-func (g *groups) add(key string) error {
-	n, err := g.number(key)
-	g.of = append(g.of, n)
-	return err
+// A numbering says what the group numbers in each rank's spilled records
+// of a part are in the part: to[r] maps rank r's numbers to the part's
+// (nil: the same numbers, in a build of one rank); n is the part's groups.
+type numbering struct {
+	n  int
+	to [][]uint32
 }
 
-// merge appends the rows of o, the rows that follow g's in row id order,
-// numbering o's groups on from g's.
-func (g *groups) merge(o *groups) error {
-	to := make([]uint32, len(o.keys))
-	for i, k := range o.keys {
-		n, err := g.number(k)
-		if err != nil {
-			return err
-		}
-		to[i] = n
-	}
-	for _, n := range o.of {
-		g.of = append(g.of, to[n])
-	}
-	return nil
-}
-
-// shareKeys writes out the groups of this rank's rows of each split that
+// shareKeys writes out the keys of this rank's groups of each split that
 // another rank orders, and forgets them.
 func (r *Rank) shareKeys(ctx context.Context) error {
 	b := r.b
@@ -85,10 +68,10 @@ func (r *Rank) shareKeys(ctx context.Context) error {
 		b.keys = make([]*groups, b.numParts())
 	}
 	for p, g := range b.keys {
-		if p%b.world == b.rank || g == nil || len(g.of) == 0 {
+		if p%b.world == b.rank || g == nil || len(g.keys) == 0 {
 			continue
 		}
-		if err := r.sp.writeKeys(ctx, p, g); err != nil {
+		if err := r.sp.writeKeys(ctx, p, g.keys); err != nil {
 			return err
 		}
 		b.keys[p] = nil
@@ -96,98 +79,98 @@ func (r *Rank) shareKeys(ctx context.Context) error {
 	return nil
 }
 
-// gatherKeys reads, for each split this rank orders, every rank's groups of
-// it, in rank order, and numbers them as one process does: in the order of
-// their first rows, row id order.
+// gatherKeys numbers the groups of each split this rank orders as one
+// process does, in the order of their first rows: every rank's groups, in
+// rank order, each rank's numbered on from those of the ranks before it (a
+// key seen before keeps its number). It reads the other ranks' keys.
 func (r *Rank) gatherKeys(ctx context.Context, scans []scanReport) error {
 	b := r.b
-	if len(b.spec.GroupBy) == 0 || b.world == 1 {
+	if len(b.spec.GroupBy) == 0 {
 		return nil
 	}
-	for p := range b.keys {
+	b.numbers = make([]numbering, b.numParts())
+	for p := range b.numbers {
 		if p%b.world != b.rank {
 			continue
 		}
+		if b.world == 1 {
+			if g := b.keys[p]; g != nil {
+				b.numbers[p].n = len(g.keys)
+			}
+			b.keys[p] = nil // each row's group is in its record
+			continue
+		}
 		all := &groups{}
+		b.numbers[p].to = make([][]uint32, len(scans))
 		for i, s := range scans {
-			var g *groups
+			var keys []string
 			switch {
-			case i == b.rank:
-				g = b.keys[p]
-			case s.Spill.Rows[p] > 0:
+			case i == b.rank && b.keys[p] != nil:
+				keys = b.keys[p].keys
+			case i != b.rank && s.Spill.Rows[p] > 0:
 				var err error
-				if g, err = readKeys(ctx, r.loc, r.all.ranks[i].keysKey(p), s.Spill.Rows[p]); err != nil {
+				if keys, err = readKeys(ctx, r.loc, r.all.ranks[i].keysKey(p)); err != nil {
 					return err
 				}
 			}
-			if g == nil {
-				continue
+			to := make([]uint32, len(keys))
+			for j, k := range keys {
+				n, err := all.number(k)
+				if err != nil {
+					return err
+				}
+				to[j] = n
 			}
-			if err := all.merge(g); err != nil {
-				return err
-			}
+			b.numbers[p].to[i] = to
 		}
-		b.keys[p] = all
+		b.numbers[p].n = len(all.keys)
+		b.keys[p] = nil
 	}
 	return nil
 }
 
-// writeKeys writes g as the keys object of part p: the number of its groups,
-// a uvarint; each group's key, in order, its length, a uvarint, then its
-// bytes; then each row's group, a uvarint.
-func (s *spill) writeKeys(ctx context.Context, p int, g *groups) error {
+// writeKeys writes keys, a rank's groups of part p in the order of their
+// numbers, as the keys object of part p: their number, a uvarint, then each
+// key's length, a uvarint, and its bytes.
+func (s *spill) writeKeys(ctx context.Context, p int, keys []string) error {
 	if err := s.claimFirst(); err != nil {
 		return err
 	}
-	n := binary.MaxVarintLen64 * (1 + len(g.keys) + len(g.of))
-	for _, k := range g.keys {
+	n := binary.MaxVarintLen64 * (1 + len(keys))
+	for _, k := range keys {
 		n += len(k)
 	}
-	data := binary.AppendUvarint(make([]byte, 0, n), uint64(len(g.keys)))
-	for _, k := range g.keys {
+	data := binary.AppendUvarint(make([]byte, 0, n), uint64(len(keys)))
+	for _, k := range keys {
 		data = binary.AppendUvarint(data, uint64(len(k)))
 		data = append(data, k...)
-	}
-	for _, n := range g.of {
-		data = binary.AppendUvarint(data, uint64(n))
 	}
 	s.written = true
 	return errcode.Wrap(s.loc.WriteAll(ctx, s.keysKey(p), data, store.WriterOptions{}), errcode.Unavailable, "spill", s.loc.ObjectURI(s.keysKey(p)))
 }
 
-// readKeys reads the keys object at key, which holds the groups of n rows.
-func readKeys(ctx context.Context, loc *store.Location, key string, n int64) (*groups, error) {
+// readKeys reads the keys object at key.
+func readKeys(ctx context.Context, loc *store.Location, key string) ([]string, error) {
 	data, err := loc.ReadAll(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	bad := func(format string, args ...any) (*groups, error) {
-		return nil, errcode.New(errcode.Corrupt, "spill", loc.ObjectURI(key), format, args...)
-	}
 	count, w := binary.Uvarint(data)
 	if w <= 0 || count > uint64(len(data)) {
-		return bad("no count of groups")
+		return nil, errcode.New(errcode.Corrupt, "spill", loc.ObjectURI(key), "no count of group keys")
 	}
 	data = data[w:]
-	g := &groups{keys: make([]string, 0, count), of: make([]uint32, 0, n)}
-	for range count {
+	keys := make([]string, 0, count)
+	for len(data) > 0 {
 		l, w := binary.Uvarint(data)
 		if w <= 0 || uint64(len(data)-w) < l {
-			return bad("%d group keys, not %d", len(g.keys), count)
+			break
 		}
-		g.keys = append(g.keys, string(data[w:w+int(l)]))
+		keys = append(keys, string(data[w:w+int(l)]))
 		data = data[w+int(l):]
 	}
-	for len(data) > 0 {
-		x, w := binary.Uvarint(data)
-		if w <= 0 || x >= count {
-			return bad("row %d of the split has no group of the %d", len(g.of), count)
-		}
-		g.of = append(g.of, uint32(x))
-		data = data[w:]
+	if len(data) > 0 || uint64(len(keys)) != count {
+		return nil, errcode.New(errcode.Corrupt, "spill", loc.ObjectURI(key), "%d group keys, not the %d it says", len(keys), count)
 	}
-	if int64(len(g.of)) != n {
-		return bad("the groups of %d rows, not the %d rows of the split", len(g.of), n)
-	}
-	return g, nil
+	return keys, nil
 }

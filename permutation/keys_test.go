@@ -11,12 +11,11 @@ import (
 	"github.com/croupier-data/croupier/core/store"
 )
 
-// TestGroupsOfRanks numbers the groups of random keys cut into runs of
-// rows, as W ranks scan them: each run's groups written as a keys object,
-// read back and merged in order, number every row as one pass over all the
-// keys does, and group orders the rows alike. A keys object cut short, or
-// naming a group it does not hold, is Corrupt.
-func TestGroupsOfRanks(t *testing.T) {
+// TestGroupKeysObject numbers random keys as a scan does, in the order of
+// their first rows, and writes a rank's keys as its keys object: read back,
+// they are the same keys in the same order. An object cut short, or saying
+// more or fewer keys than it holds, is Corrupt.
+func TestGroupKeysObject(t *testing.T) {
 	ctx := context.Background()
 	loc, err := store.OpenCreate(ctx, "file://"+t.TempDir())
 	if err != nil {
@@ -24,74 +23,35 @@ func TestGroupsOfRanks(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for iter := range 20 {
-		n := 1 + rng.IntN(2000)
-		keys := make([]string, n)
+		keys := make([]string, 1+rng.IntN(2000))
 		for i := range keys {
 			keys[i] = fmt.Sprint(rng.IntN(1 + rng.IntN(300)))
 		}
-		one := &groups{}
-		for _, k := range keys {
-			if err := one.add(k); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Groups are numbered in the order of their first rows.
-		order := firstKeys(keys)
+		g := &groups{}
+		var first []string // the keys in the order of their first rows
 		for i, k := range keys {
-			if want := uint32(slices.Index(order, k)); one.of[i] != want || one.keys[want] != k {
-				t.Fatalf("iter %d: row %d of key %q is group %d, want %d", iter, i, k, one.of[i], want)
-			}
-		}
-		all := &groups{}
-		for r, from := 0, 0; from < n; r++ {
-			to := min(n, from+rng.IntN(n+1))
-			part := &groups{}
-			for _, k := range keys[from:to] {
-				if err := part.add(k); err != nil {
-					t.Fatal(err)
-				}
-			}
-			sp := &spill{loc: loc, prefix: fmt.Sprintf("iter%d/%d", iter, r), claim: func() error { return nil }}
-			if err := sp.writeKeys(ctx, 0, part); err != nil {
-				t.Fatal(err)
-			}
-			got, err := readKeys(ctx, loc, sp.keysKey(0), int64(to-from))
+			n, err := g.number(k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := all.merge(got); err != nil {
-				t.Fatal(err)
+			if slices.Index(keys, k) == i {
+				first = append(first, k)
 			}
-			from = to
-		}
-		if !slices.Equal(all.of, one.of) || !slices.Equal(all.keys, one.keys) {
-			t.Fatalf("iter %d: the ranks' groups differ from one pass's", iter)
-		}
-		ids := make([]uint64, n)
-		for i := range ids {
-			ids[i] = uint64(i)
-		}
-		starts := group(ids, one.of, len(one.keys), NewRand(uint64(iter)))
-		if len(starts) != len(one.keys) {
-			t.Fatalf("iter %d: %d groups start, of %d", iter, len(starts), len(one.keys))
-		}
-		for g, s := range starts {
-			end := uint64(n)
-			if g+1 < len(starts) {
-				end = starts[g+1]
+			if want := uint32(slices.Index(first, k)); n != want {
+				t.Fatalf("iter %d: row %d of key %q is group %d, want %d", iter, i, k, n, want)
 			}
-			run := ids[s:end]
-			if !slices.IsSorted(run) || len(run) == 0 || slices.ContainsFunc(run, func(id uint64) bool { return keys[id] != keys[run[0]] }) {
-				t.Fatalf("iter %d: group at %d holds rows %v", iter, s, run)
-			}
+		}
+		sp := &spill{loc: loc, prefix: fmt.Sprint(iter)}
+		if err := sp.writeKeys(ctx, 0, g.keys); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readKeys(ctx, loc, sp.keysKey(0))
+		if err != nil || !slices.Equal(got, first) {
+			t.Fatalf("iter %d: read %d keys back (%v), wrote %d", iter, len(got), err, len(first))
 		}
 	}
-	sp := &spill{loc: loc, prefix: "bad", claim: func() error { return nil }}
-	g := &groups{}
-	for _, k := range []string{"a", "b", "a", "c"} {
-		g.add(k)
-	}
-	if err := sp.writeKeys(ctx, 0, g); err != nil {
+	sp := &spill{loc: loc, prefix: "bad"}
+	if err := sp.writeKeys(ctx, 0, []string{"a", "bc", "d"}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := loc.ReadAll(ctx, sp.keysKey(0))
@@ -99,27 +59,17 @@ func TestGroupsOfRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, bad := range map[string][]byte{
-		"cut short":  data[:len(data)-1],
-		"no group":   append(slices.Clone(data[:len(data)-1]), 7),
-		"empty":      nil,
-		"keys short": data[:4],
+		"cut short":   data[:len(data)-1],
+		"a key more":  append(slices.Clone(data), 1, 'e'),
+		"fewer keys":  append([]byte{4}, data[1:]...),
+		"empty":       nil,
+		"length past": append(slices.Clone(data), 9, 'e'),
 	} {
 		if err := loc.WriteAll(ctx, "bad/"+name, bad, store.WriterOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := readKeys(ctx, loc, "bad/"+name, 4); errcode.Of(err) != errcode.Corrupt {
+		if _, err := readKeys(ctx, loc, "bad/"+name); errcode.Of(err) != errcode.Corrupt {
 			t.Errorf("%s: %v, want Corrupt", name, err)
 		}
 	}
-}
-
-// firstKeys returns the keys in the order of their first appearance.
-func firstKeys(keys []string) []string {
-	var out []string
-	for i, k := range keys {
-		if slices.Index(keys, k) == i {
-			out = append(out, k)
-		}
-	}
-	return out
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"path"
 	"slices"
 
 	"github.com/croupier-data/croupier/core/errcode"
@@ -28,8 +29,9 @@ var bucketIDs int64 = 1 << 22
 
 // numBuckets returns B, the buckets of each part of the scan. Only a full
 // shuffle of hash, calculated or no splits has more than one: stored order
-// and window shuffles read their split in order, groups and random or
-// sequential splits are ordered in memory.
+// and window shuffles read their split in order, groups are placed in
+// buckets of their own (grouped), random and sequential splits are ordered
+// as splits.
 func (b *builder) numBuckets() int {
 	sh, s := b.spec.Shuffle, b.spec.Split
 	switch {
@@ -83,8 +85,8 @@ func newRouter(b *builder, sp *spill, at []int64) *router {
 	return r
 }
 
-// route adds a kept row, and its length, to part p.
-func (r *router) route(p int, id uint64, length uint32) error {
+// route adds a kept row, its length and its group's number, to part p.
+func (r *router) route(p int, id uint64, length, group uint32) error {
 	unit := id
 	switch {
 	case r.spans != nil:
@@ -97,7 +99,7 @@ func (r *router) route(p int, id uint64, length uint32) error {
 	if r.sp.buckets > 1 {
 		bk = bucketOf(r.keys[p], unit, r.sp.buckets)
 	}
-	return r.sp.add(p, bk, id, length)
+	return r.sp.add(p, bk, id, length, group)
 }
 
 // A layout is how records are held while they are ordered: T is uint32 for
@@ -427,29 +429,143 @@ func (o *orderer[T]) owns(p int, c int64) bool {
 }
 
 // grouped gives part p's records with the rows of each group together, and
-// where its groups start.
+// where its groups start. Groups come in the order of their first rows,
+// permuted with the split's shuffle key when the spec shuffles; rows keep
+// row id order inside their group. It holds a few numbers a group, not the
+// rows: a pass over the spill counts each group's rows, which places every
+// group; a second sends each row to a bucket of consecutive positions,
+// whole groups of at most bucketIDs rows together (a larger group alone),
+// spilled again where there are several; each bucket is then laid out in
+// memory and given to sink in turn.
 func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) error {
-	recs, err := o.load(ctx, p, 0)
+	nb := o.b.numbers[p]
+	sizes := make([]int64, nb.n)
+	err := o.groupRecords(ctx, p, nb, func(_ []byte, g uint32) error {
+		sizes[g]++
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	var r *Rand
+	order := make([]int, nb.n)
+	for i := range order {
+		order[i] = i
+	}
 	if sh := o.b.spec.Shuffle; sh != nil {
-		r = NewRand(shuffleKey(sh.Seed, p, 0))
+		Permute(NewRand(shuffleKey(sh.Seed, p, 0)), order)
 	}
-	g := o.b.keys[p]
-	if g == nil {
-		g = &groups{}
+	at := make([]int64, nb.n) // the next position of each group's rows
+	starts := make([]uint64, nb.n)
+	bucket := make([]uint32, nb.n) // of each group
+	var cuts []int64               // the first position of each bucket
+	var pos, in int64
+	for i, g := range order {
+		at[g], starts[i] = pos, uint64(pos)
+		if len(cuts) == 0 || in > 0 && in+sizes[g] > bucketIDs {
+			cuts, in = append(cuts, pos), 0
+		}
+		bucket[g] = uint32(len(cuts) - 1)
+		pos, in = pos+sizes[g], in+sizes[g]
 	}
-	if len(g.of) != len(recs) {
-		return errcode.New(errcode.Internal, "order", o.b.t.URI(), "split %d: the groups of %d rows, for %d rows", p, len(g.of), len(recs))
+	cuts = append(cuts, pos)
+	if len(cuts) <= 2 { // one bucket or none: laid out as the spill is read
+		err := o.layOut(sink, pos, o.own().prefix, func(put func(off int64, rec []byte) error) error {
+			return o.groupRecords(ctx, p, nb, func(rec []byte, g uint32) error {
+				at[g]++
+				return put(at[g]-1, rec)
+			})
+		})
+		if err != nil {
+			return err
+		}
+		return sink.end(starts)
 	}
-	g.index = nil // numbered: the rows' groups are in of
-	starts := group(recs, g.of, len(g.keys), r)
-	if err := sink.add(recs); err != nil {
+	me := o.own()
+	placed := newSpill(ctx, me.loc, path.Join(me.prefix, "placed"), 1, len(cuts)-1, me.width, me.lengths, true, o.b.opts.Memory)
+	placed.claim = me.claim
+	defer placed.remove(ctx)
+	err = o.groupRecords(ctx, p, nb, func(rec []byte, g uint32) error {
+		id, length, _ := me.decodeRecord(rec)
+		b := bucket[g]
+		at[g]++
+		return placed.add(0, int(b), id, length, uint32(at[g]-1-cuts[b]))
+	})
+	if err == nil {
+		err = placed.finish(false)
+	}
+	if err != nil {
 		return err
 	}
+	for b := range len(cuts) - 1 {
+		err := o.layOut(sink, cuts[b+1]-cuts[b], placed.prefix, func(put func(off int64, rec []byte) error) error {
+			return placed.read(ctx, 0, b, func(records []byte) error {
+				for i := 0; i < len(records); i += placed.record {
+					rec := records[i : i+placed.record]
+					_, _, off := placed.decodeRecord(rec)
+					if err := put(int64(off), rec); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
 	return sink.end(starts)
+}
+
+// own returns the spill of the rank o orders for.
+func (o *orderer[T]) own() *spill { return o.sp.ranks[o.b.rank] }
+
+// layOut gives sink n records in one slice, each where fill puts it (off,
+// from 0), read from the spill under where.
+func (o *orderer[T]) layOut(sink splitSink[T], n int64, where string, fill func(put func(off int64, rec []byte) error) error) error {
+	recs := make([]T, n)
+	o.b.held = max(o.b.held, n)
+	err := fill(func(off int64, rec []byte) error {
+		if off < 0 || off >= n {
+			return errcode.New(errcode.Corrupt, "spill", o.own().loc.ObjectURI(where), "a record placed at %d of %d", off, n)
+		}
+		recs[off] = o.l.get(rec)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return sink.add(recs)
+}
+
+// groupRecords calls fn with each record of part p, every rank's in rank
+// order, which is row id order, and the number of its group in the part.
+func (o *orderer[T]) groupRecords(ctx context.Context, p int, nb numbering, fn func(rec []byte, g uint32) error) error {
+	for r, s := range o.sp.ranks {
+		to := []uint32(nil)
+		if nb.to != nil {
+			to = nb.to[r]
+		}
+		err := s.read(ctx, p, 0, func(records []byte) error {
+			for i := 0; i < len(records); i += s.record {
+				rec := records[i : i+s.record]
+				_, _, g := s.decodeRecord(rec)
+				switch {
+				case to != nil && int(g) < len(to):
+					g = to[g]
+				case to != nil || int(g) >= nb.n:
+					return errcode.New(errcode.Corrupt, "spill", s.loc.ObjectURI(s.prefix), "a record of split %d names group %d of rank %d, which has no such group", p, g, r)
+				}
+				if err := fn(rec, g); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // assigned reports whether the spec's split is random or sequential.

@@ -27,6 +27,8 @@ type spill struct {
 	loc     *store.Location
 	prefix  string // the key prefix of the spill objects
 	width   int    // bytes of a row id
+	lengths bool   // whether a record holds the row's length, 4 bytes after its id
+	groups  bool   // whether a record holds a number, 4 bytes, last: its group's (see groups)
 	record  int    // bytes of a record
 	object  int    // bytes of a full buffer, written as one object
 	buckets int    // buckets of each part
@@ -60,11 +62,9 @@ var maxSpillObject = 16 << 20
 
 // newSpill returns an empty spill of parts·buckets buffers under prefix, a
 // key of loc that no other build uses (see rank.spillPrefix).
-func newSpill(ctx context.Context, loc *store.Location, prefix string, parts, buckets, width int, lengths bool, memory int64) *spill {
-	s := &spill{loc: loc, prefix: prefix, width: width, record: width, buckets: buckets}
-	if lengths {
-		s.record += LengthWidth
-	}
+func newSpill(ctx context.Context, loc *store.Location, prefix string, parts, buckets, width int, lengths, groups bool, memory int64) *spill {
+	s := &spill{loc: loc, prefix: prefix, width: width, lengths: lengths, groups: groups,
+		record: recordBytes(width, lengths, groups), buckets: buckets}
 	n := parts * buckets
 	s.object = int(min(max(memory/4/int64(n), minSpillObject), int64(maxSpillObject)))
 	s.object = max(s.object-s.object%s.record, s.record) // whole records, at least one
@@ -74,9 +74,22 @@ func newSpill(ctx context.Context, loc *store.Location, prefix string, parts, bu
 	return s
 }
 
+// recordBytes returns the bytes of a spill record: a row id of width
+// bytes, with lengths its length, with groups a number.
+func recordBytes(width int, lengths, groups bool) int {
+	n := width
+	if lengths {
+		n += LengthWidth
+	}
+	if groups {
+		n += 4
+	}
+	return n
+}
+
 // add appends a record to bucket b of part p, writing the bucket's buffer
-// out when it is full.
-func (s *spill) add(p, b int, id uint64, length uint32) error {
+// out when it is full: id, and as the spill holds them, length and number.
+func (s *spill) add(p, b int, id uint64, length, number uint32) error {
 	i := p*s.buckets + b
 	buf := s.bufs[i]
 	if s.width == 4 {
@@ -84,8 +97,11 @@ func (s *spill) add(p, b int, id uint64, length uint32) error {
 	} else {
 		buf = binary.LittleEndian.AppendUint64(buf, id)
 	}
-	if s.record > s.width {
+	if s.lengths {
 		buf = binary.LittleEndian.AppendUint32(buf, length)
+	}
+	if s.groups {
+		buf = binary.LittleEndian.AppendUint32(buf, number)
 	}
 	s.bufs[i] = buf
 	s.rows[i]++
@@ -93,6 +109,23 @@ func (s *spill) add(p, b int, id uint64, length uint32) error {
 		return s.flush(i)
 	}
 	return nil
+}
+
+// decodeRecord returns what a record of s holds (see add): 0 for a
+// length or a number it does not.
+func (s *spill) decodeRecord(rec []byte) (id uint64, length, number uint32) {
+	if s.width == 4 {
+		id = uint64(binary.LittleEndian.Uint32(rec))
+	} else {
+		id = binary.LittleEndian.Uint64(rec)
+	}
+	if s.lengths {
+		length = binary.LittleEndian.Uint32(rec[s.width:])
+	}
+	if s.groups {
+		number = binary.LittleEndian.Uint32(rec[s.record-4:])
+	}
+	return id, length, number
 }
 
 // flush writes the buffer of (part, bucket) i as its next object.
@@ -271,6 +304,8 @@ func (v spills) readRange(ctx context.Context, p, b int, from, to int64, fn func
 type spillReport struct {
 	Prefix  string  `json:"prefix"`
 	Width   int     `json:"width"`
+	Lengths bool    `json:"lengths"`
+	Groups  bool    `json:"groups"`
 	Record  int     `json:"record"`
 	Object  int     `json:"object"`
 	Buckets int     `json:"buckets"`
@@ -279,16 +314,16 @@ type spillReport struct {
 }
 
 func (s *spill) report() spillReport {
-	return spillReport{Prefix: s.prefix, Width: s.width, Record: s.record, Object: s.object, Buckets: s.buckets,
-		Objects: s.objects, Rows: s.rows}
+	return spillReport{Prefix: s.prefix, Width: s.width, Lengths: s.lengths, Groups: s.groups, Record: s.record,
+		Object: s.object, Buckets: s.buckets, Objects: s.objects, Rows: s.rows}
 }
 
 // remoteSpill returns the spill another rank reported, read from loc.
 func remoteSpill(loc *store.Location, r spillReport) (*spill, error) {
 	n := len(r.Rows)
-	if r.Buckets < 1 || n%r.Buckets != 0 || len(r.Objects) != n || r.Record < r.Width || r.Object < r.Record {
+	if r.Buckets < 1 || n%r.Buckets != 0 || len(r.Objects) != n || r.Record != recordBytes(r.Width, r.Lengths, r.Groups) || r.Object < r.Record {
 		return nil, errcode.New(errcode.Internal, "spill", loc.URI, "a rank reported an inconsistent spill")
 	}
-	return &spill{loc: loc, prefix: r.Prefix, width: r.Width, record: r.Record, object: r.Object,
-		buckets: r.Buckets, bufs: make([][]byte, n), objects: r.Objects, rows: r.Rows}, nil
+	return &spill{loc: loc, prefix: r.Prefix, width: r.Width, lengths: r.Lengths, groups: r.Groups, record: r.Record,
+		object: r.Object, buckets: r.Buckets, bufs: make([][]byte, n), objects: r.Objects, rows: r.Rows}, nil
 }
