@@ -142,12 +142,7 @@ func TestKeepWarmsTheCache(t *testing.T) {
 		ids = append(ids, id)
 	}
 	s.ResetCounts()
-	k, err := r.Keep(ctx, ids, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	got, err := k.Read(ctx, 0, len(ids))
+	got, err := r.Read(ctx, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

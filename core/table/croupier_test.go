@@ -1320,12 +1320,7 @@ func readSpread(t *testing.T, s *s3test.Server, uri string, ids []uint64, delay 
 	}
 	defer r.Close()
 	s.ResetCounts()
-	k, err := r.Keep(ctx, ids, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	got, err := k.Read(ctx, 0, len(ids))
+	got, err := r.Read(ctx, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
