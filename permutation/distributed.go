@@ -462,14 +462,15 @@ func (o *orderer[T]) write(ctx context.Context, loc *store.Location, m Manifest)
 	return write(ctx, o.b, loc, o, m)
 }
 
-// newOrdering returns the orderer of sp's records.
+// newOrdering returns the orderer of sp's records: their ids and lengths
+// (a group's number, where records hold one, is read from the record).
 func newOrdering(b *builder, sp spills) ordering {
 	switch {
-	case sp.width == 4 && sp.record == 4:
+	case sp.width == 4 && !sp.lengths:
 		return &orderer[uint32]{b: b, sp: sp, l: narrowIDs}
 	case sp.width == 4:
 		return &orderer[uint64]{b: b, sp: sp, l: packedIDs}
-	case sp.record == 8:
+	case !sp.lengths:
 		return &orderer[uint64]{b: b, sp: sp, l: wideIDs}
 	}
 	return &orderer[wideRecord]{b: b, sp: sp, l: wideLengths}

@@ -218,33 +218,42 @@ func TestGroupChunkDigests(t *testing.T) {
 
 // TestGroupsFromSpill places the rows of grouped splits in buckets of at
 // most 40 positions, spilled, as a build whose split does not fit one
-// bucket does: the permutation is the one placed in memory, by one process
-// and by 3 ranks, and no slice held more than a bucket or the largest group.
+// bucket does, with 4- and 8-byte row ids, with and without lengths: the
+// permutation is the one placed in memory, by one process and by 3 ranks,
+// and no slice held more than a bucket or the largest group.
 func TestGroupsFromSpill(t *testing.T) {
 	tb, _ := groupedTable(t, 5, 300, 60) // groups of 1 to 60 rows
 	const bucket = 40
 	for name, spec := range map[string]permutation.Spec{
-		"stored":   {GroupBy: []string{"problem_id"}},
-		"shuffled": {Filter: "id % 5 != 2", GroupBy: []string{"problem"}, Shuffle: &permutation.ShuffleSpec{Seed: 11}},
-		"hashed":   {GroupBy: []string{"problem"}, Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"problem"}, Weights: []int64{3, 1}}, Shuffle: &permutation.ShuffleSpec{Seed: 6}},
+		"stored":        {GroupBy: []string{"problem_id"}},
+		"shuffled":      {Filter: "id % 5 != 2", GroupBy: []string{"problem"}, Shuffle: &permutation.ShuffleSpec{Seed: 11}},
+		"hashed":        {GroupBy: []string{"problem"}, Split: &permutation.SplitSpec{Kind: "hash", Columns: []string{"problem"}, Weights: []int64{3, 1}}, Shuffle: &permutation.ShuffleSpec{Seed: 6}},
+		"lengths":       {GroupBy: []string{"problem_id"}, Lengths: "id", Shuffle: &permutation.ShuffleSpec{Seed: 7}},
+		"wide":          {GroupBy: []string{"problem_id"}, Shuffle: &permutation.ShuffleSpec{Seed: 8}},
+		"wide, lengths": {GroupBy: []string{"problem_id"}, Lengths: "id", Shuffle: &permutation.ShuffleSpec{Seed: 9}},
 	} {
-		want := splitsDigest(t, build(t, tb, spec))
-		var held int64
-		restore := permutation.SetBuckets(bucket, 1<<10, func(n int64) { held = max(held, n) })
-		got := splitsDigest(t, build(t, tb, spec))
-		perms, errs := buildRanks(t, tb, spec, "file://"+t.TempDir(), 3)
-		restore()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if got != want {
-			t.Errorf("%s: splits digest %s placed in buckets, %s in memory", name, got, want)
-		}
-		if ranks := splitsDigest(t, perms[0]); ranks != want {
-			t.Errorf("%s: splits digest %s by 3 ranks, %s in memory", name, ranks, want)
-		}
-		if held > 60 {
-			t.Errorf("%s: %d records held at once, more than the largest group's 60", name, held)
-		}
+		t.Run(name, func(t *testing.T) {
+			if strings.HasPrefix(name, "wide") {
+				t.Cleanup(permutation.SetWideIDs()) // for this case alone
+			}
+			want := splitsDigest(t, build(t, tb, spec))
+			var held int64
+			restore := permutation.SetBuckets(bucket, 1<<10, func(n int64) { held = max(held, n) })
+			got := splitsDigest(t, build(t, tb, spec))
+			perms, errs := buildRanks(t, tb, spec, "file://"+t.TempDir(), 3)
+			restore()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got != want {
+				t.Errorf("%s: splits digest %s placed in buckets, %s in memory", name, got, want)
+			}
+			if ranks := splitsDigest(t, perms[0]); ranks != want {
+				t.Errorf("%s: splits digest %s by 3 ranks, %s in memory", name, ranks, want)
+			}
+			if held > 60 {
+				t.Errorf("%s: %d records held at once, more than the largest group's 60", name, held)
+			}
+		})
 	}
 }

@@ -447,10 +447,7 @@ func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) erro
 	if err != nil {
 		return err
 	}
-	order := make([]int, nb.n)
-	for i := range order {
-		order[i] = i
-	}
+	order := identity(int64(nb.n))
 	if sh := o.b.spec.Shuffle; sh != nil {
 		Permute(NewRand(shuffleKey(sh.Seed, p, 0)), order)
 	}

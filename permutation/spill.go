@@ -252,11 +252,12 @@ func (s *spill) remove(ctx context.Context) error {
 type spills struct {
 	ranks                  []*spill
 	width, record, buckets int
+	lengths                bool
 }
 
 func newSpills(ranks []*spill) spills {
 	s := ranks[0]
-	return spills{ranks: ranks, width: s.width, record: s.record, buckets: s.buckets}
+	return spills{ranks: ranks, width: s.width, record: s.record, buckets: s.buckets, lengths: s.lengths}
 }
 
 // count returns the records of bucket b of part p.
