@@ -183,6 +183,11 @@ BOUNDED_RUNS: list[tuple[str, str, dict[str, object]]] = [
         "sequential split 9:1, window shuffle",
         {"sequential": True, "shuffle": {"seed": 1, "window": 65536}},
     ),
+    (
+        "sequential-shuffle",
+        "sequential split 9:1, shuffle",
+        {"sequential": True, "shuffle": {"seed": 1}},
+    ),
     ("random", "random split 9:1, shuffle", {"random": True, "shuffle": {"seed": 1}}),
     ("groups", "group_by problem_id, shuffle", {"group_by": "problem_id", "shuffle": {"seed": 1}}),
 ]

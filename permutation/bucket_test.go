@@ -3,7 +3,9 @@ package permutation_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
+	"maps"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -237,11 +239,6 @@ func TestBucketedOrderAsSpecified(t *testing.T) {
 	tb := openTable(t, t.TempDir(), 700, 333)
 	const bucketIDs = 100
 	bucketed(t, bucketIDs)
-	mix := func(z uint64) uint64 {
-		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-		return z ^ (z >> 31)
-	}
 	for _, c := range []int64{1, 3} {
 		seed := uint64(11)
 		p := build(t, tb, permutation.Spec{Filter: "id % 5 != 2", Shuffle: &permutation.ShuffleSpec{Seed: seed, ClumpSize: c}})
@@ -252,26 +249,176 @@ func TestBucketedOrderAsSpecified(t *testing.T) {
 			}
 		}
 		nb := uint64((tb.NumRows() + bucketIDs - 1) / bucketIDs) // 11
-		key := permutation.DeriveKey(seed, "bucket/0")
-		buckets := make([][][]uint64, nb) // clumps of each bucket, in row id order
-		for u := int64(0); u < int64(len(kept))/c; u++ {
-			unit := uint64(u)
-			if c == 1 {
-				unit = kept[u]
-			}
-			hi, _ := bits.Mul64(mix(key+(unit+1)*0x9E3779B97F4A7C15), nb)
-			buckets[hi] = append(buckets[hi], kept[u*c:(u+1)*c])
-		}
-		var want []uint64
-		for b, clumps := range buckets {
-			permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, "shuffle/0")^mix(uint64(b))), clumps)
-			for _, cl := range clumps {
-				want = append(want, cl...)
-			}
-		}
-		want = append(want, kept[int64(len(kept))/c*c:]...)
-		if got := allIDs(t, p.Splits()[0]); !slices.Equal(got, want) {
+		if got := allIDs(t, p.Splits()[0]); !slices.Equal(got, bucketRule(kept, seed, 0, nb, c)) {
 			t.Errorf("clumps of %d: the build's order is not the one the rule gives", c)
+		}
+	}
+}
+
+// bucketRule returns the order docs/spec.md's "Bucketed shuffles" gives
+// part p's kept rows, in row id order, in nb buckets with clumps of c.
+func bucketRule(kept []uint64, seed uint64, p int, nb uint64, c int64) []uint64 {
+	key := permutation.DeriveKey(seed, fmt.Sprintf("bucket/%d", p))
+	buckets := make([][][]uint64, nb) // clumps of each bucket, in row id order
+	for u := int64(0); u < int64(len(kept))/c; u++ {
+		unit := uint64(u)
+		if c == 1 {
+			unit = kept[u]
+		}
+		hi, _ := bits.Mul64(mix(key+(unit+1)*0x9E3779B97F4A7C15), nb)
+		buckets[hi] = append(buckets[hi], kept[u*c:(u+1)*c])
+	}
+	var want []uint64
+	for b, clumps := range buckets {
+		permutation.Permute(permutation.NewRand(permutation.DeriveKey(seed, fmt.Sprintf("shuffle/%d", p))^mix(uint64(b))), clumps)
+		for _, cl := range clumps {
+			want = append(want, cl...)
+		}
+	}
+	return append(want, kept[int64(len(kept))/c*c:]...)
+}
+
+// mix is SplitMix64's output function, as docs/spec.md states it.
+func mix(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// TestSplitsDealtInPass: with tables of several buckets, a random split, and
+// a sequential split with a full shuffle, deal their kept rows in one pass.
+// Each split holds as many rows as a split of every kept row at once gives
+// it (a sequential split the same rows), no row is in two splits, a random
+// split's clumps are whole, and a shuffled split is its rows in stored
+// order, shuffled in whole clumps; two builds write the same bytes; no step
+// holds more than about a bucket; no spill is left. A random split's rows
+// and order are the ones docs/spec.md's rule gives, rebuilt here.
+func TestSplitsDealtInPass(t *testing.T) {
+	ctx := context.Background()
+	tb := openTable(t, t.TempDir(), 700, 333, 2000)
+	const bucket = 100
+	random := func(c int64, ratios ...float64) *permutation.SplitSpec {
+		return &permutation.SplitSpec{Kind: "random", Ratios: ratios, Seed: 3, ClumpSize: c}
+	}
+	for name, spec := range map[string]permutation.Spec{
+		"random":             {Split: random(1, 0.7, 0.2), Shuffle: &permutation.ShuffleSpec{Seed: 4}},
+		"random clumps":      {Filter: "tokens IS NOT NULL", Lengths: "tokens", Split: &permutation.SplitSpec{Kind: "random", Counts: []int64{400, 190, 1}, Seed: 2, ClumpSize: 5}, Shuffle: &permutation.ShuffleSpec{Seed: 6, ClumpSize: 4}},
+		"random stored":      {Filter: "id % 3 != 1", Split: &permutation.SplitSpec{Kind: "random", Fixed: 500, Seed: 9}},
+		"random window":      {Split: random(7, 0.5, 0.5), Shuffle: &permutation.ShuffleSpec{Seed: 8, ClumpSize: 2, Window: 10}},
+		"sequential":         {Filter: "id % 3 != 1", Split: &permutation.SplitSpec{Kind: "sequential", Ratios: []float64{0.3, 0.7}}, Shuffle: &permutation.ShuffleSpec{Seed: 10, ClumpSize: 6}},
+		"sequential lengths": {Filter: "tokens IS NOT NULL", Lengths: "tokens", Split: &permutation.SplitSpec{Kind: "sequential", Fixed: 300}, Shuffle: &permutation.ShuffleSpec{Seed: 1}},
+	} {
+		stored := spec
+		stored.Shuffle = nil
+		whole := build(t, tb, stored) // every kept row at once, one bucket
+		kept := map[uint64]bool{}
+		for _, s := range build(t, tb, permutation.Spec{Filter: spec.Filter}).Splits() {
+			for _, id := range allIDs(t, s) {
+				kept[id] = true
+			}
+		}
+		held := bucketed(t, bucket)
+		want := build(t, tb, stored) // dealt in a pass, in row id order
+		seen := map[uint64]bool{}
+		for i, s := range want.Splits() {
+			ids := allIDs(t, s)
+			if s.Len() != whole.Splits()[i].Len() {
+				t.Fatalf("%s: split %d holds %d rows, %d when drawn at once", name, i, s.Len(), whole.Splits()[i].Len())
+			}
+			if spec.Split.Kind == "sequential" && !slices.Equal(ids, allIDs(t, whole.Splits()[i])) {
+				t.Fatalf("%s: split %d holds other rows than when cut at once", name, i)
+			}
+			for _, id := range ids {
+				if !kept[id] || seen[id] {
+					t.Fatalf("%s: row %d in split %d: kept %v, in another split %v", name, id, i, kept[id], seen[id])
+				}
+				seen[id] = true
+			}
+		}
+		if c := spec.Split.ClumpSize; c > 1 {
+			checkSplitClumps(t, name, want, kept, c)
+		}
+		dirs := []string{t.TempDir(), t.TempDir()}
+		for _, dir := range dirs {
+			p, err := permutation.Build(ctx, tb, spec, "file://"+dir, permutation.BuildOptions{})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if spec.Shuffle != nil {
+				checkBucketed(t, name, p, want, max(spec.Shuffle.ClumpSize, 1))
+			}
+			p.Close()
+		}
+		if *held > 2*bucket {
+			t.Errorf("%s: a slice of %d records held, more than twice the %d of a bucket", name, *held, bucket)
+		}
+		a, b := storedFiles(dirs[0]), storedFiles(dirs[1])
+		if len(a) != len(b) {
+			t.Errorf("%s: %d and %d files", name, len(a), len(b))
+		}
+		for key, data := range a {
+			if !bytes.Equal(data, b[key]) {
+				t.Errorf("%s: %s differs between two builds", name, key)
+			}
+			if strings.Contains(key, "_spill") {
+				t.Errorf("%s: %s left behind", name, key)
+			}
+		}
+	}
+
+	// The rule: each kept row, in row id order, is drawn from an urn of the
+	// splits' sizes and the rows in none; each split is then a part of a
+	// bucketed shuffle.
+	spec := permutation.Spec{Filter: "id % 5 != 2", Split: random(1, 0.6, 0.3), Shuffle: &permutation.ShuffleSpec{Seed: 12}}
+	p := build(t, tb, spec)
+	var kept []uint64
+	for id := range uint64(tb.NumRows()) {
+		if id%5 != 2 {
+			kept = append(kept, id)
+		}
+	}
+	left := []int64{0, 0, 0}
+	for i, s := range p.Splits() {
+		left[i] = int64(s.Len())
+	}
+	left[2] = int64(len(kept)) - left[0] - left[1]
+	r := permutation.NewRand(permutation.DeriveKey(3, "split_random"))
+	drawn := make([][]uint64, 3)
+	for _, id := range kept {
+		x := int64(r.Uint64n(uint64(left[0] + left[1] + left[2])))
+		i := 0
+		for x >= left[i] {
+			x -= left[i]
+			i++
+		}
+		left[i]--
+		drawn[i] = append(drawn[i], id)
+	}
+	nb := uint64((tb.NumRows() + bucket - 1) / bucket)
+	for i, s := range p.Splits() {
+		if !slices.Equal(allIDs(t, s), bucketRule(drawn[i], 12, i, nb, 1)) {
+			t.Errorf("split %d is not the one the rule gives", i)
+		}
+	}
+}
+
+// checkSplitClumps checks that p's splits take the kept rows in whole clumps
+// of c consecutive kept rows (in row id order).
+func checkSplitClumps(t *testing.T, name string, p *permutation.Permutations, kept map[uint64]bool, c int64) {
+	t.Helper()
+	of := map[uint64]int{}
+	for i, s := range p.Splits() {
+		for _, id := range allIDs(t, s) {
+			of[id] = i
+		}
+	}
+	ids := slices.Sorted(maps.Keys(kept))
+	for u := 0; u < len(ids); u += int(c) {
+		first, in := of[ids[u]]
+		for _, id := range ids[u:min(u+int(c), len(ids))] {
+			if split, ok := of[id]; ok != in || split != first {
+				t.Fatalf("%s: the clump of kept rows from %d is cut between splits", name, ids[u])
+			}
 		}
 	}
 }

@@ -269,7 +269,7 @@ func (r *Rank) scan(ctx context.Context, reports []json.RawMessage) (any, error)
 	sp := newSpill(ctx, r.loc, r.spillPrefix(stage), b.numParts(), buckets, width, b.spec.Lengths != "", len(b.spec.GroupBy) > 0, b.opts.Memory)
 	sp.claim = func() error { return r.claim(ctx) }
 	r.scanned = sp
-	if err := b.scan(ctx, newRouter(b, sp, nil)); err != nil {
+	if err := b.scan(ctx, newRouter(b, sp, make([]int64, b.numParts()))); err != nil {
 		return nil, err
 	}
 	if err := sp.finish(b.world > 1); err != nil {

@@ -355,6 +355,29 @@ func TestDistributedWhole(t *testing.T) {
 	}
 }
 
+// TestDistributedDealtSplits: random splits, and sequential splits with a
+// full shuffle, dealt in a pass (tables of several buckets) are the same
+// at every number of ranks.
+func TestDistributedDealtSplits(t *testing.T) {
+	ctx := context.Background()
+	tb := distributedTable(t)
+	t.Cleanup(permutation.SetBuckets(20_000, 4096, nil))
+	for name, spec := range map[string]permutation.Spec{
+		"random":        {Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.8, 0.15}, Seed: 1}, Shuffle: &permutation.ShuffleSpec{Seed: 3}},
+		"random clumps": {Filter: "id % 3 != 1", Lengths: "tokens", Split: &permutation.SplitSpec{Kind: "random", Counts: []int64{12000, 3000, 1}, Seed: 2, ClumpSize: 8}, Shuffle: &permutation.ShuffleSpec{Seed: 6, ClumpSize: 4}},
+		"random window": {Split: &permutation.SplitSpec{Kind: "random", Fixed: 30000, Seed: 4}, Shuffle: &permutation.ShuffleSpec{Seed: 5, Window: 50}},
+		"sequential":    {Split: &permutation.SplitSpec{Kind: "sequential", Fixed: 30000}, Shuffle: &permutation.ShuffleSpec{Seed: 7}},
+	} {
+		one := t.TempDir()
+		want, err := permutation.Build(ctx, tb, spec, "file://"+one, permutation.BuildOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sameAtRanks(t, name, tb, spec, want.ID(), storedFiles(one), 2, 3)
+		want.Close()
+	}
+}
+
 // sameAtRanks builds spec over tb with each of worlds ranks and checks that
 // every rank's permutation has the ID of one process's, id, that the
 // objects are wantFiles byte for byte, and that no spill is left.

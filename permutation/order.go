@@ -72,10 +72,9 @@ type router struct {
 }
 
 // newRouter returns a router to sp of the rows of each part p from its
-// row at[p] on (nil: from its first).
+// row at[p] on, of len(at) parts.
 func newRouter(b *builder, sp *spill, at []int64) *router {
-	r := &router{sp: sp, clump: 1, spans: b.spans, pos: make([]int64, b.numParts())}
-	copy(r.pos, at)
+	r := &router{sp: sp, clump: 1, spans: b.spans, pos: slices.Clone(at)}
 	if sh := b.spec.Shuffle; sh != nil {
 		r.clump = max(sh.ClumpSize, 1)
 		for p := range r.pos {
@@ -164,24 +163,26 @@ func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
 		return o.assigned(ctx, sink)
 	}
 	for p := range o.b.numParts() {
-		var err error
-		switch {
-		case len(o.b.spec.GroupBy) > 0 && o.need(p, 0, o.sp.count(p, 0)):
-			err = o.grouped(ctx, p, sink)
-		case len(o.b.spec.GroupBy) == 0 && o.b.spec.Shuffle != nil && o.b.spec.Shuffle.Window == 0:
-			err = o.shuffled(ctx, p, sink)
-		case !o.need(p, 0, o.sp.count(p, 0)):
-			err = skipSplit(sink, o.sp.count(p, 0))
-		case o.b.spec.Shuffle == nil:
-			err = o.stored(ctx, o.whole(p), sink)
-		default:
-			err = o.windowed(ctx, o.whole(p), sink)
-		}
-		if err != nil {
+		if err := o.part(ctx, p, sink); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// part gives sink part p of the spill ordered as a split.
+func (o *orderer[T]) part(ctx context.Context, p int, sink splitSink[T]) error {
+	switch {
+	case len(o.b.spec.GroupBy) > 0 && o.need(p, 0, o.sp.count(p, 0)):
+		return o.grouped(ctx, p, sink)
+	case len(o.b.spec.GroupBy) == 0 && o.b.spec.Shuffle != nil && o.b.spec.Shuffle.Window == 0:
+		return o.shuffled(ctx, p, sink)
+	case !o.need(p, 0, o.sp.count(p, 0)):
+		return skipSplit(sink, o.sp.count(p, 0))
+	case o.b.spec.Shuffle == nil:
+		return o.stored(ctx, o.whole(p), sink)
+	}
+	return o.windowed(ctx, o.whole(p), sink)
 }
 
 // skipSplit passes over a split of n records none of which this rank orders.
@@ -592,6 +593,9 @@ func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 		}
 		return nil
 	}
+	if o.b.dealsSplits() {
+		return o.dealt(ctx, rows, sink)
+	}
 	if o.b.spec.Split.Kind == SplitSequential {
 		return o.sequential(ctx, rows, sink)
 	}
@@ -621,6 +625,140 @@ func (o *orderer[T]) assigned(ctx context.Context, sink splitSink[T]) error {
 		}
 	}
 	return nil
+}
+
+// Splits dealt in a pass. A random split of a table of more than bucketIDs
+// rows is not drawn from all its kept rows at once, nor is a sequential
+// split with a full shuffle shuffled a whole split at a time: one pass over
+// the kept rows, in row id order, deals each to its split (a random split
+// draws its units from an urn of the splits' sizes; a sequential split's
+// are runs), writing the rows of the splits this rank orders to a spill of
+// their own, a part a split, in the buckets a full shuffle of a hash
+// split's part has. Each split is then ordered from it as such a part is.
+// The build holds the splits' counts and a bucket at a time, whatever the
+// table's size (see docs/spec.md, "Splits dealt in a pass").
+
+// dealsSplits reports whether the spec's random or sequential split is
+// dealt in a pass.
+func (b *builder) dealsSplits() bool {
+	s, sh := b.spec.Split, b.spec.Shuffle
+	return b.t.NumRows() > bucketIDs && (s.Kind == SplitRandom || sh != nil && sh.Window == 0)
+}
+
+// dealt gives the splits of a random or sequential split dealt in a pass,
+// of rows[i] rows each: see dealsSplits.
+func (o *orderer[T]) dealt(ctx context.Context, rows []int64, sink splitSink[T]) error {
+	me, buckets := o.own(), 1
+	if sh := o.b.spec.Shuffle; sh != nil && sh.Window == 0 {
+		buckets = int(max((o.b.t.NumRows()+bucketIDs-1)/bucketIDs, 1))
+	}
+	sp := newSpill(ctx, me.loc, path.Join(me.prefix, "dealt"), len(rows), buckets, me.width, me.lengths, false, o.b.opts.Memory)
+	sp.claim = me.claim
+	defer sp.remove(ctx)
+	rt := newRouter(o.b, sp, make([]int64, len(rows)))
+	route := func(split func() int) func(records []byte) error {
+		return func(records []byte) error {
+			for i := 0; i < len(records); i += me.record {
+				id, length, _ := me.decodeRecord(records[i : i+me.record])
+				if p := split(); p < len(rows) && o.need(p, 0, rows[p]) {
+					if err := rt.route(p, id, length, 0); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	if o.b.spec.Split.Kind == SplitSequential {
+		var at int64
+		for p, n := range rows {
+			if o.need(p, 0, n) {
+				if err := o.sp.readRange(ctx, 0, 0, at, at+n, route(func() int { return p })); err != nil {
+					return err
+				}
+			}
+			at += n
+		}
+	} else {
+		draw, err := o.b.spec.Split.drawer(o.sp.count(0, 0))
+		if err != nil {
+			return err
+		}
+		if err := o.sp.read(ctx, 0, 0, route(draw)); err != nil {
+			return err
+		}
+	}
+	if err := sp.finish(false); err != nil {
+		return err
+	}
+	// The spills of a build whose rank o's alone holds records.
+	ranks := make([]*spill, o.b.world)
+	for r := range ranks {
+		ranks[r] = newSpill(ctx, me.loc, "", len(rows), buckets, me.width, me.lengths, false, minSpillObject)
+	}
+	ranks[o.b.rank] = sp
+	d := &orderer[T]{b: o.b, sp: newSpills(ranks), l: o.l}
+	for p, n := range rows {
+		var err error
+		if o.need(p, 0, n) {
+			err = d.part(ctx, p, sink)
+		} else {
+			err = skipSplit(sink, n) // another rank's: not in sp
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drawer returns, for a random split of kept rows, a function that gives
+// the split of each kept row in row id order, as an urn draws them: each
+// unit (a row, or a clump of ClumpSize rows) takes a split, or none (the
+// units beyond the splits' total), at random; a shorter last clump takes
+// the one that holds the last unit's position in the splits' order
+// (splitRows), as a draw of all the units at once leaves it last. A split
+// of len(sizes) or more is none.
+func (s *SplitSpec) drawer(kept int64) (func() int, error) {
+	c := max(s.ClumpSize, 1)
+	sizes, err := s.unitSizes(kept)
+	if err != nil {
+		return nil, err
+	}
+	units := (kept + c - 1) / c
+	counts := append(slices.Clone(sizes), 0) // the last: no split
+	var sum int64
+	for _, n := range sizes {
+		sum += n
+	}
+	counts[len(sizes)] = units - sum
+	last := len(sizes) // of a shorter last clump
+	if kept%c != 0 {
+		var at int64
+		for i, n := range sizes {
+			if at += n; at >= units {
+				last = i
+				break
+			}
+		}
+	}
+	u := newUrn(NewRand(DeriveKey(s.Seed, "split_random")), counts)
+	if kept%c != 0 {
+		u.take(last)
+	}
+	var row int64
+	split := 0
+	return func() int {
+		if row%c == 0 {
+			if row/c == units-1 && kept%c != 0 {
+				split = last
+			} else {
+				split = u.draw()
+			}
+		}
+		row++
+		return split
+	}, nil
 }
 
 // sequential gives the splits of a sequential split, each the run of kept

@@ -32,6 +32,10 @@ import (
 //
 // Shuffles are Fisher–Yates from the last element down: for i = n−1 … 1,
 // swap element i with element Intn(i+1).
+//
+// Draws without replacement from an urn of categories holding L₀, L₁, …
+// units (T in all): x = Uint64n(T), and the unit goes to the category i with
+// L₀ + … + L_{i−1} ≤ x < L₀ + … + Lᵢ, whose count then drops by one.
 
 // DeriveKey returns the key for one purpose of a user's seed.
 func DeriveKey(seed uint64, purpose string) uint64 {
@@ -75,6 +79,66 @@ func Permute[T any](r *Rand, s []T) {
 		j := r.Uint64n(uint64(i + 1))
 		s[i], s[j] = s[j], s[i]
 	}
+}
+
+// An urn deals units to categories without replacement: each draw takes
+// one of the units left, every one equally likely, and returns its
+// category. Dealing all the units gives a uniformly random assignment with
+// exactly the counts the urn started with, one unit at a time and holding
+// only the counts: a Fenwick tree of them, so that a draw costs O(log k) of
+// k categories.
+type urn struct {
+	r     *Rand
+	tree  []int64 // tree[i] sums the counts of categories (i − i&−i, i]
+	total int64
+	top   int // the largest power of two ≤ the number of categories
+}
+
+// newUrn returns an urn holding counts[i] units of category i, drawing
+// from r. Counts must not be negative.
+func newUrn(r *Rand, counts []int64) *urn {
+	u := &urn{r: r, tree: make([]int64, len(counts)+1), top: 1}
+	for i, c := range counts {
+		u.add(i, c)
+		u.total += c
+	}
+	for u.top*2 <= len(counts) {
+		u.top *= 2
+	}
+	return u
+}
+
+// add adds d to the count of category i.
+func (u *urn) add(i int, d int64) {
+	for j := i + 1; j < len(u.tree); j += j & -j {
+		u.tree[j] += d
+	}
+}
+
+// left returns the units not drawn yet.
+func (u *urn) left() int64 { return u.total }
+
+// take removes a unit of category i without a draw: one that goes to i
+// whatever the draws give (it must hold one).
+func (u *urn) take(i int) {
+	u.add(i, -1)
+	u.total--
+}
+
+// draw takes a unit at random and returns its category; the urn must not
+// be empty.
+func (u *urn) draw() int {
+	x := int64(u.r.Uint64n(uint64(u.total)))
+	// The most categories whose counts sum to at most x: the category
+	// after them holds x.
+	i := 0
+	for step := u.top; step > 0; step /= 2 {
+		if next := i + step; next < len(u.tree) && u.tree[next] <= x {
+			i, x = next, x-u.tree[next]
+		}
+	}
+	u.take(i)
+	return i
 }
 
 // Bijection is a keyed permutation of [0, n): a balanced Feistel network over

@@ -88,3 +88,51 @@ func TestGoldenBijection(t *testing.T) {
 		t.Errorf("Bijection(10) = %v, want %v", got, golden)
 	}
 }
+
+func TestGoldenUrn(t *testing.T) {
+	u := newUrn(NewRand(DeriveKey(7, "split_random")), []int64{3, 0, 5, 2, 4})
+	var got []int
+	for u.left() > 0 {
+		got = append(got, u.draw())
+	}
+	golden := []int{0, 0, 3, 0, 2, 2, 2, 3, 4, 2, 4, 2, 4, 4} // computed by an independent Python implementation
+	if !slices.Equal(got, golden) {
+		t.Errorf("urn draws %v, want %v", got, golden)
+	}
+}
+
+// TestUrnUniform: drawing every unit of an urn of two categories of two
+// units gives each of the six sequences about as often, whatever the seed;
+// an urn of many categories deals each its count.
+func TestUrnUniform(t *testing.T) {
+	const seeds = 60000
+	seen := map[[4]int]int{}
+	for seed := range uint64(seeds) {
+		u := newUrn(NewRand(seed), []int64{2, 2})
+		var s [4]int
+		for i := range s {
+			s[i] = u.draw()
+		}
+		seen[s]++
+	}
+	if len(seen) != 6 {
+		t.Fatalf("%d sequences drawn: %v", len(seen), seen)
+	}
+	for s, n := range seen {
+		if n < seeds/6*95/100 || n > seeds/6*105/100 {
+			t.Errorf("sequence %v drawn %d times of %d", s, n, seeds)
+		}
+	}
+	counts := make([]int64, 1000)
+	for i := range counts {
+		counts[i] = int64(i % 7)
+	}
+	u := newUrn(NewRand(1), counts)
+	got := make([]int64, len(counts))
+	for u.left() > 0 {
+		got[u.draw()]++
+	}
+	if !slices.Equal(got, counts) {
+		t.Error("an urn of 1,000 categories dealt other counts than it held")
+	}
+}
