@@ -188,8 +188,11 @@ func (r *Rank) check(gathered [][]byte) ([]json.RawMessage, error) {
 func (r *Rank) abandon(ctx context.Context) {
 	r.lease.end(ctx)
 	r.scanned.remove(ctx)
+	if r.ord != nil {
+		r.ord.release(ctx)
+	}
 	r.sp.remove(ctx)
-	r.lease, r.scanned, r.sp = nil, nil, nil
+	r.lease, r.scanned, r.sp, r.ord = nil, nil, nil, nil
 	if r.token != "" && r.p == nil && r.loc != nil {
 		removePrefix(ctx, r.loc, path.Join(r.loc.Key, spillDir, r.token)+"/")
 	}
@@ -387,9 +390,10 @@ func (r *Rank) write(ctx context.Context, reports []json.RawMessage) (any, error
 // wrote its chunks. Rank 0 then deletes the spills that builds at the
 // location left when all their processes died (see sweepSpills).
 func (r *Rank) commit(ctx context.Context, _ []json.RawMessage) (any, error) {
+	r.ord.release(ctx)
 	r.sp.remove(ctx)
 	r.lease.end(ctx)
-	r.sp, r.lease = nil, nil
+	r.sp, r.lease, r.ord = nil, nil, nil
 	if r.b.rank != 0 {
 		return struct{}{}, nil
 	}
@@ -454,6 +458,7 @@ func decodeReports[T any](reports []json.RawMessage) ([]T, error) {
 type ordering interface {
 	digest(ctx context.Context) (digests, error)
 	write(ctx context.Context, loc *store.Location, m Manifest) error
+	release(ctx context.Context)
 }
 
 func (o *orderer[T]) digest(ctx context.Context) (digests, error) { return digest(ctx, o.b, o) }

@@ -162,16 +162,27 @@ func noSpill(t *testing.T, dir string) {
 // and the spill is gone; a build again at the same place succeeds. The
 // steps of the spec: hello, scan, route, digest, write, commit, open.
 func TestDistributedFailure(t *testing.T) {
-	ctx := context.Background()
 	tb := distributedTable(t)
 	t.Cleanup(permutation.SetBuckets(30000, 4096, nil))
-	spec := permutation.Spec{Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5, ClumpSize: 16}}
+	failures(t, tb, permutation.Spec{Filter: "id % 3 != 1", Shuffle: &permutation.ShuffleSpec{Seed: 5, ClumpSize: 16}},
+		[][2]int{{1, 0}, {1, 1}, {2, 2}, {1, 3}, {0, 4}, {2, 4}, {0, 5}})
+	// Splits dealt in a pass, without the route step.
+	failures(t, tb, permutation.Spec{Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.5, 0.3, 0.2}, Seed: 1}, Shuffle: &permutation.ShuffleSpec{Seed: 3}},
+		[][2]int{{1, 2}, {2, 2}, {0, 3}, {1, 3}, {0, 4}})
+}
+
+// failures builds spec over tb with 3 ranks, faults[i][0] of which fails
+// at step faults[i][1], and checks the build failed as
+// TestDistributedFailure says.
+func failures(t *testing.T, tb *table.Table, spec permutation.Spec, faults [][2]int) {
+	t.Helper()
+	ctx := context.Background()
 	want, err := permutation.Build(ctx, tb, spec, "file://"+t.TempDir(), permutation.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer want.Close()
-	for _, fault := range [][2]int{{1, 0}, {1, 1}, {2, 2}, {1, 3}, {0, 4}, {2, 4}, {0, 5}} {
+	for _, fault := range faults {
 		rank, step := fault[0], fault[1]
 		dir := t.TempDir()
 		restore := permutation.SetRankFault(rank, step, errcode.New(errcode.Unavailable, "test", "", "injected at step %d", step))

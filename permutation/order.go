@@ -150,11 +150,35 @@ type splitSink[T any] interface {
 }
 
 // orderer reads the spill back and puts each split in its final order.
+// A build orders its splits twice, the same way (see write), and the
+// spills an ordering writes from sp are written once and read by both:
+// the splits dealt in a pass (dealtSp) and each grouped part's buckets
+// (placed). release deletes them.
 type orderer[T any] struct {
-	b    *builder
-	sp   spills
-	l    layout[T]
-	segs map[int]segments // of each part, as owns finds them
+	b       *builder
+	sp      spills
+	l       layout[T]
+	segs    map[int]segments // of each part, as owns finds them
+	dealtSp *spill
+	placed  map[int]*placement
+}
+
+// A placement is a grouped part's rows sent to buckets of consecutive
+// positions (see grouped): the spill of the buckets, where each starts,
+// and where each group starts.
+type placement struct {
+	sp     *spill
+	cuts   []int64
+	starts []uint64
+}
+
+// release deletes the spills the ordering wrote, whatever ctx's state.
+func (o *orderer[T]) release(ctx context.Context) {
+	o.dealtSp.remove(ctx)
+	for _, pl := range o.placed {
+		pl.sp.remove(ctx)
+	}
+	o.dealtSp, o.placed = nil, nil
 }
 
 // run gives sink every split's records in their final order.
@@ -439,6 +463,38 @@ func (o *orderer[T]) owns(p int, c int64) bool {
 // spilled again where there are several; each bucket is then laid out in
 // memory and given to sink in turn.
 func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) error {
+	pl := o.placed[p]
+	if pl == nil {
+		var err error
+		if pl, err = o.place(ctx, p, sink); err != nil || pl == nil {
+			return err
+		}
+	}
+	for b := range len(pl.cuts) - 1 {
+		err := o.layOut(sink, pl.cuts[b+1]-pl.cuts[b], pl.sp.prefix, func(put func(off int64, rec []byte) error) error {
+			return pl.sp.read(ctx, 0, b, func(records []byte) error {
+				for i := 0; i < len(records); i += pl.sp.record {
+					rec := records[i : i+pl.sp.record]
+					_, _, off := pl.sp.decodeRecord(rec)
+					if err := put(int64(off), rec); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return sink.end(pl.starts)
+}
+
+// place counts the groups of part p and sends each row to its bucket, and
+// returns the placement, kept for the ordering's second time; a part of one
+// bucket, or none, it gives sink itself, laid out as the spill is read, and
+// returns nil.
+func (o *orderer[T]) place(ctx context.Context, p int, sink splitSink[T]) (*placement, error) {
 	nb := o.b.numbers[p]
 	sizes := make([]int64, nb.n)
 	err := o.groupRecords(ctx, p, nb, func(_ []byte, g uint32) error {
@@ -446,7 +502,7 @@ func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) erro
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	order := identity(int64(nb.n))
 	if sh := o.b.spec.Shuffle; sh != nil {
@@ -474,14 +530,18 @@ func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) erro
 			})
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return sink.end(starts)
+		return nil, sink.end(starts)
 	}
 	me := o.own()
-	placed := newSpill(ctx, me.loc, path.Join(me.prefix, "placed"), 1, len(cuts)-1, me.width, me.lengths, true, o.b.opts.Memory)
+	placed := newSpill(ctx, me.loc, path.Join(me.prefix, "placed", fmt.Sprint(p)), 1, len(cuts)-1, me.width, me.lengths, true, o.b.opts.Memory)
 	placed.claim = me.claim
-	defer placed.remove(ctx)
+	pl := &placement{sp: placed, cuts: cuts, starts: starts}
+	if o.placed == nil {
+		o.placed = map[int]*placement{}
+	}
+	o.placed[p] = pl // released with the ordering, also when placing fails
 	err = o.groupRecords(ctx, p, nb, func(rec []byte, g uint32) error {
 		id, length, _ := me.decodeRecord(rec)
 		b := bucket[g]
@@ -491,27 +551,7 @@ func (o *orderer[T]) grouped(ctx context.Context, p int, sink splitSink[T]) erro
 	if err == nil {
 		err = placed.finish(false)
 	}
-	if err != nil {
-		return err
-	}
-	for b := range len(cuts) - 1 {
-		err := o.layOut(sink, cuts[b+1]-cuts[b], placed.prefix, func(put func(off int64, rec []byte) error) error {
-			return placed.read(ctx, 0, b, func(records []byte) error {
-				for i := 0; i < len(records); i += placed.record {
-					rec := records[i : i+placed.record]
-					_, _, off := placed.decodeRecord(rec)
-					if err := put(int64(off), rec); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return sink.end(starts)
+	return pl, err
 }
 
 // own returns the spill of the rank o orders for.
@@ -648,13 +688,44 @@ func (b *builder) dealsSplits() bool {
 // dealt gives the splits of a random or sequential split dealt in a pass,
 // of rows[i] rows each: see dealsSplits.
 func (o *orderer[T]) dealt(ctx context.Context, rows []int64, sink splitSink[T]) error {
+	if o.dealtSp == nil {
+		if err := o.deal(ctx, rows); err != nil {
+			return err
+		}
+	}
+	sp, me := o.dealtSp, o.own()
+	// The spills of a build whose rank o's alone holds records.
+	ranks := make([]*spill, o.b.world)
+	for r := range ranks {
+		ranks[r] = newSpill(ctx, me.loc, "", len(rows), sp.buckets, me.width, me.lengths, false, minSpillObject)
+	}
+	ranks[o.b.rank] = sp
+	d := &orderer[T]{b: o.b, sp: newSpills(ranks), l: o.l}
+	for p, n := range rows {
+		var err error
+		if o.need(p, 0, n) {
+			err = d.part(ctx, p, sink)
+		} else {
+			err = skipSplit(sink, n) // another rank's: not in sp
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deal deals the kept rows to the splits of rows[i] rows each, the rows of
+// the splits this rank orders into a spill of their own (o.dealtSp), a part
+// a split, in the buckets of a full shuffle of a hash split's part.
+func (o *orderer[T]) deal(ctx context.Context, rows []int64) error {
 	me, buckets := o.own(), 1
 	if sh := o.b.spec.Shuffle; sh != nil && sh.Window == 0 {
 		buckets = int(max((o.b.t.NumRows()+bucketIDs-1)/bucketIDs, 1))
 	}
 	sp := newSpill(ctx, me.loc, path.Join(me.prefix, "dealt"), len(rows), buckets, me.width, me.lengths, false, o.b.opts.Memory)
 	sp.claim = me.claim
-	defer sp.remove(ctx)
+	o.dealtSp = sp // released with the ordering, also when dealing fails
 	rt := newRouter(o.b, sp, make([]int64, len(rows)))
 	route := func(split func() int) func(records []byte) error {
 		return func(records []byte) error {
@@ -688,28 +759,7 @@ func (o *orderer[T]) dealt(ctx context.Context, rows []int64, sink splitSink[T])
 			return err
 		}
 	}
-	if err := sp.finish(false); err != nil {
-		return err
-	}
-	// The spills of a build whose rank o's alone holds records.
-	ranks := make([]*spill, o.b.world)
-	for r := range ranks {
-		ranks[r] = newSpill(ctx, me.loc, "", len(rows), buckets, me.width, me.lengths, false, minSpillObject)
-	}
-	ranks[o.b.rank] = sp
-	d := &orderer[T]{b: o.b, sp: newSpills(ranks), l: o.l}
-	for p, n := range rows {
-		var err error
-		if o.need(p, 0, n) {
-			err = d.part(ctx, p, sink)
-		} else {
-			err = skipSplit(sink, n) // another rank's: not in sp
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return sp.finish(false)
 }
 
 // drawer returns, for a random split of kept rows, a function that gives

@@ -20,8 +20,9 @@ import (
 // inputs at the same URI can never overwrite them: the loser of the manifest
 // race leaves only unreferenced chunks behind. Since that ID derives from
 // the digests of all the chunks, the splits are ordered twice, the same way:
-// once to digest their chunks, once to write them. No step holds more than a
-// bucket's records and the chunks being written.
+// once to digest their chunks, once to write them (the spills the first
+// writes on its way, the orderer keeps for the second). No step holds more
+// than a bucket's records and the chunks being written.
 //
 // Unlike a table commit (core/table's checkExclusiveCreate), a build does not
 // probe the store's conditional writes nor refuse a store that ignores them,
