@@ -190,7 +190,11 @@ BOUNDED_RUNS: list[tuple[str, str, dict[str, object]]] = [
     ),
     ("random", "random split 9:1, shuffle", {"random": True, "shuffle": {"seed": 1}}),
     ("groups", "group_by problem_id, shuffle", {"group_by": "problem_id", "shuffle": {"seed": 1}}),
-    ("group-rows", "group_by id (a row a group), shuffle", {"group_by": "id", "shuffle": {"seed": 1}}),
+    (
+        "group-rows",
+        "group_by id (a row a group), shuffle",
+        {"group_by": "id", "shuffle": {"seed": 1}},
+    ),
 ]
 
 
