@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/croupier-data/croupier/core/errcode"
+	"github.com/croupier-data/croupier/core/table"
 	"github.com/croupier-data/croupier/internal/tabletest"
 	"github.com/croupier-data/croupier/permutation"
 )
@@ -45,7 +46,6 @@ func storedFiles(root string) map[string][]byte {
 // their clumps whole; two builds write the same bytes; no step holds more
 // than about a bucket; and the spill is gone.
 func TestBuckets(t *testing.T) {
-	ctx := context.Background()
 	tb := openTable(t, t.TempDir(), 700, 333, 2000)
 	const bucket = 100
 	hash := &permutation.SplitSpec{Kind: "hash", Columns: []string{"text"}, Weights: []int64{3, 1}, DiscardWeight: 1}
@@ -61,29 +61,40 @@ func TestBuckets(t *testing.T) {
 		stored.Shuffle = nil
 		want := build(t, tb, stored) // one bucket, in row id order
 		held := bucketed(t, bucket)
-		dirs := []string{t.TempDir(), t.TempDir()}
-		for _, dir := range dirs {
-			p, err := permutation.Build(ctx, tb, spec, "file://"+dir, permutation.BuildOptions{})
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
+		buildTwice(t, name, tb, spec, want, held, bucket)
+	}
+}
+
+// buildTwice builds spec over tb twice and checks each build against want
+// (checkBucketed) when spec shuffles, that no ordering held more than twice
+// bucket records (held), that the two wrote the same bytes, and that they
+// left no spill.
+func buildTwice(t *testing.T, name string, tb *table.Table, spec permutation.Spec, want *permutation.Permutations, held *int64, bucket int64) {
+	t.Helper()
+	dirs := []string{t.TempDir(), t.TempDir()}
+	for _, dir := range dirs {
+		p, err := permutation.Build(context.Background(), tb, spec, "file://"+dir, permutation.BuildOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if spec.Shuffle != nil {
 			checkBucketed(t, name, p, want, max(spec.Shuffle.ClumpSize, 1))
-			p.Close()
 		}
-		if *held > 2*bucket {
-			t.Errorf("%s: a slice of %d records held, more than twice the %d of a bucket", name, *held, bucket)
+		p.Close()
+	}
+	if *held > 2*bucket {
+		t.Errorf("%s: a slice of %d records held, more than twice the %d of a bucket", name, *held, bucket)
+	}
+	a, b := storedFiles(dirs[0]), storedFiles(dirs[1])
+	if len(a) != len(b) {
+		t.Errorf("%s: %d and %d files", name, len(a), len(b))
+	}
+	for key, data := range a {
+		if !bytes.Equal(data, b[key]) {
+			t.Errorf("%s: %s differs between two builds", name, key)
 		}
-		a, b := storedFiles(dirs[0]), storedFiles(dirs[1])
-		if len(a) != len(b) {
-			t.Errorf("%s: %d and %d files", name, len(a), len(b))
-		}
-		for key, data := range a {
-			if !bytes.Equal(data, b[key]) {
-				t.Errorf("%s: %s differs between two builds", name, key)
-			}
-			if strings.Contains(key, "_spill") {
-				t.Errorf("%s: %s left behind", name, key)
-			}
+		if strings.Contains(key, "_spill") {
+			t.Errorf("%s: %s left behind", name, key)
 		}
 	}
 }
@@ -294,7 +305,6 @@ func mix(z uint64) uint64 {
 // holds more than about a bucket; no spill is left. A random split's rows
 // and order are the ones docs/spec.md's rule gives, rebuilt here.
 func TestSplitsDealtInPass(t *testing.T) {
-	ctx := context.Background()
 	tb := openTable(t, t.TempDir(), 700, 333, 2000)
 	const bucket = 100
 	random := func(c int64, ratios ...float64) *permutation.SplitSpec {
@@ -338,32 +348,7 @@ func TestSplitsDealtInPass(t *testing.T) {
 		if c := spec.Split.ClumpSize; c > 1 {
 			checkSplitClumps(t, name, want, kept, c)
 		}
-		dirs := []string{t.TempDir(), t.TempDir()}
-		for _, dir := range dirs {
-			p, err := permutation.Build(ctx, tb, spec, "file://"+dir, permutation.BuildOptions{})
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if spec.Shuffle != nil {
-				checkBucketed(t, name, p, want, max(spec.Shuffle.ClumpSize, 1))
-			}
-			p.Close()
-		}
-		if *held > 2*bucket {
-			t.Errorf("%s: a slice of %d records held, more than twice the %d of a bucket", name, *held, bucket)
-		}
-		a, b := storedFiles(dirs[0]), storedFiles(dirs[1])
-		if len(a) != len(b) {
-			t.Errorf("%s: %d and %d files", name, len(a), len(b))
-		}
-		for key, data := range a {
-			if !bytes.Equal(data, b[key]) {
-				t.Errorf("%s: %s differs between two builds", name, key)
-			}
-			if strings.Contains(key, "_spill") {
-				t.Errorf("%s: %s left behind", name, key)
-			}
-		}
+		buildTwice(t, name, tb, spec, want, held, bucket)
 	}
 
 	// The rule: each kept row, in row id order, is drawn from an urn of the
