@@ -468,3 +468,44 @@ func TestSequentialSplitsFromSpill(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceProgress: the passes that place groups in buckets and deal
+// splits report their records as the "place" phase, in the build's first
+// ordering only, up to their total, before any row is written.
+func TestPlaceProgress(t *testing.T) {
+	tb := openTable(t, t.TempDir(), 700, 333, 2000)
+	gtb, keys := groupedTable(t, 3, 400, 9)
+	bucketed(t, 100)
+	for name, tc := range map[string]struct {
+		tb   *table.Table
+		spec permutation.Spec
+		rows int64 // records the passes read
+	}{
+		"random": {tb, permutation.Spec{Split: &permutation.SplitSpec{Kind: "random", Ratios: []float64{0.7, 0.2}}, Shuffle: &permutation.ShuffleSpec{Seed: 1}}, tb.NumRows()},
+		"groups": {gtb, permutation.Spec{GroupBy: []string{"problem_id"}, Shuffle: &permutation.ShuffleSpec{Seed: 2}}, 2 * int64(len(keys))},
+	} {
+		var calls []permutation.Progress
+		p, err := permutation.Build(context.Background(), tc.tb, tc.spec, "file://"+t.TempDir(), permutation.BuildOptions{
+			Progress: func(pr permutation.Progress) { calls = append(calls, pr) }})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p.Close()
+		var last permutation.Progress
+		writing := false
+		for _, pr := range calls {
+			switch pr.Phase {
+			case "write":
+				writing = true
+			case "place":
+				if writing || pr.Done < last.Done || pr.Done > pr.Total || pr.Total != tc.rows {
+					t.Fatalf("%s: place %d of %d after %d of %d, writing %v", name, pr.Done, pr.Total, last.Done, last.Total, writing)
+				}
+				last = pr
+			}
+		}
+		if last.Done != tc.rows {
+			t.Errorf("%s: the passes reported %d records of %d", name, last.Done, tc.rows)
+		}
+	}
+}

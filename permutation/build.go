@@ -24,10 +24,14 @@ import (
 
 // Progress reports how far a build is. A build scans the table ("scan"),
 // then orders each split and digests its chunks ("order"), then orders it
-// again and writes them ("write").
+// again and writes them ("write"). Before the first ordering hands out
+// rows, the passes that place rows in buckets of positions (groups) or
+// deal them to splits (splits dealt in a pass) report the records they
+// have read of all they read ("place", interleaved with "order" where
+// splits of both kinds follow one another).
 type Progress struct {
-	Phase string // "scan", "order", "write"
-	Done  int64  // rows scanned, or row ids ordered or written
+	Phase string // "scan", "place", "order", "write"
+	Done  int64  // rows scanned, records placed, or row ids ordered or written
 	Total int64
 	// While scanning: the rows the filter kept so far, and the bytes read.
 	Kept, Bytes int64

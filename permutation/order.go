@@ -161,6 +161,22 @@ type orderer[T any] struct {
 	segs    map[int]segments // of each part, as owns finds them
 	dealtSp *spill
 	placed  map[int]*placement
+	runs    int                         // the orderings run so far, this one included
+	placing struct{ done, total int64 } // records the first ordering's passes read, and will
+}
+
+// advance counts n more records read by a pass that places or deals rows
+// before they are ordered, reported in the first ordering only (Progress's
+// "place"), about every 65,536 records.
+func (o *orderer[T]) advance(n int64) {
+	if o.runs != 1 || o.placing.total == 0 {
+		return
+	}
+	before := o.placing.done
+	o.placing.done += n
+	if o.placing.done>>16 != before>>16 || o.placing.done == o.placing.total {
+		o.b.progress(Progress{Phase: "place", Done: o.placing.done, Total: o.placing.total})
+	}
 }
 
 // A placement is a grouped part's rows sent to buckets of consecutive
@@ -183,8 +199,16 @@ func (o *orderer[T]) release(ctx context.Context) {
 
 // run gives sink every split's records in their final order.
 func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
+	o.runs++
 	if o.b.assigned() {
 		return o.assigned(ctx, sink)
+	}
+	if len(o.b.spec.GroupBy) > 0 { // each part counted, then placed
+		for p := range o.b.numParts() {
+			if n := o.sp.count(p, 0); o.need(p, 0, n) {
+				o.placing.total += 2 * n
+			}
+		}
 	}
 	for p := range o.b.numParts() {
 		if err := o.part(ctx, p, sink); err != nil {
@@ -499,6 +523,7 @@ func (o *orderer[T]) place(ctx context.Context, p int, sink splitSink[T]) (*plac
 	sizes := make([]int64, nb.n)
 	err := o.groupRecords(ctx, p, nb, func(_ []byte, g uint32) error {
 		sizes[g]++
+		o.advance(1)
 		return nil
 	})
 	if err != nil {
@@ -522,7 +547,8 @@ func (o *orderer[T]) place(ctx context.Context, p int, sink splitSink[T]) (*plac
 		pos, in = pos+sizes[g], in+sizes[g]
 	}
 	cuts = append(cuts, pos)
-	if len(cuts) <= 2 { // one bucket or none: laid out as the spill is read
+	if len(cuts) <= 2 { // one bucket or none: laid out as the spill is read, as "order"
+		o.advance(pos)
 		err := o.layOut(sink, pos, o.own().prefix, func(put func(off int64, rec []byte) error) error {
 			return o.groupRecords(ctx, p, nb, func(rec []byte, g uint32) error {
 				at[g]++
@@ -546,6 +572,7 @@ func (o *orderer[T]) place(ctx context.Context, p int, sink splitSink[T]) (*plac
 		id, length, _ := me.decodeRecord(rec)
 		b := bucket[g]
 		at[g]++
+		o.advance(1)
 		return placed.add(0, int(b), id, length, uint32(at[g]-1-cuts[b]))
 	})
 	if err == nil {
@@ -729,6 +756,7 @@ func (o *orderer[T]) deal(ctx context.Context, rows []int64) error {
 	rt := newRouter(o.b, sp, make([]int64, len(rows)))
 	route := func(split func() int) func(records []byte) error {
 		return func(records []byte) error {
+			o.advance(int64(len(records) / me.record))
 			for i := 0; i < len(records); i += me.record {
 				id, length, _ := me.decodeRecord(records[i : i+me.record])
 				if p := split(); p < len(rows) && o.need(p, 0, rows[p]) {
@@ -740,7 +768,14 @@ func (o *orderer[T]) deal(ctx context.Context, rows []int64) error {
 			return nil
 		}
 	}
+	o.placing.total = o.sp.count(0, 0)
 	if o.b.spec.Split.Kind == SplitSequential {
+		o.placing.total = 0
+		for p, n := range rows {
+			if o.need(p, 0, n) {
+				o.placing.total += n
+			}
+		}
 		var at int64
 		for p, n := range rows {
 			if o.need(p, 0, n) {

@@ -225,7 +225,9 @@ class PermutationBuilder:
             uri: where to write, e.g. ``file:///perms/run-7``.
             progress: ``callable(phase, done, total)`` called as rows are scanned
                 (phase ``"scan"``), then ordered (``"order"``) and written
-                (``"write"``); ``True`` shows a tqdm bar on stderr (lines when
+                (``"write"``); groups, and splits of tables beyond 2**22 rows
+                dealt in a pass, first report the records their passes place
+                (``"place"``); ``True`` shows a tqdm bar on stderr (lines when
                 tqdm is not installed) with the rows kept, the bytes read and the
                 time left; ``None`` shows it when stderr is a terminal; ``False``
                 reports nothing.
