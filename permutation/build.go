@@ -74,11 +74,11 @@ const noSplit = -1
 // uri, which must not hold a permutation yet. It reads only the columns the
 // filter, the split, the groups and the lengths need, and skips row groups
 // whose statistics rule the filter out. Its memory is bounded by
-// BuildOptions.Memory whatever the table's size, but with random splits,
-// which hold every kept row, with sequential splits fully shuffled, which
-// hold a split, and with Spec.GroupBy by a few numbers a group beside it
-// (see docs/spec.md, "Building in bounded memory"). It is the distributed
-// build of one rank (see Rank).
+// BuildOptions.Memory whatever the table's size, but with Spec.GroupBy by a
+// few numbers a group beside it; random splits, and sequential splits
+// fully shuffled, of a table of at most bucketIDs rows hold every kept row
+// or a split (see docs/spec.md, "Building in bounded memory"). It is the
+// distributed build of one rank (see Rank).
 func Build(ctx context.Context, t *table.Table, spec Spec, uri string, opts BuildOptions) (*Permutations, error) {
 	r, err := NewRank(ctx, t, spec, uri, opts, RankOptions{World: 1})
 	if err != nil {

@@ -40,6 +40,12 @@ func (b *builder) numBuckets() int {
 	case s != nil && (s.Kind == SplitRandom || s.Kind == SplitSequential):
 		return 1
 	}
+	return b.fullBuckets()
+}
+
+// fullBuckets returns B = ⌈rows / bucketIDs⌉ (at least 1), the buckets of
+// a fully shuffled part of the table.
+func (b *builder) fullBuckets() int {
 	return int(max((b.t.NumRows()+bucketIDs-1)/bucketIDs, 1))
 }
 
@@ -203,7 +209,7 @@ func (o *orderer[T]) run(ctx context.Context, sink splitSink[T]) error {
 	if o.b.assigned() {
 		return o.assigned(ctx, sink)
 	}
-	if len(o.b.spec.GroupBy) > 0 { // each part counted, then placed
+	if len(o.b.spec.GroupBy) > 0 && o.runs == 1 { // each part counted, then placed
 		for p := range o.b.numParts() {
 			if n := o.sp.count(p, 0); o.need(p, 0, n) {
 				o.placing.total += 2 * n
@@ -748,7 +754,7 @@ func (o *orderer[T]) dealt(ctx context.Context, rows []int64, sink splitSink[T])
 func (o *orderer[T]) deal(ctx context.Context, rows []int64) error {
 	me, buckets := o.own(), 1
 	if sh := o.b.spec.Shuffle; sh != nil && sh.Window == 0 {
-		buckets = int(max((o.b.t.NumRows()+bucketIDs-1)/bucketIDs, 1))
+		buckets = o.b.fullBuckets()
 	}
 	sp := newSpill(ctx, me.loc, path.Join(me.prefix, "dealt"), len(rows), buckets, me.width, me.lengths, false, o.b.opts.Memory)
 	sp.claim = me.claim
@@ -768,9 +774,7 @@ func (o *orderer[T]) deal(ctx context.Context, rows []int64) error {
 			return nil
 		}
 	}
-	o.placing.total = o.sp.count(0, 0)
 	if o.b.spec.Split.Kind == SplitSequential {
-		o.placing.total = 0
 		for p, n := range rows {
 			if o.need(p, 0, n) {
 				o.placing.total += n
@@ -786,6 +790,7 @@ func (o *orderer[T]) deal(ctx context.Context, rows []int64) error {
 			at += n
 		}
 	} else {
+		o.placing.total = o.sp.count(0, 0)
 		draw, err := o.b.spec.Split.drawer(o.sp.count(0, 0))
 		if err != nil {
 			return err

@@ -115,9 +115,6 @@ func (u *urn) add(i int, d int64) {
 	}
 }
 
-// left returns the units not drawn yet.
-func (u *urn) left() int64 { return u.total }
-
 // take removes a unit of category i without a draw: one that goes to i
 // whatever the draws give (it must hold one).
 func (u *urn) take(i int) {
